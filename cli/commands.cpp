@@ -1,0 +1,141 @@
+#include "cli/commands.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/json_output.hpp"
+#include "cli/text_output.hpp"
+#include "demo_env_json.hpp"
+#include "resolver/example_env.hpp"
+#include "resolver/text.hpp"
+
+namespace cudafix::cli {
+namespace r = cudafix::resolver;
+
+namespace {
+
+std::optional<std::string> env_var(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+Style style_for(const GlobalOptions& g) {
+  Style st;
+  st.verbose = g.verbose;
+  switch (g.color) {
+    case ColorMode::always: st.color = true; break;
+    case ColorMode::never: st.color = false; break;
+    case ColorMode::auto_: st.color = ::isatty(1) && !(env_var("NO_COLOR") && !env_var("NO_COLOR")->empty()); break;
+  }
+  return st;
+}
+
+r::Environment scan(const GlobalOptions& g) {
+  const r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
+  r::ScanOptions opts;
+  opts.threads = g.threads;
+  opts.ld_library_path = r::split_search_path(g.ld_library_path ? *g.ld_library_path : env_var("LD_LIBRARY_PATH").value_or(""));
+  for (auto p : r::split(env_var("LD_PRELOAD").value_or(""), ' '))
+    for (auto q : r::split(p, ':'))
+      if (!q.empty()) opts.preload.emplace_back(q);
+  opts.ld_so_cache = g.ld_so_cache;
+  return r::scan_environment(layout, opts);
+}
+
+// The model of a large venv is 100,000 small allocations; freeing them one by one at exit costs
+// more than some phases of the scan, so commands that end the process keep it.
+const r::Environment& scan_kept(const GlobalOptions& g) {
+  static std::vector<std::unique_ptr<r::Environment>>* kept = new std::vector<std::unique_ptr<r::Environment>>();
+  kept->push_back(std::make_unique<r::Environment>(scan(g)));
+  return *kept->back();
+}
+
+}  // namespace
+
+int run_scan(const GlobalOptions& g, std::ostream& out) {
+  const r::Environment& env = scan_kept(g);
+  if (g.json) out << dump(scan_json(env)) << '\n';
+  else if (!g.quiet) out << scan_text(env, style_for(g));
+  return 0;
+}
+
+int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out) {
+  const r::Environment& env = scan_kept(g);
+  const r::WhyReport report = r::explain(env, query);
+  if (g.json) out << dump(why_json(env, report)) << '\n';
+  else if (!g.quiet) out << why_text(env, report, style_for(g));
+  return report.resolves ? 0 : 1;
+}
+
+int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, std::ostream& out) {
+  std::string dir;
+  if (dir_opt) {
+    dir = *dir_opt;
+  } else {
+    std::string tmpl = env_var("TMPDIR").value_or("/tmp") + "/cudafix-demo-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) throw r::Error(fmt::format("cannot create a folder for the demo under {}", tmpl));
+    dir = tmpl;
+  }
+  const auto desc = nlohmann::json::parse(k_demo_env);
+  const auto stats = r::materialize_environment(desc, dir);
+  const Style st = style_for(g);
+  auto say = [&](const std::string& s) {
+    if (!g.json) out << s;
+  };
+  say(fmt::format("{}\n", st.bold("cudafix demo")));
+  say(fmt::format("Built an example CUDA 13 torch environment in {}:\n"
+                  "{} dists, {} files, {} ELF shared objects carrying the SONAME, NEEDED and RPATH of the real\n"
+                  "wheels (torch 2.11.0+cu130). It is broken the way users break theirs:\n"
+                  "- nvidia-cudnn-cu12 shared nvidia/cudnn/lib/libcudnn*.so.9 with nvidia-cudnn-cu13 and was\n"
+                  "  uninstalled; pip deleted the shared files, so nvidia-cudnn-cu13 still shows as installed\n"
+                  "  with its libraries gone, and torch's libcudnn.so.9 resolves outside the venv or nowhere;\n"
+                  "- nvidia-nccl-cu12 sits beside nvidia-nccl-cu13, both owning nvidia/nccl/lib/libnccl.so.2.\n\n",
+                  dir, stats.dists, stats.files, stats.elf_objects));
+  GlobalOptions sub = g;
+  sub.venv = dir;
+  sub.ld_library_path = "";
+  std::ostringstream buf;
+  say(fmt::format("$ cudafix scan --venv {}\n", dir));
+  run_scan(sub, buf);
+  say(buf.str());
+  for (const char* q : {"libcudnn.so.9", "libcublas.so.13", "torch/lib/libtorch_cuda.so"}) {
+    buf.str("");
+    say(fmt::format("\n$ cudafix why {} --venv {}\n", q, dir));
+    const int rc = run_why(sub, q, buf);
+    say(buf.str());
+    say(st.dim(fmt::format("(exit {})\n", rc)));
+  }
+  if (g.json) {
+    Json doc{{"schema", 1}, {"command", "demo"}, {"venv", dir}, {"dists", stats.dists}, {"files", stats.files},
+             {"elf_objects", stats.elf_objects}};
+    out << dump(doc) << '\n';
+  }
+  return 0;
+}
+
+int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,
+                    std::ostream& out) {
+  std::string text;
+  if (description == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    text = ss.str();
+  } else {
+    text = r::read_file(description);
+  }
+  auto desc = nlohmann::json::parse(text, nullptr, false);
+  if (desc.is_discarded()) throw r::Error(fmt::format("{}: not valid JSON", description));
+  r::MaterializeOptions opts;
+  opts.copies = copies;
+  opts.python = python;
+  const auto stats = r::materialize_environment(desc, dir, opts);
+  out << fmt::format("{}: {} dists, {} files, {} ELF objects\n", dir, stats.dists, stats.files, stats.elf_objects);
+  return 0;
+}
+
+}  // namespace cudafix::cli

@@ -1,0 +1,32 @@
+// The commands. Each returns its exit code (../shared/DESIGN.md) and writes to the streams it
+// is given; errors escape as resolver::Error for main() to report.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cudafix::cli {
+
+enum class ColorMode { auto_, always, never };
+
+struct GlobalOptions {
+  std::optional<std::string> venv;
+  bool json = false;
+  ColorMode color = ColorMode::auto_;
+  bool quiet = false;
+  bool verbose = false;
+  std::optional<std::string> ld_library_path;  // default: the caller's
+  std::optional<std::string> ld_so_cache;      // default: the host's
+  unsigned threads = 0;
+};
+
+int run_scan(const GlobalOptions& g, std::ostream& out);
+int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out);
+int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir, std::ostream& out);
+// Developer command: writes an environment from a corpus-format description (file or "-").
+int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,
+                    std::ostream& out);
+
+}  // namespace cudafix::cli

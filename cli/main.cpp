@@ -1,0 +1,81 @@
+// cudafix: keeps Python GPU environments working. The command line; see ../shared/DESIGN.md.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/json_output.hpp"
+#include "resolver/diagnostic.hpp"
+
+namespace {
+
+// Usage errors exit 2, like every "could not run".
+constexpr int k_exit_usage = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace cudafix::cli;
+  CLI::App app{"cudafix: finds and repairs broken CUDA libraries in Python environments"};
+  app.require_subcommand(1);
+  app.fallthrough();  // common options may follow the command: `cudafix scan --json`
+  app.set_version_flag("--version", "cudafix 0.1.0");
+  GlobalOptions g;
+  std::string color = "auto";
+  std::string ld_library_path;
+  app.add_option("--venv", g.venv, "the environment: a venv root, an interpreter prefix or a site-packages folder")
+      ->envname("")
+      ->check(CLI::ExistingDirectory);
+  app.add_flag("--json", g.json, "print JSON for machines (schema 1)");
+  app.add_option("--color", color, "auto (a terminal and no NO_COLOR), always or never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  app.add_flag("-q,--quiet", g.quiet, "print nothing but errors");
+  app.add_flag("-v,--verbose", g.verbose, "print every entry of long lists");
+  auto* llp = app.add_option("--ld-library-path", ld_library_path,
+                             "the LD_LIBRARY_PATH the loader model assumes (default: this process's)");
+  app.add_option("--ld-so-cache", g.ld_so_cache, "read this ld.so.cache instead of the host's");
+  app.add_option("--threads", g.threads, "worker threads (default: one per core)");
+
+  auto* scan = app.add_subcommand("scan", "the model: dists, ownership, ELF objects, resolutions");
+  std::string query;
+  auto* why = app.add_subcommand("why", "who needs a soname or file, what provides it, how it resolves and why");
+  why->add_option("SONAME_OR_PATH", query, "a soname (libcudnn.so.9) or a path (torch/lib/libtorch_cuda.so)")->required();
+  std::optional<std::string> demo_dir;
+  auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
+  demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
+  std::string mat_in, mat_dir, mat_python = "/usr/bin/python3";
+  int copies = 1;
+  auto* mat = app.add_subcommand("materialize", "");  // developer command: hidden from --help
+  mat->group("");
+  mat->add_option("DESCRIPTION", mat_in, "corpus-format JSON, or - for standard input")->required();
+  mat->add_option("DIR", mat_dir)->required();
+  mat->add_option("--copies", copies);
+  mat->add_option("--python", mat_python);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : k_exit_usage;
+  }
+  g.color = color == "always" ? ColorMode::always : color == "never" ? ColorMode::never : ColorMode::auto_;
+  if (llp->count()) g.ld_library_path = ld_library_path;
+
+  const char* command = app.get_subcommands().front()->get_name().c_str();
+  try {
+    if (scan->parsed()) return run_scan(g, std::cout);
+    if (why->parsed()) return run_why(g, query, std::cout);
+    if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
+    if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
+  } catch (const cudafix::resolver::Error& e) {
+    if (g.json) std::cout << dump(error_json(command, e.what())) << '\n';
+    std::cerr << fmt::format("cudafix: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    if (g.json) std::cout << dump(error_json(command, e.what())) << '\n';
+    std::cerr << fmt::format("cudafix: error: {}\n", e.what());
+    return 2;
+  }
+  return k_exit_usage;
+}

@@ -1,0 +1,179 @@
+#include "cli/text_output.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "resolver/text.hpp"
+
+namespace cudafix::cli {
+namespace r = cudafix::resolver;
+
+namespace {
+std::string paint(bool on, const char* code, std::string_view s) {
+  return on ? fmt::format("\033[{}m{}\033[0m", code, s) : std::string(s);
+}
+
+std::string shown(const r::Environment& env, const std::string& path) {
+  return r::to_valid_utf8(env.display(path));
+}
+
+std::string dist_list(const r::Environment& env, const std::vector<int>& owners) {
+  if (owners.empty()) return "no dist";
+  std::vector<std::string> names;
+  for (int i : owners) names.push_back(env.dists[static_cast<std::size_t>(i)].dir_name);
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+bool inside_env(const r::Environment& env, const std::string& path) {
+  return r::is_within(path, env.layout.root_real) ||
+         std::any_of(env.layout.sites.begin(), env.layout.sites.end(), [&](const auto& s) { return r::is_within(path, s.real); });
+}
+
+std::string answer(const r::Environment& env, const r::Resolution& res, const Style& st) {
+  if (!res.found()) return fmt::format("{} {}", r::to_valid_utf8(res.name), st.bad("=> not found"));
+  const std::string where = shown(env, *res.path);
+  return fmt::format("{} => {} {}", r::to_valid_utf8(res.name), inside_env(env, *res.path) ? where : st.warn(where),
+                     st.dim(reason_label(env, res)));
+}
+
+void searched_lines(const r::Environment& env, const r::Resolution& res, const std::string& indent, std::string& out) {
+  for (const auto& s : res.searched) {
+    std::string step(r::to_string(s.source));
+    if (!s.via.empty()) step += " of " + shown(env, s.via);
+    out += fmt::format("{}looked in {} [{}]: {}\n", indent, s.place.empty() ? "(system folders)" : shown(env, s.place), step, s.result);
+  }
+}
+
+void tree_lines(const r::Environment& env, const r::NeededNode& n, const Style& st, int depth, std::string& out) {
+  out += fmt::format("{}{}{}\n", std::string(static_cast<std::size_t>(depth) * 2 + 4, ' '), answer(env, n.resolution, st),
+                     n.repeated ? st.dim(" (shown above)") : "");
+  for (const auto& c : n.children) tree_lines(env, c, st, depth + 1, out);
+}
+
+}  // namespace
+
+std::string Style::bold(std::string_view s) const { return paint(color, "1", s); }
+std::string Style::bad(std::string_view s) const { return paint(color, "1;31", s); }
+std::string Style::warn(std::string_view s) const { return paint(color, "33", s); }
+std::string Style::good(std::string_view s) const { return paint(color, "32", s); }
+std::string Style::dim(std::string_view s) const { return paint(color, "2", s); }
+
+std::string reason_label(const r::Environment& env, const r::Resolution& res) {
+  switch (res.kind) {
+    case r::ReasonKind::rpath: return fmt::format("[rpath of {}]", shown(env, res.via));
+    case r::ReasonKind::runpath: return fmt::format("[runpath of {}]", shown(env, res.via));
+    case r::ReasonKind::already_loaded: return fmt::format("[already loaded: {}]", shown(env, res.via));
+    default: return fmt::format("[{}]", r::to_string(res.kind));
+  }
+}
+
+std::string scan_text(const r::Environment& env, const Style& st) {
+  std::string out;
+  std::size_t rows = 0;
+  for (const auto& d : env.dists) rows += d.record.size();
+  out += fmt::format("{} {}\n", st.bold("Environment"), r::to_valid_utf8(env.layout.root));
+  out += fmt::format("  Python {}, found by {}\n", env.layout.python_version.value_or("?"), env.layout.found_by);
+  for (const auto& s : env.layout.sites) out += fmt::format("  {}: {}\n", r::to_string(s.root), r::to_valid_utf8(s.path));
+  out += fmt::format("  {} dists, {} RECORD rows, {} files on disk, {} ELF shared objects\n", env.dists.size(), rows,
+                     env.on_disk.size(), env.objects.size());
+  const auto& c = env.loader->config();
+  out += fmt::format("  loader model: glibc {}, main executable {}, LD_LIBRARY_PATH {}\n", c.host.glibc_version,
+                     env.main_executable.value_or("(none)"),
+                     c.ld_library_path.empty() ? "(empty)" : fmt::format("{}", fmt::join(c.ld_library_path, ":")));
+
+  const auto shared = env.shared_paths();
+  if (!shared.empty()) {
+    out += fmt::format("\n{} ({})\n", st.bold("Paths listed by more than one dist"), shared.size());
+    for (const auto& [path, owners] : shared)
+      out += fmt::format("  {}{}\n    owners: {}\n", shown(env, path), env.present(path) ? "" : st.bad(" (gone)"),
+                         dist_list(env, owners));
+  }
+
+  std::size_t with_missing = 0;
+  for (const auto& m : env.missing) with_missing += m.empty() ? 0 : 1;
+  if (with_missing) {
+    out += fmt::format("\n{} ({})\n", st.bold("Dists with files missing"), with_missing);
+    for (std::size_t i = 0; i < env.dists.size(); ++i) {
+      const auto& m = env.missing[i];
+      if (m.empty()) continue;
+      out += fmt::format("  {}: {} of {} files missing, e.g. {}\n", env.dists[i].dir_name, m.size(),
+                         env.dists[i].record.size(), shown(env, m.front()));
+    }
+  }
+
+  std::map<std::string, std::vector<const r::SharedObject*>> unresolved;
+  for (const auto& o : env.objects)
+    for (const auto& res : o.resolutions)
+      if (!res.found()) unresolved[res.name].push_back(&o);
+  if (!unresolved.empty()) {
+    out += fmt::format("\n{} ({} sonames)\n", st.bold("NEEDED that resolve nowhere"), unresolved.size());
+    for (const auto& [name, objs] : unresolved) {
+      out += fmt::format("  {} {}\n", st.bad(r::to_valid_utf8(name)), st.dim(fmt::format("needed by {} object(s)", objs.size())));
+      const std::size_t shown_max = st.verbose ? objs.size() : std::min<std::size_t>(objs.size(), 3);
+      for (std::size_t k = 0; k < shown_max; ++k)
+        out += fmt::format("    {} ({})\n", shown(env, objs[k]->path), dist_list(env, objs[k]->owners));
+      if (shown_max < objs.size()) out += fmt::format("    ... and {} more (-v lists them)\n", objs.size() - shown_max);
+    }
+    out += fmt::format("  `cudafix why SONAME` shows every place the loader looked.\n");
+  }
+
+  if (!env.diagnostics.empty()) {
+    out += fmt::format("\n{} ({})\n", st.bold("Unreadable input"), env.diagnostics.size());
+    for (const auto& d : env.diagnostics) out += fmt::format("  {}\n", r::to_valid_utf8(d.to_string()));
+  }
+  return out;
+}
+
+std::string why_text(const r::Environment& env, const r::WhyReport& rep, const Style& st) {
+  std::string out;
+  if (rep.subject) {
+    const auto& so = *rep.subject;
+    out += fmt::format("{} {}\n", st.bold(shown(env, so.path)), st.dim(fmt::format("({})", dist_list(env, so.owners))));
+    if (so.elf.status == r::ElfReadStatus::ok) {
+      const auto& e = so.elf.info;
+      out += fmt::format("  SONAME {}, ELF{} {}\n", e.soname.value_or("(none)"), e.elf_class == 1 ? 32 : 64, r::machine_name(e.machine));
+      if (e.rpath) out += fmt::format("  RPATH {}{}\n", *e.rpath, e.runpath ? " (ignored: RUNPATH is set)" : "");
+      if (e.runpath) out += fmt::format("  RUNPATH {}\n", *e.runpath);
+      if (!so.context.empty()) out += fmt::format("  loaded by the model in: {}\n", so.context);
+    }
+    out += fmt::format("  needed by: {}\n", rep.consumers.empty() ? "nothing in the environment" : "");
+    for (const auto& c : rep.consumers)
+      out += fmt::format("    {} ({}) {}\n", shown(env, c.object->path), dist_list(env, c.object->owners),
+                         c.resolution.found() ? reason_label(env, c.resolution) : st.bad("resolves elsewhere or nowhere"));
+    if (rep.tree) {
+      out += "  NEEDED tree:\n";
+      for (const auto& child : rep.tree->children) tree_lines(env, child, st, 0, out);
+    }
+    return out;
+  }
+
+  out += fmt::format("{}\n", st.bold(r::to_valid_utf8(rep.query)));
+  out += fmt::format("  provided in the environment by: {}\n", rep.providers.empty() ? st.warn("nothing") : "");
+  for (const auto* p : rep.providers)
+    out += fmt::format("    {} ({})\n", shown(env, p->path), dist_list(env, p->owners));
+  out += fmt::format("  needed by: {}\n", rep.consumers.empty() ? "nothing in the environment" : "");
+  for (const auto& c : rep.consumers) {
+    out += fmt::format("    {} ({})\n", shown(env, c.object->path), dist_list(env, c.object->owners));
+    out += fmt::format("      {}\n", answer(env, c.resolution, st));
+    if (!c.resolution.found()) searched_lines(env, c.resolution, "        ", out);
+    if (c.fallback)
+      out += fmt::format("      if that file disappeared: {}\n", c.fallback->found() ? answer(env, *c.fallback, st) : st.bad("nothing would provide it"));
+  }
+  if (rep.standalone) {
+    out += fmt::format("  dlopen(\"{}\") from Python: {}\n", r::to_valid_utf8(rep.query), answer(env, *rep.standalone, st));
+    if (!rep.standalone->found() || st.verbose) searched_lines(env, *rep.standalone, "    ", out);
+  }
+  if (rep.tree) {
+    out += "  NEEDED tree:\n";
+    tree_lines(env, *rep.tree, st, 0, out);
+  }
+  out += rep.resolves ? st.good("  resolves\n") : st.bad("  does not resolve\n");
+  return out;
+}
+
+}  // namespace cudafix::cli

@@ -1,0 +1,27 @@
+// Text for people: root facts first, every answer with its reason in libtree's style
+// ([rpath of X], [ld.so.cache], ...), colour only when asked for or on a terminal.
+#pragma once
+
+#include <string>
+
+#include "resolver/environment.hpp"
+#include "resolver/why.hpp"
+
+namespace cudafix::cli {
+
+struct Style {
+  bool color = false;
+  bool verbose = false;
+  [[nodiscard]] std::string bold(std::string_view s) const;
+  [[nodiscard]] std::string bad(std::string_view s) const;
+  [[nodiscard]] std::string warn(std::string_view s) const;
+  [[nodiscard]] std::string good(std::string_view s) const;
+  [[nodiscard]] std::string dim(std::string_view s) const;
+};
+
+[[nodiscard]] std::string reason_label(const resolver::Environment& env, const resolver::Resolution& r);
+[[nodiscard]] std::string scan_text(const resolver::Environment& env, const Style& style);
+[[nodiscard]] std::string why_text(const resolver::Environment& env, const resolver::WhyReport& report,
+                                   const Style& style);
+
+}  // namespace cudafix::cli

@@ -1,0 +1,405 @@
+#include "resolver/environment.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "resolver/fs_walk.hpp"
+#include "resolver/text.hpp"
+
+namespace cudafix::resolver {
+namespace {
+
+struct DistInfoLocation {
+  const SiteDir* site;
+  std::string name;
+};
+
+// The real site folders to walk, each once.
+std::vector<const SiteDir*> unique_sites(const EnvLayout& layout) {
+  std::vector<const SiteDir*> out;
+  for (const auto& s : layout.sites) {
+    bool seen = false;
+    for (const auto* o : out) seen |= o->real == s.real;
+    if (!seen) out.push_back(&s);
+  }
+  return out;
+}
+
+void sort_diagnostics(std::vector<Diagnostic>& diags) {
+  std::sort(diags.begin(), diags.end(), [](const Diagnostic& a, const Diagnostic& b) {
+    return std::tie(a.file, a.line, a.offset, a.message) < std::tie(b.file, b.line, b.offset, b.message);
+  });
+}
+
+// The nearest ancestor of `path` below `top` that is a symlink on disk, if any.
+std::optional<std::string> symlinked_ancestor(const std::string& path, const std::string& top,
+                                              const std::unordered_set<std::string>& symlinks) {
+  for (std::string dir = parent_dir(path); dir.size() > top.size() && is_within(dir, top); dir = parent_dir(dir))
+    if (symlinks.count(dir)) return dir;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string Environment::display(const std::string& path) const {
+  for (const auto& s : layout.sites)
+    if (is_within(path, s.real)) return relative_to(path, s.real);
+  return path;
+}
+
+const std::vector<int>& Environment::owners_of(const std::string& path) const {
+  static const std::vector<int> none;
+  if (auto it = on_disk.find(path); it != on_disk.end()) return disk_owners[it->second];
+  if (auto it = gone_owners.find(path); it != gone_owners.end()) return it->second;
+  return none;
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> Environment::shared_paths() const {
+  std::vector<std::pair<std::string, std::vector<int>>> out;
+  for (const auto& [path, index] : on_disk)
+    if (disk_owners[index].size() > 1) out.emplace_back(std::string(path), disk_owners[index]);
+  for (const auto& [path, owners] : gone_owners)
+    if (owners.size() > 1) out.emplace_back(path, owners);
+  for (auto& [path, owners] : out) std::sort(owners.begin(), owners.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const SharedObject* Environment::object(const std::string& path) const {
+  auto it = object_by_path.find(path);
+  return it == object_by_path.end() ? nullptr : &objects[it->second];
+}
+
+std::optional<int> Environment::dist_index(std::string_view normalized_name) const {
+  for (std::size_t i = 0; i < dists.size(); ++i)
+    if (dists[i].normalized == normalized_name) return static_cast<int>(i);
+  return std::nullopt;
+}
+
+std::vector<const SharedObject*> Environment::providers(const std::string& soname) const {
+  std::vector<const SharedObject*> out;
+  for (const auto& o : objects) {
+    const bool by_soname = o.elf.status == ElfReadStatus::ok && o.elf.info.soname == soname;
+    bool by_name = base_name(o.path) == soname;
+    for (const auto& a : o.aliases) by_name |= base_name(a) == soname;
+    if (by_soname || by_name) out.push_back(&o);
+  }
+  return out;
+}
+
+std::vector<const SharedObject*> Environment::consumers(const std::string& soname) const {
+  std::vector<const SharedObject*> out;
+  for (const auto& o : objects)
+    if (o.elf.status == ElfReadStatus::ok &&
+        std::find(o.elf.info.needed.begin(), o.elf.info.needed.end(), soname) != o.elf.info.needed.end())
+      out.push_back(&o);
+  return out;
+}
+
+std::vector<int> Environment::requirement_closure(int dist) const {
+  // Breadth-first over (dist, extras asked of it); then ordered deps-first for import.
+  std::map<int, std::set<std::string>> asked;
+  std::vector<std::pair<int, std::vector<std::string>>> queue{{dist, {}}};
+  std::set<std::pair<int, std::string>> visited;
+  std::vector<int> found;
+  while (!queue.empty()) {
+    auto [d, extras] = std::move(queue.back());
+    queue.pop_back();
+    for (const auto& line : dists[static_cast<std::size_t>(d)].metadata.requires_dist) {
+      const RequirementRef ref = requirement_ref(line);
+      bool applies = ref.gated_by.empty();
+      for (const auto& g : ref.gated_by) applies |= std::find(extras.begin(), extras.end(), g) != extras.end();
+      if (!applies) continue;
+      const auto target = dist_index(ref.name);
+      if (!target || *target == dist) continue;
+      std::vector<std::string> fresh;
+      for (const auto& e : ref.extras)
+        if (visited.insert({*target, e}).second) fresh.push_back(e);
+      const bool first = visited.insert({*target, ""}).second;
+      if (first) found.push_back(*target);
+      if (first || !fresh.empty()) queue.push_back({*target, fresh});
+    }
+  }
+  // Import order: a dist after everything it requires (depth-first post-order, by name).
+  std::vector<int> order;
+  std::set<int> in_closure(found.begin(), found.end());
+  std::set<int> done;
+  std::function<void(int)> visit = [&](int d) {
+    if (!done.insert(d).second) return;
+    for (const auto& line : dists[static_cast<std::size_t>(d)].metadata.requires_dist) {
+      const auto target = dist_index(requirement_ref(line).name);
+      if (target && in_closure.count(*target)) visit(*target);
+    }
+    order.push_back(d);
+  };
+  std::sort(found.begin(), found.end());
+  for (int d : found) visit(d);
+  return order;
+}
+
+Process Environment::process_for(int dist) const {
+  Process p = loader->start_process();
+  if (dist < 0) return p;
+  for (int d : requirement_closure(dist))
+    for (const auto& o : objects)
+      if (o.entry_point && std::find(o.owners.begin(), o.owners.end(), d) != o.owners.end()) loader->load(p, o.path);
+  return p;
+}
+
+namespace {
+
+void read_dists(Environment& env, const std::vector<DistInfoLocation>& locations, unsigned threads) {
+  std::vector<ReadDistInfo> reads(locations.size());
+  parallel_for(locations.size(), threads, [&](std::size_t i) {
+    reads[i] = read_dist_info(locations[i].site->real, locations[i].name, locations[i].site->root);
+  });
+  std::vector<std::size_t> order(reads.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(reads[a].dist.normalized, reads[a].dist.dir_name) <
+           std::tie(reads[b].dist.normalized, reads[b].dist.dir_name);
+  });
+  for (auto i : order) {
+    env.dists.push_back(std::move(reads[i].dist));
+    for (auto& d : reads[i].diagnostics) env.diagnostics.push_back(std::move(d));
+  }
+}
+
+void index_ownership(Environment& env, const std::unordered_set<std::string>& symlinks, unsigned threads) {
+  env.missing.resize(env.dists.size());
+  env.disk_owners.resize(env.on_disk.size());
+  // Per dist, in parallel: each row's place in the walk (read-only lookups), or its path when
+  // it is not on disk. Then owners are recorded in one pass.
+  constexpr std::uint32_t k_not_on_disk = UINT32_MAX;
+  constexpr std::uint32_t k_ignored = UINT32_MAX - 1;
+  std::vector<std::vector<std::uint32_t>> where(env.dists.size());
+  std::vector<std::vector<Diagnostic>> diags(env.dists.size());
+  parallel_for(env.dists.size(), threads, [&](std::size_t di) {
+    const DistInfo& d = env.dists[di];
+    const SiteDir* site = nullptr;
+    for (const auto& s : env.layout.sites)
+      if (s.real == d.site_dir) site = &s;
+    const std::string bound = site ? site->bound : env.layout.root_real;
+    const std::string record_file = d.site_dir + "/" + d.dir_name + "/RECORD";
+    where[di].reserve(d.record.size());
+    std::string abs;
+    for (const auto& row : d.record) {
+      join_normal(d.site_dir, row.path, abs);
+      if (!is_within(abs, bound)) {
+        diags[di].push_back({record_file, row.line, std::nullopt,
+                             fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
+        where[di].push_back(k_ignored);
+        continue;
+      }
+      if (auto it = env.on_disk.find(abs); it != env.on_disk.end()) {
+        where[di].push_back(it->second);
+        continue;
+      }
+      where[di].push_back(k_not_on_disk);
+      const bool inside_sites = std::any_of(env.layout.sites.begin(), env.layout.sites.end(),
+                                            [&](const SiteDir& s) { return is_within(abs, s.real); });
+      if (inside_sites) {
+        if (auto link = symlinked_ancestor(abs, d.site_dir, symlinks)) {
+          diags[di].push_back({record_file, row.line, std::nullopt,
+                               fmt::format("path '{}' goes through the symlinked folder {}", to_valid_utf8(row.path), *link)});
+        }
+        env.missing[di].push_back(abs);
+        continue;
+      }
+      // Outside the walked folders (bin/ scripts): few rows, one lstat each.
+      std::error_code ec;
+      if (!std::filesystem::exists(std::filesystem::symlink_status(abs, ec))) env.missing[di].push_back(abs);
+    }
+  });
+  for (std::size_t di = 0; di < env.dists.size(); ++di) {
+    const int dist = static_cast<int>(di);
+    for (std::size_t k = 0; k < where[di].size(); ++k) {
+      const auto w = where[di][k];
+      if (w == k_ignored) continue;
+      std::vector<int>* owners = nullptr;
+      if (w != k_not_on_disk) {
+        owners = &env.disk_owners[w];
+      } else {
+        const std::string abs = join_normal(env.dists[di].site_dir, env.dists[di].record[k].path);
+        owners = &env.gone_owners[abs];
+      }
+      if (std::find(owners->begin(), owners->end(), dist) == owners->end()) owners->push_back(dist);
+    }
+    std::sort(env.missing[di].begin(), env.missing[di].end());
+    env.missing[di].erase(std::unique(env.missing[di].begin(), env.missing[di].end()), env.missing[di].end());
+    for (auto& d : diags[di]) env.diagnostics.push_back(std::move(d));
+  }
+}
+
+void read_objects(Environment& env, const std::vector<std::string>& candidates,
+                  const std::vector<std::string>& symlink_candidates, unsigned threads) {
+  std::vector<ElfRead> reads(candidates.size());
+  parallel_for(candidates.size(), threads, [&](std::size_t i) { reads[i] = read_elf_file(candidates[i]); });
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (reads[i].status == ElfReadStatus::not_elf) continue;
+    if (reads[i].status == ElfReadStatus::invalid) env.diagnostics.push_back(reads[i].diagnostic);
+    SharedObject o;
+    o.path = candidates[i];
+    o.owners = env.owners_of(o.path);
+    o.elf = reads[i];
+    o.entry_point = o.elf.status == ElfReadStatus::ok && !o.elf.info.soname;
+    env.elf_cache->put(o.path, std::move(reads[i]));
+    env.objects.push_back(std::move(o));
+  }
+  std::sort(env.objects.begin(), env.objects.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  for (std::size_t i = 0; i < env.objects.size(); ++i) env.object_by_path[env.objects[i].path] = i;
+  for (const auto& link : symlink_candidates) {
+    const std::string target = real_path_of(link);
+    if (auto it = env.object_by_path.find(target); it != env.object_by_path.end())
+      env.objects[it->second].aliases.push_back(link);
+  }
+  for (auto& o : env.objects) std::sort(o.aliases.begin(), o.aliases.end());
+}
+
+// What one simulated import (or dlopen) taught about the objects it mapped first.
+struct Learned {
+  std::size_t object;
+  std::vector<Resolution> resolutions;
+  std::string context;
+};
+
+// The objects `load` mapped for the first time in `p`, with their resolutions.
+void collect_fresh(const Environment& env, const Process& p, const std::string& context, std::vector<Learned>& out) {
+  for (const auto& lo : p.objects) {
+    if (lo.before_load || !lo.mapped_deps) continue;
+    if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
+      out.push_back({it->second, lo.needed, context});
+  }
+}
+
+// Runs the process model: imports dists in dependency order and keeps, for every object in the
+// tree, the resolutions from the first import that maps it. Each dist's import is simulated in
+// its own process, so they run in parallel; the first in import order wins.
+void resolve_objects(Environment& env, unsigned threads) {
+  std::vector<int> order;
+  std::set<int> done;
+  std::function<void(int, int)> visit = [&](int d, int depth) {
+    if (done.count(d) || depth > 64) return;
+    done.insert(d);
+    for (const auto& line : env.dists[static_cast<std::size_t>(d)].metadata.requires_dist)
+      if (auto t = env.dist_index(requirement_ref(line).name)) visit(*t, depth + 1);
+    order.push_back(d);
+  };
+  for (std::size_t d = 0; d < env.dists.size(); ++d) visit(static_cast<int>(d), 0);
+
+  std::map<int, std::vector<std::size_t>> entry_points;
+  for (std::size_t i = 0; i < env.objects.size(); ++i)
+    if (env.objects[i].entry_point)
+      for (int d : env.objects[i].owners) entry_points[d].push_back(i);
+  std::vector<int> importing;
+  for (int d : order)
+    if (entry_points.count(d)) importing.push_back(d);
+
+  std::vector<std::vector<Learned>> learned(importing.size());
+  parallel_for(importing.size(), threads, [&](std::size_t k) {
+    const int d = importing[k];
+    Process p = env.process_for(d);
+    for (auto i : entry_points[d]) {
+      env.loader->load(p, env.objects[i].path);
+      collect_fresh(env, p, fmt::format("import of {} ({})", env.dists[static_cast<std::size_t>(d)].name,
+                                        env.display(env.objects[i].path)), learned[k]);
+    }
+  });
+  std::vector<bool> assigned(env.objects.size(), false);
+  auto apply = [&](std::vector<Learned>& list) {
+    for (auto& l : list) {
+      if (assigned[l.object]) continue;
+      assigned[l.object] = true;
+      env.objects[l.object].resolutions = std::move(l.resolutions);
+      env.objects[l.object].context = std::move(l.context);
+    }
+  };
+  for (auto& list : learned) apply(list);
+
+  // What no import maps is dlopened alone, after its dist's requirements.
+  std::map<int, std::vector<std::size_t>> alone;
+  for (std::size_t i = 0; i < env.objects.size(); ++i)
+    if (!assigned[i] && env.objects[i].elf.status == ElfReadStatus::ok)
+      alone[env.objects[i].owners.empty() ? -1 : env.objects[i].owners.front()].push_back(i);
+  std::vector<std::pair<int, std::vector<std::size_t>>> groups(alone.begin(), alone.end());
+  std::vector<std::vector<Learned>> dlopened(groups.size());
+  parallel_for(groups.size(), threads, [&](std::size_t k) {
+    const int owner = groups[k].first;
+    const Process base = env.process_for(owner);
+    const std::string context = owner < 0 ? "dlopen alone"
+                                          : fmt::format("dlopen after importing what {} requires",
+                                                        env.dists[static_cast<std::size_t>(owner)].name);
+    for (auto i : groups[k].second) {
+      Process p = base;
+      env.loader->load(p, env.objects[i].path);
+      const int idx = p.find_real(env.objects[i].path);
+      if (idx >= 0) dlopened[k].push_back({i, p.objects[static_cast<std::size_t>(idx)].needed, context});
+    }
+  });
+  for (auto& list : dlopened) apply(list);
+}
+
+}  // namespace
+
+Environment scan_environment(const EnvLayout& layout, const ScanOptions& options) {
+  Environment env;
+  env.layout = layout;
+  env.elf_cache = std::make_shared<ElfCache>();
+
+  std::vector<std::string> roots;
+  const auto sites = unique_sites(layout);
+  for (const auto* s : sites) roots.push_back(s->real);
+  WalkResult walk = walk_tree(roots, options.threads);
+  env.diagnostics = std::move(walk.diagnostics);
+
+  std::vector<DistInfoLocation> dist_infos;
+  std::vector<std::string> candidates;
+  std::vector<std::string> symlink_candidates;
+  std::unordered_set<std::string> symlinks;
+  env.on_disk.reserve(walk.entries.size());
+  env.path_arena = std::move(walk.arena);
+  for (const auto& e : walk.entries) {
+    const auto name = base_name(e.path);
+    if (e.type == EntryType::directory) {
+      if (name.ends_with(".dist-info")) {
+        const std::string parent = parent_dir(e.path);
+        for (const auto* s : sites)
+          if (s->real == parent) dist_infos.push_back({s, std::string(name)});
+      }
+      continue;
+    }
+    if (e.type == EntryType::symlink) symlinks.emplace(e.path);
+    if (looks_like_shared_object(name)) {
+      if (e.type == EntryType::file) candidates.emplace_back(e.path);
+      else if (e.type == EntryType::symlink) symlink_candidates.emplace_back(e.path);
+    }
+    const auto index = static_cast<std::uint32_t>(env.on_disk.size());
+    env.on_disk.emplace(e.path, index);
+  }
+
+  read_dists(env, dist_infos, options.threads);
+  index_ownership(env, symlinks, options.threads);
+  read_objects(env, candidates, symlink_candidates, options.threads);
+
+  LoaderConfig config;
+  config.host = options.host ? *options.host : detect_host();
+  config.ld_library_path = options.ld_library_path;
+  config.preload = options.preload;
+  const std::string python = layout.root + "/bin/python3";
+  std::error_code ec;
+  if (layout.kind != EnvKind::site_dir && std::filesystem::exists(python, ec)) {
+    env.main_executable = real_path_of(python);
+    config.main_executable = env.main_executable;
+  }
+  auto ld_cache = std::make_shared<LdCache>(LdCache::load(options.ld_so_cache.value_or(config.host.ld_so_cache)));
+  env.loader = std::make_shared<LoaderModel>(std::move(config), env.elf_cache, std::move(ld_cache));
+  if (options.resolve) resolve_objects(env, options.threads);
+  sort_diagnostics(env.diagnostics);
+  return env;
+}
+
+}  // namespace cudafix::resolver

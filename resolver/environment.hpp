@@ -1,0 +1,85 @@
+// The Environment: everything cudafix knows about one Python environment after one scan:
+// its dists, which dist owns which file, which files are on disk, every ELF shared object and
+// how each of its DT_NEEDED resolves in a Python process that imported the object's package.
+//
+// The process model: packages are imported in dependency order (a dist's requirements, extras
+// followed, before the dist), so an object's NEEDED may be satisfied by a library an earlier
+// import loaded (torch's libc10.so before torchvision's _C.so). Each object's resolutions come
+// from the first simulated import that maps it; objects no import maps (dlopened libraries such
+// as cuDNN's sub-libraries) are resolved as if dlopened after their own dist's requirements.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "resolver/dist_info.hpp"
+#include "resolver/loader.hpp"
+#include "resolver/venv.hpp"
+
+namespace cudafix::resolver {
+
+struct SharedObject {
+  std::string path;               // absolute, real
+  std::vector<int> owners;        // indices into Environment::dists
+  ElfRead elf;                    // status ok: elf.info holds the dynamic section
+  bool entry_point = false;       // no SONAME: an extension module or plugin, imported by path
+  std::vector<Resolution> resolutions;  // one per DT_NEEDED, from the process model
+  std::string context;            // how the process model came to load it
+  std::vector<std::string> aliases;     // symlinks in the tree that point at it
+};
+
+struct ScanOptions {
+  unsigned threads = 0;                    // 0: one per core
+  std::vector<std::string> ld_library_path;  // what the modelled process sees
+  std::vector<std::string> preload;          // LD_PRELOAD of the modelled process
+  std::optional<HostInfo> host;            // default: detect_host()
+  std::optional<std::string> ld_so_cache;  // default: the host's /etc/ld.so.cache
+  bool resolve = true;                     // run the process model
+};
+
+class Environment {
+ public:
+  EnvLayout layout;
+  std::vector<DistInfo> dists;                 // sorted by normalised name, then folder name
+  std::vector<std::vector<std::string>> missing;  // per dist: RECORD paths not on disk (absolute)
+  // Files and symlinks on disk below the sites (from the walk), each with the dists listing it;
+  // listed paths that are not on disk keep their owners apart.
+  std::unordered_map<std::string_view, std::uint32_t> on_disk;  // absolute path -> index into disk_owners
+  std::vector<std::unique_ptr<char[]>> path_arena;  // the bytes on_disk's keys point into
+  std::vector<std::vector<int>> disk_owners;
+  std::unordered_map<std::string, std::vector<int>> gone_owners;
+  std::vector<SharedObject> objects;           // sorted by path
+  std::unordered_map<std::string, std::size_t> object_by_path;
+  std::vector<Diagnostic> diagnostics;         // sorted by file, then line
+  std::optional<std::string> main_executable;  // the interpreter the model runs
+  std::shared_ptr<LoaderModel> loader;
+  std::shared_ptr<ElfCache> elf_cache;
+
+  [[nodiscard]] bool present(std::string_view path) const { return on_disk.count(path) != 0; }
+  // The dists whose RECORD lists `path` (absolute, normalised); empty when none.
+  [[nodiscard]] const std::vector<int>& owners_of(const std::string& path) const;
+  // Paths more than one dist lists, sorted, with their owners.
+  [[nodiscard]] std::vector<std::pair<std::string, std::vector<int>>> shared_paths() const;
+  // The display form of a path: relative to the site dir holding it, else absolute.
+  [[nodiscard]] std::string display(const std::string& path) const;
+  [[nodiscard]] const SharedObject* object(const std::string& path) const;
+  [[nodiscard]] std::optional<int> dist_index(std::string_view normalized_name) const;
+  // Objects whose SONAME or file name is `soname`.
+  [[nodiscard]] std::vector<const SharedObject*> providers(const std::string& soname) const;
+  // Objects with `soname` among their DT_NEEDED.
+  [[nodiscard]] std::vector<const SharedObject*> consumers(const std::string& soname) const;
+  // The dists a dist requires (extras followed) that are installed, transitively, in import order.
+  [[nodiscard]] std::vector<int> requirement_closure(int dist) const;
+  // A process that has imported the requirements of `dist` (or of nothing, for -1).
+  [[nodiscard]] Process process_for(int dist) const;
+};
+
+// Scans the environment. Broken inputs become diagnostics; throws Error only when the
+// environment cannot be read at all.
+[[nodiscard]] Environment scan_environment(const EnvLayout& layout, const ScanOptions& options = {});
+
+}  // namespace cudafix::resolver

@@ -1,0 +1,35 @@
+// One walk of a directory tree, in parallel, using d_type instead of a stat per entry.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <string>
+#include <vector>
+
+#include "resolver/diagnostic.hpp"
+
+namespace cudafix::resolver {
+
+enum class EntryType : std::uint8_t { file, symlink, directory, other };
+
+struct WalkEntry {
+  std::string_view path;  // absolute; points into WalkResult::arena
+  EntryType type;
+};
+
+struct WalkResult {
+  std::vector<std::unique_ptr<char[]>> arena;  // the bytes of every path, in large blocks
+  std::vector<WalkEntry> entries;  // every entry below the roots (roots excluded), unordered
+  std::vector<Diagnostic> diagnostics;  // unreadable folders
+};
+
+// Walks every root; symlinks are listed, never followed, so a symlinked folder cannot take the
+// walk outside the environment or round a loop. `threads` 0 means one per core.
+[[nodiscard]] WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads = 0);
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (0: one per core).
+void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn);
+
+}  // namespace cudafix::resolver

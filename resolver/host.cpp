@@ -1,0 +1,123 @@
+#include "resolver/host.hpp"
+
+#include <elf.h>
+#include <fmt/format.h>
+#include <gnu/libc-version.h>
+#include <link.h>
+#include <spawn.h>
+#include <sys/auxv.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fcntl.h>
+#include <cstring>
+
+#include "resolver/diagnostic.hpp"
+#include "resolver/text.hpp"
+
+extern char** environ;
+
+namespace cudafix::resolver {
+namespace {
+
+// The PT_INTERP of the main program, read from memory: the loader this process runs under.
+std::string own_interpreter() {
+  std::string out;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) -> int {
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          if (info->dlpi_phdr[i].p_type == PT_INTERP) {
+            *static_cast<std::string*>(data) =
+                reinterpret_cast<const char*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+            return 1;
+          }
+        }
+        return 1;  // only the main program has PT_INTERP; stop after it
+      },
+      &out);
+  return out;
+}
+
+std::string run_capture(const std::string& exe, const std::vector<std::string>& args) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(fmt::format("pipe: {}", std::strerror(errno)));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    throw Error(fmt::format("cannot run {}: {}", exe, std::strerror(rc)));
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t r;
+  while ((r = ::read(fds[0], buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR))
+    if (r > 0) out.append(buf, static_cast<std::size_t>(r));
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return out;
+}
+
+}  // namespace
+
+void parse_ld_so_help(const std::string& text, HostInfo& host) {
+  enum class Section { other, search, hwcaps } section = Section::other;
+  for (auto raw : split(text, '\n')) {
+    const auto line = trim(raw);
+    if (line.starts_with("Shared library search path")) {
+      section = Section::search;
+      continue;
+    }
+    if (line.starts_with("Subdirectories of glibc-hwcaps")) {
+      section = Section::hwcaps;
+      continue;
+    }
+    if (line.empty() || raw.empty() || (raw[0] != ' ' && raw[0] != '\t')) {
+      if (!line.empty()) section = Section::other;
+      continue;
+    }
+    if (section == Section::search && line.ends_with("(system search path)")) {
+      host.default_dirs.emplace_back(trim(line.substr(0, line.size() - std::string_view("(system search path)").size())));
+    } else if (section == Section::hwcaps && line.find("searched") != std::string_view::npos) {
+      host.hwcaps_subdirs.emplace_back(line.substr(0, line.find(' ')));
+    }
+  }
+}
+
+HostInfo detect_host() {
+  HostInfo host;
+  host.ld_so = own_interpreter();
+  if (host.ld_so.empty()) throw Error("cannot find this process's dynamic loader (no PT_INTERP)");
+  parse_ld_so_help(run_capture(host.ld_so, {"--help"}), host);
+  if (host.default_dirs.empty())
+    throw Error(fmt::format("{} --help listed no system search path; cannot model the loader", host.ld_so));
+  if (const auto* p = reinterpret_cast<const char*>(getauxval(AT_PLATFORM))) host.platform = p;
+  // glibc expands $LIB to its slibdir below the root: the first system folder ("/lib64",
+  // "/lib/x86_64-linux-gnu").
+  host.lib = host.default_dirs.front().substr(1);
+  host.glibc_version = gnu_get_libc_version();
+#if defined(__x86_64__)
+  host.machine = EM_X86_64;
+#elif defined(__aarch64__)
+  host.machine = EM_AARCH64;
+#elif defined(__powerpc64__)
+  host.machine = EM_PPC64;
+#else
+  host.machine = 0;
+#endif
+  host.elf_class = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
+  return host;
+}
+
+}  // namespace cudafix::resolver

@@ -1,0 +1,332 @@
+#include "resolver/loader.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include "resolver/text.hpp"
+
+namespace cudafix::resolver {
+
+std::string_view to_string(ReasonKind kind) {
+  switch (kind) {
+    case ReasonKind::already_loaded: return "already loaded";
+    case ReasonKind::path: return "path";
+    case ReasonKind::rpath: return "rpath";
+    case ReasonKind::ld_library_path: return "LD_LIBRARY_PATH";
+    case ReasonKind::runpath: return "runpath";
+    case ReasonKind::ld_cache: return "ld.so.cache";
+    case ReasonKind::default_path: return "default path";
+    case ReasonKind::not_found: return "not found";
+  }
+  return "not found";
+}
+
+std::string real_path_of(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf)) return buf;
+  return lexically_normal(path);
+}
+
+const ElfRead& ElfCache::get(const std::string& path) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = by_path_.find(path); it != by_path_.end()) return *it->second;
+  }
+  auto read = std::make_unique<ElfRead>(read_elf_file(path));
+  std::lock_guard lock(mutex_);
+  auto [it, inserted] = by_path_.emplace(path, std::move(read));
+  return *it->second;
+}
+
+void ElfCache::put(const std::string& path, ElfRead read) {
+  std::lock_guard lock(mutex_);
+  by_path_[path] = std::make_unique<ElfRead>(std::move(read));
+}
+
+int Process::find_real(const std::string& real) const {
+  for (std::size_t i = 0; i < objects.size(); ++i)
+    if (objects[i].real == real) return static_cast<int>(i);
+  return -1;
+}
+
+LoaderModel::LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cache,
+                         std::shared_ptr<const LdCache> ld_cache)
+    : config_(std::move(config)), elf_cache_(std::move(elf_cache)), ld_cache_(std::move(ld_cache)) {}
+
+const std::string* LoaderModel::real_dir(const std::string& dir) const {
+  std::lock_guard lock(dirs_mutex_);
+  auto it = real_dirs_.find(dir);
+  if (it == real_dirs_.end()) {
+    char buf[PATH_MAX];
+    std::optional<std::string> real;
+    if (::realpath(dir.c_str(), buf)) real = buf;
+    it = real_dirs_.emplace(dir, std::move(real)).first;
+  }
+  return it->second ? &*it->second : nullptr;
+}
+
+bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {
+  std::lock_guard lock(dirs_mutex_);
+  auto it = dir_entries_.find(real);
+  if (it == dir_entries_.end()) {
+    std::unordered_set<std::string> names;
+    if (DIR* d = ::opendir(real.c_str())) {
+      while (const dirent* e = ::readdir(d)) names.emplace(e->d_name);
+      ::closedir(d);
+    }
+    it = dir_entries_.emplace(real, std::move(names)).first;
+  }
+  return it->second.count(name) != 0;
+}
+
+std::string LoaderModel::expand_tokens(const std::string& entry, const std::string& origin) const {
+  std::string out;
+  for (std::size_t i = 0; i < entry.size();) {
+    if (entry[i] != '$') {
+      out.push_back(entry[i++]);
+      continue;
+    }
+    auto match = [&](std::string_view token) -> std::size_t {
+      const auto rest = std::string_view(entry).substr(i + 1);
+      if (rest.starts_with(token)) {
+        const auto after = token.size();
+        if (after == rest.size() || !(std::isalnum(static_cast<unsigned char>(rest[after])) || rest[after] == '_'))
+          return 1 + after;
+      }
+      if (rest.size() >= token.size() + 2 && rest[0] == '{' && rest.substr(1, token.size()) == token &&
+          rest[token.size() + 1] == '}')
+        return 3 + token.size();
+      return 0;
+    };
+    if (auto n = match("ORIGIN")) {
+      out += origin;
+      i += n;
+    } else if (auto m = match("PLATFORM")) {
+      out += config_.host.platform;
+      i += m;
+    } else if (auto k = match("LIB")) {
+      out += config_.host.lib;
+      i += k;
+    } else {
+      out.push_back(entry[i++]);
+    }
+  }
+  return out;
+}
+
+const std::string& LoaderModel::real_file(const std::string& path) const {
+  std::lock_guard lock(dirs_mutex_);
+  auto it = real_files_.find(path);
+  if (it != real_files_.end()) return it->second;
+  // Most candidates sit in a folder already made real: only a symlinked last part needs realpath.
+  const std::string dir = parent_dir(path);
+  auto d = real_dirs_.find(dir);
+  struct stat st {};
+  std::string real;
+  if (d != real_dirs_.end() && d->second == dir && ::lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode))
+    real = path;
+  else
+    real = real_path_of(path);
+  return real_files_.emplace(path, std::move(real)).first->second;
+}
+
+bool LoaderModel::try_file(const std::string& file, ReasonKind source, const std::string& via, const ElfInfo* want,
+                           const std::unordered_set<std::string>& gone, Resolution& out) const {
+  const std::string real = real_file(file);
+  if (gone.count(real)) {
+    out.searched.push_back({file, source, via, "deleted (what-if)"});
+    return false;
+  }
+  const ElfRead& r = elf_cache_->get(real);
+  if (r.status != ElfReadStatus::ok) {
+    out.searched.push_back({file, source, via, r.status == ElfReadStatus::not_elf ? "not an ELF object" : "invalid ELF"});
+    return false;
+  }
+  const std::uint8_t klass = want ? want->elf_class : config_.host.elf_class;
+  const std::uint16_t machine = want ? want->machine : config_.host.machine;
+  if (r.info.elf_class != klass) {
+    out.searched.push_back({file, source, via, fmt::format("wrong ELF class (ELFCLASS{})", r.info.elf_class == 1 ? 32 : 64)});
+    return false;
+  }
+  if (r.info.machine != machine) {
+    out.searched.push_back({file, source, via, fmt::format("wrong machine ({})", machine_name(r.info.machine))});
+    return false;
+  }
+  out.searched.push_back({file, source, via, "found"});
+  out.path = file;
+  out.kind = source;
+  out.via = via;
+  return true;
+}
+
+std::optional<std::string> LoaderModel::try_dir(const std::string& dir, const std::string& name, ReasonKind source,
+                                                const std::string& via, const ElfInfo* want,
+                                                const std::unordered_set<std::string>& gone, Resolution& out) const {
+  std::vector<std::string> subdirs;
+  for (const auto& h : config_.host.hwcaps_subdirs) subdirs.push_back("/glibc-hwcaps/" + h);
+  subdirs.emplace_back();
+  for (const auto& sub : subdirs) {
+    const std::string candidate_dir = (dir.empty() ? std::string(".") : dir) + sub;
+    const std::string* real = real_dir(candidate_dir);
+    if (!real || !dir_has(*real, name)) {
+      if (sub.empty()) out.searched.push_back({candidate_dir + "/" + name, source, via, real ? "not found" : "no such folder"});
+      continue;
+    }
+    const std::string file = (*real == "/" ? std::string() : *real) + "/" + name;
+    if (try_file(file, source, via, want, gone, out)) return file;
+  }
+  return std::nullopt;
+}
+
+Resolution LoaderModel::resolve(const Process& p, int requester, const std::string& name,
+                                const std::unordered_set<std::string>& gone) const {
+  Resolution out;
+  out.name = name;
+  // 1. Already loaded, by a name it was asked for or its SONAME.
+  for (const auto& o : p.objects) {
+    if (gone.count(o.real)) continue;
+    bool match = std::find(o.names.begin(), o.names.end(), name) != o.names.end() || o.path == name;
+    if (!match && o.elf && o.elf->soname && *o.elf->soname == name) match = true;
+    if (match) {
+      out.path = o.path;
+      out.kind = ReasonKind::already_loaded;
+      out.via = o.path;
+      return out;
+    }
+  }
+  const LoadedObject* req = requester >= 0 ? &p.objects[static_cast<std::size_t>(requester)] : nullptr;
+  const ElfInfo* want = req ? req->elf : nullptr;
+  // 2. A path.
+  if (name.find('/') != std::string::npos) {
+    try_file(name, ReasonKind::path, "", want, gone, out);
+    return out;
+  }
+  const LoadedObject* main = p.main >= 0 ? &p.objects[static_cast<std::size_t>(p.main)] : nullptr;
+  auto search_list = [&](const LoadedObject& owner, const std::string& list, ReasonKind source) -> bool {
+    const std::string origin = parent_dir(owner.path);
+    for (const auto& entry : split_search_path(list)) {
+      if (try_dir(expand_tokens(entry, origin), name, source, owner.path, want, gone, out)) return true;
+    }
+    return false;
+  };
+  // 3. RPATH of the loader chain, then of the main executable.
+  if (!req || !req->elf || !req->elf->runpath) {
+    bool did_main = false;
+    for (const LoadedObject* l = req; l; l = l->loader >= 0 ? &p.objects[static_cast<std::size_t>(l->loader)] : nullptr) {
+      if (l->elf && l->elf->effective_rpath() && search_list(*l, *l->elf->effective_rpath(), ReasonKind::rpath)) return out;
+      did_main |= (l == main);
+    }
+    if (!did_main && main && main->elf && main->elf->effective_rpath() &&
+        search_list(*main, *main->elf->effective_rpath(), ReasonKind::rpath))
+      return out;
+  }
+  // 4. LD_LIBRARY_PATH.
+  for (const auto& dir : config_.ld_library_path)
+    if (try_dir(dir, name, ReasonKind::ld_library_path, "", want, gone, out)) return out;
+  // 5. RUNPATH of the requesting object.
+  if (req && req->elf && req->elf->runpath && search_list(*req, *req->elf->runpath, ReasonKind::runpath)) return out;
+  const LoadedObject* flags_owner = req ? req : main;
+  const bool nodeflib = flags_owner && flags_owner->elf && flags_owner->elf->nodeflib();
+  // 6. ld.so.cache.
+  if (ld_cache_) {
+    const auto klass = want ? want->elf_class : config_.host.elf_class;
+    const auto machine = want ? want->machine : config_.host.machine;
+    if (auto cached = ld_cache_->lookup(name, machine, klass, config_.host.hwcaps_subdirs)) {
+      bool in_system = false;
+      for (const auto& d : config_.host.default_dirs) in_system |= is_within(*cached, d);
+      if (nodeflib && in_system) {
+        out.searched.push_back({*cached, ReasonKind::ld_cache, "", "skipped: DF_1_NODEFLIB"});
+      } else if (try_file(*cached, ReasonKind::ld_cache, "", want, gone, out)) {
+        return out;
+      }
+    } else {
+      out.searched.push_back({name, ReasonKind::ld_cache, "", fmt::format("not in {}", ld_cache_->file())});
+    }
+  }
+  // 7. The system folders.
+  if (nodeflib) {
+    out.searched.push_back({"", ReasonKind::default_path, "", "skipped: DF_1_NODEFLIB"});
+  } else {
+    for (const auto& dir : config_.host.default_dirs)
+      if (try_dir(dir, name, ReasonKind::default_path, "", want, gone, out)) return out;
+  }
+  out.path.reset();
+  out.kind = ReasonKind::not_found;
+  return out;
+}
+
+int LoaderModel::add_object(Process& p, const std::string& path, const std::string& name, int loader) const {
+  const std::string real = real_file(path);
+  if (const int existing = p.find_real(real); existing >= 0) {
+    auto& names = p.objects[static_cast<std::size_t>(existing)].names;
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    return existing;
+  }
+  const ElfRead& r = elf_cache_->get(real);
+  if (r.status != ElfReadStatus::ok) return -1;
+  LoadedObject o;
+  o.path = path;
+  o.real = real;
+  o.names.push_back(name);
+  o.elf = &r.info;
+  o.loader = loader;
+  p.objects.push_back(std::move(o));
+  return static_cast<int>(p.objects.size() - 1);
+}
+
+void LoaderModel::map_dependencies(Process& p, std::size_t from) const {
+  // Breadth-first over NEEDED, as _dl_map_object_deps does: every NEEDED of one object is mapped
+  // before any NEEDED of the objects it brought in.
+  for (std::size_t i = from; i < p.objects.size(); ++i) {
+    if (p.objects[i].before_load || p.objects[i].mapped_deps) continue;
+    p.objects[i].mapped_deps = true;
+    const std::vector<std::string> wanted = p.objects[i].elf->needed;
+    for (const auto& name : wanted) {
+      Resolution r = resolve(p, static_cast<int>(i), name);
+      const int idx = r.found() ? add_object(p, *r.path, name, static_cast<int>(i)) : -1;
+      p.objects[i].needed.push_back(std::move(r));
+      p.objects[i].needed_index.push_back(idx);
+    }
+  }
+}
+
+int LoaderModel::load(Process& p, const std::string& path) const {
+  for (auto& o : p.objects) o.before_load = true;
+  const bool as_main = p.objects.empty();
+  const std::size_t first_new = p.objects.size();
+  const int root = add_object(p, path, path, as_main ? -1 : p.main);
+  if (root < 0 || static_cast<std::size_t>(root) < first_new) return root;  // dlopen of a loaded object
+  if (as_main) p.main = root;
+  map_dependencies(p, first_new);
+  return root;
+}
+
+Process LoaderModel::start_process() const {
+  Process p;
+  if (config_.main_executable) {
+    // The kernel runs the resolved file, so $ORIGIN of the interpreter is its real folder.
+    const std::string exe = real_path_of(*config_.main_executable);
+    p.main = add_object(p, exe, exe, -1);
+  }
+  // LD_PRELOAD objects are mapped after the main program and before its NEEDED.
+  for (const auto& pre : config_.preload) {
+    if (pre.empty()) continue;
+    if (pre.find('/') != std::string::npos) {
+      add_object(p, pre, pre, p.main);
+      continue;
+    }
+    Resolution r = resolve(p, p.main, pre);
+    if (r.found()) add_object(p, *r.path, pre, p.main);
+  }
+  map_dependencies(p, 0);
+  for (auto& o : p.objects) o.before_load = true;
+  return p;
+}
+
+}  // namespace cudafix::resolver

@@ -1,0 +1,134 @@
+// The loader model: which file glibc's ld.so maps for each DT_NEEDED, and why, in a Python
+// process. It follows _dl_map_object (elf/dl-load.c) step by step:
+//   1. a name already loaded (as a SONAME or under the name it was asked for) wins;
+//   2. a name with a slash is a path;
+//   3. unless the requesting object has DT_RUNPATH: DT_RPATH of the requesting object, then of
+//      the object that loaded it, and on up its loader chain, then of the main executable;
+//   4. LD_LIBRARY_PATH;  5. DT_RUNPATH of the requesting object;
+//   6. /etc/ld.so.cache (entries in system folders skipped under DF_1_NODEFLIB);
+//   7. the system folders (skipped under DF_1_NODEFLIB).
+// Each folder of steps 3-5 and 7 is tried with the host's glibc-hwcaps subfolders first.
+// Objects of the wrong ELF class or machine are skipped and the search goes on. $ORIGIN is the
+// folder of the requesting object as it was loaded; `..` after it is resolved by the kernel,
+// through symlinks, so candidate folders are compared by realpath.
+// Legacy hwcaps subfolders (tls/, haswell/, glibc < 2.37) are not modelled.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "resolver/elf_reader.hpp"
+#include "resolver/host.hpp"
+#include "resolver/ld_cache.hpp"
+
+namespace cudafix::resolver {
+
+enum class ReasonKind { already_loaded, path, rpath, ld_library_path, runpath, ld_cache, default_path, not_found };
+[[nodiscard]] std::string_view to_string(ReasonKind kind);
+
+// One place the search looked, and what it found there.
+struct SearchStep {
+  std::string place;   // the candidate file path tried
+  ReasonKind source;   // which search step tried it
+  std::string via;     // for rpath/runpath: whose
+  std::string result;  // "not found", "wrong ELF class", "found", ...
+};
+
+struct Resolution {
+  std::string name;                 // the DT_NEEDED string
+  std::optional<std::string> path;  // the file mapped: its folder's realpath + the name
+  ReasonKind kind = ReasonKind::not_found;
+  std::string via;                  // rpath/runpath: the object whose entry matched;
+                                    // already_loaded: the loaded object's path
+  std::vector<SearchStep> searched; // every place looked, in order
+
+  [[nodiscard]] bool found() const { return path.has_value(); }
+};
+
+// ELF dynamic sections by path, read once and shared (thread-safe).
+class ElfCache {
+ public:
+  // The object at `path` (read on first use).
+  const ElfRead& get(const std::string& path);
+  void put(const std::string& path, ElfRead read);
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::unique_ptr<ElfRead>> by_path_;
+};
+
+struct LoaderConfig {
+  HostInfo host;
+  std::vector<std::string> ld_library_path;  // as the process would see it
+  std::vector<std::string> preload;          // LD_PRELOAD entries
+  std::optional<std::string> main_executable;  // the interpreter; none: the root is the main program
+};
+
+struct LoadedObject {
+  std::string path;                   // as loaded
+  std::string real;                   // fully resolved: the object's identity
+  std::vector<std::string> names;     // names it was asked for
+  const ElfInfo* elf = nullptr;
+  int loader = -1;                    // index of the object that caused it to load
+  std::vector<int> needed_index;      // per DT_NEEDED: the object it resolved to, or -1
+  std::vector<Resolution> needed;     // per DT_NEEDED
+  bool before_load = false;           // loaded before the current load() started
+  bool mapped_deps = false;           // its NEEDED have been resolved
+};
+
+// A simulated process: the link map, in load order.
+struct Process {
+  std::vector<LoadedObject> objects;
+  int main = -1;
+
+  [[nodiscard]] int find_real(const std::string& real) const;
+};
+
+class LoaderModel {
+ public:
+  LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cache, std::shared_ptr<const LdCache> ld_cache);
+
+  // A process running the main executable, with its NEEDED tree and LD_PRELOAD loaded.
+  [[nodiscard]] Process start_process() const;
+  // dlopen(path) into the process (or, in an empty process, `ld.so path`): maps the object and
+  // its NEEDED tree breadth-first. Returns the root's index, or -1 when `path` is no ELF object.
+  int load(Process& process, const std::string& path) const;
+  // How `requester` would resolve `name` now, without loading; files whose realpath is in
+  // `gone` are treated as deleted (the fallback question).
+  [[nodiscard]] Resolution resolve(const Process& process, int requester, const std::string& name,
+                                   const std::unordered_set<std::string>& gone = {}) const;
+
+  [[nodiscard]] const LoaderConfig& config() const { return config_; }
+  [[nodiscard]] ElfCache& elf_cache() const { return *elf_cache_; }
+
+ private:
+  std::optional<std::string> try_dir(const std::string& dir, const std::string& name, ReasonKind source,
+                                     const std::string& via, const ElfInfo* want,
+                                     const std::unordered_set<std::string>& gone, Resolution& out) const;
+  bool try_file(const std::string& file, ReasonKind source, const std::string& via, const ElfInfo* want,
+                const std::unordered_set<std::string>& gone, Resolution& out) const;
+  [[nodiscard]] std::string expand_tokens(const std::string& entry, const std::string& origin) const;
+  [[nodiscard]] const std::string* real_dir(const std::string& dir) const;
+  [[nodiscard]] const std::string& real_file(const std::string& path) const;
+  [[nodiscard]] bool dir_has(const std::string& real, const std::string& name) const;
+  int add_object(Process& process, const std::string& path, const std::string& name, int loader) const;
+  void map_dependencies(Process& process, std::size_t from) const;
+
+  LoaderConfig config_;
+  std::shared_ptr<ElfCache> elf_cache_;
+  std::shared_ptr<const LdCache> ld_cache_;
+  mutable std::mutex dirs_mutex_;
+  mutable std::unordered_map<std::string, std::optional<std::string>> real_dirs_;
+  mutable std::unordered_map<std::string, std::unordered_set<std::string>> dir_entries_;
+  mutable std::unordered_map<std::string, std::string> real_files_;
+};
+
+[[nodiscard]] std::string real_path_of(const std::string& path);
+
+}  // namespace cudafix::resolver

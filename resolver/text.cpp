@@ -1,0 +1,225 @@
+#include "resolver/text.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "resolver/diagnostic.hpp"
+
+namespace cudafix::resolver {
+
+std::string Diagnostic::to_string() const {
+  std::string where = file;
+  if (line) where += fmt::format(":{}", *line);
+  if (offset) where += fmt::format(" (offset {:#x})", *offset);
+  return fmt::format("{}: {}", where, message);
+}
+
+std::string normalize_name(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  bool in_sep = false;
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == '.') {
+      in_sep = true;
+      continue;
+    }
+    if (in_sep && !out.empty()) out.push_back('-');
+    in_sep = false;
+    out.push_back(static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c));
+  }
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  const auto* ws = " \t\r\n";
+  const auto b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto pos = s.find(sep, start);
+    if (pos == std::string_view::npos) {
+      out.push_back(s.substr(start));
+      return out;
+    }
+    out.push_back(s.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+std::vector<std::string> split_search_path(std::string_view s) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  for (auto part : split(s, ':')) out.emplace_back(part);
+  return out;
+}
+
+std::string lexically_normal(std::string_view path) {
+  const bool absolute = !path.empty() && path.front() == '/';
+  std::vector<std::string_view> parts;
+  for (auto part : split(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty() && parts.back() != "..") {
+        parts.pop_back();
+      } else if (!absolute) {
+        parts.push_back(part);
+      }
+      continue;
+    }
+    parts.push_back(part);
+  }
+  std::string out = absolute ? "/" : "";
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i) out.push_back('/');
+    out.append(parts[i]);
+  }
+  if (out.empty()) out = ".";
+  return out;
+}
+
+std::string join_normal(std::string_view dir, std::string_view rel) {
+  std::string out;
+  join_normal(dir, rel, out);
+  return out;
+}
+
+void join_normal(std::string_view dir, std::string_view rel, std::string& out) {
+  if (!rel.empty() && rel.front() == '/') {
+    out = lexically_normal(rel);
+    return;
+  }
+  bool clean = !rel.empty() && rel.back() != '/';
+  for (std::size_t i = 0; clean && i < rel.size(); ++i) {
+    if (rel[i] != '.' || (i > 0 && rel[i - 1] != '/')) continue;
+    // A component starting with '.': only "." and ".." need work.
+    const std::size_t end = rel.find('/', i);
+    const auto comp = rel.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i);
+    clean = comp != "." && comp != "..";
+  }
+  if (clean && rel.find("//") != std::string_view::npos) clean = false;
+  out.assign(dir);
+  if (out.empty() || out.back() != '/') out.push_back('/');
+  out.append(rel);
+  if (!clean) out = lexically_normal(out);
+}
+
+bool is_within(std::string_view path, std::string_view dir) {
+  if (dir == "/") return !path.empty() && path.front() == '/';
+  if (path.size() < dir.size() || path.compare(0, dir.size(), dir) != 0) return false;
+  return path.size() == dir.size() || path[dir.size()] == '/';
+}
+
+std::string relative_to(std::string_view path, std::string_view dir) {
+  if (!is_within(path, dir)) return std::string(path);
+  if (path.size() == dir.size()) return ".";
+  return std::string(path.substr(dir == "/" ? 1 : dir.size() + 1));
+}
+
+std::string parent_dir(std::string_view path) {
+  const auto pos = path.rfind('/');
+  if (pos == std::string_view::npos) return ".";
+  if (pos == 0) return "/";
+  return std::string(path.substr(0, pos));
+}
+
+std::string_view base_name(std::string_view path) {
+  const auto pos = path.rfind('/');
+  return pos == std::string_view::npos ? path : path.substr(pos + 1);
+}
+
+std::string to_valid_utf8(std::string_view s, bool* lossy) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  auto replace = [&] {
+    out.append("\xEF\xBF\xBD");
+    if (lossy) *lossy = true;
+  };
+  while (i < n) {
+    const unsigned char c = p[i];
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      replace();
+      ++i;
+      continue;
+    }
+    bool ok = i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) ok = false;
+      else cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+    if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+               (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF))
+      ok = false;
+    if (!ok) {
+      replace();
+      ++i;
+      continue;
+    }
+    out.append(s.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
+  std::string out;
+  char buf[65536];
+  while (true) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(err)));
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<std::size_t>(r));
+  }
+  ::close(fd);
+  return out;
+}
+
+bool looks_like_shared_object(std::string_view name) {
+  const auto pos = name.find(".so");
+  if (pos == std::string_view::npos || pos == 0) return false;
+  const auto rest = name.substr(pos + 3);
+  if (rest.empty()) return true;
+  if (rest.front() != '.') return looks_like_shared_object(rest);  // e.g. "libx.soft.so"
+  for (char c : rest.substr(1))
+    if (!((c >= '0' && c <= '9') || c == '.')) return looks_like_shared_object(rest);
+  return true;
+}
+
+}  // namespace cudafix::resolver

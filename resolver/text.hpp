@@ -1,0 +1,42 @@
+// Small string and path helpers shared by every reader. Look here before writing another.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cudafix::resolver {
+
+// PEP 503 normalised project name: lower case, runs of [-_.] become one '-'.
+[[nodiscard]] std::string normalize_name(std::string_view name);
+
+[[nodiscard]] std::string_view trim(std::string_view s);
+[[nodiscard]] std::vector<std::string_view> split(std::string_view s, char sep);
+// Splits a colon-separated search path; empty entries are kept as "" (glibc treats them as ".").
+[[nodiscard]] std::vector<std::string> split_search_path(std::string_view s);
+
+// Lexical normalisation without touching the disk: removes "." and "x/..", keeps leading "..".
+[[nodiscard]] std::string lexically_normal(std::string_view path);
+// `rel` joined to the absolute folder `dir`, lexically normalised (an absolute `rel` stands alone).
+// Clean relative paths, the common case in RECORD, skip the normalisation.
+[[nodiscard]] std::string join_normal(std::string_view dir, std::string_view rel);
+// The same into `out`, reusing its buffer (the scan joins 70,000 of them).
+void join_normal(std::string_view dir, std::string_view rel, std::string& out);
+// True when `path` (normalised, absolute) is `dir` or lies below it.
+[[nodiscard]] bool is_within(std::string_view path, std::string_view dir);
+// `path` relative to `dir` when within it, else `path` itself.
+[[nodiscard]] std::string relative_to(std::string_view path, std::string_view dir);
+[[nodiscard]] std::string parent_dir(std::string_view path);
+[[nodiscard]] std::string_view base_name(std::string_view path);
+
+// Replaces invalid UTF-8 with U+FFFD; `lossy` is set when anything was replaced.
+[[nodiscard]] std::string to_valid_utf8(std::string_view s, bool* lossy = nullptr);
+
+// Reads a whole small file; throws Error naming the file on failure.
+[[nodiscard]] std::string read_file(const std::filesystem::path& path);
+
+// Names like libfoo.so, libfoo.so.1, libfoo.so.1.2 and Python's foo.cpython-312-x86_64-linux-gnu.so.
+[[nodiscard]] bool looks_like_shared_object(std::string_view file_name);
+
+}  // namespace cudafix::resolver

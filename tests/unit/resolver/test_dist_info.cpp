@@ -1,0 +1,76 @@
+#include <gtest/gtest.h>
+
+#include "resolver/dist_info.hpp"
+
+namespace cudafix::resolver {
+
+TEST(ParseRecord, ReadsQuotedCommasAndRowsWithoutHash) {
+  const auto r = parse_record(
+      "torch/__init__.py,sha256=abc-_DEF,123\r\n"
+      "\"odd,name.py\",,\n"
+      "\"say \"\"hi\"\".txt\",sha256=xyz,7\n"
+      "../../../bin/torchrun,sha256=AAAA,99\n"
+      "torch-2.11.0.dist-info/RECORD,,\n",
+      "RECORD");
+  ASSERT_TRUE(r.diagnostics.empty()) << r.diagnostics.front().to_string();
+  ASSERT_EQ(r.rows.size(), 5u);
+  EXPECT_EQ(r.rows[0].hash_algo, "sha256");
+  EXPECT_EQ(r.rows[0].hash, "abc-_DEF");
+  EXPECT_EQ(r.rows[0].size, 123u);
+  EXPECT_EQ(r.rows[1].path, "odd,name.py");
+  EXPECT_FALSE(r.rows[1].size);
+  EXPECT_EQ(r.rows[2].path, "say \"hi\".txt");
+  EXPECT_EQ(r.rows[3].path, "../../../bin/torchrun");
+  EXPECT_EQ(r.rows[4].line, 5u);
+}
+
+TEST(ParseRecord, NamesLineOfEveryBadRowAndKeepsTheRest) {
+  const auto r = parse_record("a.py,sha256=x,1\nb.py,md5,2\nc.py,sha256=y,notanumber\nd.py,only-two\ne.py,,\n", "RECORD");
+  ASSERT_EQ(r.diagnostics.size(), 3u);
+  EXPECT_EQ(r.diagnostics[0].line, 2u);
+  EXPECT_NE(r.diagnostics[0].message.find("malformed hash"), std::string::npos);
+  EXPECT_EQ(r.diagnostics[1].line, 3u);
+  EXPECT_NE(r.diagnostics[1].message.find("malformed size"), std::string::npos);
+  EXPECT_EQ(r.diagnostics[2].line, 4u);
+  EXPECT_NE(r.diagnostics[2].message.find("expected 3 fields"), std::string::npos);
+  EXPECT_EQ(r.rows.size(), 4u);  // a, b (hash dropped), c (size dropped), e
+}
+
+TEST(ParseRecord, ReportsUnterminatedQuote) {
+  const auto r = parse_record("a.py,,\n\"b.py,,\n", "RECORD");
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].line, 2u);
+  EXPECT_EQ(r.rows.size(), 1u);
+}
+
+TEST(ParseMetadata, UnfoldsContinuationLinesAndStopsAtBody) {
+  const auto m = parse_metadata(
+      "Metadata-Version: 2.4\nName: nvidia-cudnn-cu13\nVersion: 9.19.0.56\n"
+      "Requires-Dist: nvidia-cublas\nSummary: first\n  second\n"
+      "Requires-Dist: torch; extra == \"x\"\n\nRequires-Dist: not-a-header-in-body\n",
+      "METADATA");
+  EXPECT_TRUE(m.diagnostics.empty());
+  EXPECT_EQ(m.metadata.name, "nvidia-cudnn-cu13");
+  EXPECT_EQ(m.metadata.version, "9.19.0.56");
+  ASSERT_EQ(m.metadata.requires_dist.size(), 2u);
+  EXPECT_EQ(m.metadata.requires_dist[1], "torch; extra == \"x\"");
+}
+
+TEST(ParseMetadata, ReportsMissingNameAndGarbageLines) {
+  const auto m = parse_metadata("Version: 1\nthis is not a header\n", "METADATA");
+  ASSERT_EQ(m.diagnostics.size(), 2u);
+  EXPECT_EQ(m.diagnostics[0].line, 2u);
+  EXPECT_EQ(m.diagnostics[1].message, "no Name header");
+}
+
+TEST(RequirementRef, FollowsExtrasBothWays) {
+  const auto a = requirement_ref("cuda-toolkit[cublas,cudart]==13.0.2; platform_system == \"Linux\"");
+  EXPECT_EQ(a.name, "cuda-toolkit");
+  EXPECT_EQ(a.extras, (std::vector<std::string>{"cublas", "cudart"}));
+  EXPECT_TRUE(a.gated_by.empty());
+  const auto b = requirement_ref("nvidia-cublas==13.1.0.3.*; (sys_platform == 'linux') and extra == 'cublas'");
+  EXPECT_EQ(b.name, "nvidia-cublas");
+  EXPECT_EQ(b.gated_by, (std::vector<std::string>{"cublas"}));
+}
+
+}  // namespace cudafix::resolver
