@@ -302,9 +302,23 @@ int LoaderModel::load(Process& p, const std::string& path) const {
   const std::size_t first_new = p.objects.size();
   const int root = add_object(p, path, path, as_main ? -1 : p.main);
   if (root < 0 || static_cast<std::size_t>(root) < first_new) return root;  // dlopen of a loaded object
-  if (as_main) p.main = root;
+  if (as_main) {
+    p.main = root;
+    add_dynamic_loader(p);
+  }
   map_dependencies(p, first_new);
   return root;
+}
+
+void LoaderModel::add_dynamic_loader(Process& p) const {
+  // ld.so is in every link map from the start, under its SONAME (ld-linux-x86-64.so.2), so
+  // libc's NEEDED of it is always "already loaded".
+  if (config_.host.ld_so.empty()) return;
+  const int i = add_object(p, config_.host.ld_so, config_.host.ld_so, p.main);
+  if (i >= 0) {
+    p.objects[static_cast<std::size_t>(i)].before_load = true;
+    p.objects[static_cast<std::size_t>(i)].mapped_deps = true;
+  }
 }
 
 Process LoaderModel::start_process() const {
@@ -314,6 +328,7 @@ Process LoaderModel::start_process() const {
     const std::string exe = real_path_of(*config_.main_executable);
     p.main = add_object(p, exe, exe, -1);
   }
+  add_dynamic_loader(p);
   // LD_PRELOAD objects are mapped after the main program and before its NEEDED.
   for (const auto& pre : config_.preload) {
     if (pre.empty()) continue;

@@ -119,6 +119,7 @@ class LoaderModel {
   [[nodiscard]] bool dir_has(const std::string& real, const std::string& name) const;
   int add_object(Process& process, const std::string& path, const std::string& name, int loader) const;
   void map_dependencies(Process& process, std::size_t from) const;
+  void add_dynamic_loader(Process& process) const;
 
   LoaderConfig config_;
   std::shared_ptr<ElfCache> elf_cache_;
