@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "demo_env_json.hpp"
 #include "resolver/example_env.hpp"
 #include "resolver/text.hpp"
+#include "rules/knowledge.hpp"
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;
@@ -35,8 +37,28 @@ Style style_for(const GlobalOptions& g) {
   return st;
 }
 
-r::Environment scan(const GlobalOptions& g) {
+// Built-in knowledge, then $XDG_CONFIG_HOME/cudafix/config.toml, <venv>/cudafix.toml and --rules
+// files, each on top of the one before.
+r::Knowledge load_knowledge(const GlobalOptions& g, const r::EnvLayout& layout) {
+  r::Knowledge k = rules::builtin_knowledge();
+  const std::string xdg = env_var("XDG_CONFIG_HOME").value_or(env_var("HOME").value_or("") + "/.config");
+  std::vector<std::string> files{xdg + "/cudafix/config.toml", layout.root + "/cudafix.toml"};
+  for (const auto& f : files) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(f, ec)) rules::merge_knowledge(r::read_file(f), f, k);
+  }
+  for (const auto& f : g.rules) rules::merge_knowledge(r::read_file(f), f, k);
+  return k;
+}
+
+struct Scanned {
+  r::Environment env;
+  r::Knowledge knowledge;
+};
+
+Scanned scan(const GlobalOptions& g) {
   const r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
+  r::Knowledge knowledge = load_knowledge(g, layout);
   r::ScanOptions opts;
   opts.threads = g.threads;
   opts.ld_library_path = r::split_search_path(g.ld_library_path ? *g.ld_library_path : env_var("LD_LIBRARY_PATH").value_or(""));
@@ -44,31 +66,31 @@ r::Environment scan(const GlobalOptions& g) {
     for (auto q : r::split(p, ':'))
       if (!q.empty()) opts.preload.emplace_back(q);
   opts.ld_so_cache = g.ld_so_cache;
-  return r::scan_environment(layout, opts);
+  return {r::scan_environment(layout, opts), std::move(knowledge)};
 }
 
 // The model of a large venv is 100,000 small allocations; freeing them one by one at exit costs
 // more than some phases of the scan, so commands that end the process keep it.
-const r::Environment& scan_kept(const GlobalOptions& g) {
-  static std::vector<std::unique_ptr<r::Environment>>* kept = new std::vector<std::unique_ptr<r::Environment>>();
-  kept->push_back(std::make_unique<r::Environment>(scan(g)));
+const Scanned& scan_kept(const GlobalOptions& g) {
+  static auto* kept = new std::vector<std::unique_ptr<Scanned>>();
+  kept->push_back(std::make_unique<Scanned>(scan(g)));
   return *kept->back();
 }
 
 }  // namespace
 
 int run_scan(const GlobalOptions& g, std::ostream& out) {
-  const r::Environment& env = scan_kept(g);
-  if (g.json) out << dump(scan_json(env)) << '\n';
-  else if (!g.quiet) out << scan_text(env, style_for(g));
+  const auto& [env, knowledge] = scan_kept(g);
+  if (g.json) out << dump(scan_json(env, knowledge)) << '\n';
+  else if (!g.quiet) out << scan_text(env, knowledge, style_for(g));
   return 0;
 }
 
 int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out) {
-  const r::Environment& env = scan_kept(g);
+  const auto& [env, knowledge] = scan_kept(g);
   const r::WhyReport report = r::explain(env, query);
-  if (g.json) out << dump(why_json(env, report)) << '\n';
-  else if (!g.quiet) out << why_text(env, report, style_for(g));
+  if (g.json) out << dump(why_json(env, knowledge, report)) << '\n';
+  else if (!g.quiet) out << why_text(env, knowledge, report, style_for(g));
   return report.resolves ? 0 : 1;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "resolver/text.hpp"
+#include "resolver/unresolved.hpp"
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;
@@ -64,6 +65,10 @@ Json header(const r::Environment& env, const char* command) {
   return Json{{"schema", 1}, {"command", command}, {"venv", r::to_valid_utf8(env.layout.root)}};
 }
 
+Json explanation_json(Obj& o, const r::UnresolvedExplanation& e) {
+  return Json{{"kind", std::string(r::to_string(e.kind))}, {"text", o.text(e.text)}, {"providers", o.paths(e.providers)}};
+}
+
 Json resolution_json(Obj& o, const r::Resolution& res, bool with_search) {
   Json j{{"needed", o.text(res.name)},
          {"path", res.path ? o.path(*res.path) : Json(nullptr)},
@@ -79,7 +84,7 @@ Json resolution_json(Obj& o, const r::Resolution& res, bool with_search) {
   return j;
 }
 
-Json object_json(const r::Environment& env, const r::SharedObject& so) {
+Json object_json(const r::Environment& env, const r::Knowledge& knowledge, const r::SharedObject& so) {
   Obj o(env);
   Json j{{"path", o.path(so.path)}, {"owners", o.dists(so.owners)}};
   if (!so.aliases.empty()) j["aliases"] = o.paths(so.aliases);
@@ -98,7 +103,11 @@ Json object_json(const r::Environment& env, const r::SharedObject& so) {
   j["entry_point"] = so.entry_point;
   j["context"] = o.text(so.context);
   Json res = Json::array();
-  for (const auto& r : so.resolutions) res.push_back(resolution_json(o, r, false));
+  for (const auto& r : so.resolutions) {
+    Json j1 = resolution_json(o, r, false);
+    if (!r.found()) j1["explanation"] = explanation_json(o, r::explain_unresolved(env, knowledge, so, r));
+    res.push_back(std::move(j1));
+  }
   j["resolutions"] = std::move(res);
   return o.done(std::move(j));
 }
@@ -132,7 +141,7 @@ Json loader_json(const r::Environment& env) {
 
 }  // namespace
 
-Json scan_json(const r::Environment& env) {
+Json scan_json(const r::Environment& env, const r::Knowledge& knowledge) {
   Json doc = header(env, "scan");
   Json sites = Json::array();
   for (const auto& s : env.layout.sites) sites.push_back(Json{{"root", r::to_string(s.root)}, {"path", r::to_valid_utf8(s.path)}});
@@ -171,9 +180,14 @@ Json scan_json(const r::Environment& env) {
 
   Json objects = Json::array();
   std::size_t unresolved = 0;
+  std::size_t unexplained = 0;
   for (const auto& so : env.objects) {
-    for (const auto& res : so.resolutions) unresolved += res.found() ? 0 : 1;
-    objects.push_back(object_json(env, so));
+    for (const auto& res : so.resolutions) {
+      if (res.found()) continue;
+      ++unresolved;
+      unexplained += r::explain_unresolved(env, knowledge, so, res).kind == r::UnresolvedKind::unexplained;
+    }
+    objects.push_back(object_json(env, knowledge, so));
   }
   doc["objects"] = std::move(objects);
   doc["diagnostics"] = diagnostics_json(env.diagnostics);
@@ -182,6 +196,7 @@ Json scan_json(const r::Environment& env) {
                         {"files_on_disk", env.on_disk.size()},
                         {"objects", env.objects.size()},
                         {"unresolved_needed", unresolved},
+                        {"unexplained_needed", unexplained},
                         {"diagnostics", env.diagnostics.size()}};
   return doc;
 }
@@ -199,13 +214,13 @@ Json tree_json(Obj& o, const r::NeededNode& n) {
 
 }  // namespace
 
-Json why_json(const r::Environment& env, const r::WhyReport& rep) {
+Json why_json(const r::Environment& env, const r::Knowledge& knowledge, const r::WhyReport& rep) {
   Json doc = header(env, "why");
   Obj o(env);
   doc["query"] = o.text(rep.query);
   doc["kind"] = rep.is_path ? "path" : "soname";
   doc["resolves"] = rep.resolves;
-  if (rep.subject) doc["object"] = object_json(env, *rep.subject);
+  if (rep.subject) doc["object"] = object_json(env, knowledge, *rep.subject);
   Json providers = Json::array();
   for (const auto* p : rep.providers) {
     Obj po(env);
@@ -223,6 +238,8 @@ Json why_json(const r::Environment& env, const r::WhyReport& rep) {
            {"consumer_dists", co.dists(c.object->owners)},
            {"context", co.text(c.object->context)},
            {"resolution", resolution_json(co, c.resolution, false)},
+           {"explanation", c.resolution.found() ? Json(nullptr)
+                                                 : explanation_json(co, r::explain_unresolved(env, knowledge, *c.object, c.resolution))},
            {"fallback", c.fallback ? resolution_json(co, *c.fallback, false) : Json(nullptr)}};
     consumers.push_back(co.done(std::move(j)));
   }

@@ -6,14 +6,16 @@
 #include <nlohmann/json.hpp>
 
 #include "resolver/environment.hpp"
+#include "resolver/knowledge.hpp"
 #include "resolver/why.hpp"
 
 namespace cudafix::cli {
 
 using Json = nlohmann::ordered_json;
 
-[[nodiscard]] Json scan_json(const resolver::Environment& env);
-[[nodiscard]] Json why_json(const resolver::Environment& env, const resolver::WhyReport& report);
+[[nodiscard]] Json scan_json(const resolver::Environment& env, const resolver::Knowledge& knowledge);
+[[nodiscard]] Json why_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                            const resolver::WhyReport& report);
 [[nodiscard]] Json error_json(const std::string& command, const std::string& message);
 // Serialises without ever throwing on bad bytes.
 [[nodiscard]] std::string dump(const Json& doc);

@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
                              "the LD_LIBRARY_PATH the loader model assumes (default: this process's)");
   app.add_option("--ld-so-cache", g.ld_so_cache, "read this ld.so.cache instead of the host's");
   app.add_option("--threads", g.threads, "worker threads (default: one per core)");
+  app.add_option("--rules", g.rules, "a knowledge/rules TOML file on top of the built-in one (repeatable)")
+      ->check(CLI::ExistingFile);
 
   auto* scan = app.add_subcommand("scan", "the model: dists, ownership, ELF objects, resolutions");
   std::string query;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "resolver/text.hpp"
+#include "resolver/unresolved.hpp"
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;
@@ -52,6 +53,9 @@ void searched_lines(const r::Environment& env, const r::Resolution& res, const s
 void tree_lines(const r::Environment& env, const r::NeededNode& n, const Style& st, int depth, std::string& out) {
   out += fmt::format("{}{}{}\n", std::string(static_cast<std::size_t>(depth) * 2 + 4, ' '), answer(env, n.resolution, st),
                      n.repeated ? st.dim(" (shown above)") : "");
+  // System libraries' own trees are the distribution's business; -v shows them.
+  const bool system = n.resolution.found() && !inside_env(env, *n.resolution.path) && depth > 0;
+  if (system && !st.verbose) return;
   for (const auto& c : n.children) tree_lines(env, c, st, depth + 1, out);
 }
 
@@ -72,7 +76,7 @@ std::string reason_label(const r::Environment& env, const r::Resolution& res) {
   }
 }
 
-std::string scan_text(const r::Environment& env, const Style& st) {
+std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, const Style& st) {
   std::string out;
   std::size_t rows = 0;
   for (const auto& d : env.dists) rows += d.record.size();
@@ -106,20 +110,45 @@ std::string scan_text(const r::Environment& env, const Style& st) {
     }
   }
 
-  std::map<std::string, std::vector<const r::SharedObject*>> unresolved;
+  // Unresolved NEEDED, the unexplained first: those are what breaks at import.
+  struct Miss {
+    const r::SharedObject* object;
+    r::UnresolvedExplanation why;
+  };
+  std::map<std::string, std::vector<Miss>> unexplained;
+  std::map<std::string, std::map<std::string, std::vector<Miss>>> explained;  // kind -> soname
   for (const auto& o : env.objects)
-    for (const auto& res : o.resolutions)
-      if (!res.found()) unresolved[res.name].push_back(&o);
-  if (!unresolved.empty()) {
-    out += fmt::format("\n{} ({} sonames)\n", st.bold("NEEDED that resolve nowhere"), unresolved.size());
-    for (const auto& [name, objs] : unresolved) {
-      out += fmt::format("  {} {}\n", st.bad(r::to_valid_utf8(name)), st.dim(fmt::format("needed by {} object(s)", objs.size())));
-      const std::size_t shown_max = st.verbose ? objs.size() : std::min<std::size_t>(objs.size(), 3);
-      for (std::size_t k = 0; k < shown_max; ++k)
-        out += fmt::format("    {} ({})\n", shown(env, objs[k]->path), dist_list(env, objs[k]->owners));
-      if (shown_max < objs.size()) out += fmt::format("    ... and {} more (-v lists them)\n", objs.size() - shown_max);
+    for (const auto& res : o.resolutions) {
+      if (res.found()) continue;
+      auto why = r::explain_unresolved(env, knowledge, o, res);
+      if (why.kind == r::UnresolvedKind::unexplained) unexplained[res.name].push_back({&o, std::move(why)});
+      else explained[std::string(r::to_string(why.kind))][res.name].push_back({&o, std::move(why)});
     }
-    out += fmt::format("  `cudafix why SONAME` shows every place the loader looked.\n");
+  auto list_objects = [&](const std::vector<Miss>& objs, const char* indent) {
+    const std::size_t shown_max = st.verbose ? objs.size() : std::min<std::size_t>(objs.size(), 3);
+    for (std::size_t k = 0; k < shown_max; ++k)
+      out += fmt::format("{}{} ({})\n", indent, shown(env, objs[k].object->path), dist_list(env, objs[k].object->owners));
+    if (shown_max < objs.size()) out += fmt::format("{}... and {} more (-v lists them)\n", indent, objs.size() - shown_max);
+  };
+  if (!unexplained.empty()) {
+    out += fmt::format("\n{} ({} sonames)\n", st.bad("NEEDED that resolve nowhere"), unexplained.size());
+    for (const auto& [name, objs] : unexplained) {
+      out += fmt::format("  {} {}\n", st.bad(r::to_valid_utf8(name)), st.dim(fmt::format("needed by {} object(s)", objs.size())));
+      list_objects(objs, "    ");
+    }
+    out += "  `cudafix why SONAME` shows every place the loader looked.\n";
+  }
+  if (!explained.empty()) {
+    std::size_t n = 0;
+    for (const auto& [kind, by_name] : explained) n += by_name.size();
+    out += fmt::format("\n{} ({} sonames)\n", st.bold("NEEDED unresolved here, and why that is expected"), n);
+    for (const auto& [kind, by_name] : explained) {
+      out += fmt::format("  [{}]\n", kind);
+      for (const auto& [name, objs] : by_name) {
+        out += fmt::format("    {}: {}\n", r::to_valid_utf8(name), r::to_valid_utf8(objs.front().why.text));
+        if (st.verbose) list_objects(objs, "      ");
+      }
+    }
   }
 
   if (!env.diagnostics.empty()) {
@@ -129,7 +158,7 @@ std::string scan_text(const r::Environment& env, const Style& st) {
   return out;
 }
 
-std::string why_text(const r::Environment& env, const r::WhyReport& rep, const Style& st) {
+std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, const r::WhyReport& rep, const Style& st) {
   std::string out;
   if (rep.subject) {
     const auto& so = *rep.subject;
@@ -141,7 +170,7 @@ std::string why_text(const r::Environment& env, const r::WhyReport& rep, const S
       if (e.runpath) out += fmt::format("  RUNPATH {}\n", *e.runpath);
       if (!so.context.empty()) out += fmt::format("  loaded by the model in: {}\n", so.context);
     }
-    out += fmt::format("  needed by: {}\n", rep.consumers.empty() ? "nothing in the environment" : "");
+    out += fmt::format("  needed by:{}\n", rep.consumers.empty() ? " nothing in the environment" : "");
     for (const auto& c : rep.consumers)
       out += fmt::format("    {} ({}) {}\n", shown(env, c.object->path), dist_list(env, c.object->owners),
                          c.resolution.found() ? reason_label(env, c.resolution) : st.bad("resolves elsewhere or nowhere"));
@@ -153,14 +182,17 @@ std::string why_text(const r::Environment& env, const r::WhyReport& rep, const S
   }
 
   out += fmt::format("{}\n", st.bold(r::to_valid_utf8(rep.query)));
-  out += fmt::format("  provided in the environment by: {}\n", rep.providers.empty() ? st.warn("nothing") : "");
+  out += fmt::format("  provided in the environment by:{}\n", rep.providers.empty() ? " " + st.warn("nothing") : "");
   for (const auto* p : rep.providers)
     out += fmt::format("    {} ({})\n", shown(env, p->path), dist_list(env, p->owners));
-  out += fmt::format("  needed by: {}\n", rep.consumers.empty() ? "nothing in the environment" : "");
+  out += fmt::format("  needed by:{}\n", rep.consumers.empty() ? " nothing in the environment" : "");
   for (const auto& c : rep.consumers) {
     out += fmt::format("    {} ({})\n", shown(env, c.object->path), dist_list(env, c.object->owners));
     out += fmt::format("      {}\n", answer(env, c.resolution, st));
-    if (!c.resolution.found()) searched_lines(env, c.resolution, "        ", out);
+    if (!c.resolution.found()) {
+      out += fmt::format("      {}\n", r::to_valid_utf8(r::explain_unresolved(env, knowledge, *c.object, c.resolution).text));
+      searched_lines(env, c.resolution, "        ", out);
+    }
     if (c.fallback)
       out += fmt::format("      if that file disappeared: {}\n", c.fallback->found() ? answer(env, *c.fallback, st) : st.bad("nothing would provide it"));
   }
@@ -172,7 +204,17 @@ std::string why_text(const r::Environment& env, const r::WhyReport& rep, const S
     out += "  NEEDED tree:\n";
     tree_lines(env, *rep.tree, st, 0, out);
   }
-  out += rep.resolves ? st.good("  resolves\n") : st.bad("  does not resolve\n");
+  std::vector<std::string> outside;
+  for (const auto& c : rep.consumers)
+    if (c.resolution.found() && !inside_env(env, *c.resolution.path)) outside.push_back(shown(env, *c.resolution.path));
+  if (rep.standalone && rep.standalone->found() && !inside_env(env, *rep.standalone->path))
+    outside.push_back(shown(env, *rep.standalone->path));
+  std::sort(outside.begin(), outside.end());
+  outside.erase(std::unique(outside.begin(), outside.end()), outside.end());
+  if (!rep.resolves) out += st.bad("  does not resolve\n");
+  else if (!outside.empty())
+    out += st.warn(fmt::format("  resolves, but outside the environment: {}\n", fmt::join(outside, ", ")));
+  else out += st.good("  resolves\n");
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "resolver/environment.hpp"
+#include "resolver/knowledge.hpp"
 #include "resolver/why.hpp"
 
 namespace cudafix::cli {
@@ -20,8 +21,9 @@ struct Style {
 };
 
 [[nodiscard]] std::string reason_label(const resolver::Environment& env, const resolver::Resolution& r);
-[[nodiscard]] std::string scan_text(const resolver::Environment& env, const Style& style);
-[[nodiscard]] std::string why_text(const resolver::Environment& env, const resolver::WhyReport& report,
-                                   const Style& style);
+[[nodiscard]] std::string scan_text(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                    const Style& style);
+[[nodiscard]] std::string why_text(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                   const resolver::WhyReport& report, const Style& style);
 
 }  // namespace cudafix::cli

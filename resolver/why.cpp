@@ -20,6 +20,9 @@ NeededNode build_tree(const Process& p, int index, const Resolution& how, std::s
     node.repeated = true;
     return node;
   }
+  // Below the top, an object an earlier load brought in is not expanded: its tree is not part
+  // of this load (and would repeat the whole process).
+  if (depth > 0 && how.kind == ReasonKind::already_loaded) return node;
   const auto& lo = p.objects[static_cast<std::size_t>(index)];
   for (std::size_t k = 0; k < lo.needed.size(); ++k)
     node.children.push_back(build_tree(p, lo.needed_index[k], lo.needed[k], seen, depth + 1));

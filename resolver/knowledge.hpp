@@ -1,0 +1,26 @@
+// What cudafix knows about the field, as a plain value. rules/ loads it from TOML (built-in
+// rules/data/knowledge.toml, then the user's files); resolver/ only reads it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cudafix::resolver {
+
+struct SonameGroup {
+  std::string why;                  // shown to the user: "NVIDIA driver", "InfiniBand verbs", ...
+  std::vector<std::string> sonames;
+};
+
+struct Knowledge {
+  // Sonames the NVIDIA driver installs (never a pip wheel): libcuda.so.1, libnvidia-ml.so.1, ...
+  std::map<std::string, SonameGroup> driver;
+  // System libraries an optional feature or transport needs only when it is used.
+  std::map<std::string, SonameGroup> optional;
+
+  [[nodiscard]] const SonameGroup* driver_group(const std::string& soname) const;
+  [[nodiscard]] const SonameGroup* optional_group(const std::string& soname) const;
+};
+
+}  // namespace cudafix::resolver
