@@ -38,7 +38,9 @@ std::optional<GElf_Off> vaddr_to_offset(const std::vector<Load>& loads, GElf_Add
 }
 
 ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
-  if (elf_kind(elf) != ELF_K_ELF) return {};
+  // Callers checked the magic: anything libelf will not take is a broken ELF file.
+  if (elf_kind(elf) != ELF_K_ELF)
+    return invalid(name, 0, fmt::format("not a complete ELF header ({} bytes)", file_size));
   GElf_Ehdr ehdr;
   if (!gelf_getehdr(elf, &ehdr)) return invalid(name, 0, fmt::format("bad ELF header: {}", elf_errmsg(-1)));
   ElfRead out;

@@ -27,12 +27,6 @@ std::string_view to_string(ReasonKind kind) {
   return "not found";
 }
 
-std::string real_path_of(const std::string& path) {
-  char buf[PATH_MAX];
-  if (::realpath(path.c_str(), buf)) return buf;
-  return lexically_normal(path);
-}
-
 const ElfRead& ElfCache::get(const std::string& path) {
   {
     std::lock_guard lock(mutex_);

@@ -130,6 +130,5 @@ class LoaderModel {
   mutable std::unordered_map<std::string, std::string> real_files_;
 };
 
-[[nodiscard]] std::string real_path_of(const std::string& path);
 
 }  // namespace cudafix::resolver

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -133,6 +135,12 @@ std::string parent_dir(std::string_view path) {
   return std::string(path.substr(0, pos));
 }
 
+std::string real_path_of(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf)) return buf;
+  return lexically_normal(path);
+}
+
 std::string_view base_name(std::string_view path) {
   const auto pos = path.rfind('/');
   return pos == std::string_view::npos ? path : path.substr(pos + 1);
@@ -217,8 +225,9 @@ bool looks_like_shared_object(std::string_view name) {
   const auto rest = name.substr(pos + 3);
   if (rest.empty()) return true;
   if (rest.front() != '.') return looks_like_shared_object(rest);  // e.g. "libx.soft.so"
-  for (char c : rest.substr(1))
-    if (!((c >= '0' && c <= '9') || c == '.')) return looks_like_shared_object(rest);
+  // Version components each start with a digit: ".so.1.1.1k" yes, ".so.py" no.
+  for (auto comp : split(rest.substr(1), '.'))
+    if (comp.empty() || comp.front() < '0' || comp.front() > '9') return looks_like_shared_object(rest);
   return true;
 }
 

@@ -28,6 +28,8 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out);
 // `path` relative to `dir` when within it, else `path` itself.
 [[nodiscard]] std::string relative_to(std::string_view path, std::string_view dir);
 [[nodiscard]] std::string parent_dir(std::string_view path);
+// realpath(3), or the lexically normal path when it cannot be resolved (a dangling link).
+[[nodiscard]] std::string real_path_of(const std::string& path);
 [[nodiscard]] std::string_view base_name(std::string_view path);
 
 // Replaces invalid UTF-8 with U+FFFD; `lossy` is set when anything was replaced.

@@ -10,7 +10,7 @@ namespace cudafix::test {
 
 RunResult run_shell(const std::string& command) {
   RunResult r;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  FILE* p = ::popen(("{ " + command + "\n} 2>&1").c_str(), "r");
   if (!p) throw std::runtime_error("popen failed: " + command);
   char buf[4096];
   std::size_t n;

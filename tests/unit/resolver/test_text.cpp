@@ -38,6 +38,7 @@ TEST(LooksLikeSharedObject, KnowsVersionedAndExtensionNames) {
   EXPECT_TRUE(looks_like_shared_object("libcudnn.so.9"));
   EXPECT_TRUE(looks_like_shared_object("libcublas.so.13.1.0.3"));
   EXPECT_TRUE(looks_like_shared_object("_C.cpython-312-x86_64-linux-gnu.so"));
+  EXPECT_TRUE(looks_like_shared_object("libcrypto-5409cd36.so.1.1.1k"));  // auditwheel-vendored OpenSSL
   EXPECT_FALSE(looks_like_shared_object("libfoo.so.py"));
   EXPECT_FALSE(looks_like_shared_object("README.sources"));
 }

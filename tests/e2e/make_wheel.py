@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Builds a real wheel for the end-to-end tests, from files on disk (no network, no build backend).
+
+usage: make_wheel.py OUTDIR NAME VERSION [ARCNAME=SOURCE ...] [--requires REQ ...]
+"""
+import base64
+import hashlib
+import os
+import sys
+import zipfile
+
+
+def main():
+    out, name, version = sys.argv[1:4]
+    files, requires = [], []
+    args = iter(sys.argv[4:])
+    for a in args:
+        if a == "--requires":
+            requires.append(next(args))
+        else:
+            arc, src = a.split("=", 1)
+            files.append((arc, src))
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    wheel = "Wheel-Version: 1.0\nGenerator: cudafix-tests\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n"
+    path = os.path.join(out, f"{dist}-{version}-py3-none-linux_x86_64.whl")
+    record = []
+    with zipfile.ZipFile(path, "w") as z:
+        def add(arc, data):
+            z.writestr(zipfile.ZipInfo(arc, (2026, 1, 1, 0, 0, 0)), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{arc},sha256={digest},{len(data)}")
+        for arc, src in files:
+            with open(src, "rb") as f:
+                add(arc, f.read())
+            z.getinfo(arc).external_attr = 0o755 << 16
+        add(f"{info}/METADATA", metadata.encode())
+        add(f"{info}/WHEEL", wheel.encode())
+        record.append(f"{info}/RECORD,,")
+        z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    print(path)
+
+
+main()

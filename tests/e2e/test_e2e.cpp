@@ -1,0 +1,435 @@
+// End-to-end: the real cudafix binary on real directories: a venv made by `python3 -m venv`
+// with wheels installed by its own pip, the corpus venv materialised, the demo, and hostile
+// environments.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "resolver/elf_writer.hpp"
+#include "resolver/text.hpp"
+#include "tests/support/process.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::RunResult;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using ::testing::HasSubstr;
+
+const std::string k_bin = CUDAFIX_BIN;
+const std::string k_fixtures = CUDAFIX_FIXTURES;
+const std::string k_source = CUDAFIX_SOURCE_DIR;
+const std::string k_python = "/usr/bin/python3";
+// An ld.so.cache that does not exist: the answers then do not depend on what this host has
+// installed (this build machine has a CUDA toolkit in its cache).
+const std::string k_no_cache = " --ld-so-cache /nonexistent/ld.so.cache";
+
+RunResult cudafix(const std::string& args) { return run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " " + args); }
+
+json run_json(const std::string& args, int expected_exit = 0) {
+  const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " " + args + " --json 2>/dev/null");
+  EXPECT_EQ(r.exit_code, expected_exit) << args << "\n" << r.out.substr(0, 2000);
+  auto j = json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.out.substr(0, 500);
+  return j;
+}
+
+const json* find_by(const json& list, const std::string& key, const std::string& value) {
+  for (const auto& item : list)
+    if (item.contains(key) && item[key].is_string() && item[key] == value) return &item;
+  return nullptr;
+}
+
+const json* resolution_of(const json& object, const std::string& needed) {
+  return find_by(object["resolutions"], "needed", needed);
+}
+
+// A listing of every entry below `dir` with size and mtime: what "nothing was written" means.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::none); it != fs::recursive_directory_iterator(); ++it) {
+    std::error_code ec;
+    const auto st = fs::symlink_status(it->path(), ec);
+    std::string v = std::to_string(static_cast<int>(st.type()));
+    if (fs::is_regular_file(st))
+      v += ":" + std::to_string(fs::file_size(it->path())) + ":" +
+           std::to_string(fs::last_write_time(it->path()).time_since_epoch().count());
+    out[it->path().string()] = v;
+  }
+  return out;
+}
+
+// --- a real venv, real pip ---------------------------------------------------------------
+
+class RealVenv : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    venv_ = tmp_->path() + "/venv";
+    const auto made = run_shell(k_python + " -m venv " + shell_quote(venv_));
+    ASSERT_EQ(made.exit_code, 0) << made.out;
+    const std::string w = k_fixtures + "/wheel";
+    const std::string mk = k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp_->path());
+    const auto a = run_shell(mk + " gpulib 1.0 gpulib/__init__.py=" + w + "/gpulib/__init__.py gpulib/_ext.cpython-311-x86_64-linux-gnu.so=" + w +
+                             "/gpulib/_ext.so gpulib.libs/libvend.so.1=" + w + "/gpulib.libs/libvend.so.1");
+    ASSERT_EQ(a.exit_code, 0) << a.out;
+    const auto b = run_shell(mk + " gpuplugin 2.0 gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so=" + w +
+                             "/gpuplugin/_plugin.so --requires gpulib");
+    ASSERT_EQ(b.exit_code, 0) << b.out;
+    const auto pip = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
+                               " -m pip install -q --no-index --disable-pip-version-check " + std::string(resolver::trim(a.out)) +
+                               " " + std::string(resolver::trim(b.out)));
+    ASSERT_EQ(pip.exit_code, 0) << pip.out;
+    site_ = venv_ + "/lib/python3." + std::string(resolver::trim(run_shell(k_python + " -c 'import sys; print(sys.version_info[1])'").out)) +
+            "/site-packages";
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  // What the real loader maps, read from /proc/self/maps after loading `paths` in order.
+  static std::string loaded_after(const std::vector<std::string>& paths) {
+    std::string code = "import ctypes,sys\nfor p in sys.argv[1:]: ctypes.CDLL(p, ctypes.RTLD_GLOBAL)\nprint(open('/proc/self/maps').read())";
+    std::string cmd = shell_quote(venv_ + "/bin/python3") + " -c " + shell_quote(code);
+    for (const auto& p : paths) cmd += " " + shell_quote(p);
+    return run_shell(cmd).out;
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string venv_;
+  static inline std::string site_;
+};
+
+TEST_F(RealVenv, ScanSeesPipsDistsAndWhereEachNeededResolves) {
+  const json j = run_json("scan --venv " + shell_quote(venv_) + k_no_cache);
+  EXPECT_EQ(j["schema"], 1);
+  EXPECT_EQ(j["command"], "scan");
+  const json* gpulib = find_by(j["dists"], "dist", "gpulib-1.0.dist-info");
+  ASSERT_NE(gpulib, nullptr);
+  EXPECT_EQ((*gpulib)["installer"], "pip");
+  EXPECT_TRUE((*gpulib)["missing"].empty());
+  ASSERT_NE(find_by(j["dists"], "name", "pip"), nullptr);  // the venv's own pip is a dist too
+
+  const json* ext = find_by(j["objects"], "path", "gpulib/_ext.cpython-311-x86_64-linux-gnu.so");
+  ASSERT_NE(ext, nullptr);
+  EXPECT_EQ((*ext)["owners"], json::array({"gpulib-1.0.dist-info"}));
+  const json* vend = resolution_of(*ext, "libvend.so.1");
+  ASSERT_NE(vend, nullptr);
+  EXPECT_EQ((*vend)["path"], "gpulib.libs/libvend.so.1");
+  EXPECT_EQ((*vend)["reason"], "rpath");
+  EXPECT_EQ((*vend)["via"], "gpulib/_ext.cpython-311-x86_64-linux-gnu.so");
+
+  // gpuplugin has no search path for libvend.so.1; it gets it because gpulib, which it
+  // requires, is imported first.
+  const json* plugin = find_by(j["objects"], "path", "gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so");
+  ASSERT_NE(plugin, nullptr);
+  const json* pv = resolution_of(*plugin, "libvend.so.1");
+  ASSERT_NE(pv, nullptr);
+  EXPECT_EQ((*pv)["reason"], "already loaded");
+  EXPECT_EQ((*pv)["path"], "gpulib.libs/libvend.so.1");
+}
+
+TEST_F(RealVenv, PredictionMatchesWhatTheRealLoaderMaps) {
+  const json j = run_json("why gpulib/_ext.cpython-311-x86_64-linux-gnu.so --venv " + shell_quote(venv_) + k_no_cache);
+  ASSERT_TRUE(j["resolves"]);
+  const json* vend = find_by(j["tree"]["children"], "needed", "libvend.so.1");
+  ASSERT_NE(vend, nullptr);
+  const std::string predicted = resolver::real_path_of(site_ + "/" + (*vend)["path"].get<std::string>());
+  const std::string maps = loaded_after({site_ + "/gpulib/_ext.cpython-311-x86_64-linux-gnu.so"});
+  EXPECT_THAT(maps, HasSubstr(predicted));
+  // The plugin alone fails in the real loader, as the model says it would without gpulib.
+  const auto alone = run_shell(shell_quote(venv_ + "/bin/python3") + " -c " +
+                               shell_quote("import ctypes,sys; ctypes.CDLL(sys.argv[1])") + " " +
+                               shell_quote(site_ + "/gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so"));
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_THAT(alone.out, HasSubstr("libvend.so.1"));
+  EXPECT_THAT(loaded_after({site_ + "/gpulib/_ext.cpython-311-x86_64-linux-gnu.so",
+                            site_ + "/gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so"}),
+              HasSubstr(predicted));
+}
+
+TEST_F(RealVenv, FindsTheVenvThroughVirtualEnvAndPath) {
+  const auto by_env = run_shell("VIRTUAL_ENV=" + shell_quote(venv_) + " " + shell_quote(k_bin) + " scan --json" + k_no_cache);
+  ASSERT_EQ(by_env.exit_code, 0) << by_env.out;
+  EXPECT_EQ(json::parse(by_env.out)["layout"]["found_by"], "$VIRTUAL_ENV");
+  const auto by_path = run_shell("env -u VIRTUAL_ENV PATH=" + shell_quote(venv_ + "/bin:/usr/bin:/bin") + " " + shell_quote(k_bin) +
+                                 " scan --json" + k_no_cache);
+  ASSERT_EQ(by_path.exit_code, 0) << by_path.out;
+  const json j = json::parse(by_path.out);
+  EXPECT_EQ(j["layout"]["found_by"], "python3 on PATH");
+  EXPECT_EQ(j["venv"], venv_);
+}
+
+TEST_F(RealVenv, WhyExitsOneWhenTheProviderIsGoneAndSaysWhereItLooked) {
+  // A copy of the venv, so the shared one stays intact; the vendored library deleted.
+  TempDir copy;
+  ASSERT_EQ(run_shell("cp -a " + shell_quote(venv_) + " " + shell_quote(copy.path() + "/v")).exit_code, 0);
+  const std::string v = copy.path() + "/v";
+  const std::string copy_site = v + site_.substr(venv_.size());
+  fs::remove(copy_site + "/gpulib.libs/libvend.so.1");
+  const auto r = cudafix("why libvend.so.1 --color never --venv " + shell_quote(v) + k_no_cache);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("does not resolve"));
+  EXPECT_THAT(r.out, HasSubstr("gpulib.libs/libvend.so.1 [rpath of gpulib/_ext.cpython-311-x86_64-linux-gnu.so]: not found"));
+  const json j = run_json("scan --venv " + shell_quote(v) + k_no_cache);
+  const json* d = find_by(j["dists"], "dist", "gpulib-1.0.dist-info");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ((*d)["missing"], json::array({"gpulib.libs/libvend.so.1"}));
+}
+
+TEST_F(RealVenv, ReadOnlyCommandsWriteNothing) {
+  const auto before = snapshot(venv_);
+  run_json("scan --venv " + shell_quote(venv_));
+  run_json("why libvend.so.1 --venv " + shell_quote(venv_));
+  EXPECT_EQ(snapshot(venv_), before);
+}
+
+// --- the corpus: a real CUDA 13 torch venv, materialised ------------------------------------
+
+class CorpusVenv : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    venv_ = tmp_->path() + "/venv";
+    const auto r = run_shell("zcat " + shell_quote(k_source + "/tests/data/good_torch_cu130_venv.json.gz") + " | " +
+                             shell_quote(k_bin) + " materialize - " + shell_quote(venv_));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    scan_ = new json(run_json("scan --venv " + shell_quote(venv_) + k_no_cache));
+  }
+  static void TearDownTestSuite() {
+    delete scan_;
+    delete tmp_;
+  }
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string venv_;
+  static inline json* scan_ = nullptr;
+};
+
+TEST_F(CorpusVenv, SeesEveryDistAndEveryElfObject) {
+  const json& j = *scan_;
+  EXPECT_EQ(j["summary"]["dists"], 197);
+  EXPECT_EQ(j["summary"]["objects"], 846);
+  EXPECT_EQ(j["summary"]["record_rows"], 68923);
+  EXPECT_TRUE(j["diagnostics"].empty()) << j["diagnostics"].dump();
+}
+
+TEST_F(CorpusVenv, TorchFindsTheVenvsCudaLibrariesThroughItsRpath) {
+  const json* cuda = find_by((*scan_)["objects"], "path", "torch/lib/libtorch_cuda.so");
+  ASSERT_NE(cuda, nullptr);
+  for (const char* soname : {"libcublas.so.13", "libnccl.so.2", "libcusparseLt.so.0", "libcufile.so.0"}) {
+    const json* r = resolution_of(*cuda, soname);
+    ASSERT_NE(r, nullptr) << soname;
+    EXPECT_NE((*r)["path"], nullptr) << soname;
+  }
+  // In the import of torch, libtorch_python.so (mapped first, breadth-first) brought cuDNN in
+  // through its own RPATH; libtorch_cuda.so finds it loaded.
+  const json* cudnn = resolution_of(*cuda, "libcudnn.so.9");
+  ASSERT_NE(cudnn, nullptr);
+  EXPECT_EQ((*cudnn)["path"], "nvidia/cudnn/lib/libcudnn.so.9");
+  const json* py = find_by((*scan_)["objects"], "path", "torch/lib/libtorch_python.so");
+  ASSERT_NE(py, nullptr);
+  const json* first = resolution_of(*py, "libcudnn.so.9");
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ((*first)["reason"], "rpath");
+  EXPECT_EQ((*first)["via"], "torch/lib/libtorch_python.so");
+}
+
+TEST_F(CorpusVenv, EveryUnresolvedNeededIsExplained) {
+  EXPECT_EQ((*scan_)["summary"]["unexplained_needed"], 0);
+  std::map<std::string, std::string> kinds;
+  for (const auto& o : (*scan_)["objects"])
+    for (const auto& r : o["resolutions"])
+      if (r["path"].is_null()) kinds[r["needed"]] = r["explanation"]["kind"];
+  EXPECT_EQ(kinds["libcuda.so.1"], "driver-library");
+  EXPECT_EQ(kinds["libc10.so"], "earlier-import");      // torchaudio does not declare torch
+  EXPECT_EQ(kinds["libcufile.so.0"], "loaded-by-sibling");
+  EXPECT_EQ(kinds["libibverbs.so.1"], "optional-library");
+  EXPECT_GT((*scan_)["summary"]["unresolved_needed"].get<int>(), 0);
+}
+
+TEST_F(CorpusVenv, JsonIsTheSameOnEveryRun) {
+  const auto a = cudafix("scan --json --venv " + shell_quote(venv_) + k_no_cache);
+  const auto b = cudafix("scan --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 1");
+  EXPECT_EQ(a.out, b.out);
+}
+
+// --- the demo ----------------------------------------------------------------------------
+
+TEST(Demo, BuildsTheBrokenExampleAndExplainsIt) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/demo";
+  const auto r = cudafix("demo " + shell_quote(dir) + " --color never" + k_no_cache);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("nvidia_cudnn_cu13-9.19.0.56.dist-info: 8 of 29 files missing"));
+  EXPECT_THAT(r.out, HasSubstr("nvidia/nccl/lib/libnccl.so.2\n    owners: nvidia_nccl_cu12-2.27.3.dist-info, nvidia_nccl_cu13-2.28.9.dist-info"));
+  EXPECT_THAT(r.out, HasSubstr("libcublas.so.13 => nvidia/cu13/lib/libcublas.so.13 [rpath of torch/lib/libtorch_cuda.so]"));
+  // Without a system cuDNN, torch's libcudnn.so.9 resolves nowhere.
+  const auto why = cudafix("why libcudnn.so.9 --color never --venv " + shell_quote(dir) + k_no_cache);
+  EXPECT_EQ(why.exit_code, 1) << why.out;
+  EXPECT_THAT(why.out, HasSubstr("provided in the environment by: nothing"));
+}
+
+TEST(Demo, ExampleObjectsAreRealElfThatGlibcLoads) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/demo";
+  ASSERT_EQ(cudafix("demo -q " + shell_quote(dir)).exit_code, 0);
+  const std::string lib = dir + "/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13";
+  const auto r = run_shell("LD_TRACE_LOADED_OBJECTS=1 /lib64/ld-linux-x86-64.so.2 " + shell_quote(lib));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("libcublasLt.so.13 => " + dir + "/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13"));
+}
+
+// --- bad input -----------------------------------------------------------------------------
+
+class HostileVenv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    venv_ = tmp_.path() + "/venv";
+    site_ = venv_ + "/lib/python3.12/site-packages";
+    fs::create_directories(site_);
+    write(venv_ + "/pyvenv.cfg", "home = /usr/bin\nversion = 3.12.1\n");
+    fs::create_directories(tmp_.path() + "/outside");
+    write(tmp_.path() + "/outside/secret.so", "not yours");
+  }
+  static void write(const std::string& path, const std::string& text) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path, std::ios::binary) << text;
+  }
+  void dist(const std::string& name, const std::string& metadata, const std::string& record) {
+    write(site_ + "/" + name + "-1.0.dist-info/METADATA", metadata);
+    write(site_ + "/" + name + "-1.0.dist-info/RECORD", record);
+  }
+  TempDir tmp_;
+  std::string venv_;
+  std::string site_;
+};
+
+TEST_F(HostileVenv, EscapingAndSymlinkedRecordRowsAreReportedAndNeverFollowed) {
+  fs::create_symlink(tmp_.path() + "/outside", site_ + "/linked");
+  dist("evil", "Name: evil\nVersion: 1.0\n",
+       "evil/ok.py,,\n../../../../../../etc/passwd,,\n/etc/shadow,,\nlinked/secret.so,,\nevil/\xff\xfe.py,,\n");
+  write(site_ + "/evil/ok.py", "");
+  write(site_ + "/evil/\xff\xfe.py", "");
+  const auto before = snapshot(tmp_.path());
+  const json j = run_json("scan --venv " + shell_quote(venv_) + k_no_cache);
+  std::vector<std::string> messages;
+  for (const auto& d : j["diagnostics"]) messages.push_back(d["message"].get<std::string>() + " @" + d["line"].dump());
+  EXPECT_THAT(messages, ::testing::Contains(HasSubstr("'../../../../../../etc/passwd' escapes the environment")));
+  EXPECT_THAT(messages, ::testing::Contains(HasSubstr("'/etc/shadow' escapes the environment")));
+  EXPECT_THAT(messages, ::testing::Contains(HasSubstr("goes through the symlinked folder")));
+  // Nothing outside the environment is read as an object, nothing anywhere is written.
+  for (const auto& o : j["objects"]) EXPECT_THAT(o["path"].dump(), ::testing::Not(HasSubstr("secret")));
+  EXPECT_EQ(snapshot(tmp_.path()), before);
+  // The non-UTF-8 name comes out replaced, and the dist says so.
+  const json* evil = find_by(j["dists"], "dist", "evil-1.0.dist-info");
+  ASSERT_NE(evil, nullptr);
+  const auto text = cudafix("scan --color never --venv " + shell_quote(venv_) + k_no_cache);
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+}
+
+TEST_F(HostileVenv, NonUtf8NamesAreReplacedAndMarkedLossy) {
+  dist("enc", "Name: enc\nVersion: 1.0\n", "enc/gone-\xff.so,,\n");
+  const json j = run_json("scan --venv " + shell_quote(venv_) + k_no_cache);
+  const json* d = find_by(j["dists"], "dist", "enc-1.0.dist-info");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ((*d)["missing"][0], "enc/gone-\xEF\xBF\xBD.so");
+  EXPECT_EQ((*d)["lossy"], true);
+}
+
+TEST_F(HostileVenv, MalformedMetadataRecordAndElfAreDiagnosedAndTheScanGoesOn) {
+  dist("bad", "this is not a header\n", "ok.py,sha256=%%%,12\n\"unterminated,,\n");
+  write(site_ + "/good-1.0.dist-info/METADATA", "Name: good\nVersion: 1.0\n");
+  write(site_ + "/good-1.0.dist-info/RECORD", "libgood.so,,\n");
+  resolver::write_shared_object(site_ + "/libgood.so", {});
+  write(site_ + "/libtrunc.so", std::string("\x7f" "ELF\x02\x01\x01", 7));
+  // A dynamic segment that points past the end of the file.
+  resolver::ElfSpec spec;
+  spec.soname = "libbig.so";
+  std::string bytes = resolver::make_shared_object(spec);
+  const auto phoff = 64 + 56;  // second program header: PT_DYNAMIC
+  const std::uint64_t far = 1u << 30;
+  std::memcpy(bytes.data() + phoff + 8, &far, sizeof far);
+  write(site_ + "/libbig.so", bytes);
+
+  const json j = run_json("scan --venv " + shell_quote(venv_) + k_no_cache);
+  std::map<std::string, std::vector<json>> by_file;
+  for (const auto& d : j["diagnostics"]) by_file[fs::path(d["file"].get<std::string>()).filename().string()].push_back(d);
+  ASSERT_TRUE(by_file.count("METADATA"));
+  const auto& md = by_file["METADATA"];
+  const auto garbage = std::find_if(md.begin(), md.end(), [](const json& d) { return d["line"] == 1; });
+  ASSERT_NE(garbage, md.end());
+  EXPECT_THAT((*garbage)["message"].get<std::string>(), HasSubstr("not a header line"));
+  EXPECT_TRUE(std::any_of(md.begin(), md.end(), [](const json& d) { return d["message"] == "no Name header"; }));
+  ASSERT_TRUE(by_file.count("RECORD"));
+  EXPECT_THAT(by_file["RECORD"][0]["message"].get<std::string>(), HasSubstr("malformed hash"));
+  EXPECT_THAT(by_file["RECORD"][1]["message"].get<std::string>(), HasSubstr("unterminated"));
+  EXPECT_EQ(by_file["RECORD"][1]["line"], 2);
+  ASSERT_TRUE(by_file.count("libtrunc.so"));
+  ASSERT_TRUE(by_file.count("libbig.so"));
+  EXPECT_THAT(by_file["libbig.so"][0]["message"].get<std::string>(), HasSubstr("outside the file"));
+  EXPECT_EQ(by_file["libbig.so"][0]["offset"], far);
+  // The good dist and object are still there.
+  EXPECT_NE(find_by(j["dists"], "dist", "good-1.0.dist-info"), nullptr);
+  EXPECT_NE(find_by(j["objects"], "path", "libgood.so"), nullptr);
+}
+
+// --- exit codes and errors -------------------------------------------------------------------
+
+TEST(Errors, CouldNotRunExitsTwoWithAPreciseMessage) {
+  TempDir tmp;
+  auto r = cudafix("scan --venv " + shell_quote(tmp.path()));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("cudafix: error: " + tmp.path() + " is not a Python environment"));
+  r = cudafix("scan --venv /nonexistent/venv");
+  EXPECT_EQ(r.exit_code, 2);
+  r = cudafix("frobnicate");
+  EXPECT_EQ(r.exit_code, 2);
+  r = cudafix("scan --color sometimes");
+  EXPECT_EQ(r.exit_code, 2);
+  r = cudafix("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("why"));
+}
+
+TEST(Errors, JsonErrorsAreJsonToo) {
+  TempDir tmp;
+  const auto r = run_shell(shell_quote(k_bin) + " scan --json --venv " + shell_quote(tmp.path()) + " 2>/dev/null");
+  EXPECT_EQ(r.exit_code, 2);
+  const auto j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["schema"], 1);
+  EXPECT_THAT(j["error"].get<std::string>(), HasSubstr("is not a Python environment"));
+}
+
+TEST(Errors, ABadRulesFileNamesFileAndLine) {
+  TempDir tmp;
+  const std::string rules = tmp.path() + "/rules.toml";
+  std::ofstream(rules) << "[driver.x]\nwhy = \"x\"\nsonames = [\"a\",\n";
+  const std::string demo = tmp.path() + "/d";
+  ASSERT_EQ(cudafix("demo -q " + shell_quote(demo)).exit_code, 0);
+  const auto r = cudafix("scan --venv " + shell_quote(demo) + " --rules " + shell_quote(rules));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr(rules + ":3:"));
+}
+
+TEST(Rules, UserRulesExtendTheKnowledge) {
+  TempDir tmp;
+  const std::string demo = tmp.path() + "/d";
+  ASSERT_EQ(cudafix("demo -q " + shell_quote(demo)).exit_code, 0);
+  // Without knowing libfabric is optional, its NEEDED is unexplained; a venv's cudafix.toml
+  // that drops the group makes it so.
+  std::ofstream(demo + "/cudafix.toml") << "[optional.libfabric]\nwhy = \"x\"\nsonames = []\n";
+  const json j = run_json("scan --venv " + shell_quote(demo) + k_no_cache);
+  EXPECT_GT(j["summary"]["unexplained_needed"].get<int>(), 0);
+}
+
+}  // namespace
+}  // namespace cudafix
