@@ -69,7 +69,7 @@ LdCache LdCache::parse(const std::string& b, const std::string& file) {
   };
 
   std::vector<std::string> hwcaps;
-  if (ext_off && ext_off + 8 <= avail && load_at<std::uint32_t>(b, base + ext_off) == k_extension_magic) {
+  if (ext_off && std::size_t{ext_off} + 8 <= avail && load_at<std::uint32_t>(b, base + ext_off) == k_extension_magic) {
     const auto count = load_at<std::uint32_t>(b, base + ext_off + 4);
     if (count > (avail - ext_off - 8) / 16) throw fail(base + ext_off, "extension section count runs past the end");
     for (std::uint32_t i = 0; i < count; ++i) {

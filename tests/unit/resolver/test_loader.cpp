@@ -301,3 +301,25 @@ TEST(HostInfo, ParsesLdSoHelp) {
 
 }  // namespace
 }  // namespace cudafix::resolver
+
+namespace cudafix::resolver {
+namespace {
+
+// Inputs the fuzzers once crashed on (tests/fuzz/regressions): each must now be a clean Error
+// or a cache, never a crash.
+TEST(LdCacheFormat, FuzzRegressionsParseOrFailCleanly) {
+  std::size_t seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
+    if (e.path().filename().string().rfind("ld_cache-", 0) != 0) continue;
+    ++seen;
+    try {
+      (void)LdCache::parse(read_file(e.path()), e.path().string()).lookup("libc.so.6", 62, 2, {});
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("malformed ld.so.cache"), std::string::npos) << err.what();
+    }
+  }
+  EXPECT_GT(seen, 0u);
+}
+
+}  // namespace
+}  // namespace cudafix::resolver

@@ -1,0 +1,12 @@
+// libFuzzer: RECORD parsing must never crash, and every row it returns points into its input.
+#include <cstdint>
+#include <string>
+
+#include "resolver/dist_info.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const auto parsed = cudafix::resolver::parse_record(std::string(reinterpret_cast<const char*>(data), size), "RECORD");
+  for (const auto& row : parsed.rows)
+    if (row.path.empty()) __builtin_trap();
+  return 0;
+}
