@@ -142,11 +142,20 @@ std::vector<int> Environment::requirement_closure(int dist) const {
 }
 
 Process Environment::process_for(int dist) const {
-  Process p = loader->start_process();
+  Process p = base_process ? *base_process : loader->start_process();
   if (dist < 0) return p;
-  for (int d : requirement_closure(dist))
+  const std::vector<int> closure =
+      static_cast<std::size_t>(dist) < closures.size() ? closures[static_cast<std::size_t>(dist)] : requirement_closure(dist);
+  for (int d : closure) {
+    if (static_cast<std::size_t>(d) < imported.size()) {
+      // Already simulated: put its objects in place as that import left them.
+      for (const auto& o : imported[static_cast<std::size_t>(d)]) loader->preload(p, o.path, o.names);
+      continue;
+    }
     for (const auto& o : objects)
       if (o.entry_point && std::find(o.owners.begin(), o.owners.end(), d) != o.owners.end()) loader->load(p, o.path);
+  }
+  p.load_start = p.objects.size();
   return p;
 }
 
@@ -267,48 +276,67 @@ struct Learned {
   std::string context;
 };
 
-// The objects `load` mapped for the first time in `p`, with their resolutions.
-void collect_fresh(const Environment& env, const Process& p, const std::string& context, std::vector<Learned>& out) {
-  for (const auto& lo : p.objects) {
-    if (lo.before_load || !lo.mapped_deps) continue;
-    if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
-      out.push_back({it->second, lo.needed, context});
-  }
+// Each dist's depth in the requirement graph (0: requires nothing installed); a dist is imported
+// only after everything of a smaller depth it requires. Cycles count as depth 0 where they close.
+std::vector<int> requirement_depths(const Environment& env) {
+  std::vector<int> depth(env.dists.size(), -1);
+  std::vector<bool> active(env.dists.size(), false);
+  std::function<int(int)> visit = [&](int d) -> int {
+    auto& dd = depth[static_cast<std::size_t>(d)];
+    if (dd >= 0) return dd;
+    if (active[static_cast<std::size_t>(d)]) return 0;
+    active[static_cast<std::size_t>(d)] = true;
+    int best = 0;
+    for (int r : env.closures[static_cast<std::size_t>(d)]) best = std::max(best, visit(r) + 1);
+    active[static_cast<std::size_t>(d)] = false;
+    return dd = best;
+  };
+  for (std::size_t d = 0; d < env.dists.size(); ++d) visit(static_cast<int>(d));
+  return depth;
 }
 
-// Runs the process model: imports dists in dependency order and keeps, for every object in the
-// tree, the resolutions from the first import that maps it. Each dist's import is simulated in
-// its own process, so they run in parallel; the first in import order wins.
+// Runs the process model: each dist's extension modules are imported in a process that already
+// imported its requirements; every object keeps the resolutions of the first import that maps
+// it. Dists of one depth are independent, so they run in parallel; what each import mapped is
+// remembered, so a dependent's process is assembled rather than simulated again.
 void resolve_objects(Environment& env, unsigned threads) {
-  std::vector<int> order;
-  std::set<int> done;
-  std::function<void(int, int)> visit = [&](int d, int depth) {
-    if (done.count(d) || depth > 64) return;
-    done.insert(d);
-    for (const auto& line : env.dists[static_cast<std::size_t>(d)].metadata.requires_dist)
-      if (auto t = env.dist_index(requirement_ref(line).name)) visit(*t, depth + 1);
-    order.push_back(d);
-  };
-  for (std::size_t d = 0; d < env.dists.size(); ++d) visit(static_cast<int>(d), 0);
+  env.closures.resize(env.dists.size());
+  parallel_for(env.dists.size(), threads, [&](std::size_t d) { env.closures[d] = env.requirement_closure(static_cast<int>(d)); });
+  env.base_process = env.loader->start_process();
 
   std::map<int, std::vector<std::size_t>> entry_points;
   for (std::size_t i = 0; i < env.objects.size(); ++i)
     if (env.objects[i].entry_point)
       for (int d : env.objects[i].owners) entry_points[d].push_back(i);
-  std::vector<int> importing;
-  for (int d : order)
-    if (entry_points.count(d)) importing.push_back(d);
+  const std::vector<int> depth = requirement_depths(env);
+  std::map<int, std::vector<int>> by_depth;
+  for (std::size_t d = 0; d < env.dists.size(); ++d) by_depth[depth[d]].push_back(static_cast<int>(d));
 
-  std::vector<std::vector<Learned>> learned(importing.size());
-  parallel_for(importing.size(), threads, [&](std::size_t k) {
-    const int d = importing[k];
-    Process p = env.process_for(d);
-    for (auto i : entry_points[d]) {
-      env.loader->load(p, env.objects[i].path);
-      collect_fresh(env, p, fmt::format("import of {} ({})", env.dists[static_cast<std::size_t>(d)].name,
-                                        env.display(env.objects[i].path)), learned[k]);
-    }
-  });
+  std::vector<std::vector<Environment::Imported>> imported(env.dists.size());
+  std::vector<std::vector<Learned>> learned(env.dists.size());
+  for (const auto& [level, dists] : by_depth) {
+    parallel_for(dists.size(), threads, [&](std::size_t k) {
+      const int d = dists[k];
+      auto eps = entry_points.find(d);
+      if (eps == entry_points.end()) return;
+      Process p = env.process_for(d);
+      for (auto i : eps->second) {
+        env.loader->load(p, env.objects[i].path);
+        const std::string context = fmt::format("import of {} ({})", env.dists[static_cast<std::size_t>(d)].name,
+                                                env.display(env.objects[i].path));
+        for (std::size_t j = p.load_start; j < p.objects.size(); ++j) {
+          const auto& lo = p.objects[j];
+          imported[static_cast<std::size_t>(d)].push_back({lo.path, lo.names});
+          if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
+            learned[static_cast<std::size_t>(d)].push_back({it->second, lo.needed, context});
+        }
+      }
+    });
+    // The next depth's processes read what this one imported.
+    env.imported.resize(env.dists.size());
+    for (int d : dists) env.imported[static_cast<std::size_t>(d)] = imported[static_cast<std::size_t>(d)];
+  }
+
   std::vector<bool> assigned(env.objects.size(), false);
   auto apply = [&](std::vector<Learned>& list) {
     for (auto& l : list) {
@@ -318,7 +346,9 @@ void resolve_objects(Environment& env, unsigned threads) {
       env.objects[l.object].context = std::move(l.context);
     }
   };
-  for (auto& list : learned) apply(list);
+  // First import wins, in import order: by depth, then by name.
+  for (const auto& [level, dists] : by_depth)
+    for (int d : dists) apply(learned[static_cast<std::size_t>(d)]);
 
   // What no import maps is dlopened alone, after its dist's requirements.
   std::map<int, std::vector<std::size_t>> alone;
@@ -335,8 +365,7 @@ void resolve_objects(Environment& env, unsigned threads) {
                                                         env.dists[static_cast<std::size_t>(owner)].name);
     for (auto i : groups[k].second) {
       Process p = base;
-      env.loader->load(p, env.objects[i].path);
-      const int idx = p.find_real(env.objects[i].path);
+      const int idx = env.loader->load(p, env.objects[i].path);
       if (idx >= 0) dlopened[k].push_back({i, p.objects[static_cast<std::size_t>(idx)].needed, context});
     }
   });

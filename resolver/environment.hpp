@@ -57,6 +57,15 @@ class Environment {
   std::vector<Diagnostic> diagnostics;         // sorted by file, then line
   std::optional<std::string> main_executable;  // the interpreter the model runs
   std::shared_ptr<LoaderModel> loader;
+  // The process model's memory: the interpreter with its NEEDED tree and LD_PRELOAD loaded, and
+  // per dist, the objects importing it maps (path, names asked for), in order.
+  struct Imported {
+    std::string path;
+    std::vector<std::string> names;
+  };
+  std::optional<Process> base_process;
+  std::vector<std::vector<Imported>> imported;
+  std::vector<std::vector<int>> closures;  // per dist: requirement_closure, computed once
   std::shared_ptr<ElfCache> elf_cache;
 
   [[nodiscard]] bool present(std::string_view path) const { return on_disk.count(path) != 0; }

@@ -44,9 +44,8 @@ void ElfCache::put(const std::string& path, ElfRead read) {
 }
 
 int Process::find_real(const std::string& real) const {
-  for (std::size_t i = 0; i < objects.size(); ++i)
-    if (objects[i].real == real) return static_cast<int>(i);
-  return -1;
+  auto it = by_real.find(real);
+  return it == by_real.end() ? -1 : it->second;
 }
 
 LoaderModel::LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cache,
@@ -183,15 +182,25 @@ Resolution LoaderModel::resolve(const Process& p, int requester, const std::stri
   Resolution out;
   out.name = name;
   // 1. Already loaded, by a name it was asked for or its SONAME.
-  for (const auto& o : p.objects) {
-    if (gone.count(o.real)) continue;
-    bool match = std::find(o.names.begin(), o.names.end(), name) != o.names.end() || o.path == name;
-    if (!match && o.elf && o.elf->soname && *o.elf->soname == name) match = true;
-    if (match) {
-      out.path = o.path;
-      out.kind = ReasonKind::already_loaded;
-      out.via = o.path;
+  auto already = [&](const LoadedObject& o) {
+    out.path = o.path;
+    out.kind = ReasonKind::already_loaded;
+    out.via = o.path;
+  };
+  if (gone.empty()) {
+    if (auto it = p.by_name.find(name); it != p.by_name.end()) {
+      already(p.objects[static_cast<std::size_t>(it->second)]);
       return out;
+    }
+  } else {
+    for (const auto& o : p.objects) {
+      if (gone.count(o.real)) continue;
+      bool match = std::find(o.names.begin(), o.names.end(), name) != o.names.end() || o.path == name;
+      if (!match && o.elf && o.elf->soname && *o.elf->soname == name) match = true;
+      if (match) {
+        already(o);
+        return out;
+      }
     }
   }
   const LoadedObject* req = requester >= 0 ? &p.objects[static_cast<std::size_t>(requester)] : nullptr;
@@ -260,25 +269,38 @@ int LoaderModel::add_object(Process& p, const std::string& path, const std::stri
   if (const int existing = p.find_real(real); existing >= 0) {
     auto& names = p.objects[static_cast<std::size_t>(existing)].names;
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    p.by_name.emplace(name, existing);
     return existing;
   }
   const ElfRead& r = elf_cache_->get(real);
   if (r.status != ElfReadStatus::ok) return -1;
+  const int index = static_cast<int>(p.objects.size());
   LoadedObject o;
   o.path = path;
   o.real = real;
   o.names.push_back(name);
   o.elf = &r.info;
   o.loader = loader;
+  p.by_real.emplace(real, index);
+  p.by_name.emplace(name, index);
+  p.by_name.emplace(path, index);
+  if (r.info.soname) p.by_name.emplace(*r.info.soname, index);
   p.objects.push_back(std::move(o));
-  return static_cast<int>(p.objects.size() - 1);
+  return index;
+}
+
+int LoaderModel::preload(Process& p, const std::string& path, const std::vector<std::string>& names) const {
+  int index = -1;
+  for (const auto& name : names) index = add_object(p, path, name, p.main);
+  if (index >= 0) p.objects[static_cast<std::size_t>(index)].mapped_deps = true;
+  return index;
 }
 
 void LoaderModel::map_dependencies(Process& p, std::size_t from) const {
   // Breadth-first over NEEDED, as _dl_map_object_deps does: every NEEDED of one object is mapped
   // before any NEEDED of the objects it brought in.
   for (std::size_t i = from; i < p.objects.size(); ++i) {
-    if (p.objects[i].before_load || p.objects[i].mapped_deps) continue;
+    if (p.objects[i].mapped_deps) continue;
     p.objects[i].mapped_deps = true;
     const std::vector<std::string> wanted = p.objects[i].elf->needed;
     for (const auto& name : wanted) {
@@ -291,9 +313,9 @@ void LoaderModel::map_dependencies(Process& p, std::size_t from) const {
 }
 
 int LoaderModel::load(Process& p, const std::string& path) const {
-  for (auto& o : p.objects) o.before_load = true;
   const bool as_main = p.objects.empty();
   const std::size_t first_new = p.objects.size();
+  p.load_start = first_new;
   const int root = add_object(p, path, path, as_main ? -1 : p.main);
   if (root < 0 || static_cast<std::size_t>(root) < first_new) return root;  // dlopen of a loaded object
   if (as_main) {
@@ -309,10 +331,7 @@ void LoaderModel::add_dynamic_loader(Process& p) const {
   // libc's NEEDED of it is always "already loaded".
   if (config_.host.ld_so.empty()) return;
   const int i = add_object(p, config_.host.ld_so, config_.host.ld_so, p.main);
-  if (i >= 0) {
-    p.objects[static_cast<std::size_t>(i)].before_load = true;
-    p.objects[static_cast<std::size_t>(i)].mapped_deps = true;
-  }
+  if (i >= 0) p.objects[static_cast<std::size_t>(i)].mapped_deps = true;
 }
 
 Process LoaderModel::start_process() const {
@@ -334,7 +353,7 @@ Process LoaderModel::start_process() const {
     if (r.found()) add_object(p, *r.path, pre, p.main);
   }
   map_dependencies(p, 0);
-  for (auto& o : p.objects) o.before_load = true;
+  p.load_start = p.objects.size();
   return p;
 }
 

@@ -78,16 +78,19 @@ struct LoadedObject {
   int loader = -1;                    // index of the object that caused it to load
   std::vector<int> needed_index;      // per DT_NEEDED: the object it resolved to, or -1
   std::vector<Resolution> needed;     // per DT_NEEDED
-  bool before_load = false;           // loaded before the current load() started
-  bool mapped_deps = false;           // its NEEDED have been resolved
+  bool mapped_deps = false;           // its NEEDED have been resolved (or need not be)
 };
 
-// A simulated process: the link map, in load order.
+// A simulated process: the link map, in load order, with the indexes ld.so's lookups need.
 struct Process {
   std::vector<LoadedObject> objects;
   int main = -1;
+  std::size_t load_start = 0;  // objects from here on were mapped by the latest load()
+  std::unordered_map<std::string, int> by_real;
+  std::unordered_map<std::string, int> by_name;  // asked-for names and SONAMEs; the first wins
 
   [[nodiscard]] int find_real(const std::string& real) const;
+  [[nodiscard]] bool fresh(std::size_t index) const { return index >= load_start; }
 };
 
 class LoaderModel {
@@ -99,6 +102,9 @@ class LoaderModel {
   // dlopen(path) into the process (or, in an empty process, `ld.so path`): maps the object and
   // its NEEDED tree breadth-first. Returns the root's index, or -1 when `path` is no ELF object.
   int load(Process& process, const std::string& path) const;
+  // Puts an object into the process as an earlier load left it, under the names it was asked
+  // for, without resolving its NEEDED again (they were resolved when it was first loaded).
+  int preload(Process& process, const std::string& path, const std::vector<std::string>& names) const;
   // How `requester` would resolve `name` now, without loading; files whose realpath is in
   // `gone` are treated as deleted (the fallback question).
   [[nodiscard]] Resolution resolve(const Process& process, int requester, const std::string& name,

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Packs build/cudafix with the shared libraries it needs beyond glibc into OUT (default
+# .dev/cudafix-dist), found at run time through its RUNPATH $ORIGIN/lib: a build made on
+# Debian 12 that runs on another distribution (the GPU machine runs Ubuntu 24.04).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-.dev/cudafix-dist}
+rm -rf "$out"
+mkdir -p "$out/lib"
+cp build/cudafix "$out/"
+# Everything ldd resolves except glibc's own objects, which must come from the host.
+ldd build/cudafix | awk '/=> \// {print $3}' | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*) ;;
+    *) cp -L "$lib" "$out/lib/" ;;
+  esac
+done
+du -sh "$out"

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Times `cudafix scan --json` against what users run instead, on the same environment in the
+same run, and prints the ratios. Not run by CI: timings depend on the machine.
+
+  bench/scan_bench.py --cudafix build/cudafix --corpus tests/data/good_torch_cu130_venv.json.gz --scales 1,4,16
+  bench/scan_bench.py --cudafix DIR/cudafix --venv /tmp/v --uv /usr/local/bin/uv      (a real venv)
+
+Each command runs once to warm the page cache, then --runs times in fresh processes; the
+median is reported. ldd runs once per shared object, one after another, as `find | xargs -n1
+ldd` would.
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def timed(cmd, runs, env=None):
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
+        times.append(time.perf_counter() - t)
+        if r.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed: {r.stderr.decode()[-500:]}")
+    return statistics.median(times)
+
+
+def scan_json(cudafix, venv, env):
+    out = subprocess.run([cudafix, "scan", "--json", "--venv", venv], capture_output=True, env=env, check=True).stdout
+    return json.loads(out)
+
+
+def ldd_all(paths):
+    t = time.perf_counter()
+    for p in paths:
+        subprocess.run(["ldd", p], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - t
+
+
+def bench_venv(args, venv, python, label, env):
+    doc = scan_json(args.cudafix, venv, env)
+    site = doc["layout"]["sites"][0]["path"]
+    objects = [os.path.join(site, o["path"]) if isinstance(o["path"], str) else o["path"]["path"] for o in doc["objects"]]
+    row = {"env": label, "dists": doc["summary"]["dists"], "files": doc["summary"]["files_on_disk"],
+           "objects": len(objects)}
+    row["cudafix"] = timed([args.cudafix, "scan", "--json", "--venv", venv], args.runs, env)
+    row["pip list"] = timed([python, "-m", "pip", "list", "--path", site, "--disable-pip-version-check"], args.runs, env)
+    if args.uv:
+        row["uv pip list"] = timed([args.uv, "pip", "list", "--python", os.path.join(venv, "bin", "python3")], args.runs, env)
+    if not args.skip_ldd:
+        row["ldd every .so"] = ldd_all(objects)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cudafix", required=True)
+    ap.add_argument("--corpus")
+    ap.add_argument("--venv")
+    ap.add_argument("--scales", default="1")
+    ap.add_argument("--python", default="/usr/bin/python3", help="runs pip list (for --corpus)")
+    ap.add_argument("--uv")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--skip-ldd", action="store_true")
+    args = ap.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    rows = []
+    if args.venv:
+        python = os.path.join(args.venv, "bin", "python3")
+        rows.append(bench_venv(args, args.venv, python, args.venv, env))
+    if args.corpus:
+        tmp = tempfile.mkdtemp(prefix="cudafix-bench-")
+        try:
+            for scale in [int(s) for s in args.scales.split(",")]:
+                venv = os.path.join(tmp, f"x{scale}")
+                with gzip.open(args.corpus) as f:
+                    subprocess.run([args.cudafix, "materialize", "-", venv, "--copies", str(scale)], stdin=f,
+                                   stdout=subprocess.DEVNULL, check=True)
+                rows.append(bench_venv(args, venv, args.python, f"corpus x{scale}", env))
+                shutil.rmtree(venv)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    for row in rows:
+        print(f"\n{row['env']}: {row['dists']} dists, {row['files']} files, {row['objects']} ELF objects")
+        for k in ("cudafix", "pip list", "uv pip list", "ldd every .so"):
+            if k in row:
+                ratio = "" if k == "cudafix" else f"   cudafix is {row[k] / row['cudafix']:.1f}x faster" if row[k] > row["cudafix"] else f"   cudafix is {row['cudafix'] / row[k]:.1f}x slower"
+                print(f"  {k:15s} {row[k] * 1000:9.1f} ms{ratio}")
+    print(json.dumps(rows))
+
+
+main()

@@ -1,0 +1,132 @@
+#include <gtest/gtest.h>
+
+#include <elf.h>
+
+#include <cstring>
+
+#include "resolver/elf_reader.hpp"
+#include "resolver/elf_writer.hpp"
+#include "resolver/host.hpp"
+#include "resolver/text.hpp"
+#include "tests/support/process.hpp"
+
+namespace cudafix::resolver {
+namespace {
+
+const std::string k_fixtures = CUDAFIX_FIXTURES;
+
+TEST(ElfReader, ReadsACompiledObjectsDynamicSection) {
+  const auto r = read_elf_file(k_fixtures + "/reader/libflags.so");
+  ASSERT_EQ(r.status, ElfReadStatus::ok) << r.diagnostic.to_string();
+  EXPECT_EQ(r.info.soname, "libflags.so");
+  EXPECT_EQ(r.info.runpath, "/opt/x:$ORIGIN/y");
+  EXPECT_FALSE(r.info.rpath);
+  EXPECT_TRUE(r.info.nodeflib());
+  EXPECT_EQ(flags_1_names(r.info.flags_1), (std::vector<std::string>{"NOW", "NODEFLIB"}));
+  EXPECT_EQ(r.info.elf_class, ELFCLASS64);
+  EXPECT_EQ(machine_name(r.info.machine), "x86_64");
+  EXPECT_EQ(r.info.needed, (std::vector<std::string>{"libc.so.6"}));
+}
+
+TEST(ElfReader, AgreesWithReadelfOnAWrongClassObject) {
+  const auto r = read_elf_file(k_fixtures + "/wrong_class/dir32/libwc.so");
+  ASSERT_EQ(r.status, ElfReadStatus::ok);
+  EXPECT_EQ(r.info.elf_class, ELFCLASS32);
+  EXPECT_EQ(machine_name(r.info.machine), "i386");
+  EXPECT_EQ(r.info.soname, "libwc.so");
+}
+
+TEST(ElfReader, RpathIsIgnoredWhenRunpathIsSet) {
+  ElfSpec spec;
+  spec.rpath = "/a";
+  spec.runpath = "/b";
+  const std::string bytes = make_shared_object(spec);
+  const auto r = read_elf_memory(bytes.data(), bytes.size(), "x");
+  ASSERT_EQ(r.status, ElfReadStatus::ok);
+  EXPECT_EQ(r.info.rpath, "/a");
+  EXPECT_FALSE(r.info.effective_rpath());
+}
+
+TEST(ElfWriter, RoundTripsEveryFieldInBothClasses) {
+  for (std::uint8_t klass : {std::uint8_t{1}, std::uint8_t{2}}) {
+    ElfSpec spec;
+    spec.elf_class = klass;
+    spec.machine = klass == 1 ? EM_386 : EM_AARCH64;
+    spec.soname = "libcudnn.so.9";
+    spec.needed = {"libcublas.so.13", "libc.so.6"};
+    spec.rpath = "$ORIGIN/../../nvidia/cu13/lib";
+    spec.flags_1 = DF_1_NODEFLIB;
+    const std::string bytes = make_shared_object(spec);
+    const auto r = read_elf_memory(bytes.data(), bytes.size(), "x");
+    ASSERT_EQ(r.status, ElfReadStatus::ok) << r.diagnostic.to_string();
+    EXPECT_EQ(r.info.elf_class, klass);
+    EXPECT_EQ(r.info.machine, spec.machine);
+    EXPECT_EQ(r.info.soname, spec.soname);
+    EXPECT_EQ(r.info.needed, spec.needed);
+    EXPECT_EQ(r.info.rpath, spec.rpath);
+    EXPECT_TRUE(r.info.nodeflib());
+  }
+}
+
+TEST(ElfWriter, GlibcLoadsWhatItWrites) {
+  test::TempDir t;
+  ElfSpec dep;
+  dep.soname = "libdep.so.1";
+  write_shared_object(t.path() + "/libdep.so.1", dep);
+  ElfSpec top;
+  top.soname = "libtop.so";
+  top.needed = {"libdep.so.1"};
+  top.rpath = "$ORIGIN";
+  write_shared_object(t.path() + "/libtop.so", top);
+  const auto r = test::run_shell("LD_TRACE_LOADED_OBJECTS=1 " + detect_host().ld_so + " " + t.path() + "/libtop.so");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("libdep.so.1 => " + t.path() + "/libdep.so.1"), std::string::npos) << r.out;
+}
+
+struct Broken {
+  const char* name;
+  std::size_t offset;   // where to write
+  std::uint64_t value;  // what
+  const char* expect;   // in the diagnostic
+};
+
+class ElfReaderRejects : public ::testing::TestWithParam<Broken> {};
+
+TEST_P(ElfReaderRejects, HostileObjectsWithAPreciseMessage) {
+  ElfSpec spec;
+  spec.soname = "libx.so";
+  spec.needed = {"liby.so"};
+  std::string bytes = make_shared_object(spec);
+  const auto& b = GetParam();
+  std::memcpy(bytes.data() + b.offset, &b.value, sizeof b.value);
+  const auto r = read_elf_memory(bytes.data(), bytes.size(), "hostile.so");
+  ASSERT_EQ(r.status, ElfReadStatus::invalid);
+  EXPECT_NE(r.diagnostic.message.find(b.expect), std::string::npos) << r.diagnostic.message;
+  EXPECT_EQ(r.diagnostic.file, "hostile.so");
+}
+
+// Offsets into the writer's ELF64 layout: program headers at 64 (56 bytes each; PT_DYNAMIC is
+// the second: p_offset at +8, p_filesz at +32); e_phoff at 32.
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ElfReaderRejects,
+    ::testing::Values(Broken{"DynamicPastEnd", 64 + 56 + 8, 1u << 30, "outside the file"},
+                      Broken{"HugeDynamicSize", 64 + 56 + 32, ~0ull >> 1, "outside the file"},
+                      Broken{"ProgramHeadersPastEnd", 32, 1u << 20, "past the end"}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(ElfReader, TruncatedAtEveryLengthNeverCrashes) {
+  ElfSpec spec;
+  spec.soname = "libx.so";
+  spec.needed = {"a", "b"};
+  spec.runpath = "$ORIGIN";
+  const std::string bytes = make_shared_object(spec);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    std::string cut = bytes.substr(0, n);
+    const auto r = read_elf_memory(cut.data(), cut.size(), "cut.so");
+    if (n < 4) EXPECT_EQ(r.status, ElfReadStatus::not_elf);
+    else EXPECT_EQ(r.status, ElfReadStatus::invalid) << "at " << n;
+  }
+}
+
+}  // namespace
+}  // namespace cudafix::resolver
