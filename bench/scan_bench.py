@@ -82,8 +82,9 @@ def main():
             for scale in [int(s) for s in args.scales.split(",")]:
                 venv = os.path.join(tmp, f"x{scale}")
                 with gzip.open(args.corpus) as f:
-                    subprocess.run([args.cudafix, "materialize", "-", venv, "--copies", str(scale)], stdin=f,
-                                   stdout=subprocess.DEVNULL, check=True)
+                    description = f.read()
+                subprocess.run([args.cudafix, "materialize", "-", venv, "--copies", str(scale)], input=description,
+                               stdout=subprocess.DEVNULL, check=True)
                 rows.append(bench_venv(args, venv, args.python, f"corpus x{scale}", env))
                 shutil.rmtree(venv)
         finally:

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "cli/json_output.hpp"
+#include "cli/json_writer.hpp"
 #include "cli/text_output.hpp"
 #include "demo_env_json.hpp"
 #include "resolver/example_env.hpp"
@@ -80,16 +82,25 @@ const Scanned& scan_kept(const GlobalOptions& g) {
 }  // namespace
 
 int run_scan(const GlobalOptions& g, std::ostream& out) {
+  const auto start = std::chrono::steady_clock::now();
   const auto& [env, knowledge] = scan_kept(g);
-  if (g.json) out << dump(scan_json(env, knowledge)) << '\n';
+  const auto scanned = std::chrono::steady_clock::now();
+  if (g.json) out << scan_json(env, knowledge) << '\n';
   else if (!g.quiet) out << scan_text(env, knowledge, style_for(g));
+  out.flush();
+  if (g.timings) {
+    for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
+    const auto done = std::chrono::steady_clock::now();
+    std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "render", std::chrono::duration<double, std::milli>(done - scanned).count(),
+                             "total", std::chrono::duration<double, std::milli>(done - start).count());
+  }
   return 0;
 }
 
 int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out) {
   const auto& [env, knowledge] = scan_kept(g);
   const r::WhyReport report = r::explain(env, query);
-  if (g.json) out << dump(why_json(env, knowledge, report)) << '\n';
+  if (g.json) out << why_json(env, knowledge, report) << '\n';
   else if (!g.quiet) out << why_text(env, knowledge, report, style_for(g));
   return report.resolves ? 0 : 1;
 }
@@ -133,9 +144,11 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
     say(st.dim(fmt::format("(exit {})\n", rc)));
   }
   if (g.json) {
-    Json doc{{"schema", 1}, {"command", "demo"}, {"venv", dir}, {"dists", stats.dists}, {"files", stats.files},
-             {"elf_objects", stats.elf_objects}};
-    out << dump(doc) << '\n';
+    JsonWriter w;
+    w.begin_object().key("schema").value(1).key("command").value("demo").key("venv").value(dir);
+    w.key("dists").value(static_cast<std::uint64_t>(stats.dists)).key("files").value(static_cast<std::uint64_t>(stats.files));
+    w.key("elf_objects").value(static_cast<std::uint64_t>(stats.elf_objects)).end_object();
+    out << w.str() << '\n';
   }
   return 0;
 }

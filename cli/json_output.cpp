@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cli/json_writer.hpp"
 #include "resolver/text.hpp"
 #include "resolver/unresolved.hpp"
 
@@ -10,249 +11,334 @@ namespace r = cudafix::resolver;
 
 namespace {
 
-// Builds one JSON object, remembering whether any string in it had to be repaired.
-class Obj {
+class Doc {
  public:
-  explicit Obj(const r::Environment& env) : env_(env) {}
+  Doc(const r::Environment& env, const r::Knowledge& knowledge) : env_(env), knowledge_(knowledge) {}
 
-  std::string text(std::string_view s) { return r::to_valid_utf8(s, &lossy_); }
+  JsonWriter w;
 
-  Json path(const std::string& abs) {
+  void header(const char* command) {
+    w.begin_object();
+    w.key("schema").value(1);
+    w.key("command").value(command);
+    w.key("venv").value(env_.layout.root);
+  }
+
+  void path(const std::string& abs) {
     const bool one_root = env_.layout.sites.size() == 1;
     for (const auto& s : env_.layout.sites) {
       if (!r::is_within(abs, s.real)) continue;
-      const std::string rel = text(r::relative_to(abs, s.real));
-      if (one_root) return rel;
-      return Json{{"root", r::to_string(s.root)}, {"path", rel}};
+      const auto rel = std::string_view(abs).substr(abs.size() == s.real.size() ? abs.size() : s.real.size() + 1);
+      if (one_root) {
+        w.value(rel.empty() ? std::string_view(".") : rel);
+      } else {
+        w.begin_object().key("root").value(r::to_string(s.root)).key("path").value(rel).end_object();
+      }
+      return;
     }
-    return text(abs);
+    w.value(abs);
   }
 
-  Json paths(const std::vector<std::string>& list) {
-    Json out = Json::array();
-    for (const auto& p : list) out.push_back(path(p));
-    return out;
+  void path_or_null(const std::string& abs) {
+    if (abs.empty()) w.null();
+    else path(abs);
   }
 
-  Json texts(const std::vector<std::string>& list) {
-    Json out = Json::array();
-    for (const auto& s : list) out.push_back(text(s));
-    return out;
+  void paths(const std::vector<std::string>& list) {
+    w.begin_array();
+    for (const auto& p : list) path(p);
+    w.end_array();
   }
 
-  Json dist(int index) { return text(env_.dists[static_cast<std::size_t>(index)].dir_name); }
+  void strings(const std::vector<std::string>& list) {
+    w.begin_array();
+    for (const auto& s : list) w.value(s);
+    w.end_array();
+  }
 
-  Json dists(const std::vector<int>& indices) {
-    std::vector<std::string> names;
+  void dists(const std::vector<int>& indices) {
+    std::vector<std::string_view> names;
     for (int i : indices) names.push_back(env_.dists[static_cast<std::size_t>(i)].dir_name);
     std::sort(names.begin(), names.end());
-    return texts(names);
+    w.begin_array();
+    for (auto n : names) w.value(n);
+    w.end_array();
   }
 
-  // Finishes `j`, marking it lossy when needed.
-  Json done(Json j) {
-    if (lossy_) j["lossy"] = true;
-    lossy_ = false;
-    return j;
+  void optional_string(const std::optional<std::string>& s) {
+    if (s) w.value(*s);
+    else w.null();
   }
 
- private:
+  void explanation(const r::SharedObject& consumer, const r::Resolution& res) {
+    const auto e = r::explain_unresolved(env_, knowledge_, consumer, res);
+    w.begin_object();
+    w.key("kind").value(r::to_string(e.kind));
+    w.key("text").value(e.text);
+    w.key("providers");
+    paths(e.providers);
+    w.end_object();
+  }
+
+  // Leaves the object open when `close` is false, for the caller's own keys.
+  void resolution(const r::Resolution& res, bool with_search, const r::SharedObject* consumer = nullptr,
+                  bool close = true) {
+    w.begin_object();
+    w.key("needed").value(res.name);
+    w.key("path");
+    if (res.path) path(*res.path);
+    else w.null();
+    w.key("reason").value(r::to_string(res.kind));
+    w.key("via");
+    path_or_null(res.via);
+    if (with_search || !res.found()) {
+      w.key("searched").begin_array();
+      for (const auto& s : res.searched) {
+        w.begin_object();
+        w.key("place");
+        path(s.place);
+        w.key("step").value(r::to_string(s.source));
+        w.key("via");
+        path_or_null(s.via);
+        w.key("result").value(s.result);
+        w.end_object();
+      }
+      w.end_array();
+    }
+    if (consumer && !res.found()) {
+      w.key("explanation");
+      explanation(*consumer, res);
+    }
+    if (close) w.end_object();
+  }
+
+  void object(const r::SharedObject& so) {
+    w.begin_object();
+    w.key("path");
+    path(so.path);
+    w.key("owners");
+    dists(so.owners);
+    if (!so.aliases.empty()) {
+      w.key("aliases");
+      paths(so.aliases);
+    }
+    if (so.elf.status != r::ElfReadStatus::ok) {
+      w.key("invalid").value(so.elf.diagnostic.to_string());
+      w.end_object();
+      return;
+    }
+    const auto& e = so.elf.info;
+    w.key("soname");
+    optional_string(e.soname);
+    w.key("class").value(e.elf_class == 1 ? 32 : 64);
+    w.key("machine").value(r::machine_name(e.machine));
+    w.key("needed");
+    strings(e.needed);
+    w.key("rpath");
+    optional_string(e.rpath);
+    w.key("runpath");
+    optional_string(e.runpath);
+    w.key("flags_1");
+    strings(r::flags_1_names(e.flags_1));
+    w.key("entry_point").value(so.entry_point);
+    w.key("context").value(so.context);
+    w.key("resolutions").begin_array();
+    for (const auto& res : so.resolutions) resolution(res, false, &so);
+    w.end_array();
+    w.end_object();
+  }
+
+  void diagnostics() {
+    w.key("diagnostics").begin_array();
+    for (const auto& d : env_.diagnostics) {
+      w.begin_object();
+      w.key("file").value(d.file);
+      w.key("line");
+      if (d.line) w.value(static_cast<std::uint64_t>(*d.line));
+      else w.null();
+      w.key("offset");
+      if (d.offset) w.value(static_cast<std::uint64_t>(*d.offset));
+      else w.null();
+      w.key("message").value(d.message);
+      w.end_object();
+    }
+    w.end_array();
+  }
+
+  void loader() {
+    const auto& c = env_.loader->config();
+    w.key("loader").begin_object();
+    w.key("ld_so").value(c.host.ld_so);
+    w.key("glibc").value(c.host.glibc_version);
+    w.key("platform").value(c.host.platform);
+    w.key("lib").value(c.host.lib);
+    w.key("default_dirs");
+    strings(c.host.default_dirs);
+    w.key("glibc_hwcaps");
+    strings(c.host.hwcaps_subdirs);
+    w.key("ld_library_path");
+    strings(c.ld_library_path);
+    w.key("preload");
+    strings(c.preload);
+    w.key("main_executable");
+    optional_string(env_.main_executable);
+    w.end_object();
+  }
+
   const r::Environment& env_;
-  bool lossy_ = false;
+  const r::Knowledge& knowledge_;
 };
-
-Json header(const r::Environment& env, const char* command) {
-  return Json{{"schema", 1}, {"command", command}, {"venv", r::to_valid_utf8(env.layout.root)}};
-}
-
-Json explanation_json(Obj& o, const r::UnresolvedExplanation& e) {
-  return Json{{"kind", std::string(r::to_string(e.kind))}, {"text", o.text(e.text)}, {"providers", o.paths(e.providers)}};
-}
-
-Json resolution_json(Obj& o, const r::Resolution& res, bool with_search) {
-  Json j{{"needed", o.text(res.name)},
-         {"path", res.path ? o.path(*res.path) : Json(nullptr)},
-         {"reason", std::string(r::to_string(res.kind))},
-         {"via", res.via.empty() ? Json(nullptr) : o.path(res.via)}};
-  if (with_search || !res.found()) {
-    Json searched = Json::array();
-    for (const auto& s : res.searched)
-      searched.push_back(Json{{"place", o.path(s.place)}, {"step", std::string(r::to_string(s.source))},
-                              {"via", s.via.empty() ? Json(nullptr) : o.path(s.via)}, {"result", s.result}});
-    j["searched"] = std::move(searched);
-  }
-  return j;
-}
-
-Json object_json(const r::Environment& env, const r::Knowledge& knowledge, const r::SharedObject& so) {
-  Obj o(env);
-  Json j{{"path", o.path(so.path)}, {"owners", o.dists(so.owners)}};
-  if (!so.aliases.empty()) j["aliases"] = o.paths(so.aliases);
-  if (so.elf.status != r::ElfReadStatus::ok) {
-    j["invalid"] = o.text(so.elf.diagnostic.to_string());
-    return o.done(std::move(j));
-  }
-  const auto& e = so.elf.info;
-  j["soname"] = e.soname ? Json(o.text(*e.soname)) : Json(nullptr);
-  j["class"] = e.elf_class == 1 ? 32 : 64;
-  j["machine"] = r::machine_name(e.machine);
-  j["needed"] = o.texts(e.needed);
-  j["rpath"] = e.rpath ? Json(o.text(*e.rpath)) : Json(nullptr);
-  j["runpath"] = e.runpath ? Json(o.text(*e.runpath)) : Json(nullptr);
-  j["flags_1"] = r::flags_1_names(e.flags_1);
-  j["entry_point"] = so.entry_point;
-  j["context"] = o.text(so.context);
-  Json res = Json::array();
-  for (const auto& r : so.resolutions) {
-    Json j1 = resolution_json(o, r, false);
-    if (!r.found()) j1["explanation"] = explanation_json(o, r::explain_unresolved(env, knowledge, so, r));
-    res.push_back(std::move(j1));
-  }
-  j["resolutions"] = std::move(res);
-  return o.done(std::move(j));
-}
-
-Json diagnostics_json(const std::vector<r::Diagnostic>& diags) {
-  Json out = Json::array();
-  for (const auto& d : diags) {
-    bool lossy = false;
-    Json j{{"file", r::to_valid_utf8(d.file, &lossy)},
-           {"line", d.line ? Json(*d.line) : Json(nullptr)},
-           {"offset", d.offset ? Json(*d.offset) : Json(nullptr)},
-           {"message", r::to_valid_utf8(d.message, &lossy)}};
-    if (lossy) j["lossy"] = true;
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
-Json loader_json(const r::Environment& env) {
-  const auto& c = env.loader->config();
-  return Json{{"ld_so", c.host.ld_so},
-              {"glibc", c.host.glibc_version},
-              {"platform", c.host.platform},
-              {"lib", c.host.lib},
-              {"default_dirs", c.host.default_dirs},
-              {"glibc_hwcaps", c.host.hwcaps_subdirs},
-              {"ld_library_path", c.ld_library_path},
-              {"preload", c.preload},
-              {"main_executable", env.main_executable ? Json(*env.main_executable) : Json(nullptr)}};
-}
 
 }  // namespace
 
-Json scan_json(const r::Environment& env, const r::Knowledge& knowledge) {
-  Json doc = header(env, "scan");
-  Json sites = Json::array();
-  for (const auto& s : env.layout.sites) sites.push_back(Json{{"root", r::to_string(s.root)}, {"path", r::to_valid_utf8(s.path)}});
-  doc["layout"] = Json{{"python", env.layout.python_version ? Json(*env.layout.python_version) : Json(nullptr)},
-                       {"found_by", env.layout.found_by},
-                       {"include_system_site_packages", env.layout.include_system_site_packages},
-                       {"sites", std::move(sites)}};
-  doc["loader"] = loader_json(env);
+std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge) {
+  Doc d(env, knowledge);
+  auto& w = d.w;
+  d.header("scan");
+  w.key("layout").begin_object();
+  w.key("python");
+  d.optional_string(env.layout.python_version);
+  w.key("found_by").value(env.layout.found_by);
+  w.key("include_system_site_packages").value(env.layout.include_system_site_packages);
+  w.key("sites").begin_array();
+  for (const auto& s : env.layout.sites) w.begin_object().key("root").value(r::to_string(s.root)).key("path").value(s.path).end_object();
+  w.end_array();
+  w.end_object();
+  d.loader();
 
-  Json dists = Json::array();
-  std::size_t files = 0;
+  std::size_t rows = 0;
+  w.key("dists").begin_array();
   for (std::size_t i = 0; i < env.dists.size(); ++i) {
-    const auto& d = env.dists[i];
-    Obj o(env);
-    files += d.record.size();
-    Json j{{"dist", o.text(d.dir_name)},
-           {"name", o.text(d.normalized)},
-           {"version", o.text(d.version)},
-           {"root", std::string(r::to_string(d.root))},
-           {"installer", o.text(d.installer)},
-           {"requested", d.requested},
-           {"requires_dist", o.texts(d.metadata.requires_dist)},
-           {"files", d.record.size()},
-           {"missing", o.paths(env.missing[i])}};
-    if (d.direct_url) j["direct_url"] = o.text(*d.direct_url);
-    dists.push_back(o.done(std::move(j)));
+    const auto& dist = env.dists[i];
+    rows += dist.record.size();
+    w.begin_object();
+    w.key("dist").value(dist.dir_name);
+    w.key("name").value(dist.normalized);
+    w.key("version").value(dist.version);
+    w.key("root").value(r::to_string(dist.root));
+    w.key("installer").value(dist.installer);
+    w.key("requested").value(dist.requested);
+    w.key("requires_dist");
+    d.strings(dist.metadata.requires_dist);
+    w.key("files").value(static_cast<std::uint64_t>(dist.record.size()));
+    w.key("missing");
+    d.paths(env.missing[i]);
+    if (dist.direct_url) w.key("direct_url").value(*dist.direct_url);
+    w.end_object();
   }
-  doc["dists"] = std::move(dists);
+  w.end_array();
 
-  Json shared_json = Json::array();
+  w.key("shared_paths").begin_array();
   for (const auto& [path, owners] : env.shared_paths()) {
-    Obj o(env);
-    shared_json.push_back(o.done(Json{{"path", o.path(path)}, {"owners", o.dists(owners)}, {"on_disk", env.present(path)}}));
+    w.begin_object();
+    w.key("path");
+    d.path(path);
+    w.key("owners");
+    d.dists(owners);
+    w.key("on_disk").value(env.present(path));
+    w.end_object();
   }
-  doc["shared_paths"] = std::move(shared_json);
+  w.end_array();
 
-  Json objects = Json::array();
   std::size_t unresolved = 0;
   std::size_t unexplained = 0;
+  w.key("objects").begin_array();
   for (const auto& so : env.objects) {
     for (const auto& res : so.resolutions) {
       if (res.found()) continue;
       ++unresolved;
       unexplained += r::explain_unresolved(env, knowledge, so, res).kind == r::UnresolvedKind::unexplained;
     }
-    objects.push_back(object_json(env, knowledge, so));
+    d.object(so);
   }
-  doc["objects"] = std::move(objects);
-  doc["diagnostics"] = diagnostics_json(env.diagnostics);
-  doc["summary"] = Json{{"dists", env.dists.size()},
-                        {"record_rows", files},
-                        {"files_on_disk", env.on_disk.size()},
-                        {"objects", env.objects.size()},
-                        {"unresolved_needed", unresolved},
-                        {"unexplained_needed", unexplained},
-                        {"diagnostics", env.diagnostics.size()}};
-  return doc;
+  w.end_array();
+  d.diagnostics();
+  w.key("summary").begin_object();
+  w.key("dists").value(static_cast<std::uint64_t>(env.dists.size()));
+  w.key("record_rows").value(static_cast<std::uint64_t>(rows));
+  w.key("files_on_disk").value(static_cast<std::uint64_t>(env.on_disk.size()));
+  w.key("objects").value(static_cast<std::uint64_t>(env.objects.size()));
+  w.key("unresolved_needed").value(static_cast<std::uint64_t>(unresolved));
+  w.key("unexplained_needed").value(static_cast<std::uint64_t>(unexplained));
+  w.key("diagnostics").value(static_cast<std::uint64_t>(env.diagnostics.size()));
+  w.end_object();
+  w.end_object();
+  return w.take();
 }
 
 namespace {
 
-Json tree_json(Obj& o, const r::NeededNode& n) {
-  Json j = resolution_json(o, n.resolution, false);
-  if (n.repeated) j["repeated"] = true;
-  Json children = Json::array();
-  for (const auto& c : n.children) children.push_back(tree_json(o, c));
-  j["children"] = std::move(children);
-  return j;
+void tree(Doc& d, const r::NeededNode& n) {
+  auto& w = d.w;
+  d.resolution(n.resolution, false, nullptr, /*close=*/false);
+  w.key("repeated").value(n.repeated);
+  w.key("children").begin_array();
+  for (const auto& c : n.children) tree(d, c);
+  w.end_array();
+  w.end_object();
 }
 
 }  // namespace
 
-Json why_json(const r::Environment& env, const r::Knowledge& knowledge, const r::WhyReport& rep) {
-  Json doc = header(env, "why");
-  Obj o(env);
-  doc["query"] = o.text(rep.query);
-  doc["kind"] = rep.is_path ? "path" : "soname";
-  doc["resolves"] = rep.resolves;
-  if (rep.subject) doc["object"] = object_json(env, knowledge, *rep.subject);
-  Json providers = Json::array();
+std::string why_json(const r::Environment& env, const r::Knowledge& knowledge, const r::WhyReport& rep) {
+  Doc d(env, knowledge);
+  auto& w = d.w;
+  d.header("why");
+  w.key("query").value(rep.query);
+  w.key("kind").value(rep.is_path ? "path" : "soname");
+  w.key("resolves").value(rep.resolves);
+  if (rep.subject) {
+    w.key("object");
+    d.object(*rep.subject);
+  }
+  w.key("providers").begin_array();
   for (const auto* p : rep.providers) {
-    Obj po(env);
-    providers.push_back(po.done(Json{{"path", po.path(p->path)},
-                                     {"owners", po.dists(p->owners)},
-                                     {"soname", p->elf.status == r::ElfReadStatus::ok && p->elf.info.soname
-                                                    ? Json(po.text(*p->elf.info.soname))
-                                                    : Json(nullptr)}}));
+    w.begin_object();
+    w.key("path");
+    d.path(p->path);
+    w.key("owners");
+    d.dists(p->owners);
+    w.key("soname");
+    if (p->elf.status == r::ElfReadStatus::ok) d.optional_string(p->elf.info.soname);
+    else w.null();
+    w.end_object();
   }
-  doc["providers"] = std::move(providers);
-  Json consumers = Json::array();
+  w.end_array();
+  w.key("consumers").begin_array();
   for (const auto& c : rep.consumers) {
-    Obj co(env);
-    Json j{{"consumer", co.path(c.object->path)},
-           {"consumer_dists", co.dists(c.object->owners)},
-           {"context", co.text(c.object->context)},
-           {"resolution", resolution_json(co, c.resolution, false)},
-           {"explanation", c.resolution.found() ? Json(nullptr)
-                                                 : explanation_json(co, r::explain_unresolved(env, knowledge, *c.object, c.resolution))},
-           {"fallback", c.fallback ? resolution_json(co, *c.fallback, false) : Json(nullptr)}};
-    consumers.push_back(co.done(std::move(j)));
+    w.begin_object();
+    w.key("consumer");
+    d.path(c.object->path);
+    w.key("consumer_dists");
+    d.dists(c.object->owners);
+    w.key("context").value(c.object->context);
+    w.key("resolution");
+    d.resolution(c.resolution, false, c.object);
+    w.key("fallback");
+    if (c.fallback) d.resolution(*c.fallback, false);
+    else w.null();
+    w.end_object();
   }
-  doc["consumers"] = std::move(consumers);
-  doc["standalone"] = rep.standalone ? resolution_json(o, *rep.standalone, true) : Json(nullptr);
-  doc["tree"] = rep.tree ? tree_json(o, *rep.tree) : Json(nullptr);
-  return o.done(std::move(doc));
+  w.end_array();
+  w.key("standalone");
+  if (rep.standalone) d.resolution(*rep.standalone, true);
+  else w.null();
+  w.key("tree");
+  if (rep.tree) tree(d, *rep.tree);
+  else w.null();
+  w.end_object();
+  return w.take();
 }
 
-Json error_json(const std::string& command, const std::string& message) {
-  return Json{{"schema", 1}, {"command", command}, {"venv", nullptr}, {"error", r::to_valid_utf8(message)}};
+std::string error_json(const std::string& command, const std::string& message) {
+  JsonWriter w;
+  w.begin_object();
+  w.key("schema").value(1);
+  w.key("command").value(command);
+  w.key("venv").null();
+  w.key("error").value(message);
+  w.end_object();
+  return w.take();
 }
-
-std::string dump(const Json& doc) { return doc.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 }  // namespace cudafix::cli

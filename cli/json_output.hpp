@@ -1,9 +1,9 @@
 // JSON documents (schema 1, ../shared/DESIGN.md): schema, command and venv first; lists sorted;
-// paths relative to their site folder when one folder is unambiguous; bytes that are not UTF-8
-// replaced, with "lossy": true on the object that carries them.
+// paths relative to their site folder when one folder is unambiguous, else {"root","path"};
+// bytes that are not UTF-8 replaced, with "lossy": true on the object that carries them.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <string>
 
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
@@ -11,13 +11,9 @@
 
 namespace cudafix::cli {
 
-using Json = nlohmann::ordered_json;
-
-[[nodiscard]] Json scan_json(const resolver::Environment& env, const resolver::Knowledge& knowledge);
-[[nodiscard]] Json why_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
-                            const resolver::WhyReport& report);
-[[nodiscard]] Json error_json(const std::string& command, const std::string& message);
-// Serialises without ever throwing on bad bytes.
-[[nodiscard]] std::string dump(const Json& doc);
+[[nodiscard]] std::string scan_json(const resolver::Environment& env, const resolver::Knowledge& knowledge);
+[[nodiscard]] std::string why_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                   const resolver::WhyReport& report);
+[[nodiscard]] std::string error_json(const std::string& command, const std::string& message);
 
 }  // namespace cudafix::cli

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
                              "the LD_LIBRARY_PATH the loader model assumes (default: this process's)");
   app.add_option("--ld-so-cache", g.ld_so_cache, "read this ld.so.cache instead of the host's");
   app.add_option("--threads", g.threads, "worker threads (default: one per core)");
+  app.add_flag("--timings", g.timings, "print how long each phase of the scan took (stderr)");
   app.add_option("--rules", g.rules, "a knowledge/rules TOML file on top of the built-in one (repeatable)")
       ->check(CLI::ExistingFile);
 
@@ -71,11 +72,11 @@ int main(int argc, char** argv) {
     if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {
-    if (g.json) std::cout << dump(error_json(command, e.what())) << '\n';
+    if (g.json) std::cout << error_json(command, e.what()) << '\n';
     std::cerr << fmt::format("cudafix: error: {}\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    if (g.json) std::cout << dump(error_json(command, e.what())) << '\n';
+    if (g.json) std::cout << error_json(command, e.what()) << '\n';
     std::cerr << fmt::format("cudafix: error: {}\n", e.what());
     return 2;
   }

@@ -50,8 +50,9 @@ ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
   info.machine = ehdr.e_machine;
   info.type = ehdr.e_type;
 
-  std::size_t phnum = 0;
-  if (elf_getphdrnum(elf, &phnum) != 0)
+  // The header's own count: libelf quietly reports 0 for a table that runs past the end.
+  std::size_t phnum = ehdr.e_phnum;
+  if (phnum == PN_XNUM && elf_getphdrnum(elf, &phnum) != 0)
     return invalid(name, ehdr.e_phoff, fmt::format("bad program header table: {}", elf_errmsg(-1)));
   if (phnum > 0 && (ehdr.e_phoff >= file_size || phnum > (file_size - ehdr.e_phoff) / std::max<std::size_t>(ehdr.e_phentsize, 1)))
     return invalid(name, ehdr.e_phoff, fmt::format("program header table ({} entries) runs past the end of the file ({} bytes)", phnum, file_size));

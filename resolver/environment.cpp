@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -376,6 +377,12 @@ void resolve_objects(Environment& env, unsigned threads) {
 
 Environment scan_environment(const EnvLayout& layout, const ScanOptions& options) {
   Environment env;
+  auto t0 = std::chrono::steady_clock::now();
+  auto phase = [&](const char* name) {
+    const auto t = std::chrono::steady_clock::now();
+    env.timings.emplace_back(name, std::chrono::duration<double, std::milli>(t - t0).count());
+    t0 = t;
+  };
   env.layout = layout;
   env.elf_cache = std::make_shared<ElfCache>();
 
@@ -383,6 +390,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   const auto sites = unique_sites(layout);
   for (const auto* s : sites) roots.push_back(s->real);
   WalkResult walk = walk_tree(roots, options.threads);
+  phase("walk");
   env.diagnostics = std::move(walk.diagnostics);
 
   std::vector<DistInfoLocation> dist_infos;
@@ -410,9 +418,13 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
     env.on_disk.emplace(e.path, index);
   }
 
+  phase("index the walk");
   read_dists(env, dist_infos, options.threads);
+  phase("read dist-info");
   index_ownership(env, symlinks, options.threads);
+  phase("ownership");
   read_objects(env, candidates, symlink_candidates, options.threads);
+  phase("read ELF");
 
   LoaderConfig config;
   config.host = options.host ? *options.host : detect_host();
@@ -426,7 +438,9 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   }
   auto ld_cache = std::make_shared<LdCache>(LdCache::load(options.ld_so_cache.value_or(config.host.ld_so_cache)));
   env.loader = std::make_shared<LoaderModel>(std::move(config), env.elf_cache, std::move(ld_cache));
+  phase("host and ld.so.cache");
   if (options.resolve) resolve_objects(env, options.threads);
+  phase("process model");
   sort_diagnostics(env.diagnostics);
   return env;
 }

@@ -67,6 +67,7 @@ class Environment {
   std::vector<std::vector<Imported>> imported;
   std::vector<std::vector<int>> closures;  // per dist: requirement_closure, computed once
   std::shared_ptr<ElfCache> elf_cache;
+  std::vector<std::pair<std::string, double>> timings;  // scan phases, milliseconds (for --timings)
 
   [[nodiscard]] bool present(std::string_view path) const { return on_disk.count(path) != 0; }
   // The dists whose RECORD lists `path` (absolute, normalised); empty when none.

@@ -1,0 +1,127 @@
+#include "cli/json_writer.hpp"
+
+#include <fmt/format.h>
+
+#include "resolver/text.hpp"
+
+namespace cudafix::cli {
+
+void JsonWriter::before_value() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (!open_.empty()) {
+    if (!open_.back().first) out_.push_back(',');
+    open_.back().first = false;
+  }
+}
+
+JsonWriter& JsonWriter::begin_object() {
+  before_value();
+  out_.push_back('{');
+  open_.push_back({true, true, false});
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_object() {
+  if (open_.back().lossy) out_ += open_.back().first ? "\"lossy\":true" : ",\"lossy\":true";
+  out_.push_back('}');
+  open_.pop_back();
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_array() {
+  before_value();
+  out_.push_back('[');
+  open_.push_back({true, false, false});
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_array() {
+  out_.push_back(']');
+  open_.pop_back();
+  return *this;
+}
+
+JsonWriter& JsonWriter::key(std::string_view k) {
+  before_value();
+  write_string(k);
+  out_.push_back(':');
+  after_key_ = true;
+  return *this;
+}
+
+bool JsonWriter::string(std::string_view s) {
+  before_value();
+  return write_string(s);
+}
+
+bool JsonWriter::write_string(std::string_view s) {
+  bool lossy = false;
+  // Most strings are plain ASCII paths: check once, copy once.
+  bool plain = true;
+  for (unsigned char c : s)
+    if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') {
+      plain = false;
+      break;
+    }
+  out_.push_back('"');
+  if (plain) {
+    out_.append(s);
+  } else {
+    const std::string valid = resolver::to_valid_utf8(s, &lossy);
+    for (unsigned char c : valid) {
+      switch (c) {
+        case '"': out_ += "\\\""; break;
+        case '\\': out_ += "\\\\"; break;
+        case '\n': out_ += "\\n"; break;
+        case '\r': out_ += "\\r"; break;
+        case '\t': out_ += "\\t"; break;
+        default:
+          if (c < 0x20) out_ += fmt::format("\\u{:04x}", c);
+          else out_.push_back(static_cast<char>(c));
+      }
+    }
+  }
+  out_.push_back('"');
+  if (lossy)
+    for (auto it = open_.rbegin(); it != open_.rend(); ++it)
+      if (it->object) {
+        it->lossy = true;
+        break;
+      }
+  return lossy;
+}
+
+JsonWriter& JsonWriter::value(std::int64_t v) {
+  before_value();
+  fmt::format_to(std::back_inserter(out_), "{}", v);
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(std::uint64_t v) {
+  before_value();
+  fmt::format_to(std::back_inserter(out_), "{}", v);
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(bool v) {
+  before_value();
+  out_ += v ? "true" : "false";
+  return *this;
+}
+
+JsonWriter& JsonWriter::null() {
+  before_value();
+  out_ += "null";
+  return *this;
+}
+
+JsonWriter& JsonWriter::raw(std::string_view json) {
+  before_value();
+  out_.append(json);
+  return *this;
+}
+
+}  // namespace cudafix::cli
