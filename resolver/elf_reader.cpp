@@ -157,7 +157,10 @@ ElfRead read_elf_file(const std::string& path) {
     return {};
   }
   const off_t size = ::lseek(fd, 0, SEEK_END);
-  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  // ELF_C_READ reads on demand with pread: the header, the program headers, the dynamic
+  // segment and its strings. Mapping each file instead serialises many threads on the
+  // process's mmap lock for nothing.
+  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
   if (!elf) {
     ::close(fd);
     return invalid(path, 0, fmt::format("libelf: {}", elf_errmsg(-1)));

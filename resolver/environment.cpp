@@ -54,15 +54,15 @@ std::string Environment::display(const std::string& path) const {
 
 const std::vector<int>& Environment::owners_of(const std::string& path) const {
   static const std::vector<int> none;
-  if (auto it = on_disk.find(path); it != on_disk.end()) return disk_owners[it->second];
+  if (auto index = on_disk.find(path)) return disk_owners[*index];
   if (auto it = gone_owners.find(path); it != gone_owners.end()) return it->second;
   return none;
 }
 
 std::vector<std::pair<std::string, std::vector<int>>> Environment::shared_paths() const {
   std::vector<std::pair<std::string, std::vector<int>>> out;
-  for (const auto& [path, index] : on_disk)
-    if (disk_owners[index].size() > 1) out.emplace_back(std::string(path), disk_owners[index]);
+  for (std::size_t index = 0; index < disk_owners.size(); ++index)
+    if (disk_owners[index].size() > 1) out.emplace_back(std::string(on_disk.keys()[index]), disk_owners[index]);
   for (const auto& [path, owners] : gone_owners)
     if (owners.size() > 1) out.emplace_back(path, owners);
   for (auto& [path, owners] : out) std::sort(owners.begin(), owners.end());
@@ -76,28 +76,22 @@ const SharedObject* Environment::object(const std::string& path) const {
 }
 
 std::optional<int> Environment::dist_index(std::string_view normalized_name) const {
-  for (std::size_t i = 0; i < dists.size(); ++i)
-    if (dists[i].normalized == normalized_name) return static_cast<int>(i);
-  return std::nullopt;
+  auto it = dist_by_name.find(std::string(normalized_name));
+  if (it == dist_by_name.end()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<const SharedObject*> Environment::providers(const std::string& soname) const {
   std::vector<const SharedObject*> out;
-  for (const auto& o : objects) {
-    const bool by_soname = o.elf.status == ElfReadStatus::ok && o.elf.info.soname == soname;
-    bool by_name = base_name(o.path) == soname;
-    for (const auto& a : o.aliases) by_name |= base_name(a) == soname;
-    if (by_soname || by_name) out.push_back(&o);
-  }
+  if (auto it = objects_by_name.find(soname); it != objects_by_name.end())
+    for (auto i : it->second) out.push_back(&objects[i]);
   return out;
 }
 
 std::vector<const SharedObject*> Environment::consumers(const std::string& soname) const {
   std::vector<const SharedObject*> out;
-  for (const auto& o : objects)
-    if (o.elf.status == ElfReadStatus::ok &&
-        std::find(o.elf.info.needed.begin(), o.elf.info.needed.end(), soname) != o.elf.info.needed.end())
-      out.push_back(&o);
+  if (auto it = objects_needing.find(soname); it != objects_needing.end())
+    for (auto i : it->second) out.push_back(&objects[i]);
   return out;
 }
 
@@ -150,7 +144,7 @@ Process Environment::process_for(int dist) const {
   for (int d : closure) {
     if (static_cast<std::size_t>(d) < imported.size()) {
       // Already simulated: put its objects in place as that import left them.
-      for (const auto& o : imported[static_cast<std::size_t>(d)]) loader->preload(p, o.path, o.names);
+      for (const auto& o : imported[static_cast<std::size_t>(d)]) loader->preload(p, o);
       continue;
     }
     for (const auto& o : objects)
@@ -174,6 +168,7 @@ void read_dists(Environment& env, const std::vector<DistInfoLocation>& locations
            std::tie(reads[b].dist.normalized, reads[b].dist.dir_name);
   });
   for (auto i : order) {
+    env.dist_by_name.emplace(reads[i].dist.normalized, static_cast<int>(env.dists.size()));
     env.dists.push_back(std::move(reads[i].dist));
     for (auto& d : reads[i].diagnostics) env.diagnostics.push_back(std::move(d));
   }
@@ -205,8 +200,8 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
         where[di].push_back(k_ignored);
         continue;
       }
-      if (auto it = env.on_disk.find(abs); it != env.on_disk.end()) {
-        where[di].push_back(it->second);
+      if (auto index = env.on_disk.find(abs)) {
+        where[di].push_back(*index);
         continue;
       }
       where[di].push_back(k_not_on_disk);
@@ -268,6 +263,21 @@ void read_objects(Environment& env, const std::vector<std::string>& candidates,
       env.objects[it->second].aliases.push_back(link);
   }
   for (auto& o : env.objects) std::sort(o.aliases.begin(), o.aliases.end());
+  // Indexes for providers() and consumers(), each object once per name, in path order.
+  for (std::size_t i = 0; i < env.objects.size(); ++i) {
+    const auto& o = env.objects[i];
+    std::vector<std::string> names{std::string(base_name(o.path))};
+    for (const auto& a : o.aliases) names.emplace_back(base_name(a));
+    if (o.elf.status == ElfReadStatus::ok && o.elf.info.soname) names.push_back(*o.elf.info.soname);
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    for (auto& n : names) env.objects_by_name[n].push_back(i);
+    if (o.elf.status != ElfReadStatus::ok) continue;
+    std::vector<std::string> needed = o.elf.info.needed;
+    std::sort(needed.begin(), needed.end());
+    needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+    for (auto& n : needed) env.objects_needing[n].push_back(i);
+  }
 }
 
 // What one simulated import (or dlopen) taught about the objects it mapped first.
@@ -313,7 +323,7 @@ void resolve_objects(Environment& env, unsigned threads) {
   std::map<int, std::vector<int>> by_depth;
   for (std::size_t d = 0; d < env.dists.size(); ++d) by_depth[depth[d]].push_back(static_cast<int>(d));
 
-  std::vector<std::vector<Environment::Imported>> imported(env.dists.size());
+  std::vector<std::vector<LoadedObject>> imported(env.dists.size());
   std::vector<std::vector<Learned>> learned(env.dists.size());
   for (const auto& [level, dists] : by_depth) {
     parallel_for(dists.size(), threads, [&](std::size_t k) {
@@ -327,7 +337,8 @@ void resolve_objects(Environment& env, unsigned threads) {
                                                 env.display(env.objects[i].path));
         for (std::size_t j = p.load_start; j < p.objects.size(); ++j) {
           const auto& lo = p.objects[j];
-          imported[static_cast<std::size_t>(d)].push_back({lo.path, lo.names});
+          LoadedObject kept{lo.path, lo.real, lo.names, lo.elf, -1, {}, {}, true};
+          imported[static_cast<std::size_t>(d)].push_back(std::move(kept));
           if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
             learned[static_cast<std::size_t>(d)].push_back({it->second, lo.needed, context});
         }
@@ -335,7 +346,7 @@ void resolve_objects(Environment& env, unsigned threads) {
     });
     // The next depth's processes read what this one imported.
     env.imported.resize(env.dists.size());
-    for (int d : dists) env.imported[static_cast<std::size_t>(d)] = imported[static_cast<std::size_t>(d)];
+    for (int d : dists) env.imported[static_cast<std::size_t>(d)] = std::move(imported[static_cast<std::size_t>(d)]);
   }
 
   std::vector<bool> assigned(env.objects.size(), false);
@@ -414,8 +425,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
       if (e.type == EntryType::file) candidates.emplace_back(e.path);
       else if (e.type == EntryType::symlink) symlink_candidates.emplace_back(e.path);
     }
-    const auto index = static_cast<std::uint32_t>(env.on_disk.size());
-    env.on_disk.emplace(e.path, index);
+    env.on_disk.insert(e.path);
   }
 
   phase("index the walk");

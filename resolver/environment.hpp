@@ -18,6 +18,7 @@
 
 #include "resolver/dist_info.hpp"
 #include "resolver/loader.hpp"
+#include "resolver/path_index.hpp"
 #include "resolver/venv.hpp"
 
 namespace cudafix::resolver {
@@ -48,28 +49,27 @@ class Environment {
   std::vector<std::vector<std::string>> missing;  // per dist: RECORD paths not on disk (absolute)
   // Files and symlinks on disk below the sites (from the walk), each with the dists listing it;
   // listed paths that are not on disk keep their owners apart.
-  std::unordered_map<std::string_view, std::uint32_t> on_disk;  // absolute path -> index into disk_owners
+  PathIndex on_disk;                                 // absolute path -> index into disk_owners
   std::vector<std::unique_ptr<char[]>> path_arena;  // the bytes on_disk's keys point into
   std::vector<std::vector<int>> disk_owners;
   std::unordered_map<std::string, std::vector<int>> gone_owners;
   std::vector<SharedObject> objects;           // sorted by path
   std::unordered_map<std::string, std::size_t> object_by_path;
+  std::unordered_map<std::string, std::vector<std::size_t>> objects_by_name;   // SONAME, file and alias names
+  std::unordered_map<std::string, std::vector<std::size_t>> objects_needing;  // DT_NEEDED -> consumers
+  std::unordered_map<std::string, int> dist_by_name;                          // normalised name -> first dist
   std::vector<Diagnostic> diagnostics;         // sorted by file, then line
   std::optional<std::string> main_executable;  // the interpreter the model runs
   std::shared_ptr<LoaderModel> loader;
   // The process model's memory: the interpreter with its NEEDED tree and LD_PRELOAD loaded, and
-  // per dist, the objects importing it maps (path, names asked for), in order.
-  struct Imported {
-    std::string path;
-    std::vector<std::string> names;
-  };
+  // per dist, the objects importing it mapped, in order (their resolutions left out).
   std::optional<Process> base_process;
-  std::vector<std::vector<Imported>> imported;
+  std::vector<std::vector<LoadedObject>> imported;
   std::vector<std::vector<int>> closures;  // per dist: requirement_closure, computed once
   std::shared_ptr<ElfCache> elf_cache;
   std::vector<std::pair<std::string, double>> timings;  // scan phases, milliseconds (for --timings)
 
-  [[nodiscard]] bool present(std::string_view path) const { return on_disk.count(path) != 0; }
+  [[nodiscard]] bool present(std::string_view path) const { return on_disk.contains(path); }
   // The dists whose RECORD lists `path` (absolute, normalised); empty when none.
   [[nodiscard]] const std::vector<int>& owners_of(const std::string& path) const;
   // Paths more than one dist lists, sorted, with their owners.

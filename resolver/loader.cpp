@@ -9,6 +9,8 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <shared_mutex>
+
 #include "resolver/text.hpp"
 
 namespace cudafix::resolver {
@@ -29,17 +31,17 @@ std::string_view to_string(ReasonKind kind) {
 
 const ElfRead& ElfCache::get(const std::string& path) {
   {
-    std::lock_guard lock(mutex_);
+    std::shared_lock lock(mutex_);
     if (auto it = by_path_.find(path); it != by_path_.end()) return *it->second;
   }
   auto read = std::make_unique<ElfRead>(read_elf_file(path));
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   auto [it, inserted] = by_path_.emplace(path, std::move(read));
   return *it->second;
 }
 
 void ElfCache::put(const std::string& path, ElfRead read) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   by_path_[path] = std::make_unique<ElfRead>(std::move(read));
 }
 
@@ -52,29 +54,33 @@ LoaderModel::LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cach
                          std::shared_ptr<const LdCache> ld_cache)
     : config_(std::move(config)), elf_cache_(std::move(elf_cache)), ld_cache_(std::move(ld_cache)) {}
 
+// The caches below are read by every worker of the process model and written rarely: lookups
+// take a shared lock, and a miss is computed outside any lock and then inserted.
 const std::string* LoaderModel::real_dir(const std::string& dir) const {
-  std::lock_guard lock(dirs_mutex_);
-  auto it = real_dirs_.find(dir);
-  if (it == real_dirs_.end()) {
-    char buf[PATH_MAX];
-    std::optional<std::string> real;
-    if (::realpath(dir.c_str(), buf)) real = buf;
-    it = real_dirs_.emplace(dir, std::move(real)).first;
+  {
+    std::shared_lock lock(dirs_mutex_);
+    if (auto it = real_dirs_.find(dir); it != real_dirs_.end()) return it->second ? &*it->second : nullptr;
   }
+  char buf[PATH_MAX];
+  std::optional<std::string> real;
+  if (::realpath(dir.c_str(), buf)) real = buf;
+  std::unique_lock lock(dirs_mutex_);
+  auto it = real_dirs_.emplace(dir, std::move(real)).first;
   return it->second ? &*it->second : nullptr;
 }
 
 bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {
-  std::lock_guard lock(dirs_mutex_);
-  auto it = dir_entries_.find(real);
-  if (it == dir_entries_.end()) {
-    std::unordered_set<std::string> names;
-    if (DIR* d = ::opendir(real.c_str())) {
-      while (const dirent* e = ::readdir(d)) names.emplace(e->d_name);
-      ::closedir(d);
-    }
-    it = dir_entries_.emplace(real, std::move(names)).first;
+  {
+    std::shared_lock lock(dirs_mutex_);
+    if (auto it = dir_entries_.find(real); it != dir_entries_.end()) return it->second.count(name) != 0;
   }
+  std::unordered_set<std::string> names;
+  if (DIR* d = ::opendir(real.c_str())) {
+    while (const dirent* e = ::readdir(d)) names.emplace(e->d_name);
+    ::closedir(d);
+  }
+  std::unique_lock lock(dirs_mutex_);
+  auto it = dir_entries_.emplace(real, std::move(names)).first;
   return it->second.count(name) != 0;
 }
 
@@ -114,18 +120,21 @@ std::string LoaderModel::expand_tokens(const std::string& entry, const std::stri
 }
 
 const std::string& LoaderModel::real_file(const std::string& path) const {
-  std::lock_guard lock(dirs_mutex_);
-  auto it = real_files_.find(path);
-  if (it != real_files_.end()) return it->second;
+  std::string dir = parent_dir(path);
+  {
+    std::shared_lock lock(dirs_mutex_);
+    if (auto it = real_files_.find(path); it != real_files_.end()) return it->second;
+    auto d = real_dirs_.find(dir);
+    if (d == real_dirs_.end() || d->second != dir) dir.clear();  // not known to be real
+  }
   // Most candidates sit in a folder already made real: only a symlinked last part needs realpath.
-  const std::string dir = parent_dir(path);
-  auto d = real_dirs_.find(dir);
   struct stat st {};
   std::string real;
-  if (d != real_dirs_.end() && d->second == dir && ::lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode))
+  if (!dir.empty() && ::lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode))
     real = path;
   else
     real = real_path_of(path);
+  std::unique_lock lock(dirs_mutex_);
   return real_files_.emplace(path, std::move(real)).first->second;
 }
 
@@ -289,10 +298,24 @@ int LoaderModel::add_object(Process& p, const std::string& path, const std::stri
   return index;
 }
 
-int LoaderModel::preload(Process& p, const std::string& path, const std::vector<std::string>& names) const {
-  int index = -1;
-  for (const auto& name : names) index = add_object(p, path, name, p.main);
-  if (index >= 0) p.objects[static_cast<std::size_t>(index)].mapped_deps = true;
+int LoaderModel::preload(Process& p, const LoadedObject& earlier) const {
+  if (const int existing = p.find_real(earlier.real); existing >= 0) {
+    for (const auto& name : earlier.names) p.by_name.emplace(name, existing);
+    return existing;
+  }
+  const int index = static_cast<int>(p.objects.size());
+  LoadedObject o;
+  o.path = earlier.path;
+  o.real = earlier.real;
+  o.names = earlier.names;
+  o.elf = earlier.elf;
+  o.loader = p.main;
+  o.mapped_deps = true;
+  p.by_real.emplace(o.real, index);
+  for (const auto& name : o.names) p.by_name.emplace(name, index);
+  p.by_name.emplace(o.path, index);
+  if (o.elf && o.elf->soname) p.by_name.emplace(*o.elf->soname, index);
+  p.objects.push_back(std::move(o));
   return index;
 }
 

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -59,7 +60,7 @@ class ElfCache {
   void put(const std::string& path, ElfRead read);
 
  private:
-  std::mutex mutex_;
+  std::shared_mutex mutex_;
   std::unordered_map<std::string, std::unique_ptr<ElfRead>> by_path_;
 };
 
@@ -102,9 +103,9 @@ class LoaderModel {
   // dlopen(path) into the process (or, in an empty process, `ld.so path`): maps the object and
   // its NEEDED tree breadth-first. Returns the root's index, or -1 when `path` is no ELF object.
   int load(Process& process, const std::string& path) const;
-  // Puts an object into the process as an earlier load left it, under the names it was asked
-  // for, without resolving its NEEDED again (they were resolved when it was first loaded).
-  int preload(Process& process, const std::string& path, const std::vector<std::string>& names) const;
+  // Puts an object into the process as an earlier load (in another process) left it, under the
+  // names it was asked for, without resolving its NEEDED again. Its resolutions are not copied.
+  int preload(Process& process, const LoadedObject& earlier) const;
   // How `requester` would resolve `name` now, without loading; files whose realpath is in
   // `gone` are treated as deleted (the fallback question).
   [[nodiscard]] Resolution resolve(const Process& process, int requester, const std::string& name,
@@ -130,7 +131,7 @@ class LoaderModel {
   LoaderConfig config_;
   std::shared_ptr<ElfCache> elf_cache_;
   std::shared_ptr<const LdCache> ld_cache_;
-  mutable std::mutex dirs_mutex_;
+  mutable std::shared_mutex dirs_mutex_;
   mutable std::unordered_map<std::string, std::optional<std::string>> real_dirs_;
   mutable std::unordered_map<std::string, std::unordered_set<std::string>> dir_entries_;
   mutable std::unordered_map<std::string, std::string> real_files_;

@@ -1,0 +1,47 @@
+#include "resolver/path_index.hpp"
+
+namespace cudafix::resolver {
+
+void PathIndex::reserve(std::size_t n) {
+  keys_.reserve(n);
+  std::size_t cap = 16;
+  while (cap < n * 2) cap <<= 1;
+  if (cap > slots_.size()) {
+    std::vector<std::string_view> keys = std::move(keys_);
+    slots_.assign(cap, Slot{});
+    keys_.clear();
+    keys_.reserve(n);
+    for (auto k : keys) insert(k);
+  }
+}
+
+void PathIndex::grow() { reserve(std::max<std::size_t>(keys_.size() * 2, 16)); }
+
+std::uint32_t PathIndex::insert(std::string_view path) {
+  if ((keys_.size() + 1) * 2 > slots_.size()) grow();
+  const std::uint64_t h = std::hash<std::string_view>{}(path);
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (s.index == UINT32_MAX) {
+      s.hash = h;
+      s.index = static_cast<std::uint32_t>(keys_.size());
+      keys_.push_back(path);
+      return s.index;
+    }
+    if (s.hash == h && keys_[s.index] == path) return s.index;
+  }
+}
+
+std::optional<std::uint32_t> PathIndex::find(std::string_view path) const {
+  if (slots_.empty()) return std::nullopt;
+  const std::uint64_t h = std::hash<std::string_view>{}(path);
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.index == UINT32_MAX) return std::nullopt;
+    if (s.hash == h && keys_[s.index] == path) return s.index;
+  }
+}
+
+}  // namespace cudafix::resolver
