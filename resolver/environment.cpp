@@ -325,7 +325,8 @@ void resolve_objects(Environment& env, unsigned threads) {
 
   std::vector<std::vector<LoadedObject>> imported(env.dists.size());
   std::vector<std::vector<Learned>> learned(env.dists.size());
-  for (const auto& [level, dists] : by_depth) {
+  for (const auto& level : by_depth) {
+    const std::vector<int>& dists = level.second;  // a named reference: lambdas cannot capture bindings
     parallel_for(dists.size(), threads, [&](std::size_t k) {
       const int d = dists[k];
       auto eps = entry_points.find(d);
