@@ -49,7 +49,7 @@ def bench_venv(args, venv, python, label, env):
     doc = scan_json(args.cudafix, venv, env)
     site = doc["layout"]["sites"][0]["path"]
     objects = [os.path.join(site, o["path"]) if isinstance(o["path"], str) else o["path"]["path"] for o in doc["objects"]]
-    row = {"env": label, "dists": doc["summary"]["dists"], "files": doc["summary"]["files_on_disk"],
+    row = {"env": label, "dists": doc["summary"]["dists"], "files": doc["summary"]["files_walked"],
            "objects": len(objects)}
     row["cudafix"] = timed([args.cudafix, "scan", "--json", "--venv", venv], args.runs, env)
     row["pip list"] = timed([python, "-m", "pip", "list", "--path", site, "--disable-pip-version-check"], args.runs, env)

@@ -256,7 +256,7 @@ std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge) 
   w.key("summary").begin_object();
   w.key("dists").value(static_cast<std::uint64_t>(env.dists.size()));
   w.key("record_rows").value(static_cast<std::uint64_t>(rows));
-  w.key("files_on_disk").value(static_cast<std::uint64_t>(env.on_disk.size()));
+  w.key("files_walked").value(static_cast<std::uint64_t>(env.on_disk.size()));
   w.key("objects").value(static_cast<std::uint64_t>(env.objects.size()));
   w.key("unresolved_needed").value(static_cast<std::uint64_t>(unresolved));
   w.key("unexplained_needed").value(static_cast<std::uint64_t>(unexplained));

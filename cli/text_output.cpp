@@ -83,7 +83,7 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
   out += fmt::format("{} {}\n", st.bold("Environment"), r::to_valid_utf8(env.layout.root));
   out += fmt::format("  Python {}, found by {}\n", env.layout.python_version.value_or("?"), env.layout.found_by);
   for (const auto& s : env.layout.sites) out += fmt::format("  {}: {}\n", r::to_string(s.root), r::to_valid_utf8(s.path));
-  out += fmt::format("  {} dists, {} RECORD rows, {} files on disk, {} ELF shared objects\n", env.dists.size(), rows,
+  out += fmt::format("  {} dists, {} RECORD rows, {} files walked (__pycache__ not entered), {} ELF shared objects\n", env.dists.size(), rows,
                      env.on_disk.size(), env.objects.size());
   const auto& c = env.loader->config();
   out += fmt::format("  loader model: glibc {}, main executable {}, LD_LIBRARY_PATH {}\n", c.host.glibc_version,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sys/stat.h>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -52,10 +53,21 @@ std::string Environment::display(const std::string& path) const {
   return path;
 }
 
+namespace {
+bool in_pycache(std::string_view path) { return path.find("/__pycache__/") != std::string_view::npos; }
+}  // namespace
+
+bool Environment::present(std::string_view path) const {
+  if (on_disk.contains(path)) return true;
+  if (!in_pycache(path)) return false;
+  struct stat st {};
+  return ::lstat(std::string(path).c_str(), &st) == 0;
+}
+
 const std::vector<int>& Environment::owners_of(const std::string& path) const {
   static const std::vector<int> none;
   if (auto index = on_disk.find(path)) return disk_owners[*index];
-  if (auto it = gone_owners.find(path); it != gone_owners.end()) return it->second;
+  if (auto it = unwalked_owners.find(path); it != unwalked_owners.end()) return it->second;
   return none;
 }
 
@@ -63,7 +75,7 @@ std::vector<std::pair<std::string, std::vector<int>>> Environment::shared_paths(
   std::vector<std::pair<std::string, std::vector<int>>> out;
   for (std::size_t index = 0; index < disk_owners.size(); ++index)
     if (disk_owners[index].size() > 1) out.emplace_back(std::string(on_disk.keys()[index]), disk_owners[index]);
-  for (const auto& [path, owners] : gone_owners)
+  for (const auto& [path, owners] : unwalked_owners)
     if (owners.size() > 1) out.emplace_back(path, owners);
   for (auto& [path, owners] : out) std::sort(owners.begin(), owners.end());
   std::sort(out.begin(), out.end());
@@ -177,66 +189,82 @@ void read_dists(Environment& env, const std::vector<DistInfoLocation>& locations
 void index_ownership(Environment& env, const std::unordered_set<std::string>& symlinks, unsigned threads) {
   env.missing.resize(env.dists.size());
   env.disk_owners.resize(env.on_disk.size());
-  // Per dist, in parallel: each row's place in the walk (read-only lookups), or its path when
-  // it is not on disk. Then owners are recorded in one pass.
-  constexpr std::uint32_t k_not_on_disk = UINT32_MAX;
+  // In parallel over chunks of rows (torch alone lists 15,000 files): each row's place in the
+  // walk (read-only lookups), or its path when the walk did not see it. Then owners are
+  // recorded in one pass, in dist order.
+  constexpr std::uint32_t k_unwalked = UINT32_MAX;
   constexpr std::uint32_t k_ignored = UINT32_MAX - 1;
+  constexpr std::size_t k_chunk = 4096;
+  struct Chunk {
+    std::size_t dist, begin, end;
+    std::vector<std::pair<std::size_t, std::string>> unwalked;  // (row, absolute path)
+    std::vector<std::string> missing;
+    std::vector<Diagnostic> diagnostics;
+  };
+  std::vector<Chunk> chunks;
   std::vector<std::vector<std::uint32_t>> where(env.dists.size());
-  std::vector<std::vector<Diagnostic>> diags(env.dists.size());
-  parallel_for(env.dists.size(), threads, [&](std::size_t di) {
-    const DistInfo& d = env.dists[di];
+  for (std::size_t di = 0; di < env.dists.size(); ++di) {
+    where[di].resize(env.dists[di].record.size());
+    for (std::size_t b = 0; b < env.dists[di].record.size(); b += k_chunk)
+      chunks.push_back({di, b, std::min(b + k_chunk, env.dists[di].record.size()), {}, {}, {}});
+  }
+  parallel_for(chunks.size(), threads, [&](std::size_t c) {
+    Chunk& chunk = chunks[c];
+    const DistInfo& d = env.dists[chunk.dist];
     const SiteDir* site = nullptr;
     for (const auto& s : env.layout.sites)
       if (s.real == d.site_dir) site = &s;
     const std::string bound = site ? site->bound : env.layout.root_real;
     const std::string record_file = d.site_dir + "/" + d.dir_name + "/RECORD";
-    where[di].reserve(d.record.size());
     std::string abs;
-    for (const auto& row : d.record) {
+    for (std::size_t k = chunk.begin; k < chunk.end; ++k) {
+      const auto& row = d.record[k];
+      auto& w = where[chunk.dist][k];
       join_normal(d.site_dir, row.path, abs);
       if (!is_within(abs, bound)) {
-        diags[di].push_back({record_file, row.line, std::nullopt,
-                             fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
-        where[di].push_back(k_ignored);
+        chunk.diagnostics.push_back({record_file, row.line, std::nullopt,
+                                     fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
+        w = k_ignored;
         continue;
       }
       if (auto index = env.on_disk.find(abs)) {
-        where[di].push_back(*index);
+        w = *index;
         continue;
       }
-      where[di].push_back(k_not_on_disk);
+      w = k_unwalked;
+      chunk.unwalked.emplace_back(k, abs);
+      if (in_pycache(abs)) continue;  // not walked, and never a finding
       const bool inside_sites = std::any_of(env.layout.sites.begin(), env.layout.sites.end(),
                                             [&](const SiteDir& s) { return is_within(abs, s.real); });
       if (inside_sites) {
         if (auto link = symlinked_ancestor(abs, d.site_dir, symlinks)) {
-          diags[di].push_back({record_file, row.line, std::nullopt,
-                               fmt::format("path '{}' goes through the symlinked folder {}", to_valid_utf8(row.path), *link)});
+          chunk.diagnostics.push_back({record_file, row.line, std::nullopt,
+                                       fmt::format("path '{}' goes through the symlinked folder {}", to_valid_utf8(row.path), *link)});
         }
-        env.missing[di].push_back(abs);
+        chunk.missing.push_back(abs);
         continue;
       }
       // Outside the walked folders (bin/ scripts): few rows, one lstat each.
       std::error_code ec;
-      if (!std::filesystem::exists(std::filesystem::symlink_status(abs, ec))) env.missing[di].push_back(abs);
+      if (!std::filesystem::exists(std::filesystem::symlink_status(abs, ec))) chunk.missing.push_back(abs);
     }
   });
-  for (std::size_t di = 0; di < env.dists.size(); ++di) {
-    const int dist = static_cast<int>(di);
-    for (std::size_t k = 0; k < where[di].size(); ++k) {
-      const auto w = where[di][k];
-      if (w == k_ignored) continue;
-      std::vector<int>* owners = nullptr;
-      if (w != k_not_on_disk) {
-        owners = &env.disk_owners[w];
-      } else {
-        const std::string abs = join_normal(env.dists[di].site_dir, env.dists[di].record[k].path);
-        owners = &env.gone_owners[abs];
-      }
-      if (std::find(owners->begin(), owners->end(), dist) == owners->end()) owners->push_back(dist);
+  auto own = [](std::vector<int>& owners, int dist) {
+    if (std::find(owners.begin(), owners.end(), dist) == owners.end()) owners.push_back(dist);
+  };
+  for (auto& chunk : chunks) {
+    const int dist = static_cast<int>(chunk.dist);
+    for (std::size_t k = chunk.begin; k < chunk.end; ++k) {
+      const auto w = where[chunk.dist][k];
+      if (w != k_ignored && w != k_unwalked) own(env.disk_owners[w], dist);
     }
-    std::sort(env.missing[di].begin(), env.missing[di].end());
-    env.missing[di].erase(std::unique(env.missing[di].begin(), env.missing[di].end()), env.missing[di].end());
-    for (auto& d : diags[di]) env.diagnostics.push_back(std::move(d));
+    for (auto& [k, abs] : chunk.unwalked) own(env.unwalked_owners[std::move(abs)], dist);
+    for (auto& m : chunk.missing) env.missing[chunk.dist].push_back(std::move(m));
+    for (auto& d : chunk.diagnostics) env.diagnostics.push_back(std::move(d));
+  }
+  for (auto& m : env.missing) {
+    std::sort(m.begin(), m.end());
+    m.erase(std::unique(m.begin(), m.end()), m.end());
   }
 }
 
@@ -401,7 +429,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   std::vector<std::string> roots;
   const auto sites = unique_sites(layout);
   for (const auto* s : sites) roots.push_back(s->real);
-  WalkResult walk = walk_tree(roots, options.threads);
+  WalkResult walk = walk_tree(roots, options.threads, {"__pycache__"});
   phase("walk");
   env.diagnostics = std::move(walk.diagnostics);
 
@@ -426,7 +454,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
       if (e.type == EntryType::file) candidates.emplace_back(e.path);
       else if (e.type == EntryType::symlink) symlink_candidates.emplace_back(e.path);
     }
-    env.on_disk.insert(e.path);
+    env.on_disk.insert(e.path, e.hash);
   }
 
   phase("index the walk");

@@ -48,11 +48,13 @@ class Environment {
   std::vector<DistInfo> dists;                 // sorted by normalised name, then folder name
   std::vector<std::vector<std::string>> missing;  // per dist: RECORD paths not on disk (absolute)
   // Files and symlinks on disk below the sites (from the walk), each with the dists listing it;
-  // listed paths that are not on disk keep their owners apart.
+  // listed paths the walk did not see keep their owners apart: missing files, and compiled
+  // bytecode in __pycache__ folders, which the walk does not enter (a .pyc is never a finding,
+  // and skipping those folders spares a fifth of the walk).
   PathIndex on_disk;                                 // absolute path -> index into disk_owners
   std::vector<std::unique_ptr<char[]>> path_arena;  // the bytes on_disk's keys point into
   std::vector<std::vector<int>> disk_owners;
-  std::unordered_map<std::string, std::vector<int>> gone_owners;
+  std::unordered_map<std::string, std::vector<int>> unwalked_owners;
   std::vector<SharedObject> objects;           // sorted by path
   std::unordered_map<std::string, std::size_t> object_by_path;
   std::unordered_map<std::string, std::vector<std::size_t>> objects_by_name;   // SONAME, file and alias names
@@ -69,7 +71,8 @@ class Environment {
   std::shared_ptr<ElfCache> elf_cache;
   std::vector<std::pair<std::string, double>> timings;  // scan phases, milliseconds (for --timings)
 
-  [[nodiscard]] bool present(std::string_view path) const { return on_disk.contains(path); }
+  // On disk: from the walk, or for __pycache__ contents, from the file system.
+  [[nodiscard]] bool present(std::string_view path) const;
   // The dists whose RECORD lists `path` (absolute, normalised); empty when none.
   [[nodiscard]] const std::vector<int>& owners_of(const std::string& path) const;
   // Paths more than one dist lists, sorted, with their owners.

@@ -82,7 +82,8 @@ class PathArena {
 // lookup from /), and hand folders to the shared queue only while other workers are idle.
 class TreeWalker {
  public:
-  TreeWalker(const std::vector<std::string>& roots, unsigned workers) : workers_(workers) {
+  TreeWalker(const std::vector<std::string>& roots, unsigned workers, const std::vector<std::string>& prune)
+      : workers_(workers), prune_(prune) {
     for (const auto& r : roots) queue_.push_back(r);
   }
 
@@ -144,8 +145,8 @@ class TreeWalker {
         if (n[0] == '.' && (n[1] == 0 || (n[1] == '.' && n[2] == 0))) continue;
         const std::string_view path = arena.store(dir, n);
         const EntryType t = type_of(e->d_type, n, fd);
-        out.push_back({path, t});
-        if (t == EntryType::directory) subdirs.emplace_back(path, std::strlen(n));
+        out.push_back({path, t, std::hash<std::string_view>{}(path)});
+        if (t == EntryType::directory && !pruned(n)) subdirs.emplace_back(path, std::strlen(n));
       }
     }
     for (const auto& [path, name_len] : subdirs) {
@@ -164,7 +165,14 @@ class TreeWalker {
     ::close(fd);
   }
 
+  bool pruned(const char* name) const {
+    for (const auto& p : prune_)
+      if (p == name) return true;
+    return false;
+  }
+
   const unsigned workers_;
+  const std::vector<std::string>& prune_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;
@@ -173,9 +181,9 @@ class TreeWalker {
 
 }  // namespace
 
-WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads) {
+WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, const std::vector<std::string>& prune) {
   const unsigned n = thread_count(threads);
-  TreeWalker walker(roots, n);
+  TreeWalker walker(roots, n, prune);
   std::vector<PathArena> arenas(n);
   std::vector<std::vector<WalkEntry>> outs(n);
   std::vector<std::vector<Diagnostic>> diags(n);

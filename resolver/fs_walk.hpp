@@ -17,6 +17,7 @@ enum class EntryType : std::uint8_t { file, symlink, directory, other };
 struct WalkEntry {
   std::string_view path;  // absolute; points into WalkResult::arena
   EntryType type;
+  std::uint64_t hash;     // std::hash of path, computed while it is hot in the walker's cache
 };
 
 struct WalkResult {
@@ -26,8 +27,10 @@ struct WalkResult {
 };
 
 // Walks every root; symlinks are listed, never followed, so a symlinked folder cannot take the
-// walk outside the environment or round a loop. `threads` 0 means one per core.
-[[nodiscard]] WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads = 0);
+// walk outside the environment or round a loop. Folders named in `prune` are listed but not
+// entered. `threads` 0 means one per core.
+[[nodiscard]] WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads = 0,
+                                   const std::vector<std::string>& prune = {});
 
 // Runs fn(i) for i in [0, n) on up to `threads` threads (0: one per core).
 void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn);

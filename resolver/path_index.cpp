@@ -17,9 +17,8 @@ void PathIndex::reserve(std::size_t n) {
 
 void PathIndex::grow() { reserve(std::max<std::size_t>(keys_.size() * 2, 16)); }
 
-std::uint32_t PathIndex::insert(std::string_view path) {
+std::uint32_t PathIndex::insert(std::string_view path, std::uint64_t h) {
   if ((keys_.size() + 1) * 2 > slots_.size()) grow();
-  const std::uint64_t h = std::hash<std::string_view>{}(path);
   const std::size_t mask = slots_.size() - 1;
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
     Slot& s = slots_[i];

@@ -14,7 +14,9 @@ class PathIndex {
  public:
   void reserve(std::size_t n);
   // The index of `path`: its insertion order. Inserting a path twice returns the first index.
-  std::uint32_t insert(std::string_view path);
+  std::uint32_t insert(std::string_view path) { return insert(path, std::hash<std::string_view>{}(path)); }
+  // The same with the path's std::hash computed by the caller.
+  std::uint32_t insert(std::string_view path, std::uint64_t hash);
   [[nodiscard]] std::optional<std::uint32_t> find(std::string_view path) const;
   [[nodiscard]] bool contains(std::string_view path) const { return find(path).has_value(); }
   [[nodiscard]] std::size_t size() const { return keys_.size(); }

@@ -149,3 +149,34 @@ TEST(Ownership, SharedPathsListEveryOwnerAndWhatIsGone) {
 
 }  // namespace
 }  // namespace cudafix::resolver
+
+namespace cudafix::resolver {
+namespace {
+
+TEST(Ownership, CompiledBytecodeIsNeverMissingButAMissingModuleIs) {
+  test::TempDir t;
+  const std::string v = t.path() + "/v";
+  std::filesystem::create_directories(v + "/lib/python3.12/site-packages");
+  std::ofstream(v + "/pyvenv.cfg") << "version = 3.12.0\n";
+  const std::string site = v + "/lib/python3.12/site-packages";
+  std::filesystem::create_directories(site + "/pkg/__pycache__");
+  std::filesystem::create_directories(site + "/pkg-1.0.dist-info");
+  std::ofstream(site + "/pkg-1.0.dist-info/METADATA") << "Name: pkg\nVersion: 1.0\n";
+  std::ofstream(site + "/pkg-1.0.dist-info/RECORD")
+      << "pkg/__init__.py,,\npkg/gone.py,,\npkg/__pycache__/__init__.cpython-312.pyc,,\npkg/__pycache__/gone.cpython-312.pyc,,\n";
+  std::ofstream(site + "/pkg/__init__.py") << "";
+  std::ofstream(site + "/pkg/__pycache__/__init__.cpython-312.pyc") << "";
+  ScanOptions o;
+  o.resolve = false;
+  const auto env = scan_environment(read_layout(v, "--venv"), o);
+  ASSERT_EQ(env.missing.size(), 1u);
+  ASSERT_EQ(env.missing[0].size(), 1u);
+  EXPECT_EQ(base_name(env.missing[0][0]), "gone.py");
+  // The walk does not enter __pycache__, yet presence and ownership still answer for it.
+  const std::string pyc = real_path_of(site) + "/pkg/__pycache__/__init__.cpython-312.pyc";
+  EXPECT_TRUE(env.present(pyc));
+  EXPECT_EQ(env.owners_of(pyc).size(), 1u);
+}
+
+}  // namespace
+}  // namespace cudafix::resolver
