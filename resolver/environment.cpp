@@ -64,19 +64,40 @@ bool Environment::present(std::string_view path) const {
   return ::lstat(std::string(path).c_str(), &st) == 0;
 }
 
-const std::vector<int>& Environment::owners_of(const std::string& path) const {
-  static const std::vector<int> none;
+std::string Environment::unwalked_path(const UnwalkedRow& u) const {
+  const auto& d = dists[static_cast<std::size_t>(u.dist)];
+  return join_normal(d.site_dir, d.record[u.row].path);
+}
+
+std::vector<int> Environment::owners_of(const std::string& path) const {
   if (auto index = on_disk.find(path)) return disk_owners[*index];
-  if (auto it = unwalked_owners.find(path); it != unwalked_owners.end()) return it->second;
-  return none;
+  std::vector<int> out;
+  const std::uint64_t h = std::hash<std::string_view>{}(path);
+  auto it = std::lower_bound(unwalked.begin(), unwalked.end(), h, [](const UnwalkedRow& u, std::uint64_t x) { return u.hash < x; });
+  for (; it != unwalked.end() && it->hash == h; ++it)
+    if ((out.empty() || out.back() != it->dist) && unwalked_path(*it) == path) out.push_back(it->dist);
+  return out;
 }
 
 std::vector<std::pair<std::string, std::vector<int>>> Environment::shared_paths() const {
   std::vector<std::pair<std::string, std::vector<int>>> out;
   for (std::size_t index = 0; index < disk_owners.size(); ++index)
     if (disk_owners[index].size() > 1) out.emplace_back(std::string(on_disk.keys()[index]), disk_owners[index]);
-  for (const auto& [path, owners] : unwalked_owners)
-    if (owners.size() > 1) out.emplace_back(path, owners);
+  // Unwalked rows of one path sit together (same hash); only runs of several dists matter.
+  for (std::size_t i = 0; i < unwalked.size();) {
+    std::size_t j = i;
+    while (j < unwalked.size() && unwalked[j].hash == unwalked[i].hash) ++j;
+    if (unwalked[j - 1].dist != unwalked[i].dist) {
+      std::map<std::string, std::vector<int>> by_path;
+      for (std::size_t k = i; k < j; ++k) {
+        auto& owners = by_path[unwalked_path(unwalked[k])];
+        if (owners.empty() || owners.back() != unwalked[k].dist) owners.push_back(unwalked[k].dist);
+      }
+      for (auto& [path, owners] : by_path)
+        if (owners.size() > 1) out.emplace_back(path, std::move(owners));
+    }
+    i = j;
+  }
   for (auto& [path, owners] : out) std::sort(owners.begin(), owners.end());
   std::sort(out.begin(), out.end());
   return out;
@@ -197,7 +218,7 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
   constexpr std::size_t k_chunk = 4096;
   struct Chunk {
     std::size_t dist, begin, end;
-    std::vector<std::pair<std::size_t, std::string>> unwalked;  // (row, absolute path)
+    std::vector<Environment::UnwalkedRow> unwalked;
     std::vector<std::string> missing;
     std::vector<Diagnostic> diagnostics;
   };
@@ -232,7 +253,7 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
         continue;
       }
       w = k_unwalked;
-      chunk.unwalked.emplace_back(k, abs);
+      chunk.unwalked.push_back({std::hash<std::string_view>{}(abs), static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
       if (in_pycache(abs)) continue;  // not walked, and never a finding
       const bool inside_sites = std::any_of(env.layout.sites.begin(), env.layout.sites.end(),
                                             [&](const SiteDir& s) { return is_within(abs, s.real); });
@@ -258,10 +279,13 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
       const auto w = where[chunk.dist][k];
       if (w != k_ignored && w != k_unwalked) own(env.disk_owners[w], dist);
     }
-    for (auto& [k, abs] : chunk.unwalked) own(env.unwalked_owners[std::move(abs)], dist);
+    env.unwalked.insert(env.unwalked.end(), chunk.unwalked.begin(), chunk.unwalked.end());
     for (auto& m : chunk.missing) env.missing[chunk.dist].push_back(std::move(m));
     for (auto& d : chunk.diagnostics) env.diagnostics.push_back(std::move(d));
   }
+  std::sort(env.unwalked.begin(), env.unwalked.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.hash, a.dist, a.row) < std::tie(b.hash, b.dist, b.row);
+  });
   for (auto& m : env.missing) {
     std::sort(m.begin(), m.end());
     m.erase(std::unique(m.begin(), m.end()), m.end());
@@ -400,14 +424,15 @@ void resolve_objects(Environment& env, unsigned threads) {
   std::vector<std::vector<Learned>> dlopened(groups.size());
   parallel_for(groups.size(), threads, [&](std::size_t k) {
     const int owner = groups[k].first;
-    const Process base = env.process_for(owner);
+    Process p = env.process_for(owner);
     const std::string context = owner < 0 ? "dlopen alone"
                                           : fmt::format("dlopen after importing what {} requires",
                                                         env.dists[static_cast<std::size_t>(owner)].name);
     for (auto i : groups[k].second) {
-      Process p = base;
+      p.begin_trial();  // each object alone: undo its load before the next
       const int idx = env.loader->load(p, env.objects[i].path);
       if (idx >= 0) dlopened[k].push_back({i, p.objects[static_cast<std::size_t>(idx)].needed, context});
+      p.rollback();
     }
   });
   for (auto& list : dlopened) apply(list);

@@ -54,7 +54,13 @@ class Environment {
   PathIndex on_disk;                                 // absolute path -> index into disk_owners
   std::vector<std::unique_ptr<char[]>> path_arena;  // the bytes on_disk's keys point into
   std::vector<std::vector<int>> disk_owners;
-  std::unordered_map<std::string, std::vector<int>> unwalked_owners;
+  struct UnwalkedRow {
+    std::uint64_t hash;  // std::hash of the absolute path
+    int dist;
+    std::uint32_t row;   // index into that dist's record
+  };
+  std::vector<UnwalkedRow> unwalked;  // sorted by (hash, dist, row)
+  [[nodiscard]] std::string unwalked_path(const UnwalkedRow& u) const;
   std::vector<SharedObject> objects;           // sorted by path
   std::unordered_map<std::string, std::size_t> object_by_path;
   std::unordered_map<std::string, std::vector<std::size_t>> objects_by_name;   // SONAME, file and alias names
@@ -74,7 +80,7 @@ class Environment {
   // On disk: from the walk, or for __pycache__ contents, from the file system.
   [[nodiscard]] bool present(std::string_view path) const;
   // The dists whose RECORD lists `path` (absolute, normalised); empty when none.
-  [[nodiscard]] const std::vector<int>& owners_of(const std::string& path) const;
+  [[nodiscard]] std::vector<int> owners_of(const std::string& path) const;
   // Paths more than one dist lists, sorted, with their owners.
   [[nodiscard]] std::vector<std::pair<std::string, std::vector<int>>> shared_paths() const;
   // The display form of a path: relative to the site dir holding it, else absolute.

@@ -45,6 +45,24 @@ void ElfCache::put(const std::string& path, ElfRead read) {
   by_path_[path] = std::make_unique<ElfRead>(std::move(read));
 }
 
+void Process::add_name(const std::string& name, int index) {
+  if (by_name.emplace(name, index).second && trial_.active) trial_.names_added.push_back(name);
+}
+
+void Process::begin_trial() {
+  trial_ = Trial{true, objects.size(), load_start, {}, {}};
+}
+
+void Process::rollback() {
+  for (const auto& name : trial_.names_added) by_name.erase(name);
+  for (auto it = trial_.names_grown.rbegin(); it != trial_.names_grown.rend(); ++it)
+    objects[static_cast<std::size_t>(it->first)].names.resize(it->second);
+  for (std::size_t i = trial_.objects; i < objects.size(); ++i) by_real.erase(objects[i].real);
+  objects.resize(trial_.objects);
+  load_start = trial_.load_start;
+  trial_ = Trial{};
+}
+
 int Process::find_real(const std::string& real) const {
   auto it = by_real.find(real);
   return it == by_real.end() ? -1 : it->second;
@@ -277,8 +295,12 @@ int LoaderModel::add_object(Process& p, const std::string& path, const std::stri
   const std::string real = real_file(path);
   if (const int existing = p.find_real(real); existing >= 0) {
     auto& names = p.objects[static_cast<std::size_t>(existing)].names;
-    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-    p.by_name.emplace(name, existing);
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      if (p.trial_.active && static_cast<std::size_t>(existing) < p.trial_.objects)
+        p.trial_.names_grown.emplace_back(existing, names.size());
+      names.push_back(name);
+    }
+    p.add_name(name, existing);
     return existing;
   }
   const ElfRead& r = elf_cache_->get(real);
@@ -291,16 +313,16 @@ int LoaderModel::add_object(Process& p, const std::string& path, const std::stri
   o.elf = &r.info;
   o.loader = loader;
   p.by_real.emplace(real, index);
-  p.by_name.emplace(name, index);
-  p.by_name.emplace(path, index);
-  if (r.info.soname) p.by_name.emplace(*r.info.soname, index);
+  p.add_name(name, index);
+  p.add_name(path, index);
+  if (r.info.soname) p.add_name(*r.info.soname, index);
   p.objects.push_back(std::move(o));
   return index;
 }
 
 int LoaderModel::preload(Process& p, const LoadedObject& earlier) const {
   if (const int existing = p.find_real(earlier.real); existing >= 0) {
-    for (const auto& name : earlier.names) p.by_name.emplace(name, existing);
+    for (const auto& name : earlier.names) p.add_name(name, existing);
     return existing;
   }
   const int index = static_cast<int>(p.objects.size());
@@ -312,9 +334,9 @@ int LoaderModel::preload(Process& p, const LoadedObject& earlier) const {
   o.loader = p.main;
   o.mapped_deps = true;
   p.by_real.emplace(o.real, index);
-  for (const auto& name : o.names) p.by_name.emplace(name, index);
-  p.by_name.emplace(o.path, index);
-  if (o.elf && o.elf->soname) p.by_name.emplace(*o.elf->soname, index);
+  for (const auto& name : o.names) p.add_name(name, index);
+  p.add_name(o.path, index);
+  if (o.elf && o.elf->soname) p.add_name(*o.elf->soname, index);
   p.objects.push_back(std::move(o));
   return index;
 }

@@ -92,6 +92,23 @@ struct Process {
 
   [[nodiscard]] int find_real(const std::string& real) const;
   [[nodiscard]] bool fresh(std::size_t index) const { return index >= load_start; }
+
+  // Undo, for trying one load after another from the same starting point without copying the
+  // whole process each time: begin_trial() marks the state, rollback() returns to it.
+  void begin_trial();
+  void rollback();
+  // Adds a name for object `index` (no-op when the name is taken), remembering it for rollback.
+  void add_name(const std::string& name, int index);
+
+ private:
+  struct Trial {
+    bool active = false;
+    std::size_t objects = 0;
+    std::size_t load_start = 0;
+    std::vector<std::string> names_added;
+    std::vector<std::pair<int, std::size_t>> names_grown;  // (object, size of its names before)
+  } trial_;
+  friend class LoaderModel;
 };
 
 class LoaderModel {
