@@ -157,28 +157,28 @@ const std::string& LoaderModel::real_file(const std::string& path) const {
 }
 
 bool LoaderModel::try_file(const std::string& file, ReasonKind source, const std::string& via, const ElfInfo* want,
-                           const std::unordered_set<std::string>& gone, Resolution& out) const {
+                           const std::unordered_set<std::string>& gone, Resolution& out, bool record) const {
   const std::string real = real_file(file);
   if (gone.count(real)) {
-    out.searched.push_back({file, source, via, "deleted (what-if)"});
+    if (record) out.searched.push_back({file, source, via, "deleted (what-if)"});
     return false;
   }
   const ElfRead& r = elf_cache_->get(real);
   if (r.status != ElfReadStatus::ok) {
-    out.searched.push_back({file, source, via, r.status == ElfReadStatus::not_elf ? "not an ELF object" : "invalid ELF"});
+    if (record) out.searched.push_back({file, source, via, r.status == ElfReadStatus::not_elf ? "not an ELF object" : "invalid ELF"});
     return false;
   }
   const std::uint8_t klass = want ? want->elf_class : config_.host.elf_class;
   const std::uint16_t machine = want ? want->machine : config_.host.machine;
   if (r.info.elf_class != klass) {
-    out.searched.push_back({file, source, via, fmt::format("wrong ELF class (ELFCLASS{})", r.info.elf_class == 1 ? 32 : 64)});
+    if (record) out.searched.push_back({file, source, via, fmt::format("wrong ELF class (ELFCLASS{})", r.info.elf_class == 1 ? 32 : 64)});
     return false;
   }
   if (r.info.machine != machine) {
-    out.searched.push_back({file, source, via, fmt::format("wrong machine ({})", machine_name(r.info.machine))});
+    if (record) out.searched.push_back({file, source, via, fmt::format("wrong machine ({})", machine_name(r.info.machine))});
     return false;
   }
-  out.searched.push_back({file, source, via, "found"});
+  if (record) out.searched.push_back({file, source, via, "found"});
   out.path = file;
   out.kind = source;
   out.via = via;
@@ -187,7 +187,8 @@ bool LoaderModel::try_file(const std::string& file, ReasonKind source, const std
 
 std::optional<std::string> LoaderModel::try_dir(const std::string& dir, const std::string& name, ReasonKind source,
                                                 const std::string& via, const ElfInfo* want,
-                                                const std::unordered_set<std::string>& gone, Resolution& out) const {
+                                                const std::unordered_set<std::string>& gone, Resolution& out,
+                                                bool record) const {
   std::vector<std::string> subdirs;
   for (const auto& h : config_.host.hwcaps_subdirs) subdirs.push_back("/glibc-hwcaps/" + h);
   subdirs.emplace_back();
@@ -195,17 +196,25 @@ std::optional<std::string> LoaderModel::try_dir(const std::string& dir, const st
     const std::string candidate_dir = (dir.empty() ? std::string(".") : dir) + sub;
     const std::string* real = real_dir(candidate_dir);
     if (!real || !dir_has(*real, name)) {
-      if (sub.empty()) out.searched.push_back({candidate_dir + "/" + name, source, via, real ? "not found" : "no such folder"});
+      if (sub.empty()) if (record) out.searched.push_back({candidate_dir + "/" + name, source, via, real ? "not found" : "no such folder"});
       continue;
     }
     const std::string file = (*real == "/" ? std::string() : *real) + "/" + name;
-    if (try_file(file, source, via, want, gone, out)) return file;
+    if (try_file(file, source, via, want, gone, out, record)) return file;
   }
   return std::nullopt;
 }
 
 Resolution LoaderModel::resolve(const Process& p, int requester, const std::string& name,
                                 const std::unordered_set<std::string>& gone) const {
+  // Every place looked matters only when nothing is found: search quietly first, and again
+  // taking notes when the quiet search fails (a few dozen names in a venv).
+  Resolution r = resolve(p, requester, name, gone, false);
+  return r.found() ? r : resolve(p, requester, name, gone, true);
+}
+
+Resolution LoaderModel::resolve(const Process& p, int requester, const std::string& name,
+                                const std::unordered_set<std::string>& gone, bool record) const {
   Resolution out;
   out.name = name;
   // 1. Already loaded, by a name it was asked for or its SONAME.
@@ -234,14 +243,14 @@ Resolution LoaderModel::resolve(const Process& p, int requester, const std::stri
   const ElfInfo* want = req ? req->elf : nullptr;
   // 2. A path.
   if (name.find('/') != std::string::npos) {
-    try_file(name, ReasonKind::path, "", want, gone, out);
+    try_file(name, ReasonKind::path, "", want, gone, out, record);
     return out;
   }
   const LoadedObject* main = p.main >= 0 ? &p.objects[static_cast<std::size_t>(p.main)] : nullptr;
   auto search_list = [&](const LoadedObject& owner, const std::string& list, ReasonKind source) -> bool {
     const std::string origin = parent_dir(owner.path);
     for (const auto& entry : split_search_path(list)) {
-      if (try_dir(expand_tokens(entry, origin), name, source, owner.path, want, gone, out)) return true;
+      if (try_dir(expand_tokens(entry, origin), name, source, owner.path, want, gone, out, record)) return true;
     }
     return false;
   };
@@ -258,7 +267,7 @@ Resolution LoaderModel::resolve(const Process& p, int requester, const std::stri
   }
   // 4. LD_LIBRARY_PATH.
   for (const auto& dir : config_.ld_library_path)
-    if (try_dir(dir, name, ReasonKind::ld_library_path, "", want, gone, out)) return out;
+    if (try_dir(dir, name, ReasonKind::ld_library_path, "", want, gone, out, record)) return out;
   // 5. RUNPATH of the requesting object.
   if (req && req->elf && req->elf->runpath && search_list(*req, *req->elf->runpath, ReasonKind::runpath)) return out;
   const LoadedObject* flags_owner = req ? req : main;
@@ -271,20 +280,20 @@ Resolution LoaderModel::resolve(const Process& p, int requester, const std::stri
       bool in_system = false;
       for (const auto& d : config_.host.default_dirs) in_system |= is_within(*cached, d);
       if (nodeflib && in_system) {
-        out.searched.push_back({*cached, ReasonKind::ld_cache, "", "skipped: DF_1_NODEFLIB"});
-      } else if (try_file(*cached, ReasonKind::ld_cache, "", want, gone, out)) {
+        if (record) out.searched.push_back({*cached, ReasonKind::ld_cache, "", "skipped: DF_1_NODEFLIB"});
+      } else if (try_file(*cached, ReasonKind::ld_cache, "", want, gone, out, record)) {
         return out;
       }
     } else {
-      out.searched.push_back({name, ReasonKind::ld_cache, "", fmt::format("not in {}", ld_cache_->file())});
+      if (record) out.searched.push_back({name, ReasonKind::ld_cache, "", fmt::format("not in {}", ld_cache_->file())});
     }
   }
   // 7. The system folders.
   if (nodeflib) {
-    out.searched.push_back({"", ReasonKind::default_path, "", "skipped: DF_1_NODEFLIB"});
+    if (record) out.searched.push_back({"", ReasonKind::default_path, "", "skipped: DF_1_NODEFLIB"});
   } else {
     for (const auto& dir : config_.host.default_dirs)
-      if (try_dir(dir, name, ReasonKind::default_path, "", want, gone, out)) return out;
+      if (try_dir(dir, name, ReasonKind::default_path, "", want, gone, out, record)) return out;
   }
   out.path.reset();
   out.kind = ReasonKind::not_found;

@@ -132,11 +132,13 @@ class LoaderModel {
   [[nodiscard]] ElfCache& elf_cache() const { return *elf_cache_; }
 
  private:
+  [[nodiscard]] Resolution resolve(const Process& process, int requester, const std::string& name,
+                                   const std::unordered_set<std::string>& gone, bool record) const;
   std::optional<std::string> try_dir(const std::string& dir, const std::string& name, ReasonKind source,
                                      const std::string& via, const ElfInfo* want,
-                                     const std::unordered_set<std::string>& gone, Resolution& out) const;
+                                     const std::unordered_set<std::string>& gone, Resolution& out, bool record) const;
   bool try_file(const std::string& file, ReasonKind source, const std::string& via, const ElfInfo* want,
-                const std::unordered_set<std::string>& gone, Resolution& out) const;
+                const std::unordered_set<std::string>& gone, Resolution& out, bool record) const;
   [[nodiscard]] std::string expand_tokens(const std::string& entry, const std::string& origin) const;
   [[nodiscard]] const std::string* real_dir(const std::string& dir) const;
   [[nodiscard]] const std::string& real_file(const std::string& path) const;
