@@ -345,6 +345,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
   d.name = d.metadata.name.empty() ? folder_name : d.metadata.name;
   d.version = d.metadata.version.empty() ? folder_version : d.metadata.version;
   d.normalized = normalize_name(d.name);
+  for (const auto& line : d.metadata.requires_dist) d.requirements.push_back(requirement_ref(line));
 
   if (auto text = try_read(dir / "RECORD")) {
     auto parsed = parse_record(std::move(*text), (dir / "RECORD").string());

@@ -72,6 +72,18 @@ struct ParsedMetadata {
 
 // Which scheme directory a dist lives in; `system` is a base interpreter's site dir seen through
 // include-system-site-packages (read-only: cudafix never changes it).
+// What a Requires-Dist line says for import order: the project, the extras it asks of it, and
+// the extras of the requiring dist that gate it (from `extra == "..."` in its marker).
+// Other marker clauses are not evaluated here.
+struct RequirementRef {
+  std::string name;                     // normalised
+  std::vector<std::string> extras;      // normalised
+  std::vector<std::string> gated_by;    // normalised; empty: always applies
+};
+[[nodiscard]] RequirementRef requirement_ref(std::string_view line);
+
+// Which scheme directory a dist lives in; `system` is a base interpreter's site dir seen through
+// include-system-site-packages (read-only: cudafix never changes it).
 enum class SiteRoot { purelib, platlib, system };
 [[nodiscard]] std::string_view to_string(SiteRoot root);
 
@@ -92,6 +104,7 @@ struct DistInfo {
   std::optional<bool> root_is_purelib;
   std::vector<std::string> wheel_tags;
   std::optional<std::string> direct_url;  // PEP 610 "url"
+  std::vector<RequirementRef> requirements;  // metadata.requires_dist, parsed once
 };
 
 struct ReadDistInfo {
@@ -106,16 +119,3 @@ struct ReadDistInfo {
 
 }  // namespace cudafix::resolver
 
-namespace cudafix::resolver {
-
-// What a Requires-Dist line says for import order: the project, the extras it asks of it, and
-// the extras of the requiring dist that gate it (from `extra == "..."` in its marker).
-// Other marker clauses are not evaluated here.
-struct RequirementRef {
-  std::string name;                     // normalised
-  std::vector<std::string> extras;      // normalised
-  std::vector<std::string> gated_by;    // normalised; empty: always applies
-};
-[[nodiscard]] RequirementRef requirement_ref(std::string_view line);
-
-}  // namespace cudafix::resolver

@@ -137,8 +137,7 @@ std::vector<int> Environment::requirement_closure(int dist) const {
   while (!queue.empty()) {
     auto [d, extras] = std::move(queue.back());
     queue.pop_back();
-    for (const auto& line : dists[static_cast<std::size_t>(d)].metadata.requires_dist) {
-      const RequirementRef ref = requirement_ref(line);
+    for (const auto& ref : dists[static_cast<std::size_t>(d)].requirements) {
       bool applies = ref.gated_by.empty();
       for (const auto& g : ref.gated_by) applies |= std::find(extras.begin(), extras.end(), g) != extras.end();
       if (!applies) continue;
@@ -158,8 +157,8 @@ std::vector<int> Environment::requirement_closure(int dist) const {
   std::set<int> done;
   std::function<void(int)> visit = [&](int d) {
     if (!done.insert(d).second) return;
-    for (const auto& line : dists[static_cast<std::size_t>(d)].metadata.requires_dist) {
-      const auto target = dist_index(requirement_ref(line).name);
+    for (const auto& ref : dists[static_cast<std::size_t>(d)].requirements) {
+      const auto target = dist_index(ref.name);
       if (target && in_closure.count(*target)) visit(*target);
     }
     order.push_back(d);

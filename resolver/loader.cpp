@@ -30,20 +30,10 @@ std::string_view to_string(ReasonKind kind) {
 }
 
 const ElfRead& ElfCache::get(const std::string& path) {
-  {
-    std::shared_lock lock(mutex_);
-    if (auto it = by_path_.find(path); it != by_path_.end()) return *it->second;
-  }
-  auto read = std::make_unique<ElfRead>(read_elf_file(path));
-  std::unique_lock lock(mutex_);
-  auto [it, inserted] = by_path_.emplace(path, std::move(read));
-  return *it->second;
+  return *by_path_.get(path, [&] { return std::make_unique<ElfRead>(read_elf_file(path)); });
 }
 
-void ElfCache::put(const std::string& path, ElfRead read) {
-  std::unique_lock lock(mutex_);
-  by_path_[path] = std::make_unique<ElfRead>(std::move(read));
-}
+void ElfCache::put(const std::string& path, ElfRead read) { by_path_.put(path, std::make_unique<ElfRead>(std::move(read))); }
 
 void Process::add_name(const std::string& name, int index) {
   if (by_name.emplace(name, index).second && trial_.active) trial_.names_added.push_back(name);
@@ -72,34 +62,27 @@ LoaderModel::LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cach
                          std::shared_ptr<const LdCache> ld_cache)
     : config_(std::move(config)), elf_cache_(std::move(elf_cache)), ld_cache_(std::move(ld_cache)) {}
 
-// The caches below are read by every worker of the process model and written rarely: lookups
-// take a shared lock, and a miss is computed outside any lock and then inserted.
+// The caches below are read by every worker of the process model and written rarely
+// (resolver/sharded_map.hpp).
 const std::string* LoaderModel::real_dir(const std::string& dir) const {
-  {
-    std::shared_lock lock(dirs_mutex_);
-    if (auto it = real_dirs_.find(dir); it != real_dirs_.end()) return it->second ? &*it->second : nullptr;
-  }
-  char buf[PATH_MAX];
-  std::optional<std::string> real;
-  if (::realpath(dir.c_str(), buf)) real = buf;
-  std::unique_lock lock(dirs_mutex_);
-  auto it = real_dirs_.emplace(dir, std::move(real)).first;
-  return it->second ? &*it->second : nullptr;
+  const auto& real = real_dirs_.get(dir, [&]() -> std::optional<std::string> {
+    char buf[PATH_MAX];
+    if (::realpath(dir.c_str(), buf)) return std::string(buf);
+    return std::nullopt;
+  });
+  return real ? &*real : nullptr;
 }
 
 bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {
-  {
-    std::shared_lock lock(dirs_mutex_);
-    if (auto it = dir_entries_.find(real); it != dir_entries_.end()) return it->second.count(name) != 0;
-  }
-  std::unordered_set<std::string> names;
-  if (DIR* d = ::opendir(real.c_str())) {
-    while (const dirent* e = ::readdir(d)) names.emplace(e->d_name);
-    ::closedir(d);
-  }
-  std::unique_lock lock(dirs_mutex_);
-  auto it = dir_entries_.emplace(real, std::move(names)).first;
-  return it->second.count(name) != 0;
+  const auto& names = dir_entries_.get(real, [&] {
+    std::unordered_set<std::string> out;
+    if (DIR* d = ::opendir(real.c_str())) {
+      while (const dirent* e = ::readdir(d)) out.emplace(e->d_name);
+      ::closedir(d);
+    }
+    return out;
+  });
+  return names.count(name) != 0;
 }
 
 std::string LoaderModel::expand_tokens(const std::string& entry, const std::string& origin) const {
@@ -138,22 +121,14 @@ std::string LoaderModel::expand_tokens(const std::string& entry, const std::stri
 }
 
 const std::string& LoaderModel::real_file(const std::string& path) const {
-  std::string dir = parent_dir(path);
-  {
-    std::shared_lock lock(dirs_mutex_);
-    if (auto it = real_files_.find(path); it != real_files_.end()) return it->second;
-    auto d = real_dirs_.find(dir);
-    if (d == real_dirs_.end() || d->second != dir) dir.clear();  // not known to be real
-  }
-  // Most candidates sit in a folder already made real: only a symlinked last part needs realpath.
-  struct stat st {};
-  std::string real;
-  if (!dir.empty() && ::lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode))
-    real = path;
-  else
-    real = real_path_of(path);
-  std::unique_lock lock(dirs_mutex_);
-  return real_files_.emplace(path, std::move(real)).first->second;
+  return real_files_.get(path, [&] {
+    // Most candidates sit in a folder already made real: only a symlinked last part needs realpath.
+    const std::string dir = parent_dir(path);
+    const auto* known = real_dirs_.find(dir);
+    struct stat st {};
+    if (known && *known == dir && ::lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) return path;
+    return real_path_of(path);
+  });
 }
 
 bool LoaderModel::try_file(const std::string& file, ReasonKind source, const std::string& via, const ElfInfo* want,

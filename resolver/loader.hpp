@@ -27,6 +27,7 @@
 #include "resolver/elf_reader.hpp"
 #include "resolver/host.hpp"
 #include "resolver/ld_cache.hpp"
+#include "resolver/sharded_map.hpp"
 
 namespace cudafix::resolver {
 
@@ -60,8 +61,7 @@ class ElfCache {
   void put(const std::string& path, ElfRead read);
 
  private:
-  std::shared_mutex mutex_;
-  std::unordered_map<std::string, std::unique_ptr<ElfRead>> by_path_;
+  ShardedMap<std::unique_ptr<ElfRead>> by_path_;
 };
 
 struct LoaderConfig {
@@ -150,10 +150,9 @@ class LoaderModel {
   LoaderConfig config_;
   std::shared_ptr<ElfCache> elf_cache_;
   std::shared_ptr<const LdCache> ld_cache_;
-  mutable std::shared_mutex dirs_mutex_;
-  mutable std::unordered_map<std::string, std::optional<std::string>> real_dirs_;
-  mutable std::unordered_map<std::string, std::unordered_set<std::string>> dir_entries_;
-  mutable std::unordered_map<std::string, std::string> real_files_;
+  mutable ShardedMap<std::optional<std::string>> real_dirs_;
+  mutable ShardedMap<std::unordered_set<std::string>> dir_entries_;
+  mutable ShardedMap<std::string> real_files_;
 };
 
 
