@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <sys/stat.h>
 #include <filesystem>
@@ -70,7 +71,11 @@ std::string Environment::unwalked_path(const UnwalkedRow& u) const {
 }
 
 std::vector<int> Environment::owners_of(const std::string& path) const {
-  if (auto index = on_disk.find(path)) return disk_owners[*index];
+  if (auto index = on_disk.find(path)) {
+    if (auto it = more_owners.find(*index); it != more_owners.end()) return it->second;
+    if (first_owner[*index] >= 0) return {first_owner[*index]};
+    return {};
+  }
   std::vector<int> out;
   const std::uint64_t h = std::hash<std::string_view>{}(path);
   auto it = std::lower_bound(unwalked.begin(), unwalked.end(), h, [](const UnwalkedRow& u, std::uint64_t x) { return u.hash < x; });
@@ -81,8 +86,7 @@ std::vector<int> Environment::owners_of(const std::string& path) const {
 
 std::vector<std::pair<std::string, std::vector<int>>> Environment::shared_paths() const {
   std::vector<std::pair<std::string, std::vector<int>>> out;
-  for (std::size_t index = 0; index < disk_owners.size(); ++index)
-    if (disk_owners[index].size() > 1) out.emplace_back(std::string(on_disk.keys()[index]), disk_owners[index]);
+  for (const auto& [index, owners] : more_owners) out.emplace_back(std::string(on_disk.keys()[index]), owners);
   // Unwalked rows of one path sit together (same hash); only runs of several dists matter.
   for (std::size_t i = 0; i < unwalked.size();) {
     std::size_t j = i;
@@ -208,7 +212,7 @@ void read_dists(Environment& env, const std::vector<DistInfoLocation>& locations
 
 void index_ownership(Environment& env, const std::unordered_set<std::string>& symlinks, unsigned threads) {
   env.missing.resize(env.dists.size());
-  env.disk_owners.resize(env.on_disk.size());
+  env.first_owner.assign(env.on_disk.size(), -1);
   // In parallel over chunks of rows (torch alone lists 15,000 files): each row's place in the
   // walk (read-only lookups), or its path when the walk did not see it. Then owners are
   // recorded in one pass, in dist order.
@@ -220,13 +224,12 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
     std::vector<Environment::UnwalkedRow> unwalked;
     std::vector<std::string> missing;
     std::vector<Diagnostic> diagnostics;
+    std::vector<std::uint32_t> shared;  // walked paths another dist claimed first
   };
   std::vector<Chunk> chunks;
-  std::vector<std::vector<std::uint32_t>> where(env.dists.size());
   for (std::size_t di = 0; di < env.dists.size(); ++di) {
-    where[di].resize(env.dists[di].record.size());
     for (std::size_t b = 0; b < env.dists[di].record.size(); b += k_chunk)
-      chunks.push_back({di, b, std::min(b + k_chunk, env.dists[di].record.size()), {}, {}, {}});
+      chunks.push_back({di, b, std::min(b + k_chunk, env.dists[di].record.size()), {}, {}, {}, {}});
   }
   parallel_for(chunks.size(), threads, [&](std::size_t c) {
     Chunk& chunk = chunks[c];
@@ -239,7 +242,7 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
     std::string abs;
     for (std::size_t k = chunk.begin; k < chunk.end; ++k) {
       const auto& row = d.record[k];
-      auto& w = where[chunk.dist][k];
+      std::uint32_t w = k_ignored;
       join_normal(d.site_dir, row.path, abs);
       if (!is_within(abs, bound)) {
         chunk.diagnostics.push_back({record_file, row.line, std::nullopt,
@@ -249,6 +252,11 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
       }
       if (auto index = env.on_disk.find(abs)) {
         w = *index;
+        // Most paths have one owner: claim it without a lock; a second owner is sorted out below.
+        int expected = -1;
+        const int dist = static_cast<int>(chunk.dist);
+        if (!std::atomic_ref<int>(env.first_owner[w]).compare_exchange_strong(expected, dist) && expected != dist)
+          chunk.shared.push_back(w);
         continue;
       }
       w = k_unwalked;
@@ -269,19 +277,18 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
       if (!std::filesystem::exists(std::filesystem::symlink_status(abs, ec))) chunk.missing.push_back(abs);
     }
   });
-  auto own = [](std::vector<int>& owners, int dist) {
-    if (std::find(owners.begin(), owners.end(), dist) == owners.end()) owners.push_back(dist);
-  };
   for (auto& chunk : chunks) {
     const int dist = static_cast<int>(chunk.dist);
-    for (std::size_t k = chunk.begin; k < chunk.end; ++k) {
-      const auto w = where[chunk.dist][k];
-      if (w != k_ignored && w != k_unwalked) own(env.disk_owners[w], dist);
+    for (const auto w : chunk.shared) {
+      auto& owners = env.more_owners[w];
+      if (owners.empty()) owners.push_back(env.first_owner[w]);
+      if (std::find(owners.begin(), owners.end(), dist) == owners.end()) owners.push_back(dist);
     }
     env.unwalked.insert(env.unwalked.end(), chunk.unwalked.begin(), chunk.unwalked.end());
     for (auto& m : chunk.missing) env.missing[chunk.dist].push_back(std::move(m));
     for (auto& d : chunk.diagnostics) env.diagnostics.push_back(std::move(d));
   }
+  for (auto& [index, owners] : env.more_owners) std::sort(owners.begin(), owners.end());
   std::sort(env.unwalked.begin(), env.unwalked.end(), [](const auto& a, const auto& b) {
     return std::tie(a.hash, a.dist, a.row) < std::tie(b.hash, b.dist, b.row);
   });

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -51,9 +52,10 @@ class Environment {
   // listed paths the walk did not see keep their owners apart: missing files, and compiled
   // bytecode in __pycache__ folders, which the walk does not enter (a .pyc is never a finding,
   // and skipping those folders spares a fifth of the walk).
-  PathIndex on_disk;                                 // absolute path -> index into disk_owners
+  PathIndex on_disk;                                 // absolute path -> index into first_owner
   std::vector<std::unique_ptr<char[]>> path_arena;  // the bytes on_disk's keys point into
-  std::vector<std::vector<int>> disk_owners;
+  std::vector<int> first_owner;                      // per walked path: a dist listing it, or -1
+  std::map<std::uint32_t, std::vector<int>> more_owners;  // walked paths several dists list: all of them, sorted
   struct UnwalkedRow {
     std::uint64_t hash;  // std::hash of the absolute path
     int dist;
