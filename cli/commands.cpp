@@ -32,9 +32,15 @@ Style style_for(const GlobalOptions& g) {
   Style st;
   st.verbose = g.verbose;
   switch (g.color) {
-    case ColorMode::always: st.color = true; break;
-    case ColorMode::never: st.color = false; break;
-    case ColorMode::auto_: st.color = ::isatty(1) && !(env_var("NO_COLOR") && !env_var("NO_COLOR")->empty()); break;
+    case ColorMode::always:
+      st.color = true;
+      break;
+    case ColorMode::never:
+      st.color = false;
+      break;
+    case ColorMode::auto_:
+      st.color = ::isatty(1) && !(env_var("NO_COLOR") && !env_var("NO_COLOR")->empty());
+      break;
   }
   return st;
 }
@@ -63,7 +69,8 @@ Scanned scan(const GlobalOptions& g) {
   r::Knowledge knowledge = load_knowledge(g, layout);
   r::ScanOptions opts;
   opts.threads = g.threads;
-  opts.ld_library_path = r::split_search_path(g.ld_library_path ? *g.ld_library_path : env_var("LD_LIBRARY_PATH").value_or(""));
+  opts.ld_library_path =
+      r::split_search_path(g.ld_library_path ? *g.ld_library_path : env_var("LD_LIBRARY_PATH").value_or(""));
   for (auto p : r::split(env_var("LD_PRELOAD").value_or(""), ' '))
     for (auto q : r::split(p, ':'))
       if (!q.empty()) opts.preload.emplace_back(q);
@@ -85,14 +92,17 @@ int run_scan(const GlobalOptions& g, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
   const auto& [env, knowledge] = scan_kept(g);
   const auto scanned = std::chrono::steady_clock::now();
-  if (g.json) out << scan_json(env, knowledge) << '\n';
-  else if (!g.quiet) out << scan_text(env, knowledge, style_for(g));
+  if (g.json)
+    out << scan_json(env, knowledge) << '\n';
+  else if (!g.quiet)
+    out << scan_text(env, knowledge, style_for(g));
   out.flush();
   if (g.timings) {
     for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
     const auto done = std::chrono::steady_clock::now();
-    std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "render", std::chrono::duration<double, std::milli>(done - scanned).count(),
-                             "total", std::chrono::duration<double, std::milli>(done - start).count());
+    std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "render",
+                             std::chrono::duration<double, std::milli>(done - scanned).count(), "total",
+                             std::chrono::duration<double, std::milli>(done - start).count());
   }
   return 0;
 }
@@ -100,8 +110,10 @@ int run_scan(const GlobalOptions& g, std::ostream& out) {
 int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out) {
   const auto& [env, knowledge] = scan_kept(g);
   const r::WhyReport report = r::explain(env, query);
-  if (g.json) out << why_json(env, knowledge, report) << '\n';
-  else if (!g.quiet) out << why_text(env, knowledge, report, style_for(g));
+  if (g.json)
+    out << why_json(env, knowledge, report) << '\n';
+  else if (!g.quiet)
+    out << why_text(env, knowledge, report, style_for(g));
   return report.resolves ? 0 : 1;
 }
 
@@ -121,7 +133,8 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
     if (!g.json) out << s;
   };
   say(fmt::format("{}\n", st.bold("cudafix demo")));
-  say(fmt::format("Built an example CUDA 13 torch environment in {}:\n"
+  say(
+      fmt::format("Built an example CUDA 13 torch environment in {}:\n"
                   "{} dists, {} files, {} ELF shared objects carrying the SONAME, NEEDED and RPATH of the real\n"
                   "wheels (torch 2.11.0+cu130). It is broken the way users break theirs:\n"
                   "- nvidia-cudnn-cu12 shared nvidia/cudnn/lib/libcudnn*.so.9 with nvidia-cudnn-cu13 and was\n"
@@ -146,7 +159,10 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
   if (g.json) {
     JsonWriter w;
     w.begin_object().key("schema").value(1).key("command").value("demo").key("venv").value(dir);
-    w.key("dists").value(static_cast<std::uint64_t>(stats.dists)).key("files").value(static_cast<std::uint64_t>(stats.files));
+    w.key("dists")
+        .value(static_cast<std::uint64_t>(stats.dists))
+        .key("files")
+        .value(static_cast<std::uint64_t>(stats.files));
     w.key("elf_objects").value(static_cast<std::uint64_t>(stats.elf_objects)).end_object();
     out << w.str() << '\n';
   }

@@ -40,8 +40,10 @@ class Doc {
   }
 
   void path_or_null(const std::string& abs) {
-    if (abs.empty()) w.null();
-    else path(abs);
+    if (abs.empty())
+      w.null();
+    else
+      path(abs);
   }
 
   void paths(const std::vector<std::string>& list) {
@@ -66,8 +68,10 @@ class Doc {
   }
 
   void optional_string(const std::optional<std::string>& s) {
-    if (s) w.value(*s);
-    else w.null();
+    if (s)
+      w.value(*s);
+    else
+      w.null();
   }
 
   void explanation(const r::SharedObject& consumer, const r::Resolution& res) {
@@ -86,8 +90,10 @@ class Doc {
     w.begin_object();
     w.key("needed").value(res.name);
     w.key("path");
-    if (res.path) path(*res.path);
-    else w.null();
+    if (res.path)
+      path(*res.path);
+    else
+      w.null();
     w.key("reason").value(r::to_string(res.kind));
     w.key("via");
     path_or_null(res.via);
@@ -154,11 +160,15 @@ class Doc {
       w.begin_object();
       w.key("file").value(d.file);
       w.key("line");
-      if (d.line) w.value(static_cast<std::uint64_t>(*d.line));
-      else w.null();
+      if (d.line)
+        w.value(static_cast<std::uint64_t>(*d.line));
+      else
+        w.null();
       w.key("offset");
-      if (d.offset) w.value(static_cast<std::uint64_t>(*d.offset));
-      else w.null();
+      if (d.offset)
+        w.value(static_cast<std::uint64_t>(*d.offset));
+      else
+        w.null();
       w.key("message").value(d.message);
       w.end_object();
     }
@@ -201,7 +211,8 @@ std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge) 
   w.key("found_by").value(env.layout.found_by);
   w.key("include_system_site_packages").value(env.layout.include_system_site_packages);
   w.key("sites").begin_array();
-  for (const auto& s : env.layout.sites) w.begin_object().key("root").value(r::to_string(s.root)).key("path").value(s.path).end_object();
+  for (const auto& s : env.layout.sites)
+    w.begin_object().key("root").value(r::to_string(s.root)).key("path").value(s.path).end_object();
   w.end_array();
   w.end_object();
   d.loader();
@@ -299,8 +310,10 @@ std::string why_json(const r::Environment& env, const r::Knowledge& knowledge, c
     w.key("owners");
     d.dists(p->owners);
     w.key("soname");
-    if (p->elf.status == r::ElfReadStatus::ok) d.optional_string(p->elf.info.soname);
-    else w.null();
+    if (p->elf.status == r::ElfReadStatus::ok)
+      d.optional_string(p->elf.info.soname);
+    else
+      w.null();
     w.end_object();
   }
   w.end_array();
@@ -315,17 +328,23 @@ std::string why_json(const r::Environment& env, const r::Knowledge& knowledge, c
     w.key("resolution");
     d.resolution(c.resolution, false, c.object);
     w.key("fallback");
-    if (c.fallback) d.resolution(*c.fallback, false);
-    else w.null();
+    if (c.fallback)
+      d.resolution(*c.fallback, false);
+    else
+      w.null();
     w.end_object();
   }
   w.end_array();
   w.key("standalone");
-  if (rep.standalone) d.resolution(*rep.standalone, true);
-  else w.null();
+  if (rep.standalone)
+    d.resolution(*rep.standalone, true);
+  else
+    w.null();
   w.key("tree");
-  if (rep.tree) tree(d, *rep.tree);
-  else w.null();
+  if (rep.tree)
+    tree(d, *rep.tree);
+  else
+    w.null();
   w.end_object();
   return w.take();
 }

@@ -73,14 +73,26 @@ bool JsonWriter::write_string(std::string_view s) {
     const std::string valid = resolver::to_valid_utf8(s, &lossy);
     for (unsigned char c : valid) {
       switch (c) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\r': out_ += "\\r"; break;
-        case '\t': out_ += "\\t"; break;
+        case '"':
+          out_ += "\\\"";
+          break;
+        case '\\':
+          out_ += "\\\\";
+          break;
+        case '\n':
+          out_ += "\\n";
+          break;
+        case '\r':
+          out_ += "\\r";
+          break;
+        case '\t':
+          out_ += "\\t";
+          break;
         default:
-          if (c < 0x20) out_ += fmt::format("\\u{:04x}", c);
-          else out_.push_back(static_cast<char>(c));
+          if (c < 0x20)
+            out_ += fmt::format("\\u{:04x}", c);
+          else
+            out_.push_back(static_cast<char>(c));
       }
     }
   }

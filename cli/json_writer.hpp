@@ -40,7 +40,7 @@ class JsonWriter {
   bool write_string(std::string_view s);
   std::string out_;
   struct Open {
-    bool first = true;   // no element written yet
+    bool first = true;  // no element written yet
     bool object = false;
     bool lossy = false;  // a string in it was repaired
   };

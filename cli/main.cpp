@@ -1,6 +1,6 @@
 // cudafix: keeps Python GPU environments working. The command line; see ../shared/DESIGN.md.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 
@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   auto* scan = app.add_subcommand("scan", "the model: dists, ownership, ELF objects, resolutions");
   std::string query;
   auto* why = app.add_subcommand("why", "who needs a soname or file, what provides it, how it resolves and why");
-  why->add_option("SONAME_OR_PATH", query, "a soname (libcudnn.so.9) or a path (torch/lib/libtorch_cuda.so)")->required();
+  why->add_option("SONAME_OR_PATH", query, "a soname (libcudnn.so.9) or a path (torch/lib/libtorch_cuda.so)")
+      ->required();
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");

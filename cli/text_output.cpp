@@ -16,9 +16,7 @@ std::string paint(bool on, const char* code, std::string_view s) {
   return on ? fmt::format("\033[{}m{}\033[0m", code, s) : std::string(s);
 }
 
-std::string shown(const r::Environment& env, const std::string& path) {
-  return r::to_valid_utf8(env.display(path));
-}
+std::string shown(const r::Environment& env, const std::string& path) { return r::to_valid_utf8(env.display(path)); }
 
 std::string dist_list(const r::Environment& env, const std::vector<int>& owners) {
   if (owners.empty()) return "no dist";
@@ -32,7 +30,8 @@ std::string dist_list(const r::Environment& env, const std::vector<int>& owners)
 
 bool inside_env(const r::Environment& env, const std::string& path) {
   return r::is_within(path, env.layout.root_real) ||
-         std::any_of(env.layout.sites.begin(), env.layout.sites.end(), [&](const auto& s) { return r::is_within(path, s.real); });
+         std::any_of(env.layout.sites.begin(), env.layout.sites.end(),
+                     [&](const auto& s) { return r::is_within(path, s.real); });
 }
 
 std::string answer(const r::Environment& env, const r::Resolution& res, const Style& st) {
@@ -46,13 +45,14 @@ void searched_lines(const r::Environment& env, const r::Resolution& res, const s
   for (const auto& s : res.searched) {
     std::string step(r::to_string(s.source));
     if (!s.via.empty()) step += " of " + shown(env, s.via);
-    out += fmt::format("{}looked in {} [{}]: {}\n", indent, s.place.empty() ? "(system folders)" : shown(env, s.place), step, s.result);
+    out += fmt::format("{}looked in {} [{}]: {}\n", indent, s.place.empty() ? "(system folders)" : shown(env, s.place),
+                       step, s.result);
   }
 }
 
 void tree_lines(const r::Environment& env, const r::NeededNode& n, const Style& st, int depth, std::string& out) {
-  out += fmt::format("{}{}{}\n", std::string(static_cast<std::size_t>(depth) * 2 + 4, ' '), answer(env, n.resolution, st),
-                     n.repeated ? st.dim(" (shown above)") : "");
+  out += fmt::format("{}{}{}\n", std::string(static_cast<std::size_t>(depth) * 2 + 4, ' '),
+                     answer(env, n.resolution, st), n.repeated ? st.dim(" (shown above)") : "");
   // System libraries' own trees are the distribution's business; -v shows them.
   const bool system = n.resolution.found() && !inside_env(env, *n.resolution.path) && depth > 0;
   if (system && !st.verbose) return;
@@ -69,10 +69,14 @@ std::string Style::dim(std::string_view s) const { return paint(color, "2", s); 
 
 std::string reason_label(const r::Environment& env, const r::Resolution& res) {
   switch (res.kind) {
-    case r::ReasonKind::rpath: return fmt::format("[rpath of {}]", shown(env, res.via));
-    case r::ReasonKind::runpath: return fmt::format("[runpath of {}]", shown(env, res.via));
-    case r::ReasonKind::already_loaded: return fmt::format("[already loaded: {}]", shown(env, res.via));
-    default: return fmt::format("[{}]", r::to_string(res.kind));
+    case r::ReasonKind::rpath:
+      return fmt::format("[rpath of {}]", shown(env, res.via));
+    case r::ReasonKind::runpath:
+      return fmt::format("[runpath of {}]", shown(env, res.via));
+    case r::ReasonKind::already_loaded:
+      return fmt::format("[already loaded: {}]", shown(env, res.via));
+    default:
+      return fmt::format("[{}]", r::to_string(res.kind));
   }
 }
 
@@ -82,9 +86,10 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
   for (const auto& d : env.dists) rows += d.record.size();
   out += fmt::format("{} {}\n", st.bold("Environment"), r::to_valid_utf8(env.layout.root));
   out += fmt::format("  Python {}, found by {}\n", env.layout.python_version.value_or("?"), env.layout.found_by);
-  for (const auto& s : env.layout.sites) out += fmt::format("  {}: {}\n", r::to_string(s.root), r::to_valid_utf8(s.path));
-  out += fmt::format("  {} dists, {} RECORD rows, {} files walked (__pycache__ not entered), {} ELF shared objects\n", env.dists.size(), rows,
-                     env.on_disk.size(), env.objects.size());
+  for (const auto& s : env.layout.sites)
+    out += fmt::format("  {}: {}\n", r::to_string(s.root), r::to_valid_utf8(s.path));
+  out += fmt::format("  {} dists, {} RECORD rows, {} files walked (__pycache__ not entered), {} ELF shared objects\n",
+                     env.dists.size(), rows, env.on_disk.size(), env.objects.size());
   const auto& c = env.loader->config();
   out += fmt::format("  loader model: glibc {}, main executable {}, LD_LIBRARY_PATH {}\n", c.host.glibc_version,
                      env.main_executable.value_or("(none)"),
@@ -121,19 +126,24 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
     for (const auto& res : o.resolutions) {
       if (res.found()) continue;
       auto why = r::explain_unresolved(env, knowledge, o, res);
-      if (why.kind == r::UnresolvedKind::unexplained) unexplained[res.name].push_back({&o, std::move(why)});
-      else explained[std::string(r::to_string(why.kind))][res.name].push_back({&o, std::move(why)});
+      if (why.kind == r::UnresolvedKind::unexplained)
+        unexplained[res.name].push_back({&o, std::move(why)});
+      else
+        explained[std::string(r::to_string(why.kind))][res.name].push_back({&o, std::move(why)});
     }
   auto list_objects = [&](const std::vector<Miss>& objs, const char* indent) {
     const std::size_t shown_max = st.verbose ? objs.size() : std::min<std::size_t>(objs.size(), 3);
     for (std::size_t k = 0; k < shown_max; ++k)
-      out += fmt::format("{}{} ({})\n", indent, shown(env, objs[k].object->path), dist_list(env, objs[k].object->owners));
-    if (shown_max < objs.size()) out += fmt::format("{}... and {} more (-v lists them)\n", indent, objs.size() - shown_max);
+      out +=
+          fmt::format("{}{} ({})\n", indent, shown(env, objs[k].object->path), dist_list(env, objs[k].object->owners));
+    if (shown_max < objs.size())
+      out += fmt::format("{}... and {} more (-v lists them)\n", indent, objs.size() - shown_max);
   };
   if (!unexplained.empty()) {
     out += fmt::format("\n{} ({} sonames)\n", st.bad("NEEDED that resolve nowhere"), unexplained.size());
     for (const auto& [name, objs] : unexplained) {
-      out += fmt::format("  {} {}\n", st.bad(r::to_valid_utf8(name)), st.dim(fmt::format("needed by {} object(s)", objs.size())));
+      out += fmt::format("  {} {}\n", st.bad(r::to_valid_utf8(name)),
+                         st.dim(fmt::format("needed by {} object(s)", objs.size())));
       list_objects(objs, "    ");
     }
     out += "  `cudafix why SONAME` shows every place the loader looked.\n";
@@ -158,22 +168,25 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
   return out;
 }
 
-std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, const r::WhyReport& rep, const Style& st) {
+std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, const r::WhyReport& rep,
+                     const Style& st) {
   std::string out;
   if (rep.subject) {
     const auto& so = *rep.subject;
     out += fmt::format("{} {}\n", st.bold(shown(env, so.path)), st.dim(fmt::format("({})", dist_list(env, so.owners))));
     if (so.elf.status == r::ElfReadStatus::ok) {
       const auto& e = so.elf.info;
-      out += fmt::format("  SONAME {}, ELF{} {}\n", e.soname.value_or("(none)"), e.elf_class == 1 ? 32 : 64, r::machine_name(e.machine));
+      out += fmt::format("  SONAME {}, ELF{} {}\n", e.soname.value_or("(none)"), e.elf_class == 1 ? 32 : 64,
+                         r::machine_name(e.machine));
       if (e.rpath) out += fmt::format("  RPATH {}{}\n", *e.rpath, e.runpath ? " (ignored: RUNPATH is set)" : "");
       if (e.runpath) out += fmt::format("  RUNPATH {}\n", *e.runpath);
       if (!so.context.empty()) out += fmt::format("  loaded by the model in: {}\n", so.context);
     }
     out += fmt::format("  needed by:{}\n", rep.consumers.empty() ? " nothing in the environment" : "");
     for (const auto& c : rep.consumers)
-      out += fmt::format("    {} ({}) {}\n", shown(env, c.object->path), dist_list(env, c.object->owners),
-                         c.resolution.found() ? reason_label(env, c.resolution) : st.bad("resolves elsewhere or nowhere"));
+      out +=
+          fmt::format("    {} ({}) {}\n", shown(env, c.object->path), dist_list(env, c.object->owners),
+                      c.resolution.found() ? reason_label(env, c.resolution) : st.bad("resolves elsewhere or nowhere"));
     if (rep.tree) {
       out += "  NEEDED tree:\n";
       for (const auto& child : rep.tree->children) tree_lines(env, child, st, 0, out);
@@ -190,14 +203,17 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
     out += fmt::format("    {} ({})\n", shown(env, c.object->path), dist_list(env, c.object->owners));
     out += fmt::format("      {}\n", answer(env, c.resolution, st));
     if (!c.resolution.found()) {
-      out += fmt::format("      {}\n", r::to_valid_utf8(r::explain_unresolved(env, knowledge, *c.object, c.resolution).text));
+      out += fmt::format("      {}\n",
+                         r::to_valid_utf8(r::explain_unresolved(env, knowledge, *c.object, c.resolution).text));
       searched_lines(env, c.resolution, "        ", out);
     }
     if (c.fallback)
-      out += fmt::format("      if that file disappeared: {}\n", c.fallback->found() ? answer(env, *c.fallback, st) : st.bad("nothing would provide it"));
+      out += fmt::format("      if that file disappeared: {}\n",
+                         c.fallback->found() ? answer(env, *c.fallback, st) : st.bad("nothing would provide it"));
   }
   if (rep.standalone) {
-    out += fmt::format("  dlopen(\"{}\") from Python: {}\n", r::to_valid_utf8(rep.query), answer(env, *rep.standalone, st));
+    out += fmt::format("  dlopen(\"{}\") from Python: {}\n", r::to_valid_utf8(rep.query),
+                       answer(env, *rep.standalone, st));
     if (!rep.standalone->found() || st.verbose) searched_lines(env, *rep.standalone, "    ", out);
   }
   if (rep.tree) {
@@ -211,10 +227,12 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
     outside.push_back(shown(env, *rep.standalone->path));
   std::sort(outside.begin(), outside.end());
   outside.erase(std::unique(outside.begin(), outside.end()), outside.end());
-  if (!rep.resolves) out += st.bad("  does not resolve\n");
+  if (!rep.resolves)
+    out += st.bad("  does not resolve\n");
   else if (!outside.empty())
     out += st.warn(fmt::format("  resolves, but outside the environment: {}\n", fmt::join(outside, ", ")));
-  else out += st.good("  resolves\n");
+  else
+    out += st.good("  resolves\n");
   return out;
 }
 

@@ -10,8 +10,8 @@ namespace cudafix::resolver {
 
 // One problem with one input. Readers collect these and go on; the scan reports them all.
 struct Diagnostic {
-  std::string file;                   // absolute path of the input
-  std::optional<std::size_t> line;    // 1-based line, for text formats
+  std::string file;                     // absolute path of the input
+  std::optional<std::size_t> line;      // 1-based line, for text formats
   std::optional<std::uint64_t> offset;  // byte offset, for binary formats
   std::string message;
 

@@ -16,8 +16,8 @@ namespace {
 
 bool is_urlsafe_b64(std::string_view s) {
   for (char c : s) {
-    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '=';
+    const bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '=';
     if (!ok) return false;
   }
   return !s.empty();
@@ -117,9 +117,12 @@ bool next_csv_row(std::string_view text, std::size_t& pos, std::size_t& line, st
 
 std::string_view to_string(SiteRoot root) {
   switch (root) {
-    case SiteRoot::purelib: return "purelib";
-    case SiteRoot::platlib: return "platlib";
-    case SiteRoot::system: return "system";
+    case SiteRoot::purelib:
+      return "purelib";
+    case SiteRoot::platlib:
+      return "platlib";
+    case SiteRoot::system:
+      return "system";
   }
   return "platlib";
 }
@@ -138,9 +141,7 @@ ParsedRecord parse_record(std::string text_in, const std::string& file) {
     const std::size_t row_line = line;
     if (!next_csv_fast(text, pos, fields) && !next_csv_row(text, pos, line, fields, storage->unescaped, error)) break;
     ++line;
-    auto diag = [&](std::string msg) {
-      out.diagnostics.push_back({file, row_line, std::nullopt, std::move(msg)});
-    };
+    auto diag = [&](std::string msg) { out.diagnostics.push_back({file, row_line, std::nullopt, std::move(msg)}); };
     if (!error.empty()) {
       diag(error);
       break;
@@ -193,8 +194,7 @@ namespace {
 // Calls `on_header(key, value, line)` for each header of an RFC 822 block, unfolding
 // continuation lines; stops at the first blank line.
 template <class F>
-void for_each_header(std::string_view text, const std::string& file, std::vector<Diagnostic>* diags,
-                     F&& on_header) {
+void for_each_header(std::string_view text, const std::string& file, std::vector<Diagnostic>* diags, F&& on_header) {
   std::string key;
   std::string value;
   std::size_t key_line = 0;
@@ -228,8 +228,8 @@ void for_each_header(std::string_view text, const std::string& file, std::vector
     const auto colon = line.find(':');
     if (colon == std::string_view::npos || colon == 0) {
       if (diags)
-        diags->push_back({file, line_no, std::nullopt,
-                          fmt::format("not a header line: '{}'", to_valid_utf8(line.substr(0, 80)))});
+        diags->push_back(
+            {file, line_no, std::nullopt, fmt::format("not a header line: '{}'", to_valid_utf8(line.substr(0, 80)))});
       continue;
     }
     flush();
@@ -256,11 +256,16 @@ ParsedMetadata parse_metadata(std::string_view text, const std::string& file) {
   ParsedMetadata out;
   auto& md = out.metadata;
   for_each_header(text, file, &out.diagnostics, [&](const std::string& key, std::string value, std::size_t) {
-    if (iequals(key, "Name")) md.name = std::move(value);
-    else if (iequals(key, "Version")) md.version = std::move(value);
-    else if (iequals(key, "Requires-Python")) md.requires_python = std::move(value);
-    else if (iequals(key, "Requires-Dist")) md.requires_dist.push_back(std::move(value));
-    else if (iequals(key, "Provides-Extra")) md.provides_extra.push_back(std::move(value));
+    if (iequals(key, "Name"))
+      md.name = std::move(value);
+    else if (iequals(key, "Version"))
+      md.version = std::move(value);
+    else if (iequals(key, "Requires-Python"))
+      md.requires_python = std::move(value);
+    else if (iequals(key, "Requires-Dist"))
+      md.requires_dist.push_back(std::move(value));
+    else if (iequals(key, "Provides-Extra"))
+      md.provides_extra.push_back(std::move(value));
   });
   if (md.name.empty()) out.diagnostics.push_back({file, std::nullopt, std::nullopt, "no Name header"});
   if (md.version.empty()) out.diagnostics.push_back({file, std::nullopt, std::nullopt, "no Version header"});
@@ -280,8 +285,8 @@ std::string requirement_name(std::string_view req) {
   std::size_t end = 0;
   while (end < req.size()) {
     const char c = req[end];
-    const bool name_char = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                           c == '-' || c == '_' || c == '.';
+    const bool name_char =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
     if (!name_char) break;
     ++end;
   }
@@ -294,10 +299,11 @@ bool requirement_needs_extra(std::string_view req) {
   const auto marker = req.substr(semi + 1);
   // `extra` as a whole word on the left of a comparison.
   for (auto pos = marker.find("extra"); pos != std::string_view::npos; pos = marker.find("extra", pos + 1)) {
-    const bool start_ok = pos == 0 || !(std::isalnum(static_cast<unsigned char>(marker[pos - 1])) || marker[pos - 1] == '_');
+    const bool start_ok =
+        pos == 0 || !(std::isalnum(static_cast<unsigned char>(marker[pos - 1])) || marker[pos - 1] == '_');
     const auto after = pos + 5;
-    const bool end_ok = after >= marker.size() ||
-                        !(std::isalnum(static_cast<unsigned char>(marker[after])) || marker[after] == '_');
+    const bool end_ok =
+        after >= marker.size() || !(std::isalnum(static_cast<unsigned char>(marker[after])) || marker[after] == '_');
     if (start_ok && end_ok) return true;
   }
   return false;
@@ -354,8 +360,8 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
     d.has_record = true;
     for (auto& diag : parsed.diagnostics) out.diagnostics.push_back(std::move(diag));
   } else {
-    out.diagnostics.push_back({(dir / "RECORD").string(), std::nullopt, std::nullopt,
-                               "missing or unreadable; the dist's files are unknown"});
+    out.diagnostics.push_back(
+        {(dir / "RECORD").string(), std::nullopt, std::nullopt, "missing or unreadable; the dist's files are unknown"});
   }
   if (auto text = try_read(dir / "INSTALLER")) d.installer = std::string(trim(split(*text, '\n').front()));
   std::error_code ec;

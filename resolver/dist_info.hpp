@@ -36,7 +36,7 @@ struct RecordRow {
   std::string_view hash_algo;  // "sha256", or empty when the row has no hash
   std::string_view hash;       // urlsafe base64, padding removed
   std::optional<std::uint64_t> size;
-  std::size_t line = 0;        // 1-based line in RECORD, for diagnostics
+  std::size_t line = 0;  // 1-based line in RECORD, for diagnostics
 };
 
 struct Metadata {
@@ -76,9 +76,9 @@ struct ParsedMetadata {
 // the extras of the requiring dist that gate it (from `extra == "..."` in its marker).
 // Other marker clauses are not evaluated here.
 struct RequirementRef {
-  std::string name;                     // normalised
-  std::vector<std::string> extras;      // normalised
-  std::vector<std::string> gated_by;    // normalised; empty: always applies
+  std::string name;                   // normalised
+  std::vector<std::string> extras;    // normalised
+  std::vector<std::string> gated_by;  // normalised; empty: always applies
 };
 [[nodiscard]] RequirementRef requirement_ref(std::string_view line);
 
@@ -88,11 +88,11 @@ enum class SiteRoot { purelib, platlib, system };
 [[nodiscard]] std::string_view to_string(SiteRoot root);
 
 struct DistInfo {
-  std::string dir_name;   // "torch-2.11.0.dist-info": the dist's identity in JSON
-  std::string site_dir;   // absolute folder holding the dist-info (RECORD paths are relative to it)
+  std::string dir_name;  // "torch-2.11.0.dist-info": the dist's identity in JSON
+  std::string site_dir;  // absolute folder holding the dist-info (RECORD paths are relative to it)
   SiteRoot root = SiteRoot::platlib;
-  std::string name;       // as METADATA spells it
-  std::string normalized; // PEP 503
+  std::string name;        // as METADATA spells it
+  std::string normalized;  // PEP 503
   std::string version;
   Metadata metadata;
   std::shared_ptr<const RecordStorage> record_storage;  // what `record` points into
@@ -103,7 +103,7 @@ struct DistInfo {
   std::optional<std::string> wheel_generator;
   std::optional<bool> root_is_purelib;
   std::vector<std::string> wheel_tags;
-  std::optional<std::string> direct_url;  // PEP 610 "url"
+  std::optional<std::string> direct_url;     // PEP 610 "url"
   std::vector<RequirementRef> requirements;  // metadata.requires_dist, parsed once
 };
 
@@ -114,8 +114,6 @@ struct ReadDistInfo {
 
 // Reads one dist-info folder. Missing or broken files become diagnostics; the dist is still
 // returned (a dist with no METADATA takes its name and version from the folder name).
-[[nodiscard]] ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_name,
-                                          SiteRoot root);
+[[nodiscard]] ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_name, SiteRoot root);
 
 }  // namespace cudafix::resolver
-

@@ -4,11 +4,11 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <mutex>
-#include <unistd.h>
 
 namespace cudafix::resolver {
 namespace {
@@ -54,8 +54,11 @@ ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
   std::size_t phnum = ehdr.e_phnum;
   if (phnum == PN_XNUM && elf_getphdrnum(elf, &phnum) != 0)
     return invalid(name, ehdr.e_phoff, fmt::format("bad program header table: {}", elf_errmsg(-1)));
-  if (phnum > 0 && (ehdr.e_phoff >= file_size || phnum > (file_size - ehdr.e_phoff) / std::max<std::size_t>(ehdr.e_phentsize, 1)))
-    return invalid(name, ehdr.e_phoff, fmt::format("program header table ({} entries) runs past the end of the file ({} bytes)", phnum, file_size));
+  if (phnum > 0 &&
+      (ehdr.e_phoff >= file_size || phnum > (file_size - ehdr.e_phoff) / std::max<std::size_t>(ehdr.e_phentsize, 1)))
+    return invalid(
+        name, ehdr.e_phoff,
+        fmt::format("program header table ({} entries) runs past the end of the file ({} bytes)", phnum, file_size));
   std::vector<Load> loads;
   std::optional<GElf_Phdr> dynamic;
   for (std::size_t i = 0; i < phnum; ++i) {
@@ -84,23 +87,41 @@ ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
     if (!gelf_getdyn(dyn, static_cast<int>(i), &d)) break;
     if (d.d_tag == DT_NULL) break;
     switch (d.d_tag) {
-      case DT_NEEDED: needed_offsets.push_back(d.d_un.d_val); break;
-      case DT_SONAME: soname = d.d_un.d_val; break;
-      case DT_RPATH: rpath = d.d_un.d_val; break;
-      case DT_RUNPATH: runpath = d.d_un.d_val; break;
-      case DT_STRTAB: strtab = d.d_un.d_ptr; break;
-      case DT_STRSZ: strsz = d.d_un.d_val; break;
-      case DT_FLAGS_1: info.flags_1 = d.d_un.d_val; break;
-      default: break;
+      case DT_NEEDED:
+        needed_offsets.push_back(d.d_un.d_val);
+        break;
+      case DT_SONAME:
+        soname = d.d_un.d_val;
+        break;
+      case DT_RPATH:
+        rpath = d.d_un.d_val;
+        break;
+      case DT_RUNPATH:
+        runpath = d.d_un.d_val;
+        break;
+      case DT_STRTAB:
+        strtab = d.d_un.d_ptr;
+        break;
+      case DT_STRSZ:
+        strsz = d.d_un.d_val;
+        break;
+      case DT_FLAGS_1:
+        info.flags_1 = d.d_un.d_val;
+        break;
+      default:
+        break;
     }
   }
   const bool wants_strings = !needed_offsets.empty() || soname || rpath || runpath;
   if (!wants_strings) return out;
-  if (!strtab || !strsz) return invalid(name, dynamic->p_offset, "dynamic section names strings but has no DT_STRTAB/DT_STRSZ");
+  if (!strtab || !strsz)
+    return invalid(name, dynamic->p_offset, "dynamic section names strings but has no DT_STRTAB/DT_STRSZ");
   const auto str_off = vaddr_to_offset(loads, strtab);
   if (!str_off) return invalid(name, dynamic->p_offset, fmt::format("DT_STRTAB {:#x} is in no loaded segment", strtab));
   if (*str_off > file_size || strsz > file_size - *str_off)
-    return invalid(name, *str_off, fmt::format("string table ({} bytes at {:#x}) runs past the end of the file ({} bytes)", strsz, *str_off, file_size));
+    return invalid(name, *str_off,
+                   fmt::format("string table ({} bytes at {:#x}) runs past the end of the file ({} bytes)", strsz,
+                               *str_off, file_size));
   Elf_Data* str = elf_getdata_rawchunk(elf, static_cast<int64_t>(*str_off), strsz, ELF_T_BYTE);
   if (!str) return invalid(name, *str_off, fmt::format("cannot read the string table: {}", elf_errmsg(-1)));
   const char* base = static_cast<const char*>(str->d_buf);
@@ -118,15 +139,19 @@ ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
   for (auto off : needed_offsets) {
     std::optional<std::string> s;
     if (!take(off, "DT_NEEDED", s))
-      return invalid(name, *str_off + off, fmt::format("DT_NEEDED string offset {} is outside the string table ({} bytes)", off, strsz));
+      return invalid(name, *str_off + off,
+                     fmt::format("DT_NEEDED string offset {} is outside the string table ({} bytes)", off, strsz));
     info.needed.push_back(std::move(*s));
   }
   if (soname && !take(*soname, "DT_SONAME", info.soname))
-    return invalid(name, *str_off + *soname, fmt::format("DT_SONAME string offset {} is outside the string table", *soname));
+    return invalid(name, *str_off + *soname,
+                   fmt::format("DT_SONAME string offset {} is outside the string table", *soname));
   if (rpath && !take(*rpath, "DT_RPATH", info.rpath))
-    return invalid(name, *str_off + *rpath, fmt::format("DT_RPATH string offset {} is outside the string table", *rpath));
+    return invalid(name, *str_off + *rpath,
+                   fmt::format("DT_RPATH string offset {} is outside the string table", *rpath));
   if (runpath && !take(*runpath, "DT_RUNPATH", info.runpath))
-    return invalid(name, *str_off + *runpath, fmt::format("DT_RUNPATH string offset {} is outside the string table", *runpath));
+    return invalid(name, *str_off + *runpath,
+                   fmt::format("DT_RUNPATH string offset {} is outside the string table", *runpath));
   return out;
 }
 
@@ -173,21 +198,30 @@ ElfRead read_elf_file(const std::string& path) {
 
 std::string machine_name(std::uint16_t machine) {
   switch (machine) {
-    case EM_X86_64: return "x86_64";
-    case EM_AARCH64: return "aarch64";
-    case EM_386: return "i386";
-    case EM_ARM: return "arm";
-    case EM_PPC64: return "ppc64";
-    case EM_S390: return "s390";
-    case EM_RISCV: return "riscv";
-    default: return fmt::format("machine-{}", machine);
+    case EM_X86_64:
+      return "x86_64";
+    case EM_AARCH64:
+      return "aarch64";
+    case EM_386:
+      return "i386";
+    case EM_ARM:
+      return "arm";
+    case EM_PPC64:
+      return "ppc64";
+    case EM_S390:
+      return "s390";
+    case EM_RISCV:
+      return "riscv";
+    default:
+      return fmt::format("machine-{}", machine);
   }
 }
 
 std::vector<std::string> flags_1_names(std::uint64_t f) {
   static const std::pair<std::uint64_t, const char*> names[] = {
-      {DF_1_NOW, "NOW"}, {DF_1_GLOBAL, "GLOBAL"}, {DF_1_NODELETE, "NODELETE"}, {DF_1_NOOPEN, "NOOPEN"},
-      {DF_1_ORIGIN, "ORIGIN"}, {DF_1_NODEFLIB, "NODEFLIB"}, {DF_1_PIE, "PIE"}};
+      {DF_1_NOW, "NOW"},       {DF_1_GLOBAL, "GLOBAL"}, {DF_1_NODELETE, "NODELETE"},
+      {DF_1_NOOPEN, "NOOPEN"}, {DF_1_ORIGIN, "ORIGIN"}, {DF_1_NODEFLIB, "NODEFLIB"},
+      {DF_1_PIE, "PIE"}};
   std::vector<std::string> out;
   for (auto [bit, n] : names)
     if (f & bit) out.emplace_back(n);

@@ -33,8 +33,8 @@ enum class ElfReadStatus { ok, not_elf, invalid };
 
 struct ElfRead {
   ElfReadStatus status = ElfReadStatus::not_elf;
-  ElfInfo info;             // when ok
-  Diagnostic diagnostic;    // when invalid: file, offset and what is wrong
+  ElfInfo info;           // when ok
+  Diagnostic diagnostic;  // when invalid: file, offset and what is wrong
 };
 
 // Reads a file. A file that does not start with the ELF magic is `not_elf` (a linker script

@@ -3,10 +3,10 @@
 #include <elf.h>
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
 
 #include "resolver/diagnostic.hpp"
 

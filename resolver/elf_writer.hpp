@@ -16,14 +16,14 @@
 namespace cudafix::resolver {
 
 struct ElfSpec {
-  std::uint8_t elf_class = 2;    // ELFCLASS64; 1 for ELFCLASS32
-  std::uint16_t machine = 62;    // EM_X86_64
+  std::uint8_t elf_class = 2;  // ELFCLASS64; 1 for ELFCLASS32
+  std::uint16_t machine = 62;  // EM_X86_64
   std::optional<std::string> soname;
   std::vector<std::string> needed;
   std::optional<std::string> rpath;
   std::optional<std::string> runpath;
   std::uint64_t flags_1 = 0;
-  std::size_t padding = 0;       // extra zero bytes, to give objects distinct sizes
+  std::size_t padding = 0;  // extra zero bytes, to give objects distinct sizes
 };
 
 [[nodiscard]] std::string make_shared_object(const ElfSpec& spec);

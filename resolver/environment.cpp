@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <sys/stat.h>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -78,7 +78,8 @@ std::vector<int> Environment::owners_of(const std::string& path) const {
   }
   std::vector<int> out;
   const std::uint64_t h = std::hash<std::string_view>{}(path);
-  auto it = std::lower_bound(unwalked.begin(), unwalked.end(), h, [](const UnwalkedRow& u, std::uint64_t x) { return u.hash < x; });
+  auto it = std::lower_bound(unwalked.begin(), unwalked.end(), h,
+                             [](const UnwalkedRow& u, std::uint64_t x) { return u.hash < x; });
   for (; it != unwalked.end() && it->hash == h; ++it)
     if ((out.empty() || out.back() != it->dist) && unwalked_path(*it) == path) out.push_back(it->dist);
   return out;
@@ -175,8 +176,9 @@ std::vector<int> Environment::requirement_closure(int dist) const {
 Process Environment::process_for(int dist) const {
   Process p = base_process ? *base_process : loader->start_process();
   if (dist < 0) return p;
-  const std::vector<int> closure =
-      static_cast<std::size_t>(dist) < closures.size() ? closures[static_cast<std::size_t>(dist)] : requirement_closure(dist);
+  const std::vector<int> closure = static_cast<std::size_t>(dist) < closures.size()
+                                       ? closures[static_cast<std::size_t>(dist)]
+                                       : requirement_closure(dist);
   for (int d : closure) {
     if (static_cast<std::size_t>(d) < imported.size()) {
       // Already simulated: put its objects in place as that import left them.
@@ -245,8 +247,9 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
       std::uint32_t w = k_ignored;
       join_normal(d.site_dir, row.path, abs);
       if (!is_within(abs, bound)) {
-        chunk.diagnostics.push_back({record_file, row.line, std::nullopt,
-                                     fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
+        chunk.diagnostics.push_back(
+            {record_file, row.line, std::nullopt,
+             fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
         w = k_ignored;
         continue;
       }
@@ -260,14 +263,16 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
         continue;
       }
       w = k_unwalked;
-      chunk.unwalked.push_back({std::hash<std::string_view>{}(abs), static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
+      chunk.unwalked.push_back(
+          {std::hash<std::string_view>{}(abs), static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
       if (in_pycache(abs)) continue;  // not walked, and never a finding
       const bool inside_sites = std::any_of(env.layout.sites.begin(), env.layout.sites.end(),
                                             [&](const SiteDir& s) { return is_within(abs, s.real); });
       if (inside_sites) {
         if (auto link = symlinked_ancestor(abs, d.site_dir, symlinks)) {
-          chunk.diagnostics.push_back({record_file, row.line, std::nullopt,
-                                       fmt::format("path '{}' goes through the symlinked folder {}", to_valid_utf8(row.path), *link)});
+          chunk.diagnostics.push_back(
+              {record_file, row.line, std::nullopt,
+               fmt::format("path '{}' goes through the symlinked folder {}", to_valid_utf8(row.path), *link)});
         }
         chunk.missing.push_back(abs);
         continue;
@@ -370,7 +375,8 @@ std::vector<int> requirement_depths(const Environment& env) {
 // remembered, so a dependent's process is assembled rather than simulated again.
 void resolve_objects(Environment& env, unsigned threads) {
   env.closures.resize(env.dists.size());
-  parallel_for(env.dists.size(), threads, [&](std::size_t d) { env.closures[d] = env.requirement_closure(static_cast<int>(d)); });
+  parallel_for(env.dists.size(), threads,
+               [&](std::size_t d) { env.closures[d] = env.requirement_closure(static_cast<int>(d)); });
   env.base_process = env.loader->start_process();
 
   std::map<int, std::vector<std::size_t>> entry_points;
@@ -482,8 +488,10 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
     }
     if (e.type == EntryType::symlink) symlinks.emplace(e.path);
     if (looks_like_shared_object(name)) {
-      if (e.type == EntryType::file) candidates.emplace_back(e.path);
-      else if (e.type == EntryType::symlink) symlink_candidates.emplace_back(e.path);
+      if (e.type == EntryType::file)
+        candidates.emplace_back(e.path);
+      else if (e.type == EntryType::symlink)
+        symlink_candidates.emplace_back(e.path);
     }
     env.on_disk.insert(e.path, e.hash);
   }

@@ -25,51 +25,51 @@
 namespace cudafix::resolver {
 
 struct SharedObject {
-  std::string path;               // absolute, real
-  std::vector<int> owners;        // indices into Environment::dists
-  ElfRead elf;                    // status ok: elf.info holds the dynamic section
-  bool entry_point = false;       // no SONAME: an extension module or plugin, imported by path
+  std::string path;                     // absolute, real
+  std::vector<int> owners;              // indices into Environment::dists
+  ElfRead elf;                          // status ok: elf.info holds the dynamic section
+  bool entry_point = false;             // no SONAME: an extension module or plugin, imported by path
   std::vector<Resolution> resolutions;  // one per DT_NEEDED, from the process model
-  std::string context;            // how the process model came to load it
+  std::string context;                  // how the process model came to load it
   std::vector<std::string> aliases;     // symlinks in the tree that point at it
 };
 
 struct ScanOptions {
-  unsigned threads = 0;                    // 0: one per core
+  unsigned threads = 0;                      // 0: one per core
   std::vector<std::string> ld_library_path;  // what the modelled process sees
   std::vector<std::string> preload;          // LD_PRELOAD of the modelled process
-  std::optional<HostInfo> host;            // default: detect_host()
-  std::optional<std::string> ld_so_cache;  // default: the host's /etc/ld.so.cache
-  bool resolve = true;                     // run the process model
+  std::optional<HostInfo> host;              // default: detect_host()
+  std::optional<std::string> ld_so_cache;    // default: the host's /etc/ld.so.cache
+  bool resolve = true;                       // run the process model
 };
 
 class Environment {
  public:
   EnvLayout layout;
-  std::vector<DistInfo> dists;                 // sorted by normalised name, then folder name
+  std::vector<DistInfo> dists;                    // sorted by normalised name, then folder name
   std::vector<std::vector<std::string>> missing;  // per dist: RECORD paths not on disk (absolute)
   // Files and symlinks on disk below the sites (from the walk), each with the dists listing it;
   // listed paths the walk did not see keep their owners apart: missing files, and compiled
   // bytecode in __pycache__ folders, which the walk does not enter (a .pyc is never a finding,
   // and skipping those folders spares a fifth of the walk).
-  PathIndex on_disk;                                 // absolute path -> index into first_owner
-  std::vector<std::unique_ptr<char[]>> path_arena;  // the bytes on_disk's keys point into
-  std::vector<int> first_owner;                      // per walked path: a dist listing it, or -1
+  PathIndex on_disk;                                      // absolute path -> index into first_owner
+  std::vector<std::unique_ptr<char[]>> path_arena;        // the bytes on_disk's keys point into
+  std::vector<int> first_owner;                           // per walked path: a dist listing it, or -1
   std::map<std::uint32_t, std::vector<int>> more_owners;  // walked paths several dists list: all of them, sorted
   struct UnwalkedRow {
     std::uint64_t hash;  // std::hash of the absolute path
     int dist;
-    std::uint32_t row;   // index into that dist's record
+    std::uint32_t row;  // index into that dist's record
   };
   std::vector<UnwalkedRow> unwalked;  // sorted by (hash, dist, row)
   [[nodiscard]] std::string unwalked_path(const UnwalkedRow& u) const;
-  std::vector<SharedObject> objects;           // sorted by path
+  std::vector<SharedObject> objects;  // sorted by path
   std::unordered_map<std::string, std::size_t> object_by_path;
-  std::unordered_map<std::string, std::vector<std::size_t>> objects_by_name;   // SONAME, file and alias names
+  std::unordered_map<std::string, std::vector<std::size_t>> objects_by_name;  // SONAME, file and alias names
   std::unordered_map<std::string, std::vector<std::size_t>> objects_needing;  // DT_NEEDED -> consumers
   std::unordered_map<std::string, int> dist_by_name;                          // normalised name -> first dist
-  std::vector<Diagnostic> diagnostics;         // sorted by file, then line
-  std::optional<std::string> main_executable;  // the interpreter the model runs
+  std::vector<Diagnostic> diagnostics;                                        // sorted by file, then line
+  std::optional<std::string> main_executable;                                 // the interpreter the model runs
   std::shared_ptr<LoaderModel> loader;
   // The process model's memory: the interpreter with its NEEDED tree and LD_PRELOAD loaded, and
   // per dist, the objects importing it mapped, in order (their resolutions left out).

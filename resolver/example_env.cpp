@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
-#include <unistd.h>
 #include <unordered_set>
 
 #include "resolver/diagnostic.hpp"
@@ -57,8 +57,7 @@ class TreeWriter {
  private:
   std::string checked(const std::string& rel) const {
     const std::string abs = lexically_normal(root_ + "/" + rel);
-    if (!is_within(abs, root_) || abs == root_)
-      throw Error(fmt::format("example path '{}' leaves {}", rel, root_));
+    if (!is_within(abs, root_) || abs == root_) throw Error(fmt::format("example path '{}' leaves {}", rel, root_));
     return abs;
   }
 
@@ -70,8 +69,10 @@ std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"') out += "\"\"";
-    else out.push_back(c);
+    if (c == '"')
+      out += "\"\"";
+    else
+      out.push_back(c);
   }
   return out + "\"";
 }
@@ -146,8 +147,8 @@ MaterializeStats materialize_environment(const nlohmann::json& desc, const std::
         record += fmt::format("{},{},{}\n", csv_field(path), csv_field(row.at(1).get<std::string>()),
                               csv_field(row.at(2).get<std::string>()));
         // The dist-info's own files are written below; RECORD itself last.
-        static const std::unordered_set<std::string> own{"METADATA", "RECORD", "INSTALLER", "WHEEL", "REQUESTED",
-                                                         "top_level.txt", "direct_url.json"};
+        static const std::unordered_set<std::string> own{"METADATA",  "RECORD",        "INSTALLER",      "WHEEL",
+                                                         "REQUESTED", "top_level.txt", "direct_url.json"};
         if (path.starts_with(di + "/") && own.count(path.substr(di.size() + 1))) continue;
         if (!written.insert(path).second) continue;
         const std::string original = row.at(0).get<std::string>();

@@ -21,9 +21,9 @@
 namespace cudafix::resolver {
 
 struct MaterializeOptions {
-  int copies = 1;                    // >1: the dists again under renamed packages (scaling runs)
+  int copies = 1;                           // >1: the dists again under renamed packages (scaling runs)
   std::string python = "/usr/bin/python3";  // what bin/python3 links to
-  std::size_t max_filler = 0;        // bytes of filler per non-ELF file at most
+  std::size_t max_filler = 0;               // bytes of filler per non-ELF file at most
 };
 
 struct MaterializeStats {

@@ -2,19 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <dirent.h>
-#include <fcntl.h>
 #include <mutex>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <thread>
-#include <unistd.h>
 
 namespace cudafix::resolver {
 namespace {
@@ -36,11 +36,16 @@ struct Dirent64 {
 
 EntryType type_of(unsigned char d_type, const char* name, int dir_fd) {
   switch (d_type) {
-    case DT_REG: return EntryType::file;
-    case DT_LNK: return EntryType::symlink;
-    case DT_DIR: return EntryType::directory;
-    case DT_UNKNOWN: break;  // some filesystems do not fill d_type
-    default: return EntryType::other;
+    case DT_REG:
+      return EntryType::file;
+    case DT_LNK:
+      return EntryType::symlink;
+    case DT_DIR:
+      return EntryType::directory;
+    case DT_UNKNOWN:
+      break;  // some filesystems do not fill d_type
+    default:
+      return EntryType::other;
   }
   struct stat st {};
   if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return EntryType::other;
@@ -128,13 +133,15 @@ class TreeWalker {
 
   // Lists the folder open as `fd` (closed here) and everything below it. getdents64 with a
   // large buffer: readdir's smaller one costs twice the system calls on big folders.
-  void walk(int fd, std::string_view dir, PathArena& arena, std::vector<WalkEntry>& out, std::vector<Diagnostic>& diags) {
+  void walk(int fd, std::string_view dir, PathArena& arena, std::vector<WalkEntry>& out,
+            std::vector<Diagnostic>& diags) {
     alignas(8) static thread_local char buf[1 << 16];
     std::vector<std::pair<std::string_view, std::size_t>> subdirs;  // (path, length of its name)
     while (true) {
       const long r = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
       if (r < 0) {
-        diags.push_back({std::string(dir), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+        diags.push_back(
+            {std::string(dir), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
         break;
       }
       if (r == 0) break;
@@ -157,7 +164,8 @@ class TreeWalker {
       const std::string child(path.substr(path.size() - name_len));
       const int child_fd = ::openat(fd, child.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
       if (child_fd < 0) {
-        diags.push_back({std::string(path), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+        diags.push_back(
+            {std::string(path), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
         continue;
       }
       walk(child_fd, path, arena, out, diags);

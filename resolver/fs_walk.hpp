@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "resolver/diagnostic.hpp"
@@ -17,13 +17,13 @@ enum class EntryType : std::uint8_t { file, symlink, directory, other };
 struct WalkEntry {
   std::string_view path;  // absolute; points into WalkResult::arena
   EntryType type;
-  std::uint64_t hash;     // std::hash of path, computed while it is hot in the walker's cache
+  std::uint64_t hash;  // std::hash of path, computed while it is hot in the walker's cache
 };
 
 struct WalkResult {
   std::vector<std::unique_ptr<char[]>> arena;  // the bytes of every path, in large blocks
-  std::vector<WalkEntry> entries;  // every entry below the roots (roots excluded), unordered
-  std::vector<Diagnostic> diagnostics;  // unreadable folders
+  std::vector<WalkEntry> entries;              // every entry below the roots (roots excluded), unordered
+  std::vector<Diagnostic> diagnostics;         // unreadable folders
 };
 
 // Walks every root; symlinks are listed, never followed, so a symlinked folder cannot take the

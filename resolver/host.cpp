@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <fcntl.h>
+#include <cerrno>
 #include <cstring>
 
 #include "resolver/diagnostic.hpp"
@@ -88,7 +88,8 @@ void parse_ld_so_help(const std::string& text, HostInfo& host) {
       continue;
     }
     if (section == Section::search && line.ends_with("(system search path)")) {
-      host.default_dirs.emplace_back(trim(line.substr(0, line.size() - std::string_view("(system search path)").size())));
+      host.default_dirs.emplace_back(
+          trim(line.substr(0, line.size() - std::string_view("(system search path)").size())));
     } else if (section == Section::hwcaps && line.find("searched") != std::string_view::npos) {
       host.hwcaps_subdirs.emplace_back(line.substr(0, line.find(' ')));
     }

@@ -17,7 +17,7 @@ struct HostInfo {
   std::string platform;                     // $PLATFORM (AT_PLATFORM)
   std::string lib;                          // $LIB ("lib/x86_64-linux-gnu", "lib64")
   std::string ld_so_cache = "/etc/ld.so.cache";
-  std::uint16_t machine = 0;                // of this process: objects of another are skipped
+  std::uint16_t machine = 0;  // of this process: objects of another are skipped
   std::uint8_t elf_class = 0;
   std::string glibc_version;
 };

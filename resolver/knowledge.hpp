@@ -9,7 +9,7 @@
 namespace cudafix::resolver {
 
 struct SonameGroup {
-  std::string why;                  // shown to the user: "NVIDIA driver", "InfiniBand verbs", ...
+  std::string why;  // shown to the user: "NVIDIA driver", "InfiniBand verbs", ...
   std::vector<std::string> sonames;
 };
 

@@ -59,7 +59,8 @@ LdCache LdCache::parse(const std::string& b, const std::string& file) {
   const auto nlibs = load_at<std::uint32_t>(b, base + 20);
   const auto ext_off = load_at<std::uint32_t>(b, base + 32);
   const std::size_t avail = b.size() - base;
-  if (nlibs > (avail - k_new_header) / k_new_entry) throw fail(base + 20, fmt::format("{} entries do not fit in the file", nlibs));
+  if (nlibs > (avail - k_new_header) / k_new_entry)
+    throw fail(base + 20, fmt::format("{} entries do not fit in the file", nlibs));
   auto string_at = [&](std::uint32_t off) -> std::string {
     if (off >= avail) throw fail(base + off, "string offset past the end");
     const char* s = b.data() + base + off;
@@ -79,7 +80,8 @@ LdCache LdCache::parse(const std::string& b, const std::string& file) {
       const auto size = load_at<std::uint32_t>(b, s + 12);
       if (tag != k_tag_glibc_hwcaps) continue;
       if (off > avail || size > avail - off || size % 4) throw fail(s, "glibc-hwcaps section outside the file");
-      for (std::uint32_t k = 0; k < size / 4; ++k) hwcaps.push_back(string_at(load_at<std::uint32_t>(b, base + off + k * 4)));
+      for (std::uint32_t k = 0; k < size / 4; ++k)
+        hwcaps.push_back(string_at(load_at<std::uint32_t>(b, base + off + k * 4)));
     }
   }
 

@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <algorithm>
 #include <cctype>
 #include <climits>
 #include <cstdlib>
-#include <dirent.h>
-#include <sys/stat.h>
 
 #include <shared_mutex>
 
@@ -17,14 +17,22 @@ namespace cudafix::resolver {
 
 std::string_view to_string(ReasonKind kind) {
   switch (kind) {
-    case ReasonKind::already_loaded: return "already loaded";
-    case ReasonKind::path: return "path";
-    case ReasonKind::rpath: return "rpath";
-    case ReasonKind::ld_library_path: return "LD_LIBRARY_PATH";
-    case ReasonKind::runpath: return "runpath";
-    case ReasonKind::ld_cache: return "ld.so.cache";
-    case ReasonKind::default_path: return "default path";
-    case ReasonKind::not_found: return "not found";
+    case ReasonKind::already_loaded:
+      return "already loaded";
+    case ReasonKind::path:
+      return "path";
+    case ReasonKind::rpath:
+      return "rpath";
+    case ReasonKind::ld_library_path:
+      return "LD_LIBRARY_PATH";
+    case ReasonKind::runpath:
+      return "runpath";
+    case ReasonKind::ld_cache:
+      return "ld.so.cache";
+    case ReasonKind::default_path:
+      return "default path";
+    case ReasonKind::not_found:
+      return "not found";
   }
   return "not found";
 }
@@ -33,15 +41,15 @@ const ElfRead& ElfCache::get(const std::string& path) {
   return *by_path_.get(path, [&] { return std::make_unique<ElfRead>(read_elf_file(path)); });
 }
 
-void ElfCache::put(const std::string& path, ElfRead read) { by_path_.put(path, std::make_unique<ElfRead>(std::move(read))); }
+void ElfCache::put(const std::string& path, ElfRead read) {
+  by_path_.put(path, std::make_unique<ElfRead>(std::move(read)));
+}
 
 void Process::add_name(const std::string& name, int index) {
   if (by_name.emplace(name, index).second && trial_.active) trial_.names_added.push_back(name);
 }
 
-void Process::begin_trial() {
-  trial_ = Trial{true, objects.size(), load_start, {}, {}};
-}
+void Process::begin_trial() { trial_ = Trial{true, objects.size(), load_start, {}, {}}; }
 
 void Process::rollback() {
   for (const auto& name : trial_.names_added) by_name.erase(name);
@@ -140,17 +148,22 @@ bool LoaderModel::try_file(const std::string& file, ReasonKind source, const std
   }
   const ElfRead& r = elf_cache_->get(real);
   if (r.status != ElfReadStatus::ok) {
-    if (record) out.searched.push_back({file, source, via, r.status == ElfReadStatus::not_elf ? "not an ELF object" : "invalid ELF"});
+    if (record)
+      out.searched.push_back(
+          {file, source, via, r.status == ElfReadStatus::not_elf ? "not an ELF object" : "invalid ELF"});
     return false;
   }
   const std::uint8_t klass = want ? want->elf_class : config_.host.elf_class;
   const std::uint16_t machine = want ? want->machine : config_.host.machine;
   if (r.info.elf_class != klass) {
-    if (record) out.searched.push_back({file, source, via, fmt::format("wrong ELF class (ELFCLASS{})", r.info.elf_class == 1 ? 32 : 64)});
+    if (record)
+      out.searched.push_back(
+          {file, source, via, fmt::format("wrong ELF class (ELFCLASS{})", r.info.elf_class == 1 ? 32 : 64)});
     return false;
   }
   if (r.info.machine != machine) {
-    if (record) out.searched.push_back({file, source, via, fmt::format("wrong machine ({})", machine_name(r.info.machine))});
+    if (record)
+      out.searched.push_back({file, source, via, fmt::format("wrong machine ({})", machine_name(r.info.machine))});
     return false;
   }
   if (record) out.searched.push_back({file, source, via, "found"});
@@ -171,7 +184,9 @@ std::optional<std::string> LoaderModel::try_dir(const std::string& dir, const st
     const std::string candidate_dir = (dir.empty() ? std::string(".") : dir) + sub;
     const std::string* real = real_dir(candidate_dir);
     if (!real || !dir_has(*real, name)) {
-      if (sub.empty()) if (record) out.searched.push_back({candidate_dir + "/" + name, source, via, real ? "not found" : "no such folder"});
+      if (sub.empty())
+        if (record)
+          out.searched.push_back({candidate_dir + "/" + name, source, via, real ? "not found" : "no such folder"});
       continue;
     }
     const std::string file = (*real == "/" ? std::string() : *real) + "/" + name;
@@ -232,8 +247,10 @@ Resolution LoaderModel::resolve(const Process& p, int requester, const std::stri
   // 3. RPATH of the loader chain, then of the main executable.
   if (!req || !req->elf || !req->elf->runpath) {
     bool did_main = false;
-    for (const LoadedObject* l = req; l; l = l->loader >= 0 ? &p.objects[static_cast<std::size_t>(l->loader)] : nullptr) {
-      if (l->elf && l->elf->effective_rpath() && search_list(*l, *l->elf->effective_rpath(), ReasonKind::rpath)) return out;
+    for (const LoadedObject* l = req; l;
+         l = l->loader >= 0 ? &p.objects[static_cast<std::size_t>(l->loader)] : nullptr) {
+      if (l->elf && l->elf->effective_rpath() && search_list(*l, *l->elf->effective_rpath(), ReasonKind::rpath))
+        return out;
       did_main |= (l == main);
     }
     if (!did_main && main && main->elf && main->elf->effective_rpath() &&

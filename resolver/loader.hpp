@@ -16,9 +16,9 @@
 
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -46,9 +46,9 @@ struct Resolution {
   std::string name;                 // the DT_NEEDED string
   std::optional<std::string> path;  // the file mapped: its folder's realpath + the name
   ReasonKind kind = ReasonKind::not_found;
-  std::string via;                  // rpath/runpath: the object whose entry matched;
-                                    // already_loaded: the loaded object's path
-  std::vector<SearchStep> searched; // every place looked, in order
+  std::string via;                   // rpath/runpath: the object whose entry matched;
+                                     // already_loaded: the loaded object's path
+  std::vector<SearchStep> searched;  // every place looked, in order
 
   [[nodiscard]] bool found() const { return path.has_value(); }
 };
@@ -66,20 +66,20 @@ class ElfCache {
 
 struct LoaderConfig {
   HostInfo host;
-  std::vector<std::string> ld_library_path;  // as the process would see it
-  std::vector<std::string> preload;          // LD_PRELOAD entries
+  std::vector<std::string> ld_library_path;    // as the process would see it
+  std::vector<std::string> preload;            // LD_PRELOAD entries
   std::optional<std::string> main_executable;  // the interpreter; none: the root is the main program
 };
 
 struct LoadedObject {
-  std::string path;                   // as loaded
-  std::string real;                   // fully resolved: the object's identity
-  std::vector<std::string> names;     // names it was asked for
+  std::string path;                // as loaded
+  std::string real;                // fully resolved: the object's identity
+  std::vector<std::string> names;  // names it was asked for
   const ElfInfo* elf = nullptr;
-  int loader = -1;                    // index of the object that caused it to load
-  std::vector<int> needed_index;      // per DT_NEEDED: the object it resolved to, or -1
-  std::vector<Resolution> needed;     // per DT_NEEDED
-  bool mapped_deps = false;           // its NEEDED have been resolved (or need not be)
+  int loader = -1;                 // index of the object that caused it to load
+  std::vector<int> needed_index;   // per DT_NEEDED: the object it resolved to, or -1
+  std::vector<Resolution> needed;  // per DT_NEEDED
+  bool mapped_deps = false;        // its NEEDED have been resolved (or need not be)
 };
 
 // A simulated process: the link map, in load order, with the indexes ld.so's lookups need.
@@ -154,6 +154,5 @@ class LoaderModel {
   mutable ShardedMap<std::unordered_set<std::string>> dir_entries_;
   mutable ShardedMap<std::string> real_files_;
 };
-
 
 }  // namespace cudafix::resolver

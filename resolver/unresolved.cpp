@@ -10,12 +10,18 @@ namespace cudafix::resolver {
 
 std::string_view to_string(UnresolvedKind kind) {
   switch (kind) {
-    case UnresolvedKind::driver_library: return "driver-library";
-    case UnresolvedKind::loaded_by_sibling: return "loaded-by-sibling";
-    case UnresolvedKind::earlier_import: return "earlier-import";
-    case UnresolvedKind::optional_library: return "optional-library";
-    case UnresolvedKind::stale_build_path: return "stale-build-path";
-    case UnresolvedKind::unexplained: return "unexplained";
+    case UnresolvedKind::driver_library:
+      return "driver-library";
+    case UnresolvedKind::loaded_by_sibling:
+      return "loaded-by-sibling";
+    case UnresolvedKind::earlier_import:
+      return "earlier-import";
+    case UnresolvedKind::optional_library:
+      return "optional-library";
+    case UnresolvedKind::stale_build_path:
+      return "stale-build-path";
+    case UnresolvedKind::unexplained:
+      return "unexplained";
   }
   return "unexplained";
 }
@@ -45,15 +51,20 @@ std::string owner_names(const Environment& env, const SharedObject& o) {
 
 }  // namespace
 
-UnresolvedExplanation explain_unresolved(const Environment& env, const Knowledge& knowledge, const SharedObject& consumer,
-                                         const Resolution& r) {
+UnresolvedExplanation explain_unresolved(const Environment& env, const Knowledge& knowledge,
+                                         const SharedObject& consumer, const Resolution& r) {
   UnresolvedExplanation e;
   e.stale_dirs = stale_dirs_of(consumer);
   const std::string stale_note =
-      e.stale_dirs.empty() ? "" : fmt::format("; its search path names {}, a build machine's folder that does not exist here", e.stale_dirs.front());
+      e.stale_dirs.empty()
+          ? ""
+          : fmt::format("; its search path names {}, a build machine's folder that does not exist here",
+                        e.stale_dirs.front());
   if (const auto* g = knowledge.driver_group(r.name)) {
     e.kind = UnresolvedKind::driver_library;
-    e.text = fmt::format("{} comes with the {}, not from a wheel; on a GPU host it resolves through ld.so.cache or LD_LIBRARY_PATH", r.name, g->why);
+    e.text = fmt::format(
+        "{} comes with the {}, not from a wheel; on a GPU host it resolves through ld.so.cache or LD_LIBRARY_PATH",
+        r.name, g->why);
     return e;
   }
   const auto providers = env.providers(r.name);
@@ -69,14 +80,16 @@ UnresolvedExplanation explain_unresolved(const Environment& env, const Knowledge
   if (!providers.empty()) {
     const SharedObject& p = *providers.front();
     e.kind = UnresolvedKind::earlier_import;
-    e.text = fmt::format("satisfied only once {} ({}) is loaded by an earlier import; {} does not declare that dependency{}",
-                         env.display(p.path), owner_names(env, p), owner_names(env, consumer), stale_note);
+    e.text =
+        fmt::format("satisfied only once {} ({}) is loaded by an earlier import; {} does not declare that dependency{}",
+                    env.display(p.path), owner_names(env, p), owner_names(env, consumer), stale_note);
     return e;
   }
   if (const auto* g = knowledge.optional_group(r.name)) {
     e.kind = UnresolvedKind::optional_library;
-    e.text = fmt::format("{} belongs to {}: a system library this optional plugin needs only when that feature is used{}",
-                         r.name, g->why, stale_note);
+    e.text =
+        fmt::format("{} belongs to {}: a system library this optional plugin needs only when that feature is used{}",
+                    r.name, g->why, stale_note);
     return e;
   }
   if (!e.stale_dirs.empty()) {

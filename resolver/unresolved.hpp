@@ -21,12 +21,12 @@ enum class UnresolvedKind {
 
 struct UnresolvedExplanation {
   UnresolvedKind kind = UnresolvedKind::unexplained;
-  std::string text;                    // one sentence for people
-  std::vector<std::string> providers;  // in-environment objects with that soname
-  std::vector<std::string> stale_dirs; // RPATH/RUNPATH folders that do not exist here
+  std::string text;                     // one sentence for people
+  std::vector<std::string> providers;   // in-environment objects with that soname
+  std::vector<std::string> stale_dirs;  // RPATH/RUNPATH folders that do not exist here
 };
 
 [[nodiscard]] UnresolvedExplanation explain_unresolved(const Environment& env, const Knowledge& knowledge,
-                                                      const SharedObject& consumer, const Resolution& resolution);
+                                                       const SharedObject& consumer, const Resolution& resolution);
 
 }  // namespace cudafix::resolver

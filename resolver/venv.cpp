@@ -175,8 +175,9 @@ EnvLayout locate_environment(const LocateRequest& req) {
       return read_layout(fs::path(dir).parent_path().string(), "python3 on PATH");
     }
   }
-  throw Error("no Python environment found: give --venv DIR, activate a venv ($VIRTUAL_ENV), "
-              "or put its python3 on PATH");
+  throw Error(
+      "no Python environment found: give --venv DIR, activate a venv ($VIRTUAL_ENV), "
+      "or put its python3 on PATH");
 }
 
 }  // namespace cudafix::resolver

@@ -30,8 +30,8 @@ struct SiteDir {
 
 struct EnvLayout {
   EnvKind kind = EnvKind::venv;
-  std::string root;  // absolute: venv or prefix root; the site dir itself for a bare site dir
-  std::string root_real;  // its realpath
+  std::string root;                           // absolute: venv or prefix root; the site dir itself for a bare site dir
+  std::string root_real;                      // its realpath
   std::optional<std::string> python_version;  // "3.12" when known
   bool include_system_site_packages = false;
   std::optional<std::string> home;  // pyvenv.cfg's home
@@ -43,9 +43,9 @@ struct EnvLayout {
 };
 
 struct LocateRequest {
-  std::optional<std::string> venv_option;   // --venv
-  std::optional<std::string> virtual_env;   // $VIRTUAL_ENV
-  std::optional<std::string> path_env;      // $PATH
+  std::optional<std::string> venv_option;  // --venv
+  std::optional<std::string> virtual_env;  // $VIRTUAL_ENV
+  std::optional<std::string> path_env;     // $PATH
 };
 
 // Finds the environment: --venv, else $VIRTUAL_ENV, else the python3 on PATH.

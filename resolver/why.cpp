@@ -63,7 +63,8 @@ WhyReport explain(const Environment& env, const std::string& query) {
   report.is_path = query.find('/') != std::string::npos;
   if (report.is_path) {
     const auto path = find_object_path(env, query);
-    if (!path) throw Error(fmt::format("{} is not an ELF shared object of the environment at {}", query, env.layout.root));
+    if (!path)
+      throw Error(fmt::format("{} is not an ELF shared object of the environment at {}", query, env.layout.root));
     const SharedObject* subject = env.object(*path);
     report.subject = subject;
     auto [p, idx] = process_with(env, *subject);

@@ -17,18 +17,18 @@ struct NeededNode {
 
 struct WhyConsumer {
   const SharedObject* object = nullptr;
-  Resolution resolution;                // in the process model
-  std::optional<Resolution> fallback;   // if the file it resolves to disappeared
+  Resolution resolution;               // in the process model
+  std::optional<Resolution> fallback;  // if the file it resolves to disappeared
 };
 
 struct WhyReport {
   std::string query;
   bool is_path = false;
-  const SharedObject* subject = nullptr;     // PATH mode: the object asked about
+  const SharedObject* subject = nullptr;       // PATH mode: the object asked about
   std::vector<const SharedObject*> providers;  // SONAME mode: objects with that soname or name
-  std::vector<WhyConsumer> consumers;       // objects that NEED it
-  std::optional<Resolution> standalone;     // no consumer: how dlopen(soname) from Python resolves
-  std::optional<NeededNode> tree;           // the NEEDED tree below what it resolves to
+  std::vector<WhyConsumer> consumers;          // objects that NEED it
+  std::optional<Resolution> standalone;        // no consumer: how dlopen(soname) from Python resolves
+  std::optional<NeededNode> tree;              // the NEEDED tree below what it resolves to
   bool resolves = false;
 };
 

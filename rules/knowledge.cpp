@@ -24,15 +24,18 @@ void read_groups(const toml::table& doc, const char* key, const std::string& sou
   for (const auto& [name, value] : *table) {
     const auto* group = value.as_table();
     if (!group)
-      throw r::Error(fmt::format("{}: [{}.{}] must be a table with why and sonames", where(source, value.source()), key, name.str()));
+      throw r::Error(fmt::format("{}: [{}.{}] must be a table with why and sonames", where(source, value.source()), key,
+                                 name.str()));
     r::SonameGroup g;
     if (auto why = (*group)["why"].value<std::string>()) g.why = *why;
     const auto* list = (*group)["sonames"].as_array();
     if (!list)
-      throw r::Error(fmt::format("{}: [{}.{}] needs sonames = [\"...\"]", where(source, group->source()), key, name.str()));
+      throw r::Error(
+          fmt::format("{}: [{}.{}] needs sonames = [\"...\"]", where(source, group->source()), key, name.str()));
     for (const auto& s : *list) {
       const auto v = s.value<std::string>();
-      if (!v) throw r::Error(fmt::format("{}: [{}.{}] sonames must be strings", where(source, s.source()), key, name.str()));
+      if (!v)
+        throw r::Error(fmt::format("{}: [{}.{}] sonames must be strings", where(source, s.source()), key, name.str()));
       g.sonames.push_back(*v);
     }
     into[std::string(name.str())] = std::move(g);
@@ -46,7 +49,8 @@ void merge_knowledge(std::string_view text, const std::string& source, r::Knowle
   try {
     doc = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    throw r::Error(fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
+    throw r::Error(
+        fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
   }
   read_groups(doc, "driver", source, into.driver);
   read_groups(doc, "optional", source, into.optional);

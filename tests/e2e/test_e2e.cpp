@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -20,8 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using test::RunResult;
 using test::run_shell;
+using test::RunResult;
 using test::shell_quote;
 using test::TempDir;
 using ::testing::HasSubstr;
@@ -34,7 +34,9 @@ const std::string k_python = "/usr/bin/python3";
 // installed (this build machine has a CUDA toolkit in its cache).
 const std::string k_no_cache = " --ld-so-cache /nonexistent/ld.so.cache";
 
-RunResult cudafix(const std::string& args) { return run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " " + args); }
+RunResult cudafix(const std::string& args) {
+  return run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " " + args);
+}
 
 json run_json(const std::string& args, int expected_exit = 0) {
   const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " " + args + " --json 2>/dev/null");
@@ -57,7 +59,8 @@ const json* resolution_of(const json& object, const std::string& needed) {
 // A listing of every entry below `dir` with size and mtime: what "nothing was written" means.
 std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> out;
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::none); it != fs::recursive_directory_iterator(); ++it) {
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::none);
+       it != fs::recursive_directory_iterator(); ++it) {
     std::error_code ec;
     const auto st = fs::symlink_status(it->path(), ec);
     std::string v = std::to_string(static_cast<int>(st.type()));
@@ -79,25 +82,30 @@ class RealVenv : public ::testing::Test {
     const auto made = run_shell(k_python + " -m venv " + shell_quote(venv_));
     ASSERT_EQ(made.exit_code, 0) << made.out;
     const std::string w = k_fixtures + "/wheel";
-    const std::string mk = k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp_->path());
-    const auto a = run_shell(mk + " gpulib 1.0 gpulib/__init__.py=" + w + "/gpulib/__init__.py gpulib/_ext.cpython-311-x86_64-linux-gnu.so=" + w +
+    const std::string mk =
+        k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp_->path());
+    const auto a = run_shell(mk + " gpulib 1.0 gpulib/__init__.py=" + w +
+                             "/gpulib/__init__.py gpulib/_ext.cpython-311-x86_64-linux-gnu.so=" + w +
                              "/gpulib/_ext.so gpulib.libs/libvend.so.1=" + w + "/gpulib.libs/libvend.so.1");
     ASSERT_EQ(a.exit_code, 0) << a.out;
     const auto b = run_shell(mk + " gpuplugin 2.0 gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so=" + w +
                              "/gpuplugin/_plugin.so --requires gpulib");
     ASSERT_EQ(b.exit_code, 0) << b.out;
     const auto pip = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
-                               " -m pip install -q --no-index --disable-pip-version-check " + std::string(resolver::trim(a.out)) +
-                               " " + std::string(resolver::trim(b.out)));
+                               " -m pip install -q --no-index --disable-pip-version-check " +
+                               std::string(resolver::trim(a.out)) + " " + std::string(resolver::trim(b.out)));
     ASSERT_EQ(pip.exit_code, 0) << pip.out;
-    site_ = venv_ + "/lib/python3." + std::string(resolver::trim(run_shell(k_python + " -c 'import sys; print(sys.version_info[1])'").out)) +
+    site_ = venv_ + "/lib/python3." +
+            std::string(resolver::trim(run_shell(k_python + " -c 'import sys; print(sys.version_info[1])'").out)) +
             "/site-packages";
   }
   static void TearDownTestSuite() { delete tmp_; }
 
   // What the real loader maps, read from /proc/self/maps after loading `paths` in order.
   static std::string loaded_after(const std::vector<std::string>& paths) {
-    std::string code = "import ctypes,sys\nfor p in sys.argv[1:]: ctypes.CDLL(p, ctypes.RTLD_GLOBAL)\nprint(open('/proc/self/maps').read())";
+    std::string code =
+        "import ctypes,sys\nfor p in sys.argv[1:]: ctypes.CDLL(p, "
+        "ctypes.RTLD_GLOBAL)\nprint(open('/proc/self/maps').read())";
     std::string cmd = shell_quote(venv_ + "/bin/python3") + " -c " + shell_quote(code);
     for (const auto& p : paths) cmd += " " + shell_quote(p);
     return run_shell(cmd).out;
@@ -157,11 +165,12 @@ TEST_F(RealVenv, PredictionMatchesWhatTheRealLoaderMaps) {
 }
 
 TEST_F(RealVenv, FindsTheVenvThroughVirtualEnvAndPath) {
-  const auto by_env = run_shell("VIRTUAL_ENV=" + shell_quote(venv_) + " " + shell_quote(k_bin) + " scan --json" + k_no_cache);
+  const auto by_env =
+      run_shell("VIRTUAL_ENV=" + shell_quote(venv_) + " " + shell_quote(k_bin) + " scan --json" + k_no_cache);
   ASSERT_EQ(by_env.exit_code, 0) << by_env.out;
   EXPECT_EQ(json::parse(by_env.out)["layout"]["found_by"], "$VIRTUAL_ENV");
-  const auto by_path = run_shell("env -u VIRTUAL_ENV PATH=" + shell_quote(venv_ + "/bin:/usr/bin:/bin") + " " + shell_quote(k_bin) +
-                                 " scan --json" + k_no_cache);
+  const auto by_path = run_shell("env -u VIRTUAL_ENV PATH=" + shell_quote(venv_ + "/bin:/usr/bin:/bin") + " " +
+                                 shell_quote(k_bin) + " scan --json" + k_no_cache);
   ASSERT_EQ(by_path.exit_code, 0) << by_path.out;
   const json j = json::parse(by_path.out);
   EXPECT_EQ(j["layout"]["found_by"], "python3 on PATH");
@@ -178,7 +187,8 @@ TEST_F(RealVenv, WhyExitsOneWhenTheProviderIsGoneAndSaysWhereItLooked) {
   const auto r = cudafix("why libvend.so.1 --color never --venv " + shell_quote(v) + k_no_cache);
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("does not resolve"));
-  EXPECT_THAT(r.out, HasSubstr("gpulib.libs/libvend.so.1 [rpath of gpulib/_ext.cpython-311-x86_64-linux-gnu.so]: not found"));
+  EXPECT_THAT(r.out,
+              HasSubstr("gpulib.libs/libvend.so.1 [rpath of gpulib/_ext.cpython-311-x86_64-linux-gnu.so]: not found"));
   const json j = run_json("scan --venv " + shell_quote(v) + k_no_cache);
   const json* d = find_by(j["dists"], "dist", "gpulib-1.0.dist-info");
   ASSERT_NE(d, nullptr);
@@ -249,7 +259,7 @@ TEST_F(CorpusVenv, EveryUnresolvedNeededIsExplained) {
     for (const auto& r : o["resolutions"])
       if (r["path"].is_null()) kinds[r["needed"]] = r["explanation"]["kind"];
   EXPECT_EQ(kinds["libcuda.so.1"], "driver-library");
-  EXPECT_EQ(kinds["libc10.so"], "earlier-import");      // torchaudio does not declare torch
+  EXPECT_EQ(kinds["libc10.so"], "earlier-import");  // torchaudio does not declare torch
   EXPECT_EQ(kinds["libcufile.so.0"], "loaded-by-sibling");
   EXPECT_EQ(kinds["libibverbs.so.1"], "optional-library");
   EXPECT_GT((*scan_)["summary"]["unresolved_needed"].get<int>(), 0);
@@ -269,8 +279,10 @@ TEST(Demo, BuildsTheBrokenExampleAndExplainsIt) {
   const auto r = cudafix("demo " + shell_quote(dir) + " --color never" + k_no_cache);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("nvidia_cudnn_cu13-9.19.0.56.dist-info: 8 of 29 files missing"));
-  EXPECT_THAT(r.out, HasSubstr("nvidia/nccl/lib/libnccl.so.2\n    owners: nvidia_nccl_cu12-2.27.3.dist-info, nvidia_nccl_cu13-2.28.9.dist-info"));
-  EXPECT_THAT(r.out, HasSubstr("libcublas.so.13 => nvidia/cu13/lib/libcublas.so.13 [rpath of torch/lib/libtorch_cuda.so]"));
+  EXPECT_THAT(r.out, HasSubstr("nvidia/nccl/lib/libnccl.so.2\n    owners: nvidia_nccl_cu12-2.27.3.dist-info, "
+                               "nvidia_nccl_cu13-2.28.9.dist-info"));
+  EXPECT_THAT(r.out,
+              HasSubstr("libcublas.so.13 => nvidia/cu13/lib/libcublas.so.13 [rpath of torch/lib/libtorch_cuda.so]"));
   // Without a system cuDNN, torch's libcudnn.so.9 resolves nowhere.
   const auto why = cudafix("why libcudnn.so.9 --color never --venv " + shell_quote(dir) + k_no_cache);
   EXPECT_EQ(why.exit_code, 1) << why.out;
@@ -284,7 +296,8 @@ TEST(Demo, ExampleObjectsAreRealElfThatGlibcLoads) {
   const std::string lib = dir + "/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13";
   const auto r = run_shell("LD_TRACE_LOADED_OBJECTS=1 /lib64/ld-linux-x86-64.so.2 " + shell_quote(lib));
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("libcublasLt.so.13 => " + dir + "/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13"));
+  EXPECT_THAT(r.out, HasSubstr("libcublasLt.so.13 => " + dir +
+                               "/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13"));
 }
 
 // --- bad input -----------------------------------------------------------------------------
@@ -349,7 +362,9 @@ TEST_F(HostileVenv, MalformedMetadataRecordAndElfAreDiagnosedAndTheScanGoesOn) {
   write(site_ + "/good-1.0.dist-info/METADATA", "Name: good\nVersion: 1.0\n");
   write(site_ + "/good-1.0.dist-info/RECORD", "libgood.so,,\n");
   resolver::write_shared_object(site_ + "/libgood.so", {});
-  write(site_ + "/libtrunc.so", std::string("\x7f" "ELF\x02\x01\x01", 7));
+  write(site_ + "/libtrunc.so", std::string("\x7f"
+                                            "ELF\x02\x01\x01",
+                                            7));
   // A dynamic segment that points past the end of the file.
   resolver::ElfSpec spec;
   spec.soname = "libbig.so";
@@ -361,7 +376,8 @@ TEST_F(HostileVenv, MalformedMetadataRecordAndElfAreDiagnosedAndTheScanGoesOn) {
 
   const json j = run_json("scan --venv " + shell_quote(venv_) + k_no_cache);
   std::map<std::string, std::vector<json>> by_file;
-  for (const auto& d : j["diagnostics"]) by_file[fs::path(d["file"].get<std::string>()).filename().string()].push_back(d);
+  for (const auto& d : j["diagnostics"])
+    by_file[fs::path(d["file"].get<std::string>()).filename().string()].push_back(d);
   ASSERT_TRUE(by_file.count("METADATA"));
   const auto& md = by_file["METADATA"];
   const auto garbage = std::find_if(md.begin(), md.end(), [](const json& d) { return d["line"] == 1; });

@@ -6,7 +6,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    const auto cache = cudafix::resolver::LdCache::parse(std::string(reinterpret_cast<const char*>(data), size), "cache");
+    const auto cache =
+        cudafix::resolver::LdCache::parse(std::string(reinterpret_cast<const char*>(data), size), "cache");
     (void)cache.lookup("libc.so.6", 62, 2, {"x86-64-v3"});
   } catch (const cudafix::resolver::Error&) {
   }

@@ -1,10 +1,10 @@
 #include "tests/support/process.hpp"
 
+#include <sys/wait.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
-#include <sys/wait.h>
 
 namespace cudafix::test {
 
@@ -23,8 +23,10 @@ RunResult run_shell(const std::string& command) {
 std::string shell_quote(const std::string& word) {
   std::string out = "'";
   for (char c : word) {
-    if (c == '\'') out += "'\\''";
-    else out.push_back(c);
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out.push_back(c);
   }
   return out + "'";
 }

@@ -25,7 +25,8 @@ TEST(ParseRecord, ReadsQuotedCommasAndRowsWithoutHash) {
 }
 
 TEST(ParseRecord, NamesLineOfEveryBadRowAndKeepsTheRest) {
-  const auto r = parse_record("a.py,sha256=x,1\nb.py,md5,2\nc.py,sha256=y,notanumber\nd.py,only-two\ne.py,,\n", "RECORD");
+  const auto r =
+      parse_record("a.py,sha256=x,1\nb.py,md5,2\nc.py,sha256=y,notanumber\nd.py,only-two\ne.py,,\n", "RECORD");
   ASSERT_EQ(r.diagnostics.size(), 3u);
   EXPECT_EQ(r.diagnostics[0].line, 2u);
   EXPECT_NE(r.diagnostics[0].message.find("malformed hash"), std::string::npos);

@@ -107,12 +107,11 @@ TEST_P(ElfReaderRejects, HostileObjectsWithAPreciseMessage) {
 
 // Offsets into the writer's ELF64 layout: program headers at 64 (56 bytes each; PT_DYNAMIC is
 // the second: p_offset at +8, p_filesz at +32); e_phoff at 32.
-INSTANTIATE_TEST_SUITE_P(
-    Cases, ElfReaderRejects,
-    ::testing::Values(Broken{"DynamicPastEnd", 64 + 56 + 8, 1u << 30, "outside the file"},
-                      Broken{"HugeDynamicSize", 64 + 56 + 32, ~0ull >> 1, "outside the file"},
-                      Broken{"ProgramHeadersPastEnd", 32, 1u << 20, "past the end"}),
-    [](const auto& param_info) { return std::string(param_info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, ElfReaderRejects,
+                         ::testing::Values(Broken{"DynamicPastEnd", 64 + 56 + 8, 1u << 30, "outside the file"},
+                                           Broken{"HugeDynamicSize", 64 + 56 + 32, ~0ull >> 1, "outside the file"},
+                                           Broken{"ProgramHeadersPastEnd", 32, 1u << 20, "past the end"}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(ElfReader, TruncatedAtEveryLengthNeverCrashes) {
   ElfSpec spec;
@@ -123,8 +122,10 @@ TEST(ElfReader, TruncatedAtEveryLengthNeverCrashes) {
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     std::string cut = bytes.substr(0, n);
     const auto r = read_elf_memory(cut.data(), cut.size(), "cut.so");
-    if (n < 4) EXPECT_EQ(r.status, ElfReadStatus::not_elf);
-    else EXPECT_EQ(r.status, ElfReadStatus::invalid) << "at " << n;
+    if (n < 4)
+      EXPECT_EQ(r.status, ElfReadStatus::not_elf);
+    else
+      EXPECT_EQ(r.status, ElfReadStatus::invalid) << "at " << n;
   }
 }
 

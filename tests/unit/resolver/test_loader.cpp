@@ -53,9 +53,9 @@ Answers parse_trace(const std::string& out) {
   return a;
 }
 
-Answers glibc_answers(const std::string& root, const std::optional<std::string>& llp,
-                      const std::string& wrap = "") {
-  const std::string cmd = env_prefix(llp) + "LD_TRACE_LOADED_OBJECTS=1 " + shell_quote(host().ld_so) + " " + shell_quote(root);
+Answers glibc_answers(const std::string& root, const std::optional<std::string>& llp, const std::string& wrap = "") {
+  const std::string cmd =
+      env_prefix(llp) + "LD_TRACE_LOADED_OBJECTS=1 " + shell_quote(host().ld_so) + " " + shell_quote(root);
   const auto r = run_shell(wrap.empty() ? cmd : wrap + " " + shell_quote(cmd));
   return parse_trace(r.out);
 }
@@ -130,7 +130,8 @@ std::set<std::string> model_in_libtree_terms(const ModelRun& run) {
       }
       if (r.kind == ReasonKind::already_loaded || r.kind == ReasonKind::ld_cache || r.kind == ReasonKind::default_path)
         continue;
-      const std::string reason = r.kind == ReasonKind::ld_library_path ? "LD_LIBRARY_PATH" : std::string(to_string(r.kind));
+      const std::string reason =
+          r.kind == ReasonKind::ld_library_path ? "LD_LIBRARY_PATH" : std::string(to_string(r.kind));
       out.insert(realpath_or(*r.path) + " [" + reason + "]");
     }
   return out;
@@ -195,7 +196,8 @@ TEST(LoaderVsGlibcCache, LdSoCacheBuiltByLdconfig) {
   // so the host's cache is never touched.
   test::TempDir tmp;
   const std::string cache = tmp.path() + "/ld.so.cache";
-  const auto made = run_shell("ldconfig -X -C " + shell_quote(cache) + " -f " + shell_quote(k_fixtures + "/ld_cache/ld.so.conf"));
+  const auto made =
+      run_shell("ldconfig -X -C " + shell_quote(cache) + " -f " + shell_quote(k_fixtures + "/ld_cache/ld.so.conf"));
   ASSERT_EQ(made.exit_code, 0) << made.out;
   const std::string root = k_fixtures + "/ld_cache/libusecache.so";
   const std::string wrap = "unshare -m sh -c 'mount --bind " + cache + " /etc/ld.so.cache && exec sh -c \"$0\"'";
@@ -309,7 +311,8 @@ namespace {
 // or a cache, never a crash.
 TEST(LdCacheFormat, FuzzRegressionsParseOrFailCleanly) {
   std::size_t seen = 0;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
     if (e.path().filename().string().rfind("ld_cache-", 0) != 0) continue;
     ++seen;
     try {

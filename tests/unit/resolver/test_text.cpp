@@ -27,7 +27,11 @@ TEST(ToValidUtf8, ReplacesBadBytesAndSaysSo) {
   bool lossy = false;
   EXPECT_EQ(to_valid_utf8("caf\xc3\xa9", &lossy), "caf\xc3\xa9");
   EXPECT_FALSE(lossy);
-  EXPECT_EQ(to_valid_utf8("a\xff" "b", &lossy), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(to_valid_utf8("a\xff"
+                          "b",
+                          &lossy),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_TRUE(lossy);
   lossy = false;
   EXPECT_EQ(to_valid_utf8("\xc0\xaf", &lossy), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'

@@ -163,7 +163,8 @@ TEST(Ownership, CompiledBytecodeIsNeverMissingButAMissingModuleIs) {
   std::filesystem::create_directories(site + "/pkg-1.0.dist-info");
   std::ofstream(site + "/pkg-1.0.dist-info/METADATA") << "Name: pkg\nVersion: 1.0\n";
   std::ofstream(site + "/pkg-1.0.dist-info/RECORD")
-      << "pkg/__init__.py,,\npkg/gone.py,,\npkg/__pycache__/__init__.cpython-312.pyc,,\npkg/__pycache__/gone.cpython-312.pyc,,\n";
+      << "pkg/__init__.py,,\npkg/gone.py,,\npkg/__pycache__/__init__.cpython-312.pyc,,\npkg/__pycache__/"
+         "gone.cpython-312.pyc,,\n";
   std::ofstream(site + "/pkg/__init__.py") << "";
   std::ofstream(site + "/pkg/__pycache__/__init__.cpython-312.pyc") << "";
   ScanOptions o;
