@@ -130,7 +130,7 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
   const auto stats = r::materialize_environment(desc, dir);
   const Style st = style_for(g);
   auto say = [&](const std::string& s) {
-    if (!g.json) out << s;
+    if (!g.json && !g.quiet) out << s;
   };
   say(fmt::format("{}\n", st.bold("cudafix demo")));
   say(

@@ -126,10 +126,9 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
     for (const auto& res : o.resolutions) {
       if (res.found()) continue;
       auto why = r::explain_unresolved(env, knowledge, o, res);
-      if (why.kind == r::UnresolvedKind::unexplained)
-        unexplained[res.name].push_back({&o, std::move(why)});
-      else
-        explained[std::string(r::to_string(why.kind))][res.name].push_back({&o, std::move(why)});
+      auto& list = why.kind == r::UnresolvedKind::unexplained ? unexplained[res.name]
+                                                               : explained[std::string(r::to_string(why.kind))][res.name];
+      list.push_back({&o, std::move(why)});
     }
   auto list_objects = [&](const std::vector<Miss>& objs, const char* indent) {
     const std::size_t shown_max = st.verbose ? objs.size() : std::min<std::size_t>(objs.size(), 3);

@@ -74,14 +74,14 @@ LdCache LdCache::parse(const std::string& b, const std::string& file) {
     const auto count = load_at<std::uint32_t>(b, base + ext_off + 4);
     if (count > (avail - ext_off - 8) / 16) throw fail(base + ext_off, "extension section count runs past the end");
     for (std::uint32_t i = 0; i < count; ++i) {
-      const std::size_t s = base + ext_off + 8 + i * 16;
+      const std::size_t s = base + ext_off + 8 + std::size_t{i} * 16;
       const auto tag = load_at<std::uint32_t>(b, s);
       const auto off = load_at<std::uint32_t>(b, s + 8);
       const auto size = load_at<std::uint32_t>(b, s + 12);
       if (tag != k_tag_glibc_hwcaps) continue;
       if (off > avail || size > avail - off || size % 4) throw fail(s, "glibc-hwcaps section outside the file");
       for (std::uint32_t k = 0; k < size / 4; ++k)
-        hwcaps.push_back(string_at(load_at<std::uint32_t>(b, base + off + k * 4)));
+        hwcaps.push_back(string_at(load_at<std::uint32_t>(b, base + off + std::size_t{k} * 4)));
     }
   }
 
