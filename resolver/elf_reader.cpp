@@ -125,33 +125,31 @@ ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
   Elf_Data* str = elf_getdata_rawchunk(elf, static_cast<int64_t>(*str_off), strsz, ELF_T_BYTE);
   if (!str) return invalid(name, *str_off, fmt::format("cannot read the string table: {}", elf_errmsg(-1)));
   const char* base = static_cast<const char*>(str->d_buf);
-  auto string_at = [&](GElf_Xword off, const char* what) -> std::optional<std::string> {
+  // A NUL-terminated string inside the table, or nothing when the offset or the terminator is not.
+  auto string_at = [&](GElf_Xword off) -> std::optional<std::string> {
     if (off >= strsz) return std::nullopt;
     const void* nul = std::memchr(base + off, 0, strsz - off);
     if (!nul) return std::nullopt;
-    (void)what;
     return std::string(base + off, static_cast<const char*>(nul));
   };
-  auto take = [&](GElf_Xword off, const char* what, std::optional<std::string>& into) -> bool {
-    into = string_at(off, what);
-    return into.has_value();
+  auto outside = [&](const char* tag, GElf_Xword off) {
+    return invalid(name, *str_off + off,
+                   fmt::format("{} string offset {} is outside the string table ({} bytes)", tag, off, strsz));
   };
   for (auto off : needed_offsets) {
-    std::optional<std::string> s;
-    if (!take(off, "DT_NEEDED", s))
-      return invalid(name, *str_off + off,
-                     fmt::format("DT_NEEDED string offset {} is outside the string table ({} bytes)", off, strsz));
+    auto s = string_at(off);
+    if (!s) return outside("DT_NEEDED", off);
     info.needed.push_back(std::move(*s));
   }
-  if (soname && !take(*soname, "DT_SONAME", info.soname))
-    return invalid(name, *str_off + *soname,
-                   fmt::format("DT_SONAME string offset {} is outside the string table", *soname));
-  if (rpath && !take(*rpath, "DT_RPATH", info.rpath))
-    return invalid(name, *str_off + *rpath,
-                   fmt::format("DT_RPATH string offset {} is outside the string table", *rpath));
-  if (runpath && !take(*runpath, "DT_RUNPATH", info.runpath))
-    return invalid(name, *str_off + *runpath,
-                   fmt::format("DT_RUNPATH string offset {} is outside the string table", *runpath));
+  const std::pair<const char*, std::pair<std::optional<GElf_Xword>*, std::optional<std::string>*>> named[] = {
+      {"DT_SONAME", {&soname, &info.soname}},
+      {"DT_RPATH", {&rpath, &info.rpath}},
+      {"DT_RUNPATH", {&runpath, &info.runpath}}};
+  for (const auto& [tag, slots] : named) {
+    if (!*slots.first) continue;
+    *slots.second = string_at(**slots.first);
+    if (!*slots.second) return outside(tag, **slots.first);
+  }
   return out;
 }
 
