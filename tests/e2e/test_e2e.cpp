@@ -449,3 +449,35 @@ TEST(Rules, UserRulesExtendTheKnowledge) {
 
 }  // namespace
 }  // namespace cudafix
+
+namespace cudafix {
+namespace {
+
+TEST(LoaderOptions, LdLibraryPathOptionIsTheOneTheModelUses) {
+  // libneeds.so finds libonly.so only through LD_LIBRARY_PATH: the option decides, not the
+  // environment cudafix itself runs in.
+  TempDir tmp;
+  const std::string site = tmp.path() + "/prefix/lib/python3.12/site-packages";
+  fs::create_directories(site + "/pkg-1.0.dist-info");
+  std::ofstream(site + "/pkg-1.0.dist-info/METADATA") << "Name: pkg\nVersion: 1.0\n";
+  std::ofstream(site + "/pkg-1.0.dist-info/RECORD") << "pkg/libneeds.so,,\n";
+  fs::create_directories(site + "/pkg");
+  fs::copy_file(k_fixtures + "/ld_library_path/libneeds.so", site + "/pkg/libneeds.so");
+  const std::string only = k_fixtures + "/ld_library_path/only";
+  const auto without =
+      cudafix("why libonly.so --color never --venv " + shell_quote(site) + " --ld-library-path ''" + k_no_cache);
+  EXPECT_EQ(without.exit_code, 1) << without.out;
+  const auto with = run_shell("env -u VIRTUAL_ENV LD_LIBRARY_PATH=/nonexistent " + shell_quote(k_bin) +
+                              " why libonly.so --color never --venv " + shell_quote(site) + " --ld-library-path " +
+                              shell_quote(only) + k_no_cache);
+  EXPECT_EQ(with.exit_code, 0) << with.out;
+  EXPECT_THAT(with.out, HasSubstr("[LD_LIBRARY_PATH]"));
+  // By default the caller's LD_LIBRARY_PATH is the one modelled.
+  const auto inherited =
+      run_shell("env -u VIRTUAL_ENV LD_LIBRARY_PATH=" + shell_quote(only) + " " + shell_quote(k_bin) +
+                " why libonly.so --color never --venv " + shell_quote(site) + k_no_cache);
+  EXPECT_EQ(inherited.exit_code, 0) << inherited.out;
+}
+
+}  // namespace
+}  // namespace cudafix

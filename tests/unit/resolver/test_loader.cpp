@@ -326,3 +326,32 @@ TEST(LdCacheFormat, FuzzRegressionsParseOrFailCleanly) {
 
 }  // namespace
 }  // namespace cudafix::resolver
+
+namespace cudafix::resolver {
+namespace {
+
+// LD_PRELOAD objects are mapped before the program's NEEDED, so a preloaded soname wins over
+// the program's own RPATH, as glibc does it.
+TEST(LoaderModel, PreloadedSonameWinsOverRpath) {
+  const std::string preload = k_fixtures + "/rpath_runpath/b/libx.so";
+  const std::string root = k_fixtures + "/rpath_runpath/librpath.so";
+  const auto glibc = run_shell("env -i LD_PRELOAD=" + shell_quote(preload) + " LD_TRACE_LOADED_OBJECTS=1 " +
+                               shell_quote(host().ld_so) + " " + shell_quote(root));
+  ASSERT_NE(glibc.out.find(real_path_of(preload)), std::string::npos) << glibc.out;
+  ASSERT_EQ(glibc.out.find("rpath_runpath/a/libx.so"), std::string::npos) << glibc.out;
+
+  LoaderConfig config;
+  config.host = host();
+  config.preload = {preload};
+  config.main_executable = root;  // the program is the root, as under ld.so
+  auto elf = std::make_shared<ElfCache>();
+  LoaderModel model(config, elf, std::make_shared<LdCache>(LdCache::load("/etc/ld.so.cache")));
+  const Process p = model.start_process();
+  const LoadedObject& main = p.objects[static_cast<std::size_t>(p.main)];
+  ASSERT_EQ(main.needed.front().name, "libx.so");
+  EXPECT_EQ(main.needed.front().kind, ReasonKind::already_loaded);
+  EXPECT_EQ(real_path_of(*main.needed.front().path), real_path_of(preload));
+}
+
+}  // namespace
+}  // namespace cudafix::resolver
