@@ -293,22 +293,6 @@ std::string requirement_name(std::string_view req) {
   return normalize_name(req.substr(0, end));
 }
 
-bool requirement_needs_extra(std::string_view req) {
-  const auto semi = req.find(';');
-  if (semi == std::string_view::npos) return false;
-  const auto marker = req.substr(semi + 1);
-  // `extra` as a whole word on the left of a comparison.
-  for (auto pos = marker.find("extra"); pos != std::string_view::npos; pos = marker.find("extra", pos + 1)) {
-    const bool start_ok =
-        pos == 0 || !(std::isalnum(static_cast<unsigned char>(marker[pos - 1])) || marker[pos - 1] == '_');
-    const auto after = pos + 5;
-    const bool end_ok =
-        after >= marker.size() || !(std::isalnum(static_cast<unsigned char>(marker[after])) || marker[after] == '_');
-    if (start_ok && end_ok) return true;
-  }
-  return false;
-}
-
 namespace {
 
 std::optional<std::string> try_read(const std::filesystem::path& p) {

@@ -67,8 +67,6 @@ struct ParsedMetadata {
 // The project name a Requires-Dist line is about ("cuda-toolkit[cublas]==13.0.2; ..." ->
 // "cuda-toolkit"), normalised; empty when the line names none.
 [[nodiscard]] std::string requirement_name(std::string_view requirement);
-// True when a Requires-Dist line applies only with an extra (its marker mentions `extra`).
-[[nodiscard]] bool requirement_needs_extra(std::string_view requirement);
 
 // Which scheme directory a dist lives in; `system` is a base interpreter's site dir seen through
 // include-system-site-packages (read-only: cudafix never changes it).

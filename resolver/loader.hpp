@@ -91,7 +91,6 @@ struct Process {
   std::unordered_map<std::string, int> by_name;  // asked-for names and SONAMEs; the first wins
 
   [[nodiscard]] int find_real(const std::string& real) const;
-  [[nodiscard]] bool fresh(std::size_t index) const { return index >= load_start; }
 
   // Undo, for trying one load after another from the same starting point without copying the
   // whole process each time: begin_trial() marks the state, rollback() returns to it.
