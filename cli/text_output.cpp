@@ -29,9 +29,7 @@ std::string dist_list(const r::Environment& env, const std::vector<int>& owners)
 }
 
 bool inside_env(const r::Environment& env, const std::string& path) {
-  return r::is_within(path, env.layout.root_real) ||
-         std::any_of(env.layout.sites.begin(), env.layout.sites.end(),
-                     [&](const auto& s) { return r::is_within(path, s.real); });
+  return r::is_within(path, env.layout.root_real) || env.site_of(path);
 }
 
 std::string answer(const r::Environment& env, const r::Resolution& res, const Style& st) {
@@ -126,8 +124,9 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
     for (const auto& res : o.resolutions) {
       if (res.found()) continue;
       auto why = r::explain_unresolved(env, knowledge, o, res);
-      auto& list = why.kind == r::UnresolvedKind::unexplained ? unexplained[res.name]
-                                                               : explained[std::string(r::to_string(why.kind))][res.name];
+      auto& list = why.kind == r::UnresolvedKind::unexplained
+                       ? unexplained[res.name]
+                       : explained[std::string(r::to_string(why.kind))][res.name];
       list.push_back({&o, std::move(why)});
     }
   auto list_objects = [&](const std::vector<Miss>& objs, const char* indent) {

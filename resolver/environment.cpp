@@ -48,10 +48,15 @@ std::optional<std::string> symlinked_ancestor(const std::string& path, const std
 
 }  // namespace
 
-std::string Environment::display(const std::string& path) const {
+const SiteDir* Environment::site_of(std::string_view path) const {
   for (const auto& s : layout.sites)
-    if (is_within(path, s.real)) return relative_to(path, s.real);
-  return path;
+    if (is_within(path, s.real)) return &s;
+  return nullptr;
+}
+
+std::string Environment::display(const std::string& path) const {
+  const SiteDir* s = site_of(path);
+  return s ? relative_to(path, s->real) : path;
 }
 
 namespace {
@@ -266,9 +271,7 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
       chunk.unwalked.push_back(
           {std::hash<std::string_view>{}(abs), static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
       if (in_pycache(abs)) continue;  // not walked, and never a finding
-      const bool inside_sites = std::any_of(env.layout.sites.begin(), env.layout.sites.end(),
-                                            [&](const SiteDir& s) { return is_within(abs, s.real); });
-      if (inside_sites) {
+      if (env.site_of(abs)) {
         if (auto link = symlinked_ancestor(abs, d.site_dir, symlinks)) {
           chunk.diagnostics.push_back(
               {record_file, row.line, std::nullopt,

@@ -85,6 +85,8 @@ class Environment {
   [[nodiscard]] std::vector<int> owners_of(const std::string& path) const;
   // Paths more than one dist lists, sorted, with their owners.
   [[nodiscard]] std::vector<std::pair<std::string, std::vector<int>>> shared_paths() const;
+  // The site folder holding `path` (absolute, real), or null for a path outside every site.
+  [[nodiscard]] const SiteDir* site_of(std::string_view path) const;
   // The display form of a path: relative to the site dir holding it, else absolute.
   [[nodiscard]] std::string display(const std::string& path) const;
   [[nodiscard]] const SharedObject* object(const std::string& path) const;
