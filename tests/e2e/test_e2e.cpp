@@ -24,6 +24,7 @@ using test::run_shell;
 using test::RunResult;
 using test::shell_quote;
 using test::TempDir;
+using test::write_file;
 using ::testing::HasSubstr;
 
 const std::string k_bin = CUDAFIX_BIN;
@@ -308,17 +309,13 @@ class HostileVenv : public ::testing::Test {
     venv_ = tmp_.path() + "/venv";
     site_ = venv_ + "/lib/python3.12/site-packages";
     fs::create_directories(site_);
-    write(venv_ + "/pyvenv.cfg", "home = /usr/bin\nversion = 3.12.1\n");
+    write_file(venv_ + "/pyvenv.cfg", "home = /usr/bin\nversion = 3.12.1\n");
     fs::create_directories(tmp_.path() + "/outside");
-    write(tmp_.path() + "/outside/secret.so", "not yours");
-  }
-  static void write(const std::string& path, const std::string& text) {
-    fs::create_directories(fs::path(path).parent_path());
-    std::ofstream(path, std::ios::binary) << text;
+    write_file(tmp_.path() + "/outside/secret.so", "not yours");
   }
   void dist(const std::string& name, const std::string& metadata, const std::string& record) {
-    write(site_ + "/" + name + "-1.0.dist-info/METADATA", metadata);
-    write(site_ + "/" + name + "-1.0.dist-info/RECORD", record);
+    write_file(site_ + "/" + name + "-1.0.dist-info/METADATA", metadata);
+    write_file(site_ + "/" + name + "-1.0.dist-info/RECORD", record);
   }
   TempDir tmp_;
   std::string venv_;
@@ -329,8 +326,8 @@ TEST_F(HostileVenv, EscapingAndSymlinkedRecordRowsAreReportedAndNeverFollowed) {
   fs::create_symlink(tmp_.path() + "/outside", site_ + "/linked");
   dist("evil", "Name: evil\nVersion: 1.0\n",
        "evil/ok.py,,\n../../../../../../etc/passwd,,\n/etc/shadow,,\nlinked/secret.so,,\nevil/\xff\xfe.py,,\n");
-  write(site_ + "/evil/ok.py", "");
-  write(site_ + "/evil/\xff\xfe.py", "");
+  write_file(site_ + "/evil/ok.py", "");
+  write_file(site_ + "/evil/\xff\xfe.py", "");
   const auto before = snapshot(tmp_.path());
   const json j = run_json("scan --venv " + shell_quote(venv_) + k_no_cache);
   std::vector<std::string> messages;
@@ -359,12 +356,12 @@ TEST_F(HostileVenv, NonUtf8NamesAreReplacedAndMarkedLossy) {
 
 TEST_F(HostileVenv, MalformedMetadataRecordAndElfAreDiagnosedAndTheScanGoesOn) {
   dist("bad", "this is not a header\n", "ok.py,sha256=%%%,12\n\"unterminated,,\n");
-  write(site_ + "/good-1.0.dist-info/METADATA", "Name: good\nVersion: 1.0\n");
-  write(site_ + "/good-1.0.dist-info/RECORD", "libgood.so,,\n");
+  write_file(site_ + "/good-1.0.dist-info/METADATA", "Name: good\nVersion: 1.0\n");
+  write_file(site_ + "/good-1.0.dist-info/RECORD", "libgood.so,,\n");
   resolver::write_shared_object(site_ + "/libgood.so", {});
-  write(site_ + "/libtrunc.so", std::string("\x7f"
-                                            "ELF\x02\x01\x01",
-                                            7));
+  write_file(site_ + "/libtrunc.so", std::string("\x7f"
+                                                 "ELF\x02\x01\x01",
+                                                 7));
   // A dynamic segment that points past the end of the file.
   resolver::ElfSpec spec;
   spec.soname = "libbig.so";
@@ -372,7 +369,7 @@ TEST_F(HostileVenv, MalformedMetadataRecordAndElfAreDiagnosedAndTheScanGoesOn) {
   const auto phoff = 64 + 56;  // second program header: PT_DYNAMIC
   const std::uint64_t far = 1u << 30;
   std::memcpy(bytes.data() + phoff + 8, &far, sizeof far);
-  write(site_ + "/libbig.so", bytes);
+  write_file(site_ + "/libbig.so", bytes);
 
   const json j = run_json("scan --venv " + shell_quote(venv_) + k_no_cache);
   std::map<std::string, std::vector<json>> by_file;

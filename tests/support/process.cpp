@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 namespace cudafix::test {
@@ -29,6 +30,13 @@ std::string shell_quote(const std::string& word) {
       out.push_back(c);
   }
   return out + "'";
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path);
 }
 
 TempDir::TempDir() {

@@ -15,6 +15,8 @@ struct RunResult {
 RunResult run_shell(const std::string& command);
 // Quotes one word for /bin/sh.
 std::string shell_quote(const std::string& word);
+// Writes `text` to `path`, creating its parent folders (test set-up, never product code).
+void write_file(const std::string& path, const std::string& text);
 // A fresh folder under $TMPDIR, removed when the object dies.
 class TempDir {
  public:

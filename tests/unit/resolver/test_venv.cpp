@@ -13,20 +13,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write(const std::string& path, const std::string& text) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path) << text;
-}
+using test::write_file;
 
 void dist(const std::string& site, const std::string& name, const std::string& record = "") {
-  write(site + "/" + name + "-1.0.dist-info/METADATA", "Name: " + name + "\nVersion: 1.0\n");
-  write(site + "/" + name + "-1.0.dist-info/RECORD", record);
+  write_file(site + "/" + name + "-1.0.dist-info/METADATA", "Name: " + name + "\nVersion: 1.0\n");
+  write_file(site + "/" + name + "-1.0.dist-info/RECORD", record);
 }
 
 TEST(ReadLayout, VenvWithLib64SymlinkHasOneSite) {
   test::TempDir t;
   const std::string v = t.path() + "/v";
-  write(v + "/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n");
+  write_file(v + "/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n");
   fs::create_directories(v + "/lib/python3.12/site-packages");
   fs::create_directory_symlink("lib", v + "/lib64");
   const auto layout = read_layout(v, "--venv");
@@ -40,7 +37,8 @@ TEST(ReadLayout, VenvWithLib64SymlinkHasOneSite) {
 TEST(ReadLayout, UvsVersionInfoKeyAndNoBinPython) {
   test::TempDir t;
   const std::string v = t.path() + "/v";
-  write(v + "/pyvenv.cfg", "home = /nonexistent/bin\nimplementation = CPython\nuv = 0.11.15\nversion_info = 3.12.3\n");
+  write_file(v + "/pyvenv.cfg",
+             "home = /nonexistent/bin\nimplementation = CPython\nuv = 0.11.15\nversion_info = 3.12.3\n");
   fs::create_directories(v + "/lib/python3.12/site-packages");
   const auto layout = read_layout(v, "--venv");  // no bin/python3 at all: still readable
   EXPECT_EQ(layout.python_version, "3.12");
@@ -73,7 +71,7 @@ TEST(ReadLayout, SystemSitePackagesAreAddedReadOnlyAfterTheVenvs) {
   dist(base + "/lib/python3.11/site-packages", "sysdist");
   dist(base + "/lib/python3/dist-packages", "debdist");  // Debian's layout
   const std::string v = t.path() + "/v";
-  write(v + "/pyvenv.cfg", "home = " + base + "/bin\ninclude-system-site-packages = true\nversion = 3.11.2\n");
+  write_file(v + "/pyvenv.cfg", "home = " + base + "/bin\ninclude-system-site-packages = true\nversion = 3.11.2\n");
   dist(v + "/lib/python3.11/site-packages", "mine");
   const auto layout = read_layout(v, "--venv");
   ASSERT_EQ(layout.sites.size(), 3u);
@@ -91,7 +89,7 @@ TEST(ReadLayout, BareSitePackagesFolder) {
   test::TempDir t;
   const std::string site = t.path() + "/prefix/lib/python3.12/site-packages";
   dist(site, "x", "../../../bin/x,,\n");
-  write(t.path() + "/prefix/bin/x", "#!/bin/sh\n");
+  write_file(t.path() + "/prefix/bin/x", "#!/bin/sh\n");
   const auto layout = read_layout(site, "--venv");
   EXPECT_EQ(layout.kind, EnvKind::site_dir);
   ScanOptions o;
@@ -117,9 +115,9 @@ TEST(LocateEnvironment, OptionThenVirtualEnvThenPath) {
   test::TempDir t;
   const std::string a = t.path() + "/a", b = t.path() + "/b", c = t.path() + "/c";
   for (const auto& v : {a, b, c}) {
-    write(v + "/pyvenv.cfg", "version = 3.12.0\n");
+    write_file(v + "/pyvenv.cfg", "version = 3.12.0\n");
     fs::create_directories(v + "/lib/python3.12/site-packages");
-    write(v + "/bin/python3", "");
+    write_file(v + "/bin/python3", "");
   }
   EXPECT_EQ(locate_environment({a, b, c + "/bin"}).root, a);
   EXPECT_EQ(locate_environment({std::nullopt, b, c + "/bin"}).root, b);
@@ -130,11 +128,11 @@ TEST(LocateEnvironment, OptionThenVirtualEnvThenPath) {
 TEST(Ownership, SharedPathsListEveryOwnerAndWhatIsGone) {
   test::TempDir t;
   const std::string v = t.path() + "/v";
-  write(v + "/pyvenv.cfg", "version = 3.12.0\n");
+  write_file(v + "/pyvenv.cfg", "version = 3.12.0\n");
   const std::string site = v + "/lib/python3.12/site-packages";
   dist(site, "nvidia_cudnn_cu12", "nvidia/cudnn/lib/libcudnn.so.9,,\nnvidia/__init__.py,,\n");
   dist(site, "nvidia_cudnn_cu13", "nvidia/cudnn/lib/libcudnn.so.9,,\nnvidia/cudnn/lib/libcudnn_ops.so.9,,\n");
-  write(site + "/nvidia/cudnn/lib/libcudnn_ops.so.9", "");
+  write_file(site + "/nvidia/cudnn/lib/libcudnn_ops.so.9", "");
   ScanOptions o;
   o.resolve = false;
   const auto env = scan_environment(read_layout(v, "--venv"), o);
