@@ -48,11 +48,19 @@ void searched_lines(const r::Environment& env, const r::Resolution& res, const s
   }
 }
 
+// A library in the host's system folders (libc, libstdc++): the distribution's business.
+bool in_system_folder(const r::Environment& env, const std::string& path) {
+  for (const auto& dir : env.loader->config().host.default_dirs)
+    if (r::is_within(r::real_path_of(path), r::real_path_of(dir))) return true;
+  return false;
+}
+
 void tree_lines(const r::Environment& env, const r::NeededNode& n, const Style& st, int depth, std::string& out) {
+  const bool system = n.resolution.found() && in_system_folder(env, *n.resolution.path);
+  // As libtree does: system libraries below the first level, and their own trees, only with -v.
+  if (system && depth > 1 && !st.verbose) return;
   out += fmt::format("{}{}{}\n", std::string(static_cast<std::size_t>(depth) * 2 + 4, ' '),
                      answer(env, n.resolution, st), n.repeated ? st.dim(" (shown above)") : "");
-  // System libraries' own trees are the distribution's business; -v shows them.
-  const bool system = n.resolution.found() && !inside_env(env, *n.resolution.path) && depth > 0;
   if (system && !st.verbose) return;
   for (const auto& c : n.children) tree_lines(env, c, st, depth + 1, out);
 }
@@ -187,7 +195,8 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
                       c.resolution.found() ? reason_label(env, c.resolution) : st.bad("resolves elsewhere or nowhere"));
     if (rep.tree) {
       out += "  NEEDED tree:\n";
-      for (const auto& child : rep.tree->children) tree_lines(env, child, st, 0, out);
+      // The object asked about is the tree's top (depth 0); its NEEDED are depth 1.
+      for (const auto& child : rep.tree->children) tree_lines(env, child, st, 1, out);
     }
     return out;
   }
