@@ -117,6 +117,38 @@ int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out)
   return report.resolves ? 0 : 1;
 }
 
+namespace {
+
+// cudafix-probe is installed beside the cudafix binary.
+std::string probe_path() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw r::Error(fmt::format("cannot find cudafix's own path: {}", ec.message()));
+  const std::string probe = (self.parent_path() / "cudafix-probe").string();
+  if (::access(probe.c_str(), X_OK) != 0)
+    throw r::Error(fmt::format("the probe helper {} is missing or not executable; it is installed beside cudafix", probe));
+  return probe;
+}
+
+}  // namespace
+
+int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& out) {
+  if (g.ld_so_cache)
+    throw r::Error("--ld-so-cache cannot be used with verify: the probe runs the real loader, which reads the host's cache");
+  if (!(v.timeout_s > 0)) throw r::Error(fmt::format("--timeout must be positive, not {}", v.timeout_s));
+  const auto& [env, knowledge] = scan_kept(g);
+  installer::probe::VerifyOptions opts;
+  opts.probe = probe_path();
+  opts.timeout = std::chrono::milliseconds(static_cast<long long>(v.timeout_s * 1000));
+  opts.consumer = v.consumer;
+  const auto report = installer::probe::verify_environment(env, knowledge, opts);
+  if (g.json)
+    out << verify_json(env, knowledge, report) << '\n';
+  else if (!g.quiet || report.exit_code() != 0)
+    out << verify_text(env, report, style_for(g));
+  return report.exit_code();
+}
+
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, std::ostream& out) {
   std::string dir;
   if (dir_opt) {

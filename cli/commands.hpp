@@ -26,6 +26,11 @@ struct GlobalOptions {
 
 int run_scan(const GlobalOptions& g, std::ostream& out);
 int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out);
+struct VerifyCliOptions {
+  double timeout_s = 60;
+  std::optional<std::string> consumer;
+};
+int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& out);
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir, std::ostream& out);
 // Developer command: writes an environment from a corpus-format description (file or "-").
 int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,

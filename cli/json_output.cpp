@@ -1,5 +1,7 @@
 #include "cli/json_output.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "cli/json_writer.hpp"
@@ -8,6 +10,7 @@
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;
+namespace p = cudafix::installer::probe;
 
 namespace {
 
@@ -345,6 +348,127 @@ std::string why_json(const r::Environment& env, const r::Knowledge& knowledge, c
     tree(d, *rep.tree);
   else
     w.null();
+  w.end_object();
+  return w.take();
+}
+
+namespace {
+
+void optional_number(JsonWriter& w, const char* key, const std::optional<long long>& v) {
+  w.key(key);
+  if (v)
+    w.value(static_cast<std::int64_t>(*v));
+  else
+    w.null();
+}
+
+void optional_string(JsonWriter& w, const char* key, const std::optional<std::string>& v) {
+  w.key(key);
+  if (v)
+    w.value(*v);
+  else
+    w.null();
+}
+
+}  // namespace
+
+std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge, const p::VerifyReport& rep) {
+  Doc d(env, knowledge);
+  auto& w = d.w;
+  d.header("verify");
+  w.key("outcome").value(p::to_string(rep.verdict.outcome));
+  w.key("message").value(rep.verdict.message);
+  optional_string(w, "failed_stage",
+                  rep.verdict.stage && rep.verdict.outcome != p::Outcome::ok
+                      ? std::optional<std::string>(p::stage_label(rep.records.stages[*rep.verdict.stage]))
+                      : std::nullopt);
+  optional_string(w, "failed_check", rep.failed_check);
+  w.key("warnings").begin_array();
+  for (const auto& s : rep.verdict.warnings) w.value(s);
+  w.end_array();
+  optional_string(w, "libcuda", rep.libcuda);
+  optional_string(w, "libcuda_real", rep.libcuda_real);
+  optional_number(w, "driver_version", rep.driver_version);
+  optional_number(w, "runtime_major", rep.runtime_major);
+  optional_number(w, "cudnn_version", rep.cudnn_version);
+  w.key("consumer");
+  if (rep.consumer)
+    d.path(*rep.consumer);
+  else
+    w.null();
+  w.key("stages").begin_array();
+  for (const auto& s : rep.records.stages) {
+    w.begin_object().key("stage").value(s.stage).key("device");
+    if (s.device)
+      w.value(*s.device);
+    else
+      w.null();
+    w.key("ok").value(s.ended && s.ok).key("returned").value(s.ended);
+    w.key("ms").raw(fmt::format("{:.3f}", s.ms));
+    optional_number(w, "code", s.code);
+    optional_string(w, "name", p::code_name(s));
+    w.key("detail").value(s.detail).end_object();
+  }
+  for (const auto& s : rep.skipped)
+    w.begin_object().key("stage").value(s.stage).key("skipped").value(true).key("detail").value(s.why).end_object();
+  w.end_array();
+  w.key("devices").begin_array();
+  for (const auto& dev : rep.records.devices)
+    w.begin_object()
+        .key("ordinal")
+        .value(dev.ordinal)
+        .key("name")
+        .value(dev.name)
+        .key("compute_capability")
+        .value(dev.compute_capability)
+        .key("uuid")
+        .value(dev.uuid.empty() ? std::string() : "GPU-" + dev.uuid)
+        .end_object();
+  w.end_array();
+  w.key("loaded").begin_array();
+  for (const auto& f : rep.loaded) {
+    w.begin_object().key("soname").value(f.soname).key("path");
+    if (f.path)
+      d.path(r::real_path_of(*f.path));
+    else
+      w.null();
+    w.key("predicted");
+    if (f.predicted)
+      d.path(*f.predicted);
+    else
+      w.null();
+    w.key("basis").value(f.basis).key("match");
+    if (f.predicted)
+      w.value(f.match);
+    else
+      w.null();
+    w.end_object();
+  }
+  w.end_array();
+  w.key("checks").begin_array();
+  for (const auto& c : rep.checks)
+    w.begin_object().key("check").value(c.check).key("ok").value(c.ok).key("detail").value(c.detail).end_object();
+  w.end_array();
+  w.key("diagnosis").begin_array();
+  for (const auto& e : rep.diagnosis)
+    w.begin_object()
+        .key("cause")
+        .value(e.cause)
+        .key("check")
+        .value(e.check)
+        .key("result")
+        .value(e.result)
+        .key("likely")
+        .value(e.likely)
+        .end_object();
+  w.end_array();
+  w.key("probe").begin_object();
+  w.key("ms").raw(fmt::format("{:.1f}", rep.run.ms));
+  w.key("timed_out").value(rep.run.timed_out).key("reaped").value(rep.run.reaped);
+  optional_number(w, "exit_code", rep.run.exit_code ? std::optional<long long>(*rep.run.exit_code) : std::nullopt);
+  optional_string(w, "signal", rep.run.signal ? std::optional<std::string>(p::signal_name(*rep.run.signal)) : std::nullopt);
+  w.key("stderr").value(rep.run.errors);
+  w.end_object();
   w.end_object();
   return w.take();
 }

@@ -7,6 +7,7 @@
 
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
+#include "installer/probe/verify.hpp"
 #include "resolver/why.hpp"
 
 namespace cudafix::cli {
@@ -14,6 +15,8 @@ namespace cudafix::cli {
 [[nodiscard]] std::string scan_json(const resolver::Environment& env, const resolver::Knowledge& knowledge);
 [[nodiscard]] std::string why_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                    const resolver::WhyReport& report);
+[[nodiscard]] std::string verify_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                      const installer::probe::VerifyReport& report);
 [[nodiscard]] std::string error_json(const std::string& command, const std::string& message);
 
 }  // namespace cudafix::cli

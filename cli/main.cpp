@@ -45,6 +45,12 @@ int main(int argc, char** argv) {
   auto* why = app.add_subcommand("why", "who needs a soname or file, what provides it, how it resolves and why");
   why->add_option("SONAME_OR_PATH", query, "a soname (libcudnn.so.9) or a path (torch/lib/libtorch_cuda.so)")
       ->required();
+  VerifyCliOptions verify_opts;
+  auto* verify = app.add_subcommand("verify", "live probe of every visible GPU: cuInit, a cuDNN handle, and a diagnosis");
+  verify->add_option("--timeout", verify_opts.timeout_s, "seconds before the probe is killed (default 60)");
+  verify->add_option("--consumer", verify_opts.consumer,
+                     "the library to dlopen for cuDNN (default: the environment's, e.g. torch/lib/libtorch_cuda.so)")
+      ->check(CLI::ExistingFile);
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
@@ -70,6 +76,7 @@ int main(int argc, char** argv) {
   try {
     if (scan->parsed()) return run_scan(g, std::cout);
     if (why->parsed()) return run_why(g, query, std::cout);
+    if (verify->parsed()) return run_verify(g, verify_opts, std::cout);
     if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {

@@ -6,6 +6,7 @@
 
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
+#include "installer/probe/verify.hpp"
 #include "resolver/why.hpp"
 
 namespace cudafix::cli {
@@ -25,5 +26,8 @@ struct Style {
                                     const Style& style);
 [[nodiscard]] std::string why_text(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                    const resolver::WhyReport& report, const Style& style);
+
+[[nodiscard]] std::string verify_text(const resolver::Environment& env, const installer::probe::VerifyReport& report,
+                                      const Style& style);
 
 }  // namespace cudafix::cli

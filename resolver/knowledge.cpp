@@ -13,5 +13,6 @@ const SonameGroup* find_group(const std::map<std::string, SonameGroup>& groups, 
 
 const SonameGroup* Knowledge::driver_group(const std::string& soname) const { return find_group(driver, soname); }
 const SonameGroup* Knowledge::optional_group(const std::string& soname) const { return find_group(optional, soname); }
+const SonameGroup* Knowledge::dlopen_group(const std::string& soname) const { return find_group(dlopen, soname); }
 
 }  // namespace cudafix::resolver

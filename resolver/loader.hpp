@@ -129,6 +129,8 @@ class LoaderModel {
 
   [[nodiscard]] const LoaderConfig& config() const { return config_; }
   [[nodiscard]] ElfCache& elf_cache() const { return *elf_cache_; }
+  [[nodiscard]] const std::shared_ptr<ElfCache>& shared_elf_cache() const { return elf_cache_; }
+  [[nodiscard]] const std::shared_ptr<const LdCache>& shared_ld_cache() const { return ld_cache_; }
 
  private:
   [[nodiscard]] Resolution resolve(const Process& process, int requester, const std::string& name,

@@ -28,6 +28,10 @@ void read_groups(const toml::table& doc, const char* key, const std::string& sou
                                  name.str()));
     r::SonameGroup g;
     if (auto why = (*group)["why"].value<std::string>()) g.why = *why;
+    if (auto by = (*group)["by"].value<std::string>()) g.loaded_by = *by;
+    if (std::string_view(key) == "dlopen" && g.loaded_by.empty())
+      throw r::Error(fmt::format("{}: [dlopen.{}] needs by = \"SONAME\", the library that dlopens them",
+                                 where(source, group->source()), name.str()));
     const auto* list = (*group)["sonames"].as_array();
     if (!list)
       throw r::Error(
@@ -54,6 +58,7 @@ void merge_knowledge(std::string_view text, const std::string& source, r::Knowle
   }
   read_groups(doc, "driver", source, into.driver);
   read_groups(doc, "optional", source, into.optional);
+  read_groups(doc, "dlopen", source, into.dlopen);
 }
 
 r::Knowledge builtin_knowledge() {

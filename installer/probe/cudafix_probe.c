@@ -1,0 +1,289 @@
+/* cudafix-probe: the live check `cudafix verify` (and later `apply`) runs as a child process.
+ *
+ * Written in C against libc (and libdl) only: the process it measures must hold nothing a CUDA
+ * library could bind to by accident (no libstdc++, none of cudafix's own libraries), and it
+ * uses no signal-based timer: on the H200 an interval timer around cuInit changed the result.
+ * The parent owns the deadline.
+ *
+ * It reports every stage on standard output before the call and after it, one write(2) per
+ * record, so a hang or a crash still leaves the stage it happened in. The record format is
+ * documented in installer/probe/protocol.hpp, which parses it.
+ *
+ * Usage: cudafix-probe [--consumer PATH | --cudnn PATH] [--cudnn-soname SONAME]
+ *   --consumer PATH  dlopen this cuDNN consumer (RTLD_LAZY|RTLD_LOCAL), so the real loader
+ *                    resolves its whole NEEDED tree, then use the cuDNN it brought in
+ *   --cudnn PATH     no consumer: dlopen this libcudnn itself
+ * Without either, the cuDNN stages are skipped.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_DEVICES 64
+#define NO_DEVICE (-1)
+
+/* The driver API's ABI, as far as the probe uses it (cuda.h: CUresult is an enum, CUdevice an
+ * int, CUcontext a pointer). */
+typedef int CUresult;
+typedef int CUdevice;
+typedef void* CUcontext;
+typedef struct {
+  unsigned char bytes[16];
+} CUuuid;
+enum { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76 };
+typedef void* cudnnHandle_t;
+typedef CUresult (*GetIntFn)(int*);
+typedef CUresult (*InitFn)(unsigned);
+typedef CUresult (*DeviceGetFn)(CUdevice*, int);
+typedef CUresult (*GetNameFn)(char*, int, CUdevice);
+typedef CUresult (*GetAttributeFn)(int*, int, CUdevice);
+typedef CUresult (*GetUuidFn)(CUuuid*, CUdevice);
+typedef CUresult (*RetainFn)(CUcontext*, CUdevice);
+typedef CUresult (*SetCurrentFn)(CUcontext);
+typedef size_t (*CudnnVersionFn)(void);
+typedef int (*CudnnCreateFn)(cudnnHandle_t*);
+typedef int (*CudnnDestroyFn)(cudnnHandle_t);
+
+static void write_all(const char* buf, size_t len) {
+  while (len > 0) {
+    ssize_t n = write(STDOUT_FILENO, buf, len);
+    if (n < 0 && errno == EINTR) continue; /* a library's own timer must not cost a record */
+    if (n <= 0) _exit(120);                /* the parent is gone: nobody to report to */
+    buf += n;
+    len -= (size_t)n;
+  }
+}
+
+/* One record: fields joined by tabs, one line. Tabs, newlines and backslashes in a field are
+ * escaped (\t \n \\) so a hostile path or error text cannot forge a record. */
+static void emit(int nfields, ...) {
+  char line[8192];
+  size_t at = 0;
+  va_list ap;
+  va_start(ap, nfields);
+  for (int i = 0; i < nfields; ++i) {
+    const char* f = va_arg(ap, const char*);
+    if (i > 0 && at < sizeof line - 1) line[at++] = '\t';
+    for (; f && *f && at < sizeof line - 3; ++f) {
+      char c = *f;
+      if (c == '\t' || c == '\n' || c == '\\') {
+        line[at++] = '\\';
+        c = c == '\t' ? 't' : c == '\n' ? 'n' : '\\';
+      }
+      line[at++] = c;
+    }
+  }
+  va_end(ap);
+  line[at++] = '\n';
+  write_all(line, at);
+}
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static const char* device_field(int device, char* buf, size_t size) {
+  if (device == NO_DEVICE) return "-";
+  snprintf(buf, size, "%d", device);
+  return buf;
+}
+
+static long long stage_start;
+
+static void begin(const char* stage, int device) {
+  char dev[16];
+  emit(3, "B", stage, device_field(device, dev, sizeof dev));
+  stage_start = now_ns();
+}
+
+/* code: the CUresult / cudnnStatus_t, or NULL for stages that have none (dlopen). */
+static void end(const char* stage, int device, int ok, const long long* code, const char* detail) {
+  long long ns = now_ns() - stage_start;
+  char dev[16], okf[2] = {ok ? '1' : '0', 0}, nsf[32], codef[32];
+  snprintf(nsf, sizeof nsf, "%lld", ns);
+  if (code)
+    snprintf(codef, sizeof codef, "%lld", *code);
+  else
+    strcpy(codef, "-");
+  emit(7, "E", stage, device_field(device, dev, sizeof dev), okf, nsf, codef, detail ? detail : "");
+}
+
+static int report_mapped_object(struct dl_phdr_info* info, size_t size, void* data) {
+  (void)size;
+  (void)data;
+  struct stat st;
+  if (!info->dlpi_name || !info->dlpi_name[0] || stat(info->dlpi_name, &st) != 0) return 0;
+  char devf[32], inof[32];
+  snprintf(devf, sizeof devf, "%llu", (unsigned long long)st.st_dev);
+  snprintf(inof, sizeof inof, "%llu", (unsigned long long)st.st_ino);
+  emit(4, "M", devf, inof, info->dlpi_name);
+  return 0;
+}
+
+/* Every file mapped into the process, then the end marker. Called on every way out. */
+static void finish(int stop) {
+  dl_iterate_phdr(report_mapped_object, NULL);
+  emit(2, "X", stop ? "stopped" : "done");
+  exit(0);
+}
+
+static void* sym(void* lib, const char* name, const char* fallback) {
+  void* p = dlsym(lib, name);
+  if (!p && fallback) p = dlsym(lib, fallback);
+  return p;
+}
+
+/* A CUDA call as one stage: ends it with the code, and stops the probe on failure. */
+static void cu_stage_end(const char* stage, int device, CUresult rc, const char* detail) {
+  long long code = rc;
+  end(stage, device, rc == 0, &code, detail);
+  if (rc != 0) finish(1);
+}
+
+static void missing_symbol(const char* stage, int device, const char* name) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "symbol %s not found", name);
+  end(stage, device, 0, NULL, msg);
+  finish(1);
+}
+
+#define CU_FN(lib, type, var, name, fallback, stage, device)   \
+  type var = (type)sym(lib, name, fallback);                   \
+  if (!var) missing_symbol(stage, device, name)
+
+int main(int argc, char** argv) {
+  const char* consumer = NULL;
+  const char* cudnn_path = NULL;
+  const char* cudnn_soname = "libcudnn.so.9";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--consumer") == 0)
+      consumer = argv[i + 1];
+    else if (strcmp(argv[i], "--cudnn") == 0)
+      cudnn_path = argv[i + 1];
+    else if (strcmp(argv[i], "--cudnn-soname") == 0)
+      cudnn_soname = argv[i + 1];
+  }
+  char buf[512];
+
+  begin("dlopen libcuda.so.1", NO_DEVICE);
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!cuda) {
+    const char* err = dlerror();
+    end("dlopen libcuda.so.1", NO_DEVICE, 0, NULL, err ? err : "dlopen failed");
+    finish(1);
+  }
+  struct link_map* lm = NULL;
+  end("dlopen libcuda.so.1", NO_DEVICE, 1, NULL, dlinfo(cuda, RTLD_DI_LINKMAP, &lm) == 0 && lm ? lm->l_name : "");
+
+  begin("cuDriverGetVersion", NO_DEVICE);
+  CU_FN(cuda, GetIntFn, get_version, "cuDriverGetVersion", NULL, "cuDriverGetVersion", NO_DEVICE);
+  int version = 0;
+  CUresult rc = get_version(&version);
+  snprintf(buf, sizeof buf, "%d", version);
+  cu_stage_end("cuDriverGetVersion", NO_DEVICE, rc, buf);
+
+  begin("cuInit", NO_DEVICE);
+  CU_FN(cuda, InitFn, cu_init, "cuInit", NULL, "cuInit", NO_DEVICE);
+  cu_stage_end("cuInit", NO_DEVICE, cu_init(0), "");
+
+  begin("cuDeviceGetCount", NO_DEVICE);
+  CU_FN(cuda, GetIntFn, get_count, "cuDeviceGetCount", NULL, "cuDeviceGetCount", NO_DEVICE);
+  int count = 0;
+  rc = get_count(&count);
+  snprintf(buf, sizeof buf, "%d", count);
+  cu_stage_end("cuDeviceGetCount", NO_DEVICE, rc, buf);
+  if (count > MAX_DEVICES) count = MAX_DEVICES;
+
+  CU_FN(cuda, DeviceGetFn, device_get, "cuDeviceGet", NULL, "cuDeviceGet", 0);
+  CU_FN(cuda, GetNameFn, get_name, "cuDeviceGetName", NULL, "cuDeviceGet", 0);
+  CU_FN(cuda, GetAttributeFn, get_attr, "cuDeviceGetAttribute", NULL, "cuDeviceGet", 0);
+  GetUuidFn get_uuid = (GetUuidFn)sym(cuda, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+  CU_FN(cuda, RetainFn, retain, "cuDevicePrimaryCtxRetain", NULL, "cuDevicePrimaryCtxRetain", 0);
+  CU_FN(cuda, SetCurrentFn, set_current, "cuCtxSetCurrent", NULL, "cuDevicePrimaryCtxRetain", 0);
+  CUcontext contexts[MAX_DEVICES];
+  for (int d = 0; d < count; ++d) {
+    CUdevice dev = 0;
+    begin("cuDeviceGet", d);
+    rc = device_get(&dev, d);
+    char name[256] = "";
+    int major = 0, minor = 0;
+    CUuuid uuid;
+    memset(&uuid, 0, sizeof uuid);
+    if (rc == 0) rc = get_name(name, (int)sizeof name, dev);
+    if (rc == 0) rc = get_attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    if (rc == 0) rc = get_attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    if (rc == 0 && get_uuid) rc = get_uuid(&uuid, dev);
+    snprintf(buf, sizeof buf, "%s", name);
+    cu_stage_end("cuDeviceGet", d, rc, buf);
+    char ordf[16], ccf[32], uuidf[64];
+    snprintf(ordf, sizeof ordf, "%d", d);
+    snprintf(ccf, sizeof ccf, "%d.%d", major, minor);
+    const unsigned char* u = uuid.bytes;
+    snprintf(uuidf, sizeof uuidf, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    emit(5, "D", ordf, name, ccf, get_uuid ? uuidf : "");
+
+    begin("cuDevicePrimaryCtxRetain", d);
+    rc = retain(&contexts[d], dev);
+    if (rc == 0) rc = set_current(contexts[d]);
+    cu_stage_end("cuDevicePrimaryCtxRetain", d, rc, "");
+  }
+
+  if (!consumer && !cudnn_path) finish(0);
+  void* cudnn = NULL;
+  if (consumer) {
+    begin("dlopen consumer", NO_DEVICE);
+    void* lib = dlopen(consumer, RTLD_LAZY | RTLD_LOCAL);
+    const char* err = lib ? NULL : dlerror();
+    end("dlopen consumer", NO_DEVICE, lib != NULL, NULL, lib ? consumer : (err ? err : "dlopen failed"));
+    if (!lib) finish(1);
+    /* The cuDNN the consumer's NEEDED tree brought in, found by its SONAME. */
+    cudnn = dlopen(cudnn_soname, RTLD_LAZY | RTLD_NOLOAD);
+  } else {
+    begin("dlopen cuDNN", NO_DEVICE);
+    cudnn = dlopen(cudnn_path, RTLD_LAZY | RTLD_LOCAL);
+    const char* err = cudnn ? NULL : dlerror();
+    end("dlopen cuDNN", NO_DEVICE, cudnn != NULL, NULL, cudnn ? cudnn_path : (err ? err : "dlopen failed"));
+    if (!cudnn) finish(1);
+  }
+
+  begin("cudnnGetVersion", NO_DEVICE);
+  if (!cudnn) {
+    snprintf(buf, sizeof buf, "%s is not loaded: the consumer does not bring it in", cudnn_soname);
+    end("cudnnGetVersion", NO_DEVICE, 0, NULL, buf);
+    finish(1);
+  }
+  CudnnVersionFn get_cudnn_version = (CudnnVersionFn)sym(cudnn, "cudnnGetVersion", NULL);
+  if (!get_cudnn_version) missing_symbol("cudnnGetVersion", NO_DEVICE, "cudnnGetVersion");
+  snprintf(buf, sizeof buf, "%zu", get_cudnn_version());
+  end("cudnnGetVersion", NO_DEVICE, 1, NULL, buf);
+
+  CudnnCreateFn create = (CudnnCreateFn)sym(cudnn, "cudnnCreate", NULL);
+  CudnnDestroyFn destroy = (CudnnDestroyFn)sym(cudnn, "cudnnDestroy", NULL);
+  for (int d = 0; d < count; ++d) {
+    set_current(contexts[d]);
+    begin("cudnnCreate", d);
+    if (!create) missing_symbol("cudnnCreate", d, "cudnnCreate");
+    cudnnHandle_t handle = NULL;
+    long long code = create(&handle);
+    end("cudnnCreate", d, code == 0, &code, "");
+    if (code != 0) finish(1);
+    begin("cudnnDestroy", d);
+    if (!destroy) missing_symbol("cudnnDestroy", d, "cudnnDestroy");
+    code = destroy(handle);
+    end("cudnnDestroy", d, code == 0, &code, "");
+    if (code != 0) finish(1);
+  }
+  finish(0);
+  return 0;
+}

@@ -1,0 +1,331 @@
+#include "installer/probe/verify.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <charconv>
+#include <regex>
+
+#include "resolver/text.hpp"
+
+namespace cudafix::installer::probe {
+namespace r = cudafix::resolver;
+
+namespace {
+
+constexpr const char* k_libcuda = "libcuda.so.1";
+
+template <typename T>
+std::optional<T> number(std::string_view s) {
+  T v{};
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+const StageRecord* find_stage(const ProbeRecords& records, std::string_view name) {
+  for (const auto& s : records.stages)
+    if (s.stage == name) return &s;
+  return nullptr;
+}
+
+// The object whose dlopen makes the real loader resolve cuDNN as the environment's code does:
+// a library (not an extension module, which would need the interpreter's symbols), not one of
+// cuDNN's own libraries, preferring libraries without "python" in their name.
+std::optional<std::string> choose_consumer(const r::Environment& env, const std::string& soname) {
+  std::vector<const r::SharedObject*> candidates;
+  for (const auto* o : env.consumers(soname)) {
+    const std::string dir = r::parent_dir(o->path);
+    const auto providers = env.providers(soname);
+    const bool beside_provider =
+        std::any_of(providers.begin(), providers.end(), [&](const r::SharedObject* p) { return r::parent_dir(p->path) == dir; });
+    if (!beside_provider && o->elf.status == r::ElfReadStatus::ok) candidates.push_back(o);
+  }
+  auto rank = [](const r::SharedObject* o) {
+    return std::make_tuple(o->entry_point, o->path.find("python") != std::string::npos, o->path);
+  };
+  std::sort(candidates.begin(), candidates.end(), [&](auto* a, auto* b) { return rank(a) < rank(b); });
+  if (candidates.empty()) return std::nullopt;
+  return candidates.front()->path;
+}
+
+// The environment's own provider of `soname` that the model would load, for the no-consumer case.
+std::optional<std::string> environment_provider(const r::Environment& env, const std::string& soname) {
+  for (const auto* p : env.providers(soname))
+    if (p->elf.status == r::ElfReadStatus::ok && p->elf.info.soname == soname) return p->path;
+  return std::nullopt;
+}
+
+struct Prediction {
+  std::unique_ptr<r::LoaderModel> model;
+  r::Process process;
+};
+
+// The probe's process as the loader model sees it: the probe, libcuda.so.1 dlopened by it, then
+// the consumer (or cuDNN) dlopened by path.
+Prediction predict(const r::Environment& env, const std::string& probe, const std::optional<std::string>& library) {
+  r::LoaderConfig config = env.loader->config();
+  config.main_executable = probe;
+  Prediction p{std::make_unique<r::LoaderModel>(config, env.loader->shared_elf_cache(), env.loader->shared_ld_cache()),
+               {}};
+  p.process = p.model->start_process();
+  const r::Resolution cuda = p.model->resolve(p.process, p.process.main, k_libcuda);
+  if (cuda.found()) p.model->load(p.process, *cuda.path);
+  if (library) p.model->load(p.process, *library);
+  return p;
+}
+
+std::optional<std::pair<dev_t, ino_t>> identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::make_pair(st.st_dev, st.st_ino);
+}
+
+std::string soname_of(r::ElfCache& elf, const std::string& path) {
+  const r::ElfRead& read = elf.get(path);
+  if (read.status == r::ElfReadStatus::ok && read.info.soname) return *read.info.soname;
+  return std::string(r::base_name(path));
+}
+
+std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, const Prediction& p,
+                                       const r::Knowledge& knowledge, bool consumer_loaded) {
+  std::vector<LoadedFile> out;
+  std::vector<bool> seen(p.process.objects.size(), false);
+  for (const auto& m : records.mapped) {
+    LoadedFile f;
+    f.path = m.path;
+    f.soname = soname_of(p.model->elf_cache(), m.path);
+    std::optional<std::string> predicted;
+    if (auto it = p.process.by_name.find(f.soname); it != p.process.by_name.end()) {
+      predicted = p.process.objects[static_cast<std::size_t>(it->second)].real;
+      seen[static_cast<std::size_t>(it->second)] = true;
+      f.basis = "needed";
+    } else if (const auto* g = knowledge.dlopen_group(f.soname)) {
+      // Loaded by its dlopener: the search runs with that library's RPATH/RUNPATH.
+      if (auto by = p.process.by_name.find(g->loaded_by); by != p.process.by_name.end()) {
+        const r::Resolution res = p.model->resolve(p.process, by->second, f.soname);
+        if (res.found()) predicted = r::real_path_of(*res.path);
+        f.basis = "dlopen";
+      }
+    }
+    f.predicted = predicted;
+    if (predicted) {
+      const auto a = identity(*predicted);
+      f.match = a && a->first == m.dev && a->second == m.ino;
+    }
+    out.push_back(std::move(f));
+  }
+  // Once the consumer is in, everything the model put in the process must have been mapped.
+  if (consumer_loaded)
+    for (std::size_t i = 0; i < p.process.objects.size(); ++i) {
+      const auto& o = p.process.objects[i];
+      if (seen[i] || static_cast<int>(i) == p.process.main) continue;
+      const auto id = identity(o.real);
+      const bool mapped = id && std::any_of(records.mapped.begin(), records.mapped.end(), [&](const MappedRecord& m) {
+                            return m.dev == id->first && m.ino == id->second;
+                          });
+      if (!mapped) out.push_back({soname_of(p.model->elf_cache(), o.real), std::nullopt, o.real, "needed", false});
+    }
+  std::sort(out.begin(), out.end(), [](const LoadedFile& a, const LoadedFile& b) {
+    return std::tie(a.soname, a.path) < std::tie(b.soname, b.path);
+  });
+  return out;
+}
+
+// "torch/lib/libx.so (torch 2.11.0)" inside the environment; outside, the path and the version
+// its real file name carries ("/usr/lib/x86_64-linux-gnu/libcudnn.so.9 (libcudnn.so.9.14.0)").
+std::string describe_file(const r::Environment& env, const std::string& path) {
+  const std::string real = r::real_path_of(path);
+  const auto owners = env.owners_of(real);
+  if (!owners.empty()) {
+    const auto& d = env.dists[static_cast<std::size_t>(owners.front())];
+    return fmt::format("{} ({} {})", env.display(real), d.name, d.version);
+  }
+  if (env.site_of(real)) return fmt::format("{} (no dist owns it)", env.display(real));
+  const auto base = r::base_name(real);
+  return base == r::base_name(path) ? path : fmt::format("{} ({})", path, base);
+}
+
+Check loaded_files_check(const r::Environment& env, const std::vector<LoadedFile>& loaded) {
+  Check c{"loaded files", true, ""};
+  std::vector<std::string> bad;
+  std::size_t compared = 0;
+  for (const auto& f : loaded) {
+    if (!f.predicted) continue;
+    ++compared;
+    if (f.match) continue;
+    bad.push_back(f.path ? fmt::format("{}: loaded {}, predicted {}", f.soname, describe_file(env, *f.path),
+                                       describe_file(env, *f.predicted))
+                         : fmt::format("{}: predicted {}, never loaded", f.soname, describe_file(env, *f.predicted)));
+  }
+  c.ok = bad.empty();
+  c.detail = c.ok ? fmt::format("all {} files the model predicted were the ones loaded (same device and inode)", compared)
+                  : fmt::format("{}", fmt::join(bad, "; "));
+  return c;
+}
+
+// The cuDNN version a consumer's dist pins (`nvidia-cudnn-cu13==9.19.0.56`), with the pin.
+std::optional<std::pair<std::string, std::string>> pinned_cudnn(const r::Environment& env, const std::string& consumer) {
+  static const std::regex pin(R"(==\s*([0-9]+(\.[0-9]+)*))");
+  for (int owner : env.owners_of(consumer)) {
+    for (const auto& line : env.dists[static_cast<std::size_t>(owner)].metadata.requires_dist) {
+      if (r::requirement_name(line).rfind("nvidia-cudnn", 0) != 0) continue;
+      std::smatch m;
+      if (std::regex_search(line, m, pin))
+        return std::make_pair(fmt::format("{} requires {}", env.dists[static_cast<std::size_t>(owner)].name,
+                                          line.substr(0, line.find(';'))),
+                              m[1].str());
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Check> cudnn_version_check(const r::Environment& env, const VerifyReport& rep, const std::string& soname) {
+  if (!rep.cudnn_version) return std::nullopt;
+  const auto loaded = std::find_if(rep.loaded.begin(), rep.loaded.end(),
+                                   [&](const LoadedFile& f) { return f.soname == soname && f.path; });
+  if (loaded == rep.loaded.end()) return std::nullopt;
+  const std::string real = r::real_path_of(*loaded->path);
+  Check c{"cuDNN version", true, ""};
+  const std::string got = fmt::format("cudnnGetVersion() = {} from {}", *rep.cudnn_version, describe_file(env, *loaded->path));
+  std::optional<long long> want;
+  std::string because;
+  for (int owner : env.owners_of(real)) {
+    const auto& d = env.dists[static_cast<std::size_t>(owner)];
+    if ((want = cudnn_version_number(d.version))) {
+      because = fmt::format("{} {} installed it", d.name, d.version);
+      break;
+    }
+  }
+  const bool inside = env.site_of(real) != nullptr;
+  if (!inside) {
+    const auto providers = env.providers(soname);
+    const auto pin = rep.consumer ? pinned_cudnn(env, *rep.consumer) : std::nullopt;
+    if (pin) {
+      want = cudnn_version_number(pin->second);
+      because = pin->first;
+    }
+    if (pin || !providers.empty()) {
+      c.ok = false;
+      c.detail = fmt::format("the cuDNN loaded is outside the environment, not the environment's: {}{}", got,
+                             want ? fmt::format("; {} ({})", because, *want) : "");
+      if (want && *want != *rep.cudnn_version) c.detail += fmt::format(": version mismatch, {} loaded", *rep.cudnn_version);
+      return c;
+    }
+  }
+  if (!want) {
+    c.detail = fmt::format("{}; no dist says which version to expect", got);
+    return c;
+  }
+  c.ok = *want == *rep.cudnn_version;
+  c.detail = fmt::format("{}; {}, which means {}{}", got, because, *want, c.ok ? "" : ": version mismatch");
+  return c;
+}
+
+std::optional<int> runtime_major(const r::Environment& env, const Prediction& p) {
+  static const std::regex cudart(R"(libcudart\.so\.([0-9]+))");
+  std::optional<int> best;
+  auto consider = [&](const std::string& name) {
+    std::smatch m;
+    if (std::regex_match(name, m, cudart)) best = std::max(best.value_or(0), std::stoi(m[1].str()));
+  };
+  for (const auto& [name, index] : p.process.by_name) consider(name);
+  if (!best)
+    for (const auto& o : env.objects)
+      if (o.elf.status == r::ElfReadStatus::ok && o.elf.info.soname) consider(*o.elf.info.soname);
+  return best;
+}
+
+Check driver_check(const VerifyReport& rep) {
+  Check c{"driver version", true, ""};
+  c.ok = *rep.driver_version / 1000 >= *rep.runtime_major;
+  c.detail = fmt::format("the driver supports CUDA {}; the environment's runtime is CUDA {}{}",
+                         cuda_version_text(*rep.driver_version), *rep.runtime_major,
+                         c.ok ? "" : ": the driver is too old for it (the driver API has no error code for this)");
+  return c;
+}
+
+FailureFacts failure_facts(const VerifyReport& rep) {
+  FailureFacts f;
+  f.outcome = rep.verdict.outcome;
+  if (rep.verdict.stage) {
+    const StageRecord& s = rep.records.stages[*rep.verdict.stage];
+    f.stage = stage_label(s);
+    f.code = s.code;
+    f.detail = s.detail;
+  }
+  f.libcuda_path = rep.libcuda_real.value_or("");
+  f.driver_version = rep.driver_version;
+  f.runtime_major = rep.runtime_major;
+  f.signal = rep.run.signal;
+  if (!rep.run.reaped) {
+    f.timeout_state = rep.run.state;
+    f.timeout_wchan = rep.run.wchan;
+  }
+  return f;
+}
+
+}  // namespace
+
+std::optional<long long> cudnn_version_number(std::string_view dist_version) {
+  const auto parts = r::split(dist_version, '.');
+  if (parts.size() < 3) return std::nullopt;
+  const auto major = number<long long>(parts[0]), minor = number<long long>(parts[1]), patch = number<long long>(parts[2]);
+  if (!major || !minor || !patch) return std::nullopt;
+  return *major * (*major >= 9 ? 10000 : 1000) + *minor * 100 + *patch;
+}
+
+int VerifyReport::exit_code() const {
+  if (verdict.outcome == Outcome::no_driver) return 3;
+  return verdict.outcome == Outcome::ok ? 0 : 1;
+}
+
+VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& knowledge, const VerifyOptions& o) {
+  VerifyReport rep;
+  ProbeCommand cmd;
+  cmd.program = o.probe;
+  cmd.timeout = o.timeout;
+  cmd.env = environment_with_library_path(env.loader->config().ld_library_path);
+  rep.consumer = o.consumer ? std::optional<std::string>(r::real_path_of(*o.consumer)) : choose_consumer(env, o.cudnn_soname);
+  if (rep.consumer) {
+    cmd.args = {"--consumer", *rep.consumer, "--cudnn-soname", o.cudnn_soname};
+  } else if ((rep.cudnn = environment_provider(env, o.cudnn_soname))) {
+    cmd.args = {"--cudnn", *rep.cudnn, "--cudnn-soname", o.cudnn_soname};
+  } else {
+    const std::string why = fmt::format("no {} in the environment", o.cudnn_soname);
+    for (const char* s : {"dlopen consumer", "cudnnGetVersion", "cudnnCreate", "cudnnDestroy"}) rep.skipped.push_back({s, why});
+  }
+  const Prediction prediction = predict(env, o.probe, rep.consumer ? rep.consumer : rep.cudnn);
+
+  rep.run = run_probe(cmd);
+  rep.records = parse_probe_records(rep.run.output);
+  rep.verdict = judge(rep.records, rep.run);
+  if (const auto* s = find_stage(rep.records, "dlopen libcuda.so.1"); s && s->ok) {
+    rep.libcuda = s->detail;
+    rep.libcuda_real = r::real_path_of(s->detail);
+  }
+  if (const auto* s = find_stage(rep.records, "cuDriverGetVersion"); s && s->ok) rep.driver_version = number<int>(s->detail);
+  if (const auto* s = find_stage(rep.records, "cudnnGetVersion"); s && s->ok) rep.cudnn_version = number<long long>(s->detail);
+  rep.runtime_major = runtime_major(env, prediction);
+
+  const auto* loaded_stage = find_stage(rep.records, rep.consumer ? "dlopen consumer" : "dlopen cuDNN");
+  rep.loaded = compare_loaded(rep.records, prediction, knowledge, loaded_stage && loaded_stage->ok);
+  rep.checks.push_back(loaded_files_check(env, rep.loaded));
+  if (auto c = cudnn_version_check(env, rep, o.cudnn_soname)) rep.checks.push_back(*c);
+  if (rep.driver_version && rep.runtime_major) rep.checks.push_back(driver_check(rep));
+
+  rep.diagnosis = diagnose(failure_facts(rep), gather_host_facts(env.loader->config().ld_library_path));
+  if (rep.verdict.outcome == Outcome::ok) {
+    const auto failed = std::find_if(rep.checks.begin(), rep.checks.end(), [](const Check& c) { return !c.ok; });
+    if (failed != rep.checks.end()) {
+      rep.verdict.outcome = Outcome::error;
+      rep.failed_check = failed->check;
+      rep.verdict.message = fmt::format("every call succeeded, but the {} check failed: {}", failed->check, failed->detail);
+      if (failed->check == "driver version") rep.diagnosis = {driver_age(failure_facts(rep))};
+    }
+  }
+  return rep;
+}
+
+}  // namespace cudafix::installer::probe

@@ -1,0 +1,74 @@
+// `cudafix verify`: runs cudafix-probe against the environment and checks what the real loader
+// and driver did against what the loader model predicted.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "installer/probe/diagnosis.hpp"
+#include "installer/probe/protocol.hpp"
+#include "installer/probe/runner.hpp"
+#include "installer/probe/verdict.hpp"
+#include "resolver/environment.hpp"
+#include "resolver/knowledge.hpp"
+
+namespace cudafix::installer::probe {
+
+struct VerifyOptions {
+  std::string probe;  // cudafix-probe's path
+  std::chrono::milliseconds timeout{60000};
+  std::optional<std::string> consumer;  // default: chosen from the objects that NEED cuDNN
+  std::string cudnn_soname = "libcudnn.so.9";
+};
+
+// One file the probe had mapped, beside the model's prediction for its soname.
+struct LoadedFile {
+  std::string soname;
+  std::optional<std::string> path;       // as the real loader named it; none: predicted, never loaded
+  std::optional<std::string> predicted;  // none: the model has no prediction for it
+  std::string basis;                     // "needed", "dlopen" (knowledge), or empty
+  bool match = false;                    // same (dev, ino) as the prediction
+};
+
+struct Check {
+  std::string check;  // "loaded files", "cuDNN version", "driver version"
+  bool ok = true;
+  std::string detail;
+};
+
+struct SkippedStage {
+  std::string stage;
+  std::string why;
+};
+
+struct VerifyReport {
+  Verdict verdict;  // the probe's; a failed check turns ok into error
+  std::optional<std::string> failed_check;
+  ProbeRecords records;
+  ProbeRun run;
+  std::vector<SkippedStage> skipped;
+  std::optional<std::string> consumer;  // the cuDNN consumer dlopened
+  std::optional<std::string> cudnn;     // no consumer: the libcudnn dlopened
+  std::optional<std::string> libcuda;   // the libcuda.so.1 loaded, as the loader named it
+  std::optional<std::string> libcuda_real;  // that file with every symlink resolved
+  std::optional<int> driver_version;
+  std::optional<long long> cudnn_version;
+  std::optional<int> runtime_major;
+  std::vector<LoadedFile> loaded;
+  std::vector<Check> checks;
+  std::vector<DiagnosisEntry> diagnosis;
+
+  // 0 ok, 1 failed, 3 no driver (../shared/DESIGN.md).
+  [[nodiscard]] int exit_code() const;
+};
+
+[[nodiscard]] VerifyReport verify_environment(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                              const VerifyOptions& options);
+
+// cuDNN's version number for a dist version: "9.19.0.56" -> 91900 (cuDNN 9 and later:
+// major*10000 + minor*100 + patch; cuDNN 8: major*1000 + minor*100 + patch).
+[[nodiscard]] std::optional<long long> cudnn_version_number(std::string_view dist_version);
+
+}  // namespace cudafix::installer::probe
