@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 out=${1:-.dev/cudafix-dist}
 rm -rf "$out"
 mkdir -p "$out/lib"
-cp build/cudafix "$out/"
+cp build/cudafix build/cudafix-probe "$out/"
 # Everything ldd resolves except glibc's own objects, which must come from the host.
 ldd build/cudafix | awk '/=> \// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in

@@ -88,11 +88,12 @@ std::string soname_of(r::ElfCache& elf, const std::string& path) {
   return std::string(r::base_name(path));
 }
 
-std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, const Prediction& p,
+std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, Prediction& p,
                                        const r::Knowledge& knowledge, bool consumer_loaded) {
   std::vector<LoadedFile> out;
-  std::vector<bool> seen(p.process.objects.size(), false);
+  std::vector<bool> seen;
   for (const auto& m : records.mapped) {
+    seen.resize(p.process.objects.size(), false);
     LoadedFile f;
     f.path = m.path;
     f.soname = soname_of(p.model->elf_cache(), m.path);
@@ -105,7 +106,11 @@ std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, const Predic
       // Loaded by its dlopener: the search runs with that library's RPATH/RUNPATH.
       if (auto by = p.process.by_name.find(g->loaded_by); by != p.process.by_name.end()) {
         const r::Resolution res = p.model->resolve(p.process, by->second, f.soname);
-        if (res.found()) predicted = r::real_path_of(*res.path);
+        if (res.found()) {
+          predicted = r::real_path_of(*res.path);
+          // Mapped in load order: what it NEEDs comes after it, predicted from here on.
+          p.model->load(p.process, *res.path);
+        }
         f.basis = "dlopen";
       }
     }
@@ -117,6 +122,7 @@ std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, const Predic
     out.push_back(std::move(f));
   }
   // Once the consumer is in, everything the model put in the process must have been mapped.
+  seen.resize(p.process.objects.size(), false);
   if (consumer_loaded)
     for (std::size_t i = 0; i < p.process.objects.size(); ++i) {
       const auto& o = p.process.objects[i];
@@ -296,7 +302,7 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
     const std::string why = fmt::format("no {} in the environment", o.cudnn_soname);
     for (const char* s : {"dlopen consumer", "cudnnGetVersion", "cudnnCreate", "cudnnDestroy"}) rep.skipped.push_back({s, why});
   }
-  const Prediction prediction = predict(env, o.probe, rep.consumer ? rep.consumer : rep.cudnn);
+  Prediction prediction = predict(env, o.probe, rep.consumer ? rep.consumer : rep.cudnn);
 
   rep.run = run_probe(cmd);
   rep.records = parse_probe_records(rep.run.output);

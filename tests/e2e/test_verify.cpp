@@ -1,0 +1,328 @@
+// End-to-end: `cudafix verify` runs the real cudafix-probe against fake libcuda.so.1 and
+// libcudnn.so.9 libraries built from C (tests/fixtures/fake_cuda.c, fake_cudnn.c), selected
+// through the library path, and against the CUDA toolkit's real stub libcuda where installed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <glob.h>
+
+#include "tests/support/process.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using test::write_file;
+using ::testing::HasSubstr;
+
+const std::string k_bin = CUDAFIX_BIN;
+const std::string k_verify = std::string(CUDAFIX_FIXTURES) + "/verify";
+
+std::string fake_cuda(const std::string& behaviour) { return k_verify + "/cuda/" + behaviour; }
+
+// A venv shaped like the corpus's torch environment, at the scale the probe needs: torch's
+// libtorch_cuda.so (RPATH into nvidia/), nvidia-cudnn-cu13's libcudnn.so.9 (a fake of the chosen
+// behaviour) and nvidia-cuda-runtime's libcudart.so.13, each with its dist-info.
+class FakeVenv {
+ public:
+  explicit FakeVenv(const std::string& cudnn = "v91900", bool with_cudnn_files = true) {
+    write_file(root() + "/pyvenv.cfg", "home = /usr/bin\nversion = 3.12.3\n");
+    add_dist("torch", "2.11.0", {{"torch/lib/libtorch_cuda.so", k_verify + "/libtorch_cuda.so"}},
+             "Requires-Dist: nvidia-cudnn-cu13==9.19.0.56; platform_system == \"Linux\"\n");
+    add_dist("nvidia-cuda-runtime", "13.0.96", {{"nvidia/cu13/lib/libcudart.so.13", k_verify + "/cu13/libcudart.so.13"}});
+    add_dist("nvidia-cudnn-cu13", "9.19.0.56",
+             {{"nvidia/cudnn/lib/libcudnn.so.9", with_cudnn_files ? k_verify + "/cudnn/" + cudnn + "/libcudnn.so.9" : ""}});
+  }
+  [[nodiscard]] std::string root() const { return dir_.path() + "/venv"; }
+  [[nodiscard]] std::string site() const { return root() + "/lib/python3.12/site-packages"; }
+
+ private:
+  void add_dist(const std::string& name, const std::string& version,
+                const std::vector<std::pair<std::string, std::string>>& files, const std::string& extra_metadata = "") {
+    std::string folder = name;
+    std::replace(folder.begin(), folder.end(), '-', '_');
+    folder = site() + "/" + folder + "-" + version + ".dist-info";
+    write_file(folder + "/METADATA", "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + version + "\n" + extra_metadata);
+    std::string record;
+    for (const auto& [rel, source] : files) {
+      record += rel + ",,\n";
+      if (source.empty()) continue;  // listed, but gone: a metadata-only dist
+      fs::create_directories(fs::path(site() + "/" + rel).parent_path());
+      fs::copy_file(source, site() + "/" + rel);
+    }
+    write_file(folder + "/RECORD", record);
+  }
+  TempDir dir_;
+};
+
+struct Verify {
+  int exit_code = -1;
+  json doc;
+  std::string text;
+};
+
+// `cudafix verify` with the library path the model and the probe share; `env` prefixes the
+// command (CUDA_VISIBLE_DEVICES=...).
+Verify verify(const FakeVenv& venv, const std::string& library_path, const std::string& args = "",
+              const std::string& env = "") {
+  const std::string cmd = "env -u VIRTUAL_ENV " + env + " " + shell_quote(k_bin) + " verify --venv " +
+                          shell_quote(venv.root()) + " --ld-library-path " + shell_quote(library_path) + " " + args;
+  Verify v;
+  const auto r = run_shell(cmd + " --json 2>/dev/null");
+  v.exit_code = r.exit_code;
+  v.doc = json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(v.doc.is_discarded()) << "not JSON: " << r.out.substr(0, 800);
+  v.text = run_shell(cmd + " --color never 2>&1").out;
+  return v;
+}
+
+const json* stage(const json& doc, const std::string& name, int device = -1) {
+  for (const auto& s : doc["stages"])
+    if (s["stage"] == name && (device < 0 ? s["device"].is_null() : s["device"] == device)) return &s;
+  return nullptr;
+}
+
+const json* likely_cause(const json& doc, const std::string& fragment) {
+  for (const auto& d : doc["diagnosis"])
+    if (d["likely"] == true && d["cause"].get<std::string>().find(fragment) != std::string::npos) return &d;
+  return nullptr;
+}
+
+TEST(Verify, TwoWorkingDevicesPassEveryStageAndEveryCheck) {
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("ok"));
+  EXPECT_EQ(v.exit_code, 0) << v.text;
+  EXPECT_EQ(v.doc["outcome"], "ok");
+  ASSERT_EQ(v.doc["devices"].size(), 2u);
+  EXPECT_EQ(v.doc["devices"][1]["name"], "Fake GPU 1");
+  EXPECT_EQ(v.doc["devices"][0]["compute_capability"], "9.0");
+  EXPECT_EQ(v.doc["driver_version"], 13000);
+  EXPECT_EQ(v.doc["cudnn_version"], 91900);
+  EXPECT_EQ(v.doc["consumer"], "torch/lib/libtorch_cuda.so");
+  for (int d : {0, 1}) {
+    ASSERT_NE(stage(v.doc, "cudnnCreate", d), nullptr) << "device " << d;
+    EXPECT_EQ((*stage(v.doc, "cudnnCreate", d))["ok"], true);
+  }
+  // The cuDNN the real loader mapped is the one the model predicted, by device and inode.
+  bool saw_cudnn = false;
+  for (const auto& f : v.doc["loaded"]) {
+    if (f["soname"] != "libcudnn.so.9") continue;
+    saw_cudnn = true;
+    EXPECT_EQ(f["path"], "nvidia/cudnn/lib/libcudnn.so.9");
+    EXPECT_EQ(f["match"], true);
+  }
+  EXPECT_TRUE(saw_cudnn);
+  for (const auto& c : v.doc["checks"]) EXPECT_EQ(c["ok"], true) << c.dump();
+  EXPECT_THAT(v.text, HasSubstr("cudafix verify ok"));
+}
+
+TEST(Verify, InitErrorsAreNamedAndDiagnosed) {
+  FakeVenv venv;
+  const std::map<int, std::pair<std::string, std::string>> cases = {
+      {3, {"CUDA_ERROR_NOT_INITIALIZED", "kernel module is not loaded"}},
+      {34, {"CUDA_ERROR_STUB_LIBRARY", "stub libcuda"}},
+      {999, {"CUDA_ERROR_UNKNOWN", "nvidia_uvm"}},
+      {802, {"CUDA_ERROR_SYSTEM_NOT_READY", "kernel module"}},
+  };
+  for (const auto& [code, expected] : cases) {
+    const auto v = verify(venv, fake_cuda("init" + std::to_string(code)));
+    EXPECT_EQ(v.exit_code, 1) << code;
+    EXPECT_EQ(v.doc["outcome"], "error") << code;
+    EXPECT_EQ(v.doc["failed_stage"], "cuInit") << code;
+    const json* s = stage(v.doc, "cuInit");
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ((*s)["code"], code);
+    EXPECT_EQ((*s)["name"], expected.first);
+    // This build machine has no NVIDIA kernel module and no /dev/nvidia*: the checks say so.
+    EXPECT_NE(likely_cause(v.doc, expected.second), nullptr) << code << ": " << v.doc["diagnosis"].dump();
+    EXPECT_EQ(stage(v.doc, "cudnnCreate", 0), nullptr) << "the probe stops at the first failure";
+  }
+}
+
+TEST(Verify, NoDeviceWithAnEmptyCudaVisibleDevicesBlamesIt) {
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("init100"), "", "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ((*stage(v.doc, "cuInit"))["name"], "CUDA_ERROR_NO_DEVICE");
+  const json* d = likely_cause(v.doc, "CUDA_VISIBLE_DEVICES hides every GPU");
+  ASSERT_NE(d, nullptr) << v.doc["diagnosis"].dump();
+  EXPECT_THAT((*d)["result"].get<std::string>(), HasSubstr("set and empty"));
+
+  // Unset, the variable is not what hides the devices; the missing device files are.
+  const auto unset = verify(venv, fake_cuda("init100"), "", "-u CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(likely_cause(unset.doc, "CUDA_VISIBLE_DEVICES"), nullptr);
+  EXPECT_NE(likely_cause(unset.doc, "device files were not passed"), nullptr);
+}
+
+TEST(Verify, AHangInCuInitIsATimeoutAtThatStageAndVerifyStillReturns) {
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("hang"), "--timeout 1");
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.doc["outcome"], "timeout");
+  EXPECT_EQ(v.doc["failed_stage"], "cuInit");
+  EXPECT_EQ((*stage(v.doc, "cuInit"))["returned"], false);
+  EXPECT_EQ(v.doc["probe"]["timed_out"], true);
+  EXPECT_EQ(v.doc["probe"]["reaped"], true);
+  EXPECT_NE(likely_cause(v.doc, "cuInit did not return"), nullptr);
+  EXPECT_THAT(v.text, HasSubstr("timeout at cuInit"));
+}
+
+TEST(Verify, ACrashInCuInitIsACrashWithItsSignal) {
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("crash"));
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.doc["outcome"], "crash");
+  EXPECT_EQ(v.doc["failed_stage"], "cuInit");
+  EXPECT_EQ(v.doc["probe"]["signal"], "SIGSEGV");
+  EXPECT_THAT(v.doc["message"].get<std::string>(), HasSubstr("SIGSEGV"));
+}
+
+TEST(Verify, CudnnCreateFailingIsAnErrorAtThatStageOnThatDevice) {
+  FakeVenv venv("create_fails");
+  const auto v = verify(venv, fake_cuda("ok"));
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.doc["outcome"], "error");
+  EXPECT_EQ(v.doc["failed_stage"], "cudnnCreate on device 0");
+  const json* s = stage(v.doc, "cudnnCreate", 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ((*s)["code"], 4000);
+  EXPECT_EQ((*s)["name"], "CUDNN_STATUS_INTERNAL_ERROR");
+  EXPECT_EQ((*stage(v.doc, "cuInit"))["ok"], true);
+}
+
+TEST(Verify, ALibraryTimerKillingTheProbeAtExitIsOkWithAWarning) {
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("alarm_at_exit"));
+  EXPECT_EQ(v.exit_code, 0) << v.text;
+  EXPECT_EQ(v.doc["outcome"], "ok");
+  EXPECT_EQ(v.doc["probe"]["signal"], "SIGALRM");
+  ASSERT_EQ(v.doc["warnings"].size(), 1u);
+  EXPECT_THAT(v.doc["warnings"][0].get<std::string>(), HasSubstr("SIGALRM"));
+}
+
+TEST(Verify, ALibraryIntervalTimerInterruptingTheProbeChangesNothing) {
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("alarm_interval"));
+  EXPECT_EQ(v.exit_code, 0) << v.text;
+  EXPECT_EQ(v.doc["outcome"], "ok");
+  EXPECT_EQ((*stage(v.doc, "cudnnDestroy", 1))["ok"], true);
+}
+
+TEST(Verify, NoLibcudaIsNoDriverExit3) {
+  FakeVenv venv;
+  const auto v = verify(venv, k_verify + "/cu13");  // a folder without libcuda.so.1
+  EXPECT_EQ(v.exit_code, 3);
+  EXPECT_EQ(v.doc["outcome"], "no-driver");
+  EXPECT_THAT(v.doc["message"].get<std::string>(), HasSubstr("libcuda.so.1"));
+  EXPECT_NE(likely_cause(v.doc, "no libcuda.so.1 on the loader's path"), nullptr);
+}
+
+TEST(Verify, ADriverOlderThanTheRuntimeFailsTheDriverCheck) {
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("driver_12_8"));
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.doc["outcome"], "error");
+  EXPECT_EQ(v.doc["failed_check"], "driver version");
+  EXPECT_EQ(v.doc["runtime_major"], 13);
+  EXPECT_NE(likely_cause(v.doc, "driver is older than the environment's CUDA runtime"), nullptr);
+}
+
+TEST(Verify, ACudnnLoadedBehindTheModelsBackIsNamedWithBothPathsAndVersions) {
+  // The fake driver dlopens another libcudnn.so.9 (9.14) in cuInit; the consumer's NEEDED then
+  // binds to it by soname instead of the venv's 9.19.
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("preload_cudnn"));
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.doc["failed_check"], "loaded files");
+  EXPECT_EQ(v.doc["cudnn_version"], 91400);
+  const std::string detail = v.doc["checks"][0]["detail"];
+  EXPECT_THAT(detail, HasSubstr("cudnn/v91400/libcudnn.so.9"));
+  EXPECT_THAT(detail, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9 (nvidia-cudnn-cu13 9.19.0.56)"));
+  bool version_check_failed = false;
+  for (const auto& c : v.doc["checks"])
+    if (c["check"] == "cuDNN version") {
+      version_check_failed = c["ok"] == false;
+      EXPECT_THAT(c["detail"].get<std::string>(), HasSubstr("91900"));
+    }
+  EXPECT_TRUE(version_check_failed);
+}
+
+TEST(Verify, AMetadataOnlyCudnnFallingThroughToAnOutsideOneIsReported) {
+  // pip uninstall of a cuDNN that shared nvidia/cudnn/lib: the dist-info stays, the library is
+  // gone, and the loader finds another libcudnn.so.9 on the library path.
+  FakeVenv venv("v91900", /*with_cudnn_files=*/false);
+  const auto v = verify(venv, fake_cuda("ok") + ":" + k_verify + "/cudnn/v91400");
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.doc["failed_check"], "cuDNN version");
+  std::string detail;
+  for (const auto& c : v.doc["checks"])
+    if (c["check"] == "cuDNN version") detail = c["detail"];
+  EXPECT_THAT(detail, HasSubstr("outside the environment"));
+  EXPECT_THAT(detail, HasSubstr("torch requires nvidia-cudnn-cu13==9.19.0.56"));
+  EXPECT_THAT(detail, HasSubstr("version mismatch, 91400 loaded"));
+}
+
+TEST(Verify, WithoutCudnnInTheEnvironmentItsStagesAreSkippedAndSaySo) {
+  TempDir dir;
+  write_file(dir.path() + "/venv/pyvenv.cfg", "home = /usr/bin\nversion = 3.12.3\n");
+  fs::create_directories(dir.path() + "/venv/lib/python3.12/site-packages");
+  const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " verify --json --venv " +
+                           shell_quote(dir.path() + "/venv") + " --ld-library-path " + shell_quote(fake_cuda("ok")));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  const auto doc = json::parse(r.out);
+  EXPECT_EQ(doc["outcome"], "ok");
+  const json* skipped = nullptr;
+  for (const auto& s : doc["stages"])
+    if (s["stage"] == "cudnnCreate") skipped = &s;
+  ASSERT_NE(skipped, nullptr);
+  EXPECT_EQ((*skipped)["skipped"], true);
+  EXPECT_THAT((*skipped)["detail"].get<std::string>(), HasSubstr("no libcudnn.so.9 in the environment"));
+}
+
+TEST(Verify, TheToolkitsRealStubLibcudaReports34AndItsPath) {
+  glob_t g{};
+  ::glob("/usr/local/cuda*/lib64/stubs/libcuda.so", 0, nullptr, &g);
+  std::string stub = g.gl_pathc ? g.gl_pathv[0] : "";
+  ::globfree(&g);
+  if (stub.empty()) GTEST_SKIP() << "no CUDA toolkit stub libcuda.so on this machine";
+  FakeVenv venv;
+  TempDir lib;
+  fs::create_symlink(stub, lib.path() + "/libcuda.so.1");
+  const auto v = verify(venv, lib.path());
+  EXPECT_EQ(v.exit_code, 1);
+  const json* failed = nullptr;
+  for (const auto& s : v.doc["stages"])
+    if (s["ok"] == false) failed = &s;
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ((*failed)["code"], 34);
+  EXPECT_EQ((*failed)["name"], "CUDA_ERROR_STUB_LIBRARY");
+  EXPECT_EQ(v.doc["libcuda_real"], fs::canonical(stub).string());
+  const json* d = likely_cause(v.doc, "stub libcuda");
+  ASSERT_NE(d, nullptr);
+  EXPECT_THAT((*d)["result"].get<std::string>(), HasSubstr(fs::canonical(stub).string()));
+}
+
+TEST(Verify, TheProbeLinksNothingButLibc) {
+  const std::string probe = fs::path(k_bin).parent_path() / "cudafix-probe";
+  const auto r = run_shell("readelf -d " + shell_quote(probe) + " | grep NEEDED");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("[libc.so.6]"));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
+TEST(Verify, LdSoCacheOptionIsRefusedBecauseTheRealLoaderReadsTheHostsCache) {
+  FakeVenv venv;
+  const auto r = run_shell(shell_quote(k_bin) + " verify --venv " + shell_quote(venv.root()) +
+                           " --ld-so-cache /nonexistent 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--ld-so-cache cannot be used with verify"));
+}
+
+}  // namespace
+}  // namespace cudafix
