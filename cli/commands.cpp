@@ -126,7 +126,8 @@ std::string probe_path() {
   if (ec) throw r::Error(fmt::format("cannot find cudafix's own path: {}", ec.message()));
   const std::string probe = (self.parent_path() / "cudafix-probe").string();
   if (::access(probe.c_str(), X_OK) != 0)
-    throw r::Error(fmt::format("the probe helper {} is missing or not executable; it is installed beside cudafix", probe));
+    throw r::Error(
+        fmt::format("the probe helper {} is missing or not executable; it is installed beside cudafix", probe));
   return probe;
 }
 
@@ -134,7 +135,8 @@ std::string probe_path() {
 
 int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& out) {
   if (g.ld_so_cache)
-    throw r::Error("--ld-so-cache cannot be used with verify: the probe runs the real loader, which reads the host's cache");
+    throw r::Error(
+        "--ld-so-cache cannot be used with verify: the probe runs the real loader, which reads the host's cache");
   if (!(v.timeout_s > 0)) throw r::Error(fmt::format("--timeout must be positive, not {}", v.timeout_s));
   const auto& [env, knowledge] = scan_kept(g);
   installer::probe::VerifyOptions opts;

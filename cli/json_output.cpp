@@ -466,7 +466,8 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
   w.key("ms").raw(fmt::format("{:.1f}", rep.run.ms));
   w.key("timed_out").value(rep.run.timed_out).key("reaped").value(rep.run.reaped);
   optional_number(w, "exit_code", rep.run.exit_code ? std::optional<long long>(*rep.run.exit_code) : std::nullopt);
-  optional_string(w, "signal", rep.run.signal ? std::optional<std::string>(p::signal_name(*rep.run.signal)) : std::nullopt);
+  optional_string(w, "signal",
+                  rep.run.signal ? std::optional<std::string>(p::signal_name(*rep.run.signal)) : std::nullopt);
   w.key("stderr").value(rep.run.errors);
   w.end_object();
   w.end_object();

@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "installer/probe/verify.hpp"
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
-#include "installer/probe/verify.hpp"
 #include "resolver/why.hpp"
 
 namespace cudafix::cli {

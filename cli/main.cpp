@@ -46,10 +46,12 @@ int main(int argc, char** argv) {
   why->add_option("SONAME_OR_PATH", query, "a soname (libcudnn.so.9) or a path (torch/lib/libtorch_cuda.so)")
       ->required();
   VerifyCliOptions verify_opts;
-  auto* verify = app.add_subcommand("verify", "live probe of every visible GPU: cuInit, a cuDNN handle, and a diagnosis");
+  auto* verify =
+      app.add_subcommand("verify", "live probe of every visible GPU: cuInit, a cuDNN handle, and a diagnosis");
   verify->add_option("--timeout", verify_opts.timeout_s, "seconds before the probe is killed (default 60)");
-  verify->add_option("--consumer", verify_opts.consumer,
-                     "the library to dlopen for cuDNN (default: the environment's, e.g. torch/lib/libtorch_cuda.so)")
+  verify
+      ->add_option("--consumer", verify_opts.consumer,
+                   "the library to dlopen for cuDNN (default: the environment's, e.g. torch/lib/libtorch_cuda.so)")
       ->check(CLI::ExistingFile);
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");

@@ -259,8 +259,11 @@ std::string outcome_headline(const installer::probe::VerifyReport& rep, const St
 
 std::string stage_line(const installer::probe::StageRecord& s, bool timed_out, const Style& st) {
   namespace p = installer::probe;
-  const std::string status = !s.ended ? st.bad(timed_out ? "hung " : "died ") : s.ok ? st.good("ok   ") : st.bad("FAIL ");
-  std::string line = fmt::format("  {} {:>9}  {}", status, s.ended ? fmt::format("{:.1f} ms", s.ms) : "-", p::stage_label(s));
+  const std::string status = !s.ended ? st.bad(timed_out ? "hung " : "died ")
+                             : s.ok   ? st.good("ok   ")
+                                      : st.bad("FAIL ");
+  std::string line =
+      fmt::format("  {} {:>9}  {}", status, s.ended ? fmt::format("{:.1f} ms", s.ms) : "-", p::stage_label(s));
   if (s.code && *s.code != 0) line += fmt::format(": {} {}", *s.code, p::code_name(s).value_or("(unknown code)"));
   if (!s.ended) line += ": began and never returned";
   if (!s.detail.empty() && s.stage != "cuInit") line += st.dim(fmt::format("  {}", r::to_valid_utf8(s.detail)));
@@ -274,11 +277,10 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
   std::string out = fmt::format("{} {}: {}\n", st.bold("cudafix verify"), outcome_headline(rep, st),
                                 r::to_valid_utf8(rep.verdict.message));
   if (rep.libcuda)
-    out += fmt::format("  driver    {}{}{}\n", r::to_valid_utf8(*rep.libcuda),
-                       rep.libcuda_real && *rep.libcuda_real != *rep.libcuda
-                           ? " -> " + r::to_valid_utf8(*rep.libcuda_real)
-                           : "",
-                       rep.driver_version ? fmt::format(", CUDA {}", p::cuda_version_text(*rep.driver_version)) : "");
+    out += fmt::format(
+        "  driver    {}{}{}\n", r::to_valid_utf8(*rep.libcuda),
+        rep.libcuda_real && *rep.libcuda_real != *rep.libcuda ? " -> " + r::to_valid_utf8(*rep.libcuda_real) : "",
+        rep.driver_version ? fmt::format(", CUDA {}", p::cuda_version_text(*rep.driver_version)) : "");
   for (const auto& d : rep.records.devices)
     out += fmt::format("  device {}  {}, compute capability {}{}\n", d.ordinal, r::to_valid_utf8(d.name),
                        d.compute_capability, d.uuid.empty() ? "" : ", GPU-" + d.uuid);
@@ -295,7 +297,10 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
   std::string files;
   for (const auto& f : rep.loaded) {
     if (!st.verbose && (!f.predicted || f.match)) continue;
-    files += fmt::format("  {} {} {}{}\n", !f.predicted ? st.dim("    ") : f.match ? st.good("same") : st.bad("DIFF"),
+    files += fmt::format("  {} {} {}{}\n",
+                         !f.predicted ? st.dim("    ")
+                         : f.match    ? st.good("same")
+                                      : st.bad("DIFF"),
                          f.soname, f.path ? shown(env, r::real_path_of(*f.path)) : "(not loaded)",
                          f.predicted && !f.match ? fmt::format(", predicted {}", shown(env, *f.predicted)) : "");
   }
@@ -303,8 +308,8 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
   if (!rep.diagnosis.empty()) {
     out += st.bold("diagnosis") + "\n";
     for (const auto& e : rep.diagnosis)
-      out += fmt::format("  {} {}\n      {}: {}\n", e.likely ? st.bad("likely:  ") : st.dim("unlikely:"), e.cause, e.check,
-                         r::to_valid_utf8(e.result));
+      out += fmt::format("  {} {}\n      {}: {}\n", e.likely ? st.bad("likely:  ") : st.dim("unlikely:"), e.cause,
+                         e.check, r::to_valid_utf8(e.result));
   }
   for (const auto& w : rep.verdict.warnings) out += fmt::format("{} {}\n", st.warn("warning:"), w);
   if (!rep.run.errors.empty() && (st.verbose || rep.verdict.outcome != p::Outcome::ok))

@@ -157,8 +157,8 @@ static void missing_symbol(const char* stage, int device, const char* name) {
   finish(1);
 }
 
-#define CU_FN(lib, type, var, name, fallback, stage, device)   \
-  type var = (type)sym(lib, name, fallback);                   \
+#define CU_FN(lib, type, var, name, fallback, stage, device) \
+  type var = (type)sym(lib, name, fallback);                 \
   if (!var) missing_symbol(stage, device, name)
 
 int main(int argc, char** argv) {

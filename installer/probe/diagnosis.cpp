@@ -56,7 +56,11 @@ bool process_running(const std::string& comm) {
 
 std::string errno_text(int e) {
   if (e == 0) return "opens";
-  return fmt::format("{} ({})", e == EPERM ? "EPERM" : e == EACCES ? "EACCES" : e == ENOENT ? "ENOENT" : "error",
+  return fmt::format("{} ({})",
+                     e == EPERM    ? "EPERM"
+                     : e == EACCES ? "EACCES"
+                     : e == ENOENT ? "ENOENT"
+                                   : "error",
                      std::strerror(e));
 }
 
@@ -65,7 +69,8 @@ bool denied(int e) { return e == EPERM || e == EACCES; }
 std::string nodes_text(const HostFacts& h) {
   if (h.device_nodes.empty()) return "no /dev/nvidia* device files";
   std::string out;
-  for (const auto& n : h.device_nodes) out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", n.path, errno_text(n.open_errno));
+  for (const auto& n : h.device_nodes)
+    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", n.path, errno_text(n.open_errno));
   return out;
 }
 
@@ -95,21 +100,24 @@ DiagnosisEntry visible_devices(const HostFacts& h) {
     e.result = fmt::format("\"{}\": its first entry \"{}\" names no device, and CUDA stops reading there", v, first);
     e.likely = true;
   } else {
-    e.result = fmt::format("\"{}\": names at least one device (an index or uuid the driver does not have also hides it)", v);
+    e.result =
+        fmt::format("\"{}\": names at least one device (an index or uuid the driver does not have also hides it)", v);
   }
   return e;
 }
 
 DiagnosisEntry device_nodes_missing(const HostFacts& h) {
-  DiagnosisEntry e{"the GPU device files were not passed into this container (docker --gpus, the NVIDIA container toolkit)",
-                   "/dev/nvidiactl and /dev/nvidiaN", nodes_text(h), !has_gpu_node(h)};
+  DiagnosisEntry e{
+      "the GPU device files were not passed into this container (docker --gpus, the NVIDIA container toolkit)",
+      "/dev/nvidiactl and /dev/nvidiaN", nodes_text(h), !has_gpu_node(h)};
   return e;
 }
 
 DiagnosisEntry access_denied(const HostFacts& h) {
   DiagnosisEntry e{"access to the GPU device files is denied (a device cgroup, or their permissions)",
                    "open(O_RDWR) of each /dev/nvidia*", nodes_text(h), false};
-  e.likely = std::any_of(h.device_nodes.begin(), h.device_nodes.end(), [](const DeviceNode& n) { return denied(n.open_errno); });
+  e.likely = std::any_of(h.device_nodes.begin(), h.device_nodes.end(),
+                         [](const DeviceNode& n) { return denied(n.open_errno); });
   return e;
 }
 
@@ -135,7 +143,8 @@ DiagnosisEntry stub_library(const FailureFacts& f, const HostFacts& h) {
                          loaded_stub ? ", in a stubs/ folder" : "");
   if (!stub_dirs.empty()) e.result += fmt::format("; LD_LIBRARY_PATH holds {}", fmt::join(stub_dirs, ", "));
   e.likely = loaded_stub || !stub_dirs.empty() || f.code == 34;
-  if (e.likely) e.result += "; take the stub (and any link to it) off the library path, so the driver's libcuda.so.1 is found";
+  if (e.likely)
+    e.result += "; take the stub (and any link to it) off the library path, so the driver's libcuda.so.1 is found";
   return e;
 }
 
@@ -161,24 +170,26 @@ DiagnosisEntry fabric_manager(const HostFacts& h) {
 
 DiagnosisEntry driver_mismatch(const FailureFacts& f, const HostFacts& h) {
   const std::string lib = libcuda_file_version(f.libcuda_path);
-  DiagnosisEntry e{"libcuda.so.1 comes from another driver than the kernel module (a forward-compatibility "
-                   "compat/ libcuda, or a container's libcuda from another driver release)",
-                   "libcuda's version (its file name) against /proc/driver/nvidia/version", "", false};
-  e.result = fmt::format("libcuda {} ({}), kernel module {}", lib.empty() ? "of unknown version" : lib,
-                         f.libcuda_path.empty() ? "not loaded" : f.libcuda_path,
-                         h.kernel_module_version.value_or("unknown"));
+  DiagnosisEntry e{
+      "libcuda.so.1 comes from another driver than the kernel module (a forward-compatibility "
+      "compat/ libcuda, or a container's libcuda from another driver release)",
+      "libcuda's version (its file name) against /proc/driver/nvidia/version", "", false};
+  e.result =
+      fmt::format("libcuda {} ({}), kernel module {}", lib.empty() ? "of unknown version" : lib,
+                  f.libcuda_path.empty() ? "not loaded" : f.libcuda_path, h.kernel_module_version.value_or("unknown"));
   e.likely = !lib.empty() && h.kernel_module_version && lib != *h.kernel_module_version;
   if (f.libcuda_path.find("/compat/") != std::string::npos) e.result += "; it is a compat/ library";
   return e;
 }
 
 DiagnosisEntry libcuda_not_found(const FailureFacts& f, const HostFacts& h) {
-  return {"no libcuda.so.1 on the loader's path: no NVIDIA driver here, or a container started without the NVIDIA "
-          "runtime (which mounts the driver's libraries)",
-          "dlopen(\"libcuda.so.1\") with LD_LIBRARY_PATH and the ld.so.cache",
-          fmt::format("{}; LD_LIBRARY_PATH {}", f.detail,
-                      h.ld_library_path.empty() ? "empty" : fmt::format("{}", fmt::join(h.ld_library_path, ":"))),
-          true};
+  return {
+      "no libcuda.so.1 on the loader's path: no NVIDIA driver here, or a container started without the NVIDIA "
+      "runtime (which mounts the driver's libraries)",
+      "dlopen(\"libcuda.so.1\") with LD_LIBRARY_PATH and the ld.so.cache",
+      fmt::format("{}; LD_LIBRARY_PATH {}", f.detail,
+                  h.ld_library_path.empty() ? "empty" : fmt::format("{}", fmt::join(h.ld_library_path, ":"))),
+      true};
 }
 
 DiagnosisEntry stuck(const FailureFacts& f) {
@@ -188,8 +199,8 @@ DiagnosisEntry stuck(const FailureFacts& f) {
                    "the stage the deadline hit, and the probe's state when killed", "", true};
   e.result = f.timeout_state.empty()
                  ? fmt::format("timed out in {}; SIGKILL ended it", f.stage)
-                 : fmt::format("timed out in {}; unkillable after SIGKILL: state {}, wchan {}", f.stage, f.timeout_state,
-                               f.timeout_wchan.empty() ? "?" : f.timeout_wchan);
+                 : fmt::format("timed out in {}; unkillable after SIGKILL: state {}, wchan {}", f.stage,
+                               f.timeout_state, f.timeout_wchan.empty() ? "?" : f.timeout_wchan);
   return e;
 }
 
@@ -228,8 +239,9 @@ HostFacts gather_host_facts(const std::vector<std::string>& ld_library_path) {
     }
     if (name.rfind("nvidia-nvswitch", 0) == 0) h.nvswitch_present = true;
   }
-  if (std::none_of(h.device_nodes.begin(), h.device_nodes.end(), [](const DeviceNode& n) { return n.path == "/dev/nvidiactl"; }))
-      h.device_nodes.insert(h.device_nodes.begin(), {"/dev/nvidiactl", ENOENT});
+  if (std::none_of(h.device_nodes.begin(), h.device_nodes.end(),
+                   [](const DeviceNode& n) { return n.path == "/dev/nvidiactl"; }))
+    h.device_nodes.insert(h.device_nodes.begin(), {"/dev/nvidiactl", ENOENT});
   static const std::regex module_re(R"(Kernel Module\s+(?:for\s+\S+\s+)?([0-9]+\.[0-9]+(\.[0-9]+)?))");
   std::smatch m;
   const std::string version = read_text("/proc/driver/nvidia/version");

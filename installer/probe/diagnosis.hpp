@@ -17,8 +17,8 @@ struct DeviceNode {
 };
 
 struct HostFacts {
-  std::optional<std::string> cuda_visible_devices;  // unset: nullopt
-  std::vector<DeviceNode> device_nodes;             // /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN
+  std::optional<std::string> cuda_visible_devices;   // unset: nullopt
+  std::vector<DeviceNode> device_nodes;              // /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN
   std::optional<std::string> kernel_module_version;  // /proc/driver/nvidia/version: "580.159.04"
   bool uvm_module_loaded = false;                    // nvidia_uvm in /proc/modules
   bool nvswitch_present = false;                     // /dev/nvidia-nvswitch* or /proc/driver/nvidia-nvswitch
@@ -31,10 +31,10 @@ struct HostFacts {
 // What the probe and the model said, as far as the diagnosis needs it.
 struct FailureFacts {
   Outcome outcome = Outcome::ok;
-  std::string stage;               // the failing stage's name ("cuInit")
-  std::optional<long long> code;   // its CUresult / cudnnStatus_t
-  std::string libcuda_path;        // the libcuda.so.1 the probe loaded (empty: none)
-  std::string detail;              // the failing stage's detail (dlerror text)
+  std::string stage;                  // the failing stage's name ("cuInit")
+  std::optional<long long> code;      // its CUresult / cudnnStatus_t
+  std::string libcuda_path;           // the libcuda.so.1 the probe loaded (empty: none)
+  std::string detail;                 // the failing stage's detail (dlerror text)
   std::optional<int> driver_version;  // cuDriverGetVersion: 13000 for CUDA 13.0
   std::optional<int> runtime_major;   // the environment's cudart major
   std::optional<int> signal;
@@ -42,9 +42,9 @@ struct FailureFacts {
 };
 
 struct DiagnosisEntry {
-  std::string cause;   // a possible cause
-  std::string check;   // what was looked at to tell it apart
-  std::string result;  // what that showed
+  std::string cause;    // a possible cause
+  std::string check;    // what was looked at to tell it apart
+  std::string result;   // what that showed
   bool likely = false;  // the check points at this cause
 };
 

@@ -47,7 +47,8 @@ struct Pipe {
 
 Pipe make_pipe() {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw resolver::Error(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw resolver::Error(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
   return {Fd(fds[0]), Fd(fds[1])};
 }
 
@@ -195,7 +196,8 @@ ProbeRun run_probe(const ProbeCommand& c) {
     pollfd fds[3] = {{out_open ? out.read.get() : -1, POLLIN, 0},
                      {err_open ? err.read.get() : -1, POLLIN, 0},
                      {exited ? -1 : pidfd.get(), POLLIN, 0}};
-    const int timeout = pidfd.get() < 0 && !exited ? static_cast<int>(std::min<long long>(left, 10)) : static_cast<int>(left);
+    const int timeout =
+        pidfd.get() < 0 && !exited ? static_cast<int>(std::min<long long>(left, 10)) : static_cast<int>(left);
     if (::poll(fds, 3, timeout) < 0 && errno != EINTR)
       throw resolver::Error(fmt::format("waiting for the probe: {}", std::strerror(errno)));
     if (out_open && fds[0].revents) out_open = drain(out.read.get(), run.output);

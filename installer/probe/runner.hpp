@@ -12,23 +12,23 @@
 namespace cudafix::installer::probe {
 
 struct ProbeCommand {
-  std::string program;                 // cudafix-probe's path
-  std::vector<std::string> args;       // after argv[0]
-  std::vector<std::string> env;        // the child's whole environment, "NAME=value"
+  std::string program;            // cudafix-probe's path
+  std::vector<std::string> args;  // after argv[0]
+  std::vector<std::string> env;   // the child's whole environment, "NAME=value"
   std::chrono::milliseconds timeout{60000};
   std::chrono::milliseconds reap_bound{5000};  // after SIGKILL, how long to wait for the exit
 };
 
 struct ProbeRun {
-  std::string output;        // the records (standard output)
-  std::string errors;        // the last 8 KiB of standard error (what the libraries printed)
-  bool timed_out = false;    // the deadline passed and the group was killed
-  bool reaped = true;        // false: it did not die within reap_bound after SIGKILL
+  std::string output;      // the records (standard output)
+  std::string errors;      // the last 8 KiB of standard error (what the libraries printed)
+  bool timed_out = false;  // the deadline passed and the group was killed
+  bool reaped = true;      // false: it did not die within reap_bound after SIGKILL
   std::optional<int> exit_code;
   std::optional<int> signal;  // the signal that ended it (SIGKILL after a timeout)
   std::string state;          // when not reaped: /proc/PID/stat state and wchan
   std::string wchan;
-  double ms = 0;              // wall time from spawn to exit (or to giving up)
+  double ms = 0;  // wall time from spawn to exit (or to giving up)
 };
 
 // Throws resolver::Error when the child cannot be started.

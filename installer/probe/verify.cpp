@@ -38,8 +38,8 @@ std::optional<std::string> choose_consumer(const r::Environment& env, const std:
   for (const auto* o : env.consumers(soname)) {
     const std::string dir = r::parent_dir(o->path);
     const auto providers = env.providers(soname);
-    const bool beside_provider =
-        std::any_of(providers.begin(), providers.end(), [&](const r::SharedObject* p) { return r::parent_dir(p->path) == dir; });
+    const bool beside_provider = std::any_of(providers.begin(), providers.end(),
+                                             [&](const r::SharedObject* p) { return r::parent_dir(p->path) == dir; });
     if (!beside_provider && o->elf.status == r::ElfReadStatus::ok) candidates.push_back(o);
   }
   auto rank = [](const r::SharedObject* o) {
@@ -88,8 +88,8 @@ std::string soname_of(r::ElfCache& elf, const std::string& path) {
   return std::string(r::base_name(path));
 }
 
-std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, Prediction& p,
-                                       const r::Knowledge& knowledge, bool consumer_loaded) {
+std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, Prediction& p, const r::Knowledge& knowledge,
+                                       bool consumer_loaded) {
   std::vector<LoadedFile> out;
   std::vector<bool> seen;
   for (const auto& m : records.mapped) {
@@ -166,13 +166,15 @@ Check loaded_files_check(const r::Environment& env, const std::vector<LoadedFile
                          : fmt::format("{}: predicted {}, never loaded", f.soname, describe_file(env, *f.predicted)));
   }
   c.ok = bad.empty();
-  c.detail = c.ok ? fmt::format("all {} files the model predicted were the ones loaded (same device and inode)", compared)
-                  : fmt::format("{}", fmt::join(bad, "; "));
+  c.detail =
+      c.ok ? fmt::format("all {} files the model predicted were the ones loaded (same device and inode)", compared)
+           : fmt::format("{}", fmt::join(bad, "; "));
   return c;
 }
 
 // The cuDNN version a consumer's dist pins (`nvidia-cudnn-cu13==9.19.0.56`), with the pin.
-std::optional<std::pair<std::string, std::string>> pinned_cudnn(const r::Environment& env, const std::string& consumer) {
+std::optional<std::pair<std::string, std::string>> pinned_cudnn(const r::Environment& env,
+                                                                const std::string& consumer) {
   static const std::regex pin(R"(==\s*([0-9]+(\.[0-9]+)*))");
   for (int owner : env.owners_of(consumer)) {
     for (const auto& line : env.dists[static_cast<std::size_t>(owner)].metadata.requires_dist) {
@@ -187,14 +189,16 @@ std::optional<std::pair<std::string, std::string>> pinned_cudnn(const r::Environ
   return std::nullopt;
 }
 
-std::optional<Check> cudnn_version_check(const r::Environment& env, const VerifyReport& rep, const std::string& soname) {
+std::optional<Check> cudnn_version_check(const r::Environment& env, const VerifyReport& rep,
+                                         const std::string& soname) {
   if (!rep.cudnn_version) return std::nullopt;
   const auto loaded = std::find_if(rep.loaded.begin(), rep.loaded.end(),
                                    [&](const LoadedFile& f) { return f.soname == soname && f.path; });
   if (loaded == rep.loaded.end()) return std::nullopt;
   const std::string real = r::real_path_of(*loaded->path);
   Check c{"cuDNN version", true, ""};
-  const std::string got = fmt::format("cudnnGetVersion() = {} from {}", *rep.cudnn_version, describe_file(env, *loaded->path));
+  const std::string got =
+      fmt::format("cudnnGetVersion() = {} from {}", *rep.cudnn_version, describe_file(env, *loaded->path));
   std::optional<long long> want;
   std::string because;
   for (int owner : env.owners_of(real)) {
@@ -216,7 +220,8 @@ std::optional<Check> cudnn_version_check(const r::Environment& env, const Verify
       c.ok = false;
       c.detail = fmt::format("the cuDNN loaded is outside the environment, not the environment's: {}{}", got,
                              want ? fmt::format("; {} ({})", because, *want) : "");
-      if (want && *want != *rep.cudnn_version) c.detail += fmt::format(": version mismatch, {} loaded", *rep.cudnn_version);
+      if (want && *want != *rep.cudnn_version)
+        c.detail += fmt::format(": version mismatch, {} loaded", *rep.cudnn_version);
       return c;
     }
   }
@@ -277,7 +282,8 @@ FailureFacts failure_facts(const VerifyReport& rep) {
 std::optional<long long> cudnn_version_number(std::string_view dist_version) {
   const auto parts = r::split(dist_version, '.');
   if (parts.size() < 3) return std::nullopt;
-  const auto major = number<long long>(parts[0]), minor = number<long long>(parts[1]), patch = number<long long>(parts[2]);
+  const auto major = number<long long>(parts[0]), minor = number<long long>(parts[1]),
+             patch = number<long long>(parts[2]);
   if (!major || !minor || !patch) return std::nullopt;
   return *major * (*major >= 9 ? 10000 : 1000) + *minor * 100 + *patch;
 }
@@ -293,14 +299,16 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
   cmd.program = o.probe;
   cmd.timeout = o.timeout;
   cmd.env = environment_with_library_path(env.loader->config().ld_library_path);
-  rep.consumer = o.consumer ? std::optional<std::string>(r::real_path_of(*o.consumer)) : choose_consumer(env, o.cudnn_soname);
+  rep.consumer =
+      o.consumer ? std::optional<std::string>(r::real_path_of(*o.consumer)) : choose_consumer(env, o.cudnn_soname);
   if (rep.consumer) {
     cmd.args = {"--consumer", *rep.consumer, "--cudnn-soname", o.cudnn_soname};
   } else if ((rep.cudnn = environment_provider(env, o.cudnn_soname))) {
     cmd.args = {"--cudnn", *rep.cudnn, "--cudnn-soname", o.cudnn_soname};
   } else {
     const std::string why = fmt::format("no {} in the environment", o.cudnn_soname);
-    for (const char* s : {"dlopen consumer", "cudnnGetVersion", "cudnnCreate", "cudnnDestroy"}) rep.skipped.push_back({s, why});
+    for (const char* s : {"dlopen consumer", "cudnnGetVersion", "cudnnCreate", "cudnnDestroy"})
+      rep.skipped.push_back({s, why});
   }
   Prediction prediction = predict(env, o.probe, rep.consumer ? rep.consumer : rep.cudnn);
 
@@ -311,8 +319,10 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
     rep.libcuda = s->detail;
     rep.libcuda_real = r::real_path_of(s->detail);
   }
-  if (const auto* s = find_stage(rep.records, "cuDriverGetVersion"); s && s->ok) rep.driver_version = number<int>(s->detail);
-  if (const auto* s = find_stage(rep.records, "cudnnGetVersion"); s && s->ok) rep.cudnn_version = number<long long>(s->detail);
+  if (const auto* s = find_stage(rep.records, "cuDriverGetVersion"); s && s->ok)
+    rep.driver_version = number<int>(s->detail);
+  if (const auto* s = find_stage(rep.records, "cudnnGetVersion"); s && s->ok)
+    rep.cudnn_version = number<long long>(s->detail);
   rep.runtime_major = runtime_major(env, prediction);
 
   const auto* loaded_stage = find_stage(rep.records, rep.consumer ? "dlopen consumer" : "dlopen cuDNN");
@@ -327,7 +337,8 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
     if (failed != rep.checks.end()) {
       rep.verdict.outcome = Outcome::error;
       rep.failed_check = failed->check;
-      rep.verdict.message = fmt::format("every call succeeded, but the {} check failed: {}", failed->check, failed->detail);
+      rep.verdict.message =
+          fmt::format("every call succeeded, but the {} check failed: {}", failed->check, failed->detail);
       if (failed->check == "driver version") rep.diagnosis = {driver_age(failure_facts(rep))};
     }
   }

@@ -49,9 +49,9 @@ struct VerifyReport {
   ProbeRecords records;
   ProbeRun run;
   std::vector<SkippedStage> skipped;
-  std::optional<std::string> consumer;  // the cuDNN consumer dlopened
-  std::optional<std::string> cudnn;     // no consumer: the libcudnn dlopened
-  std::optional<std::string> libcuda;   // the libcuda.so.1 loaded, as the loader named it
+  std::optional<std::string> consumer;      // the cuDNN consumer dlopened
+  std::optional<std::string> cudnn;         // no consumer: the libcudnn dlopened
+  std::optional<std::string> libcuda;       // the libcuda.so.1 loaded, as the loader named it
   std::optional<std::string> libcuda_real;  // that file with every symlink resolved
   std::optional<int> driver_version;
   std::optional<long long> cudnn_version;

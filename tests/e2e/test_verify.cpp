@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <glob.h>
+#include <filesystem>
 
 #include "tests/support/process.hpp"
 
@@ -35,9 +35,11 @@ class FakeVenv {
     write_file(root() + "/pyvenv.cfg", "home = /usr/bin\nversion = 3.12.3\n");
     add_dist("torch", "2.11.0", {{"torch/lib/libtorch_cuda.so", k_verify + "/libtorch_cuda.so"}},
              "Requires-Dist: nvidia-cudnn-cu13==9.19.0.56; platform_system == \"Linux\"\n");
-    add_dist("nvidia-cuda-runtime", "13.0.96", {{"nvidia/cu13/lib/libcudart.so.13", k_verify + "/cu13/libcudart.so.13"}});
-    add_dist("nvidia-cudnn-cu13", "9.19.0.56",
-             {{"nvidia/cudnn/lib/libcudnn.so.9", with_cudnn_files ? k_verify + "/cudnn/" + cudnn + "/libcudnn.so.9" : ""}});
+    add_dist("nvidia-cuda-runtime", "13.0.96",
+             {{"nvidia/cu13/lib/libcudart.so.13", k_verify + "/cu13/libcudart.so.13"}});
+    add_dist(
+        "nvidia-cudnn-cu13", "9.19.0.56",
+        {{"nvidia/cudnn/lib/libcudnn.so.9", with_cudnn_files ? k_verify + "/cudnn/" + cudnn + "/libcudnn.so.9" : ""}});
   }
   [[nodiscard]] std::string root() const { return dir_.path() + "/venv"; }
   [[nodiscard]] std::string site() const { return root() + "/lib/python3.12/site-packages"; }
@@ -48,7 +50,8 @@ class FakeVenv {
     std::string folder = name;
     std::replace(folder.begin(), folder.end(), '-', '_');
     folder = site() + "/" + folder + "-" + version + ".dist-info";
-    write_file(folder + "/METADATA", "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + version + "\n" + extra_metadata);
+    write_file(folder + "/METADATA",
+               "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + version + "\n" + extra_metadata);
     std::string record;
     for (const auto& [rel, source] : files) {
       record += rel + ",,\n";
@@ -318,8 +321,8 @@ TEST(Verify, TheProbeLinksNothingButLibc) {
 
 TEST(Verify, LdSoCacheOptionIsRefusedBecauseTheRealLoaderReadsTheHostsCache) {
   FakeVenv venv;
-  const auto r = run_shell(shell_quote(k_bin) + " verify --venv " + shell_quote(venv.root()) +
-                           " --ld-so-cache /nonexistent 2>&1");
+  const auto r =
+      run_shell(shell_quote(k_bin) + " verify --venv " + shell_quote(venv.root()) + " --ld-so-cache /nonexistent 2>&1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.out, HasSubstr("--ld-so-cache cannot be used with verify"));
 }

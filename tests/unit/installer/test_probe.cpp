@@ -35,9 +35,7 @@ TEST(ProbeRecords, EscapedFieldsCannotForgeRecordsAndATornLastLineIsNoRecord) {
   EXPECT_FALSE(r.finished);
 }
 
-ProbeRecords all_ok_and_finished() {
-  return parse_probe_records("B\tcuInit\t-\nE\tcuInit\t-\t1\t100\t0\t\nX\tdone\n");
-}
+ProbeRecords all_ok_and_finished() { return parse_probe_records("B\tcuInit\t-\nE\tcuInit\t-\t1\t100\t0\t\nX\tdone\n"); }
 
 TEST(Verdict, EveryStageOkThenDeathBySignalIsOkWithAWarning) {
   ProbeRun run;
@@ -134,9 +132,7 @@ TEST(Diagnosis, Error803ComparesTheCompatLibcudaWithTheKernelModule) {
   EXPECT_THAT(e->result, HasSubstr("kernel module 580.159.04"));
   EXPECT_THAT(e->result, HasSubstr("compat/"));
   // The same versions on both sides are not a mismatch.
-  EXPECT_EQ(likely(diagnose(failure(803, "/usr/lib/libcuda.so.580.159.04"), gpu_host()),
-                   "another driver"),
-            nullptr);
+  EXPECT_EQ(likely(diagnose(failure(803, "/usr/lib/libcuda.so.580.159.04"), gpu_host()), "another driver"), nullptr);
 }
 
 TEST(Diagnosis, Error802OnAnNvswitchBoxWithoutFabricManager) {
