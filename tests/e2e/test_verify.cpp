@@ -271,6 +271,20 @@ TEST(Verify, AMetadataOnlyCudnnFallingThroughToAnOutsideOneIsReported) {
   EXPECT_THAT(detail, HasSubstr("version mismatch, 91400 loaded"));
 }
 
+TEST(Verify, WithoutAConsumerTheEnvironmentsOwnCudnnIsLoadedByThePathTheModelGives) {
+  FakeVenv venv;
+  fs::remove_all(venv.site() + "/torch-2.11.0.dist-info");
+  fs::remove(venv.site() + "/torch/lib/libtorch_cuda.so");
+  const auto v = verify(venv, fake_cuda("one_device"));
+  EXPECT_EQ(v.exit_code, 0) << v.text;
+  EXPECT_TRUE(v.doc["consumer"].is_null());
+  const json* s = stage(v.doc, "dlopen cuDNN");
+  ASSERT_NE(s, nullptr) << v.doc["stages"].dump();
+  EXPECT_THAT((*s)["detail"].get<std::string>(), HasSubstr("nvidia/cudnn/lib/libcudnn.so.9"));
+  EXPECT_EQ(v.doc["cudnn_version"], 91900);
+  EXPECT_EQ((*stage(v.doc, "cudnnCreate", 0))["ok"], true);
+}
+
 TEST(Verify, WithoutCudnnInTheEnvironmentItsStagesAreSkippedAndSaySo) {
   TempDir dir;
   write_file(dir.path() + "/venv/pyvenv.cfg", "home = /usr/bin\nversion = 3.12.3\n");
