@@ -117,7 +117,8 @@ TEST(Diagnosis, NoDeviceFilesAtAllPointsAtTheContainer) {
 TEST(Diagnosis, AnInvalidFirstCudaVisibleDevicesEntryHidesEverything) {
   HostFacts h = gpu_host();
   h.cuda_visible_devices = "gpu0,1";
-  const auto* e = likely(diagnose(failure(100), h), "CUDA_VISIBLE_DEVICES");
+  const auto d = diagnose(failure(100), h);
+  const auto* e = likely(d, "CUDA_VISIBLE_DEVICES");
   ASSERT_NE(e, nullptr);
   EXPECT_THAT(e->result, HasSubstr("\"gpu0\" names no device"));
   h.cuda_visible_devices = "MIG-4b7a2c1e-53b8-5b41-a2e4-3c1e9d5f0a11";
@@ -146,7 +147,8 @@ TEST(Diagnosis, Error802OnAnNvswitchBoxWithoutFabricManager) {
 TEST(Diagnosis, AStubsFolderOnTheLibraryPathIsNamed) {
   HostFacts h = gpu_host();
   h.ld_library_path = {"/usr/local/cuda/lib64/stubs", "/usr/local/nvidia/lib64"};
-  const auto* e = likely(diagnose(failure(34, "/usr/local/cuda/lib64/stubs/libcuda.so"), h), "stub");
+  const auto d = diagnose(failure(34, "/usr/local/cuda/lib64/stubs/libcuda.so"), h);
+  const auto* e = likely(d, "stub");
   ASSERT_NE(e, nullptr);
   EXPECT_THAT(e->result, HasSubstr("LD_LIBRARY_PATH holds /usr/local/cuda/lib64/stubs"));
 }
