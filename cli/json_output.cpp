@@ -422,7 +422,7 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
         .key("compute_capability")
         .value(dev.compute_capability)
         .key("uuid")
-        .value(dev.uuid.empty() ? std::string() : "GPU-" + dev.uuid)
+        .value(dev.uuid)
         .end_object();
   w.end_array();
   w.key("loaded").begin_array();

@@ -283,7 +283,7 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
         rep.driver_version ? fmt::format(", CUDA {}", p::cuda_version_text(*rep.driver_version)) : "");
   for (const auto& d : rep.records.devices)
     out += fmt::format("  device {}  {}, compute capability {}{}\n", d.ordinal, r::to_valid_utf8(d.name),
-                       d.compute_capability, d.uuid.empty() ? "" : ", GPU-" + d.uuid);
+                       d.compute_capability, d.uuid.empty() ? "" : ", " + d.uuid);
   if (rep.consumer) out += fmt::format("  consumer  {}\n", shown(env, *rep.consumer));
   if (rep.cudnn_version) out += fmt::format("  cuDNN     {}\n", *rep.cudnn_version);
   out += st.bold("stages") + "\n";

@@ -208,6 +208,8 @@ int main(int argc, char** argv) {
   CU_FN(cuda, GetNameFn, get_name, "cuDeviceGetName", NULL, "cuDeviceGet", 0);
   CU_FN(cuda, GetAttributeFn, get_attr, "cuDeviceGetAttribute", NULL, "cuDeviceGet", 0);
   GetUuidFn get_uuid = (GetUuidFn)sym(cuda, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+  /* v1 gives a MIG instance's parent GPU, v2 the instance itself: when they differ, it is MIG. */
+  GetUuidFn get_parent_uuid = (GetUuidFn)sym(cuda, "cuDeviceGetUuid", NULL);
   CU_FN(cuda, RetainFn, retain, "cuDevicePrimaryCtxRetain", NULL, "cuDevicePrimaryCtxRetain", 0);
   CU_FN(cuda, SetCurrentFn, set_current, "cuCtxSetCurrent", NULL, "cuDevicePrimaryCtxRetain", 0);
   CUcontext contexts[MAX_DEVICES];
@@ -223,14 +225,17 @@ int main(int argc, char** argv) {
     if (rc == 0) rc = get_attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     if (rc == 0) rc = get_attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
     if (rc == 0 && get_uuid) rc = get_uuid(&uuid, dev);
+    CUuuid parent = uuid;
+    if (rc == 0 && get_parent_uuid && get_parent_uuid != get_uuid && get_parent_uuid(&parent, dev) != 0) parent = uuid;
     snprintf(buf, sizeof buf, "%s", name);
     cu_stage_end("cuDeviceGet", d, rc, buf);
     char ordf[16], ccf[32], uuidf[64];
     snprintf(ordf, sizeof ordf, "%d", d);
     snprintf(ccf, sizeof ccf, "%d.%d", major, minor);
     const unsigned char* u = uuid.bytes;
-    snprintf(uuidf, sizeof uuidf, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    snprintf(uuidf, sizeof uuidf, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             memcmp(parent.bytes, uuid.bytes, sizeof uuid.bytes) != 0 ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4],
+             u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     emit(5, "D", ordf, name, ccf, get_uuid ? uuidf : "");
 
     begin("cuDevicePrimaryCtxRetain", d);

@@ -8,7 +8,7 @@
 //   E  STAGE DEVICE OK NS CODE DETAIL     it ended: OK 1/0, NS its duration in nanoseconds,
 //                                         CODE the CUresult / cudnnStatus_t or -, DETAIL text
 //                                         (the path dlopen loaded, the version, dlerror())
-//   D  ORDINAL NAME CC UUID               a visible device (CC "9.0", UUID hex without prefix)
+//   D  ORDINAL NAME CC UUID               a visible device (CC "9.0", UUID "GPU-..." or, for a MIG instance, "MIG-...")
 //   M  DEV INO PATH                       a file mapped into the probe (dl_iterate_phdr)
 //   X  done|stopped                       the last record: every stage ran, or one failed
 //

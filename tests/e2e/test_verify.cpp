@@ -105,6 +105,7 @@ TEST(Verify, TwoWorkingDevicesPassEveryStageAndEveryCheck) {
   ASSERT_EQ(v.doc["devices"].size(), 2u);
   EXPECT_EQ(v.doc["devices"][1]["name"], "Fake GPU 1");
   EXPECT_EQ(v.doc["devices"][0]["compute_capability"], "9.0");
+  EXPECT_EQ(v.doc["devices"][0]["uuid"], "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f");
   EXPECT_EQ(v.doc["driver_version"], 13000);
   EXPECT_EQ(v.doc["cudnn_version"], 91900);
   EXPECT_EQ(v.doc["consumer"], "torch/lib/libtorch_cuda.so");
@@ -123,6 +124,14 @@ TEST(Verify, TwoWorkingDevicesPassEveryStageAndEveryCheck) {
   EXPECT_TRUE(saw_cudnn);
   for (const auto& c : v.doc["checks"]) EXPECT_EQ(c["ok"], true) << c.dump();
   EXPECT_THAT(v.text, HasSubstr("cudafix verify ok"));
+}
+
+TEST(Verify, AMigInstanceIsReportedWithItsMigUuid) {
+  FakeVenv venv;
+  const auto v = verify(venv, fake_cuda("mig"));
+  EXPECT_EQ(v.exit_code, 0) << v.text;
+  ASSERT_EQ(v.doc["devices"].size(), 1u);
+  EXPECT_EQ(v.doc["devices"][0]["uuid"], "MIG-00010203-0405-0607-0809-0a0b0c0d0e0f");
 }
 
 TEST(Verify, InitErrorsAreNamedAndDiagnosed) {
