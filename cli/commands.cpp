@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +20,7 @@
 #include "demo_env_json.hpp"
 #include "resolver/example_env.hpp"
 #include "resolver/text.hpp"
+#include "rules/doctor.hpp"
 #include "rules/knowledge.hpp"
 
 namespace cudafix::cli {
@@ -47,26 +52,37 @@ Style style_for(const GlobalOptions& g) {
 
 // Built-in knowledge, then $XDG_CONFIG_HOME/cudafix/config.toml, <venv>/cudafix.toml and --rules
 // files, each on top of the one before.
-r::Knowledge load_knowledge(const GlobalOptions& g, const r::EnvLayout& layout) {
-  r::Knowledge k = rules::builtin_knowledge();
+struct Configuration {
+  r::Knowledge knowledge;
+  std::map<std::string, rules::RuleSettings> rule_settings;
+};
+
+Configuration load_configuration(const GlobalOptions& g, const r::EnvLayout& layout) {
+  Configuration c{rules::builtin_knowledge(), {}};
   const std::string xdg = env_var("XDG_CONFIG_HOME").value_or(env_var("HOME").value_or("") + "/.config");
-  std::vector<std::string> files{xdg + "/cudafix/config.toml", layout.root + "/cudafix.toml"};
-  for (const auto& f : files) {
+  std::vector<std::string> files;
+  for (const auto& f : {xdg + "/cudafix/config.toml", layout.root + "/cudafix.toml"}) {
     std::error_code ec;
-    if (std::filesystem::is_regular_file(f, ec)) rules::merge_knowledge(r::read_file(f), f, k);
+    if (std::filesystem::is_regular_file(f, ec)) files.push_back(f);
   }
-  for (const auto& f : g.rules) rules::merge_knowledge(r::read_file(f), f, k);
-  return k;
+  files.insert(files.end(), g.rules.begin(), g.rules.end());
+  for (const auto& f : files) {
+    const std::string text = r::read_file(f);
+    rules::merge_knowledge(text, f, c.knowledge);
+    rules::merge_rule_settings(text, f, c.rule_settings);
+  }
+  return c;
 }
 
 struct Scanned {
   r::Environment env;
   r::Knowledge knowledge;
+  std::map<std::string, rules::RuleSettings> rule_settings;
 };
 
 Scanned scan(const GlobalOptions& g) {
   const r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
-  r::Knowledge knowledge = load_knowledge(g, layout);
+  Configuration config = load_configuration(g, layout);
   r::ScanOptions opts;
   opts.threads = g.threads;
   opts.ld_library_path =
@@ -75,7 +91,7 @@ Scanned scan(const GlobalOptions& g) {
     for (auto q : r::split(p, ':'))
       if (!q.empty()) opts.preload.emplace_back(q);
   opts.ld_so_cache = g.ld_so_cache;
-  return {r::scan_environment(layout, opts), std::move(knowledge)};
+  return {r::scan_environment(layout, opts), std::move(config.knowledge), std::move(config.rule_settings)};
 }
 
 // The model of a large venv is 100,000 small allocations; freeing them one by one at exit costs
@@ -90,7 +106,7 @@ const Scanned& scan_kept(const GlobalOptions& g) {
 
 int run_scan(const GlobalOptions& g, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
-  const auto& [env, knowledge] = scan_kept(g);
+  const auto& [env, knowledge, settings] = scan_kept(g);
   const auto scanned = std::chrono::steady_clock::now();
   if (g.json)
     out << scan_json(env, knowledge) << '\n';
@@ -108,7 +124,7 @@ int run_scan(const GlobalOptions& g, std::ostream& out) {
 }
 
 int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out) {
-  const auto& [env, knowledge] = scan_kept(g);
+  const auto& [env, knowledge, settings] = scan_kept(g);
   const r::WhyReport report = r::explain(env, query);
   if (g.json)
     out << why_json(env, knowledge, report) << '\n';
@@ -138,7 +154,7 @@ int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& 
     throw r::Error(
         "--ld-so-cache cannot be used with verify: the probe runs the real loader, which reads the host's cache");
   if (!(v.timeout_s > 0)) throw r::Error(fmt::format("--timeout must be positive, not {}", v.timeout_s));
-  const auto& [env, knowledge] = scan_kept(g);
+  const auto& [env, knowledge, settings] = scan_kept(g);
   installer::probe::VerifyOptions opts;
   opts.probe = probe_path();
   opts.timeout = std::chrono::milliseconds(static_cast<long long>(v.timeout_s * 1000));
@@ -149,6 +165,43 @@ int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& 
   else if (!g.quiet || report.exit_code() != 0)
     out << verify_text(env, report, style_for(g));
   return report.exit_code();
+}
+
+namespace {
+
+// A progress bar on standard error while hashing, only when both streams are a terminal.
+std::function<void(std::uint64_t, std::uint64_t)> hash_progress_bar() {
+  if (!::isatty(1) || !::isatty(2)) return {};
+  auto last = std::make_shared<std::atomic<int>>(-1);
+  return [last](std::uint64_t done, std::uint64_t total) {
+    const int pct = total ? static_cast<int>(std::min<std::uint64_t>(100, done * 100 / total)) : 100;
+    int prev = last->load();
+    if (pct <= prev || !last->compare_exchange_strong(prev, pct)) return;
+    const int filled = pct * 30 / 100;
+    std::cerr << fmt::format("\rhashing [{}{}] {:3}%  {:.1f} of {:.1f} GB", std::string(filled, '#'),
+                             std::string(30 - filled, ' '), pct, static_cast<double>(done) / 1e9,
+                             static_cast<double>(total) / 1e9)
+              << (pct == 100 ? "\n" : "") << std::flush;
+  };
+}
+
+}  // namespace
+
+int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& out) {
+  const auto& [env, knowledge, settings] = scan_kept(g);
+  rules::DoctorOptions opts;
+  opts.verify_hashes = d.verify_hashes;
+  opts.select = d.select;
+  opts.ignore = d.ignore;
+  opts.threads = g.threads;
+  opts.settings = settings;
+  if (!g.json) opts.hash_progress = hash_progress_bar();
+  const auto report = rules::run_doctor(env, knowledge, opts);
+  if (g.json)
+    out << doctor_json(env, knowledge, report) << '\n';
+  else if (!g.quiet || report.errors > 0)
+    out << doctor_text(env, report, style_for(g));
+  return report.errors > 0 ? 1 : 0;
 }
 
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, std::ostream& out) {

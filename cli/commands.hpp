@@ -31,6 +31,11 @@ struct VerifyCliOptions {
   std::optional<std::string> consumer;
 };
 int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& out);
+struct DoctorCliOptions {
+  bool verify_hashes = false;
+  std::vector<std::string> select, ignore;
+};
+int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& out);
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir, std::ostream& out);
 // Developer command: writes an environment from a corpus-format description (file or "-").
 int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,

@@ -474,6 +474,43 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
   return w.take();
 }
 
+std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge, const rules::DoctorReport& rep) {
+  Doc d(env, knowledge);
+  auto& w = d.w;
+  d.header("doctor");
+  w.key("findings").begin_array();
+  for (const auto& f : rep.findings) {
+    w.begin_object().key("id").value(f.id).key("rule").value(f.rule).key("severity").value(rules::to_string(f.severity));
+    w.key("message").value(f.message);
+    w.key("evidence").begin_array();
+    for (const auto& e : f.evidence) w.value(e);
+    w.end_array().key("dists").begin_array();
+    for (const auto& x : f.dists) w.value(x);
+    w.end_array().key("paths").begin_array();
+    for (const auto& x : f.paths) d.path(x);
+    w.end_array().key("sonames").begin_array();
+    for (const auto& x : f.sonames) w.value(x);
+    w.end_array().key("caused_by").begin_array();
+    for (int x : f.caused_by) w.value(x);
+    w.end_array().key("remedy");
+    if (f.remedy) {
+      w.begin_object().key("action").value(f.remedy->action).key("dists").begin_array();
+      for (const auto& x : f.remedy->dists) w.value(x);
+      w.end_array().key("command").value(f.remedy->command).end_object();
+    } else {
+      w.null();
+    }
+    w.end_object();
+  }
+  w.end_array();
+  w.key("summary").begin_object().key("errors").value(rep.errors).key("warnings").value(rep.warnings);
+  w.key("info").value(rep.infos).end_object();
+  if (rep.hashed_files)
+    w.key("hashed").begin_object().key("files").value(rep.hashed_files).key("bytes").value(rep.hashed_bytes).end_object();
+  w.end_object();
+  return w.take();
+}
+
 std::string error_json(const std::string& command, const std::string& message) {
   JsonWriter w;
   w.begin_object();

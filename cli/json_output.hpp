@@ -9,6 +9,7 @@
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
 #include "resolver/why.hpp"
+#include "rules/doctor.hpp"
 
 namespace cudafix::cli {
 
@@ -17,6 +18,8 @@ namespace cudafix::cli {
                                    const resolver::WhyReport& report);
 [[nodiscard]] std::string verify_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                       const installer::probe::VerifyReport& report);
+[[nodiscard]] std::string doctor_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                      const rules::DoctorReport& report);
 [[nodiscard]] std::string error_json(const std::string& command, const std::string& message);
 
 }  // namespace cudafix::cli

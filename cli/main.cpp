@@ -45,6 +45,11 @@ int main(int argc, char** argv) {
   auto* why = app.add_subcommand("why", "who needs a soname or file, what provides it, how it resolves and why");
   why->add_option("SONAME_OR_PATH", query, "a soname (libcudnn.so.9) or a path (torch/lib/libtorch_cuda.so)")
       ->required();
+  DoctorCliOptions doctor_opts;
+  auto* doctor = app.add_subcommand("doctor", "run the rules: every way the environment is broken, root causes first");
+  doctor->add_flag("--verify-hashes", doctor_opts.verify_hashes, "check every file against its RECORD hash (SHA-256)");
+  doctor->add_option("--select", doctor_opts.select, "run only these rules (comma-separated)")->delimiter(',');
+  doctor->add_option("--ignore", doctor_opts.ignore, "skip these rules (comma-separated)")->delimiter(',');
   VerifyCliOptions verify_opts;
   auto* verify =
       app.add_subcommand("verify", "live probe of every visible GPU: cuInit, a cuDNN handle, and a diagnosis");
@@ -78,6 +83,7 @@ int main(int argc, char** argv) {
   try {
     if (scan->parsed()) return run_scan(g, std::cout);
     if (why->parsed()) return run_why(g, query, std::cout);
+    if (doctor->parsed()) return run_doctor(g, doctor_opts, std::cout);
     if (verify->parsed()) return run_verify(g, verify_opts, std::cout);
     if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);

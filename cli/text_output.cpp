@@ -317,4 +317,65 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
   return out;
 }
 
+namespace {
+
+std::string severity_label(rules::Severity s, const Style& st) {
+  switch (s) {
+    case rules::Severity::error:
+      return st.bad("error");
+    case rules::Severity::warning:
+      return st.warn("warning");
+    case rules::Severity::info:
+      return st.dim("info");
+  }
+  return "";
+}
+
+void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
+                   const std::map<int, std::vector<const rules::Finding*>>& effects, const Style& st, int depth,
+                   std::string& out) {
+  const std::string indent(static_cast<std::size_t>(depth) * 4, ' ');
+  out += fmt::format("{}{}{}[{}] #{} {}\n", indent, depth ? "└ " : "", severity_label(f.severity, st), f.rule, f.id,
+                     r::to_valid_utf8(f.message));
+  const bool details = f.severity != rules::Severity::info || st.verbose;
+  if (details) {
+    const std::size_t limit = st.verbose ? f.evidence.size() : std::min<std::size_t>(f.evidence.size(), 6);
+    for (std::size_t i = 0; i < limit; ++i) out += fmt::format("{}      {}\n", indent, r::to_valid_utf8(f.evidence[i]));
+    if (limit < f.evidence.size())
+      out += st.dim(fmt::format("{}      ... {} more (-v)\n", indent, f.evidence.size() - limit));
+  }
+  if (auto it = effects.find(f.id); it != effects.end())
+    for (const auto* e : it->second) finding_lines(rep, *e, effects, st, depth + 1, out);
+  if (details && depth == 0 && f.remedy && !f.remedy->command.empty())
+    out += fmt::format("{}    {} {}\n", indent, st.bold("next:"), f.remedy->command);
+}
+
+}  // namespace
+
+std::string doctor_text(const r::Environment& env, const rules::DoctorReport& rep, const Style& st) {
+  std::string out = fmt::format("{} {}: {} error{}, {} warning{}, {} explained (info)\n", st.bold("cudafix doctor"),
+                                shown(env, env.layout.root), rep.errors, rep.errors == 1 ? "" : "s", rep.warnings,
+                                rep.warnings == 1 ? "" : "s", rep.infos);
+  if (rep.hashed_files)
+    out += fmt::format("hashed {} files ({:.2f} GB) against their RECORD\n", rep.hashed_files,
+                       static_cast<double>(rep.hashed_bytes) / 1e9);
+  std::map<int, std::vector<const rules::Finding*>> effects;
+  for (const auto& f : rep.findings)
+    for (int cause : f.caused_by) effects[cause].push_back(&f);
+  // Root causes first (most severe first), each with the findings it causes nested under it.
+  std::size_t infos_hidden = 0;
+  for (const auto& f : rep.findings) {
+    if (!f.caused_by.empty()) continue;
+    if (f.severity == rules::Severity::info && !st.verbose) {
+      ++infos_hidden;
+      continue;
+    }
+    out += "\n";
+    finding_lines(rep, f, effects, st, 0, out);
+  }
+  if (infos_hidden) out += st.dim(fmt::format("\n{} explained findings (info) not shown; -v shows them\n", infos_hidden));
+  if (rep.errors == 0 && rep.warnings == 0) out += st.good("\nno problems found\n");
+  return out;
+}
+
 }  // namespace cudafix::cli

@@ -8,6 +8,7 @@
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
 #include "resolver/why.hpp"
+#include "rules/doctor.hpp"
 
 namespace cudafix::cli {
 
@@ -27,6 +28,8 @@ struct Style {
 [[nodiscard]] std::string why_text(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                    const resolver::WhyReport& report, const Style& style);
 
+[[nodiscard]] std::string doctor_text(const resolver::Environment& env, const rules::DoctorReport& report,
+                                      const Style& style);
 [[nodiscard]] std::string verify_text(const resolver::Environment& env, const installer::probe::VerifyReport& report,
                                       const Style& style);
 

@@ -55,6 +55,17 @@ std::optional<std::string> major_minor(std::string_view v) {
 }
 
 // The pythonX.Y folders under prefix/lib, newest first.
+// "3.12.3" from "3.12.3" or uv's "3.12.3.final.0": the numeric components, at most three.
+std::string release_of(const std::string& version) {
+  std::string out;
+  int parts = 0;
+  for (auto part : split(version, '.')) {
+    if (part.empty() || parts == 3 || part.find_first_not_of("0123456789") != std::string_view::npos) break;
+    out += (parts++ ? "." : "") + std::string(part);
+  }
+  return out;
+}
+
 std::vector<std::string> python_versions_under(const fs::path& lib) {
   std::vector<std::pair<int, std::string>> found;
   std::error_code ec;
@@ -128,8 +139,10 @@ EnvLayout read_layout(const std::string& dir_in, const std::string& found_by) {
     if (auto it = cfg.find("include-system-site-packages"); it != cfg.end())
       layout.include_system_site_packages = it->second == "true" || it->second == "True";
     for (const char* key : {"version_info", "version"})
-      if (auto it = cfg.find(key); it != cfg.end() && !layout.python_version)
+      if (auto it = cfg.find(key); it != cfg.end() && !layout.python_version) {
         layout.python_version = major_minor(it->second);
+        layout.python_full_version = release_of(it->second);
+      }
   } else if (is_dir(root / "lib") || is_dir(root / "bin")) {
     layout.kind = EnvKind::prefix;
   } else if (holds_dist_info(root) || root.filename() == "site-packages" || root.filename() == "dist-packages") {

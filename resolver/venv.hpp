@@ -33,6 +33,7 @@ struct EnvLayout {
   std::string root;                           // absolute: venv or prefix root; the site dir itself for a bare site dir
   std::string root_real;                      // its realpath
   std::optional<std::string> python_version;  // "3.12" when known
+  std::optional<std::string> python_full_version;  // "3.12.3" when pyvenv.cfg says
   bool include_system_site_packages = false;
   std::optional<std::string> home;  // pyvenv.cfg's home
   std::vector<SiteDir> sites;       // purelib first; system sites last

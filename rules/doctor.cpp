@@ -1,0 +1,761 @@
+#include "rules/doctor.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <sys/stat.h>
+
+#include "resolver/diagnostic.hpp"
+#include "resolver/fs_walk.hpp"
+#include "resolver/pep508.hpp"
+#include "resolver/text.hpp"
+#include "resolver/unresolved.hpp"
+
+namespace cudafix::rules {
+namespace r = cudafix::resolver;
+
+std::string_view to_string(Severity s) {
+  switch (s) {
+    case Severity::error:
+      return "error";
+    case Severity::warning:
+      return "warning";
+    case Severity::info:
+      return "info";
+  }
+  return "error";
+}
+
+std::optional<Severity> severity_from(std::string_view s) {
+  if (s == "error") return Severity::error;
+  if (s == "warning") return Severity::warning;
+  if (s == "info") return Severity::info;
+  return std::nullopt;
+}
+
+const std::vector<std::string>& rule_ids() {
+  static const std::vector<std::string> ids = {
+      "shared-path",     "missing-files",          "metadata-only",      "mixed-cuda-major",
+      "unresolved-library", "shadowed-library",    "missing-dlopen-library", "unsatisfied-requirement",
+      "unsatisfied-extra", "duplicate-dist",       "hash-mismatch",      "invalid-metadata"};
+  return ids;
+}
+
+namespace {
+
+constexpr std::string_view k_cuda_prefixes[] = {
+    "libcudart.", "libcublas.", "libcublasLt.", "libcudnn", "libnccl.", "libnvshmem", "libcusparse.",
+    "libcusparseLt.", "libcufft.", "libcurand.", "libcusolver.", "libnvJitLink.", "libnvrtc.", "libcupti.",
+    "libcufile.", "libnvToolsExt.", "libnvjpeg."};
+
+bool is_cuda_family(std::string_view soname) {
+  return std::any_of(std::begin(k_cuda_prefixes), std::end(k_cuda_prefixes),
+                     [&](std::string_view p) { return soname.substr(0, p.size()) == p; });
+}
+
+// A dist that ships CUDA libraries: an nvidia-* wheel, or one whose RECORD lists files under nvidia/.
+bool is_cuda_provider(const r::DistInfo& d) {
+  if (d.normalized.rfind("nvidia-", 0) == 0) return true;
+  return std::any_of(d.record.begin(), d.record.end(),
+                     [](const r::RecordRow& row) { return row.path.substr(0, 7) == "nvidia/"; });
+}
+
+// The CUDA major a dist's name says (-cu12 -> 12), if it says one.
+std::optional<int> cuda_major_of_name(std::string_view normalized) {
+  const auto at = normalized.rfind("-cu");
+  if (at == std::string_view::npos) return std::nullopt;
+  int major = 0;
+  const auto digits = normalized.substr(at + 3);
+  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  for (char c : digits) major = major * 10 + (c - '0');
+  return major;
+}
+
+std::string dist_label(const r::DistInfo& d) { return fmt::format("{} {}", d.name, d.version); }
+
+bool in_pycache(std::string_view path) { return path.find("/__pycache__/") != std::string_view::npos; }
+
+struct Context {
+  const r::Environment& env;
+  const r::Knowledge& knowledge;
+  const DoctorOptions& options;
+  r::MarkerEnvironment markers;
+  std::vector<Finding> found;
+
+  [[nodiscard]] bool allowed(const std::string& rule, const std::vector<std::string>& subjects) const {
+    const auto it = options.settings.find(rule);
+    if (it == options.settings.end()) return false;
+    for (const auto& a : it->second.allow)
+      for (const auto& s : subjects)
+        if (s == a) return true;
+    return false;
+  }
+
+  int add(Finding f) {
+    std::vector<std::string> subjects = f.sonames;
+    for (const auto& p : f.paths) subjects.push_back(env.display(p));
+    for (const auto& d : f.dists) subjects.push_back(d);
+    for (const auto& d : f.dists) {
+      const auto dash = d.find('-');
+      subjects.push_back(r::normalize_name(d.substr(0, dash)));
+    }
+    if (allowed(f.rule, subjects)) return -1;
+    if (auto it = options.settings.find(f.rule); it != options.settings.end() && it->second.severity)
+      f.severity = *it->second.severity;
+    f.id = static_cast<int>(found.size());
+    found.push_back(std::move(f));
+    return found.back().id;
+  }
+};
+
+const r::DistInfo* installed(const r::Environment& env, const std::string& normalized) {
+  const auto i = env.dist_index(normalized);
+  return i ? &env.dists[static_cast<std::size_t>(*i)] : nullptr;
+}
+
+// The dists pip sees: the first of each name, in the order of the site folders.
+std::vector<const r::DistInfo*> visible_dists(const r::Environment& env) {
+  std::vector<const r::DistInfo*> out;
+  for (std::size_t i = 0; i < env.dists.size(); ++i)
+    if (env.dist_index(env.dists[i].normalized) == static_cast<int>(i)) out.push_back(&env.dists[i]);
+  return out;
+}
+
+std::string without_marker(const std::string& line) {
+  const auto semi = line.find(';');
+  std::string s = line.substr(0, semi);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+// ---- unsatisfied-requirement: exactly pip check's verdicts ------------------------------
+
+void check_requirements(Context& c) {
+  for (const auto* d : visible_dists(c.env)) {
+    for (const auto& line : d->metadata.requires_dist) {
+      r::Requirement req;
+      try {
+        req = r::Requirement::parse(line);
+      } catch (const std::invalid_argument& e) {
+        Finding f;
+        f.rule = "invalid-metadata";
+        f.severity = Severity::warning;
+        f.message = fmt::format("{}: Requires-Dist '{}' is not a PEP 508 requirement", dist_label(*d), line);
+        f.evidence = {e.what()};
+        f.dists = {d->dir_name};
+        c.add(std::move(f));
+        continue;
+      }
+      if (req.marker && !req.marker->evaluate(c.markers).value_or(false)) continue;
+      const r::DistInfo* dep = installed(c.env, req.normalized);
+      Finding f;
+      f.rule = "unsatisfied-requirement";
+      f.severity = Severity::error;
+      f.dists = {d->dir_name};
+      if (!dep) {
+        f.message = fmt::format("{} requires {}, which is not installed", dist_label(*d), line);
+        f.remedy = Remedy{"install", {req.name}, fmt::format("pip install '{}'", without_marker(line))};
+        c.add(std::move(f));
+        continue;
+      }
+      const auto version = r::Version::parse(dep->version);
+      if (!version || req.specifier.contains(*version, true)) continue;
+      f.message = fmt::format("{} has requirement {}, but you have {} {}", dist_label(*d), line, dep->name, dep->version);
+      f.dists.push_back(dep->dir_name);
+      f.remedy = Remedy{"install", {dep->name}, "cudafix plan fix"};
+      c.add(std::move(f));
+    }
+  }
+}
+
+// ---- unsatisfied-extra: the extras chains pip check does not follow ----------------------
+
+void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain, const r::DistInfo& dist,
+                  const std::string& extra, std::set<std::pair<std::string, std::string>>& seen) {
+  if (!seen.insert({dist.normalized, extra}).second) return;
+  const bool declared = std::any_of(dist.metadata.provides_extra.begin(), dist.metadata.provides_extra.end(),
+                                    [&](const std::string& e) { return r::normalize_name(e) == extra; });
+  auto report = [&](std::string message, std::vector<std::string> dists) {
+    Finding f;
+    f.rule = "unsatisfied-extra";
+    f.severity = Severity::warning;
+    f.message = std::move(message);
+    f.evidence = {fmt::format("chain: {}", chain)};
+    f.dists = std::move(dists);
+    f.remedy = Remedy{"install", {dist.name}, "cudafix plan fix"};
+    c.add(std::move(f));
+  };
+  if (!declared) {
+    report(fmt::format("{} asks for {}[{}], but {} has no extra '{}'", dist_label(root), dist.name, extra,
+                       dist_label(dist), extra),
+           {root.dir_name, dist.dir_name});
+    return;
+  }
+  r::MarkerEnvironment env = c.markers;
+  env["extra"] = extra;
+  for (const auto& line : dist.metadata.requires_dist) {
+    r::Requirement req;
+    try {
+      req = r::Requirement::parse(line);
+    } catch (const std::invalid_argument&) {
+      continue;  // reported as invalid-metadata by the requirement check
+    }
+    if (!req.marker || !req.marker->mentions_extra() || !req.marker->evaluate(env).value_or(false)) continue;
+    const std::string link = fmt::format("{} -> {}", chain, without_marker(line));
+    const r::DistInfo* dep = installed(c.env, req.normalized);
+    if (!dep) {
+      report(fmt::format("{} needs {} through {}[{}], and {} is not installed", dist_label(root), without_marker(line),
+                         dist.name, extra, req.name),
+             {root.dir_name, dist.dir_name});
+      continue;
+    }
+    const auto version = r::Version::parse(dep->version);
+    if (version && !req.specifier.contains(*version, true)) {
+      report(fmt::format("{} needs {} through {}[{}], but {} {} is installed", dist_label(root), without_marker(line),
+                         dist.name, extra, dep->name, dep->version),
+             {root.dir_name, dist.dir_name, dep->dir_name});
+      continue;
+    }
+    for (const auto& e : req.extras) follow_extra(c, root, link, *dep, e, seen);
+  }
+}
+
+void check_extras(Context& c) {
+  for (const auto* d : visible_dists(c.env)) {
+    for (const auto& line : d->metadata.requires_dist) {
+      r::Requirement req;
+      try {
+        req = r::Requirement::parse(line);
+      } catch (const std::invalid_argument&) {
+        continue;
+      }
+      if (req.extras.empty() || (req.marker && !req.marker->evaluate(c.markers).value_or(false))) continue;
+      const r::DistInfo* dep = installed(c.env, req.normalized);
+      if (!dep) continue;  // unsatisfied-requirement says so
+      std::set<std::pair<std::string, std::string>> seen;
+      for (const auto& e : req.extras)
+        follow_extra(c, *d, fmt::format("{} -> {}", d->name, without_marker(line)), *dep, e, seen);
+    }
+  }
+}
+
+// ---- duplicate-dist -----------------------------------------------------------------------
+
+void check_duplicates(Context& c) {
+  std::map<std::string, std::vector<const r::DistInfo*>> by_name;
+  for (const auto& d : c.env.dists)
+    if (d.root != r::SiteRoot::system) by_name[d.normalized].push_back(&d);
+  for (const auto& [name, dists] : by_name) {
+    if (dists.size() < 2) continue;
+    Finding f;
+    f.rule = "duplicate-dist";
+    f.severity = Severity::error;
+    std::vector<std::string> labels;
+    for (const auto* d : dists) {
+      f.dists.push_back(d->dir_name);
+      labels.push_back(fmt::format("{} in {}", d->dir_name, c.env.display(d->site_dir)));
+    }
+    f.message = fmt::format("{} is installed {} times: {}; pip and importlib see only the first, and uninstalling "
+                            "deletes files the other still lists",
+                            name, dists.size(), fmt::join(labels, ", "));
+    f.remedy = Remedy{"remove", f.dists, fmt::format("cudafix plan remove {}", dists.back()->dir_name)};
+    c.add(std::move(f));
+  }
+}
+
+// ---- missing-files and metadata-only ------------------------------------------------------
+
+struct MissingGroup {
+  int dist;
+  std::vector<std::string> libraries, others;
+};
+
+std::vector<MissingGroup> missing_groups(const r::Environment& env) {
+  std::vector<MissingGroup> out;
+  for (std::size_t i = 0; i < env.dists.size(); ++i) {
+    MissingGroup g{static_cast<int>(i), {}, {}};
+    for (const auto& p : env.missing[i]) {
+      if (in_pycache(p)) continue;
+      (r::looks_like_shared_object(r::base_name(p)) ? g.libraries : g.others).push_back(p);
+    }
+    if (!g.libraries.empty() || !g.others.empty()) out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::size_t listed_libraries(const r::DistInfo& d) {
+  return static_cast<std::size_t>(std::count_if(d.record.begin(), d.record.end(), [](const r::RecordRow& row) {
+    return r::looks_like_shared_object(r::base_name(row.path));
+  }));
+}
+
+// Whether the RECORD lists anything besides the dist-info folder's own files.
+bool has_payload(const r::DistInfo& d) {
+  return std::any_of(d.record.begin(), d.record.end(), [&](const r::RecordRow& row) {
+    return row.path.substr(0, d.dir_name.size() + 1) != d.dir_name + "/";
+  });
+}
+
+// Returns, per dist, the id of its metadata-only finding (for caused_by).
+std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGroup>& groups, bool report) {
+  std::map<int, int> ids;
+  for (const auto& g : groups) {
+    const auto& d = c.env.dists[static_cast<std::size_t>(g.dist)];
+    if (!is_cuda_provider(d) || g.libraries.empty() || g.libraries.size() < listed_libraries(d)) continue;
+    if (!report) continue;
+    Finding f;
+    f.rule = "metadata-only";
+    f.severity = Severity::error;
+    f.message = fmt::format("{} is installed but every one of its {} libraries is gone: pip still counts it as "
+                            "installed and will skip `pip install` of it as already satisfied",
+                            dist_label(d), g.libraries.size());
+    for (const auto& p : g.libraries) f.evidence.push_back(fmt::format("missing: {}", c.env.display(p)));
+    f.dists = {d.dir_name};
+    f.paths = g.libraries;
+    f.remedy = Remedy{"reinstall", {d.dir_name},
+                      fmt::format("pip install --force-reinstall --no-deps {}=={}   (or: cudafix plan fix)", d.name, d.version)};
+    ids[g.dist] = c.add(std::move(f));
+  }
+  if (!report) return ids;
+  // Dists with no files but their dist-info: a meta package by design (cuda-toolkit, whose
+  // extras pull the real wheels), or an nvidia placeholder (0.0.x) that stands in for one.
+  for (const auto* d : visible_dists(c.env)) {
+    if (has_payload(*d)) continue;
+    Finding f;
+    f.rule = "metadata-only";
+    f.dists = {d->dir_name};
+    if (d->normalized.rfind("cuda-", 0) == 0) {
+      f.severity = Severity::info;
+      f.message = fmt::format("{} has no files by design: a meta package whose extras pull in the real wheels",
+                              dist_label(*d));
+    } else if (d->normalized.rfind("nvidia-", 0) == 0 && d->version.rfind("0.0.", 0) == 0) {
+      f.severity = Severity::warning;
+      f.message = fmt::format("{} is a placeholder wheel with no files: the real package was never installed",
+                              dist_label(*d));
+    } else {
+      continue;
+    }
+    c.add(std::move(f));
+  }
+  return ids;
+}
+
+void check_missing(Context& c, const std::vector<MissingGroup>& groups, const std::map<int, int>& metadata_only) {
+  for (const auto& g : groups) {
+    const auto& d = c.env.dists[static_cast<std::size_t>(g.dist)];
+    for (const bool libs : {true, false}) {
+      const auto& paths = libs ? g.libraries : g.others;
+      if (paths.empty()) continue;
+      Finding f;
+      f.rule = "missing-files";
+      f.severity = libs ? Severity::error : Severity::warning;
+      f.message = fmt::format("{} lists {} {} that {} not on disk", dist_label(d), paths.size(),
+                              libs ? "shared objects" : "other files", paths.size() == 1 ? "is" : "are");
+      for (std::size_t i = 0; i < paths.size() && i < 20; ++i) f.evidence.push_back(c.env.display(paths[i]));
+      if (paths.size() > 20) f.evidence.push_back(fmt::format("... and {} more", paths.size() - 20));
+      f.dists = {d.dir_name};
+      f.paths = paths;
+      if (auto it = metadata_only.find(g.dist); it != metadata_only.end() && it->second >= 0)
+        f.caused_by = {it->second};
+      f.remedy = Remedy{"reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+      c.add(std::move(f));
+    }
+  }
+}
+
+// ---- shared-path --------------------------------------------------------------------------
+
+const r::RecordRow* row_for(const r::DistInfo& d, const std::string& abs) {
+  std::string joined;
+  for (const auto& row : d.record) {
+    r::join_normal(d.site_dir, row.path, joined);
+    if (joined == abs) return &row;
+  }
+  return nullptr;
+}
+
+std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes = nullptr);
+
+void check_shared_paths(Context& c) {
+  // One finding per set of owners, listing every path they share.
+  std::map<std::vector<int>, std::vector<std::string>> by_owners;
+  for (auto& [path, owners] : c.env.shared_paths()) {
+    if (in_pycache(path)) continue;
+    by_owners[owners].push_back(path);
+  }
+  for (const auto& [owners, paths] : by_owners) {
+    Finding f;
+    f.rule = "shared-path";
+    std::vector<std::string> labels;
+    std::set<int> majors;
+    for (int o : owners) {
+      const auto& d = c.env.dists[static_cast<std::size_t>(o)];
+      f.dists.push_back(d.dir_name);
+      labels.push_back(dist_label(d));
+      if (auto m = cuda_major_of_name(d.normalized)) majors.insert(*m);
+    }
+    bool libraries = false, differ = false, harmless = true;
+    for (const auto& p : paths) {
+      const auto base = r::base_name(p);
+      libraries = libraries || r::looks_like_shared_object(base);
+      harmless = harmless && base == "__init__.py" && c.env.display(p).rfind("nvidia/", 0) == 0;
+      // Whose bytes are on disk: the size first, the hash only when sizes tie.
+      struct stat st {};
+      const bool present = ::stat(p.c_str(), &st) == 0;
+      std::vector<std::string> whose;
+      std::optional<std::string> hash;
+      std::set<std::string> recorded;
+      for (int o : owners) {
+        const auto& d = c.env.dists[static_cast<std::size_t>(o)];
+        const auto* row = row_for(d, p);
+        if (!row) continue;
+        recorded.insert(fmt::format("{}/{}", row->hash, row->size.value_or(0)));
+        if (!present || !row->size || *row->size != static_cast<std::uint64_t>(st.st_size)) continue;
+        whose.push_back(d.name);
+      }
+      if (whose.size() > 1) {
+        whose.clear();
+        hash = sha256_urlsafe(p);
+        for (int o : owners) {
+          const auto& d = c.env.dists[static_cast<std::size_t>(o)];
+          const auto* row = row_for(d, p);
+          if (row && row->hash == *hash) whose.push_back(d.name);
+        }
+      }
+      differ = differ || recorded.size() > 1;
+      if (f.evidence.size() < 12)
+        f.evidence.push_back(fmt::format("{}: bytes on disk are {}", c.env.display(p),
+                                         whose.empty() ? std::string("no owner's (neither size nor hash matches)")
+                                                       : fmt::format("{}'s", fmt::join(whose, "'s and "))));
+    }
+    if (paths.size() > 12) f.evidence.push_back(fmt::format("... and {} more shared paths", paths.size() - 12));
+    for (int o : owners) {
+      const auto& d = c.env.dists[static_cast<std::size_t>(o)];
+      std::vector<std::string> left;
+      for (int other : owners)
+        if (other != o) left.push_back(c.env.dists[static_cast<std::size_t>(other)].name);
+      f.evidence.push_back(fmt::format("`pip uninstall {}` would delete all {} shared paths, leaving {} without them",
+                                       d.name, paths.size(), fmt::join(left, ", ")));
+    }
+    const bool majors_differ = majors.size() > 1;
+    f.severity = harmless ? Severity::info
+                 : libraries && (differ || majors_differ) ? Severity::error
+                                                          : Severity::warning;
+    f.message = fmt::format("{} {}{} written by both {}{}", paths.size(), paths.size() == 1 ? "path is" : "paths are",
+                            libraries ? " (shared objects among them)" : "", fmt::join(labels, " and "),
+                            harmless       ? ": known harmless"
+                            : majors_differ ? fmt::format(", wheels of CUDA {}", fmt::join(majors, " and "))
+                            : differ        ? ", with different contents"
+                                            : ", with the same contents");
+    f.paths = paths;
+    f.remedy = Remedy{"remove", {f.dists.front()},
+                      fmt::format("cudafix plan remove {}   (what removing one owner would break)",
+                                  c.env.dists[static_cast<std::size_t>(owners.front())].name)};
+    c.add(std::move(f));
+  }
+}
+
+// ---- unresolved-library -------------------------------------------------------------------
+
+void check_unresolved(Context& c, const std::vector<MissingGroup>& groups, const std::map<int, int>& metadata_only) {
+  // Sonames whose provider was a library a metadata-only dist lost: the cause to point at.
+  std::map<std::string, int> cause_by_soname;
+  for (const auto& g : groups)
+    if (auto it = metadata_only.find(g.dist); it != metadata_only.end() && it->second >= 0)
+      for (const auto& p : g.libraries) cause_by_soname[std::string(r::base_name(p))] = it->second;
+
+  struct Group {
+    r::UnresolvedKind kind;
+    std::string text;
+    std::vector<std::string> consumers;
+    std::set<std::string> dists;
+  };
+  std::map<std::pair<std::string, int>, Group> groups_by;
+  for (const auto& o : c.env.objects) {
+    for (const auto& res : o.resolutions) {
+      if (res.found()) continue;
+      const auto e = r::explain_unresolved(c.env, c.knowledge, o, res);
+      auto& g = groups_by[{res.name, static_cast<int>(e.kind)}];
+      g.kind = e.kind;
+      if (g.text.empty()) g.text = e.text;
+      g.consumers.push_back(o.path);
+      for (int owner : o.owners) g.dists.insert(c.env.dists[static_cast<std::size_t>(owner)].dir_name);
+    }
+  }
+  for (auto& [key, g] : groups_by) {
+    const std::string& soname = key.first;
+    Finding f;
+    f.rule = "unresolved-library";
+    switch (g.kind) {
+      case r::UnresolvedKind::driver_library:
+      case r::UnresolvedKind::earlier_import:
+      case r::UnresolvedKind::loaded_by_sibling:
+        f.severity = Severity::info;
+        break;
+      case r::UnresolvedKind::optional_library:
+      case r::UnresolvedKind::stale_build_path:
+        f.severity = Severity::warning;
+        break;
+      case r::UnresolvedKind::unexplained:
+        f.severity = is_cuda_family(soname) ? Severity::error : Severity::warning;
+        break;
+    }
+    f.message = fmt::format("{} resolves nowhere for {} object{} ({}): {}", soname, g.consumers.size(),
+                            g.consumers.size() == 1 ? "" : "s", r::to_string(g.kind), g.text);
+    for (std::size_t i = 0; i < g.consumers.size() && i < 8; ++i)
+      f.evidence.push_back(fmt::format("needed by {}", c.env.display(g.consumers[i])));
+    if (g.consumers.size() > 8) f.evidence.push_back(fmt::format("... and {} more", g.consumers.size() - 8));
+    f.paths = g.consumers;
+    f.sonames = {soname};
+    f.dists.assign(g.dists.begin(), g.dists.end());
+    if (auto it = cause_by_soname.find(soname); it != cause_by_soname.end()) f.caused_by = {it->second};
+    f.remedy = Remedy{"fix-plan", {}, fmt::format("cudafix why {}", soname)};
+    c.add(std::move(f));
+  }
+}
+
+// ---- invalid-metadata ---------------------------------------------------------------------
+
+void check_invalid_metadata(Context& c) {
+  std::map<std::string, std::vector<const r::Diagnostic*>> by_file;
+  for (const auto& d : c.env.diagnostics) by_file[d.file].push_back(&d);
+  for (const auto& [file, diags] : by_file) {
+    Finding f;
+    f.rule = "invalid-metadata";
+    f.severity = Severity::warning;
+    f.message = fmt::format("{}: {} problem{} (the scan went on)", c.env.display(file), diags.size(),
+                            diags.size() == 1 ? "" : "s");
+    for (const auto* d : diags) f.evidence.push_back(d->to_string());
+    f.paths = {file};
+    c.add(std::move(f));
+  }
+}
+
+// ---- hash-mismatch ------------------------------------------------------------------------
+
+std::string base64url_nopad(const unsigned char* data, std::size_t n) {
+  static constexpr char k_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  for (std::size_t i = 0; i < n; i += 3) {
+    const std::uint32_t v = (std::uint32_t{data[i]} << 16) | (i + 1 < n ? std::uint32_t{data[i + 1]} << 8 : 0) |
+                            (i + 2 < n ? std::uint32_t{data[i + 2]} : 0);
+    out += k_alphabet[(v >> 18) & 63];
+    out += k_alphabet[(v >> 12) & 63];
+    if (i + 1 < n) out += k_alphabet[(v >> 6) & 63];
+    if (i + 2 < n) out += k_alphabet[v & 63];
+  }
+  return out;
+}
+
+// RECORD's hash form: SHA-256, urlsafe base64 without padding. Empty when unreadable.
+std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  std::vector<unsigned char> buf(1 << 20);
+  std::uint64_t total = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    EVP_DigestUpdate(ctx, buf.data(), static_cast<std::size_t>(n));
+    total += static_cast<std::uint64_t>(n);
+  }
+  ::close(fd);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  if (bytes) *bytes = total;
+  return base64url_nopad(md, len);
+}
+
+void check_hashes(Context& c, DoctorReport& report) {
+  struct Job {
+    int dist;
+    const r::RecordRow* row;
+    std::string path;
+  };
+  std::vector<Job> jobs;
+  std::uint64_t total_bytes = 0;
+  std::string abs;
+  for (std::size_t i = 0; i < c.env.dists.size(); ++i) {
+    const auto& d = c.env.dists[i];
+    for (const auto& row : d.record) {
+      if (row.hash_algo != "sha256" || row.hash.empty()) continue;  // rows without a hash are skipped
+      r::join_normal(d.site_dir, row.path, abs);
+      if (!r::is_within(abs, c.env.layout.root_real) && !c.env.site_of(abs)) continue;
+      if (!c.env.present(abs)) continue;
+      jobs.push_back({static_cast<int>(i), &row, abs});
+      total_bytes += row.size.value_or(0);
+    }
+  }
+  // Largest first, so one big library does not finish last on one core.
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.row->size > b.row->size; });
+  std::vector<std::string> digests(jobs.size());
+  std::atomic<std::uint64_t> done{0};
+  r::parallel_for(jobs.size(), c.options.threads, [&](std::size_t k) {
+    std::uint64_t n = 0;
+    digests[k] = sha256_urlsafe(jobs[k].path, &n);
+    const auto now = done.fetch_add(n) + n;
+    if (c.options.hash_progress) c.options.hash_progress(now, total_bytes);
+  });
+  report.hashed_files = jobs.size();
+  report.hashed_bytes = done.load();
+  for (std::size_t k = 0; k < jobs.size(); ++k) {
+    const auto& j = jobs[k];
+    if (digests[k] == j.row->hash) continue;
+    const auto& d = c.env.dists[static_cast<std::size_t>(j.dist)];
+    Finding f;
+    f.rule = "hash-mismatch";
+    f.severity = r::looks_like_shared_object(r::base_name(j.path)) ? Severity::error : Severity::warning;
+    std::string matches;
+    for (int other : c.env.owners_of(j.path)) {
+      if (other == j.dist) continue;
+      const auto& od = c.env.dists[static_cast<std::size_t>(other)];
+      if (const auto* row = row_for(od, j.path); row && row->hash == digests[k])
+        matches = fmt::format(": the content is {}'s (it matches that dist's RECORD)", dist_label(od));
+    }
+    f.message = fmt::format("{} does not match the hash {} recorded for it{}", c.env.display(j.path), dist_label(d),
+                            matches);
+    f.evidence = {fmt::format("RECORD sha256={}", j.row->hash),
+                  fmt::format("on disk sha256={}", digests[k].empty() ? "(unreadable)" : digests[k])};
+    f.dists = {d.dir_name};
+    f.paths = {j.path};
+    f.remedy = Remedy{"reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+    c.add(std::move(f));
+  }
+}
+
+// ---- ordering -----------------------------------------------------------------------------
+
+std::string subject_of(const Finding& f) {
+  if (!f.dists.empty()) return f.dists.front();
+  if (!f.sonames.empty()) return f.sonames.front();
+  if (!f.paths.empty()) return f.paths.front();
+  return f.message;
+}
+
+void sort_and_number(std::vector<Finding>& found) {
+  std::vector<std::size_t> order(found.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto& x = found[a];
+    const auto& y = found[b];
+    return std::make_tuple(static_cast<int>(x.severity), x.rule, subject_of(x), x.message) <
+           std::make_tuple(static_cast<int>(y.severity), y.rule, subject_of(y), y.message);
+  });
+  std::vector<int> new_id(found.size());
+  for (std::size_t k = 0; k < order.size(); ++k) new_id[order[k]] = static_cast<int>(k) + 1;
+  std::vector<Finding> sorted;
+  for (auto i : order) {
+    Finding f = std::move(found[i]);
+    f.id = new_id[i];
+    for (auto& cause : f.caused_by) cause = new_id[static_cast<std::size_t>(cause)];
+    sorted.push_back(std::move(f));
+  }
+  found = std::move(sorted);
+}
+
+}  // namespace
+
+DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge, const DoctorOptions& options) {
+  for (const auto* list : {&options.select, &options.ignore})
+    for (const auto& id : *list)
+      if (std::find(rule_ids().begin(), rule_ids().end(), id) == rule_ids().end())
+        throw r::Error(fmt::format("unknown rule '{}'; the rules are: {}", id, fmt::join(rule_ids(), ", ")));
+  auto wanted = [&](const std::string& id) {
+    if (!options.select.empty() && std::find(options.select.begin(), options.select.end(), id) == options.select.end())
+      return false;
+    if (std::find(options.ignore.begin(), options.ignore.end(), id) != options.ignore.end()) return false;
+    const auto it = options.settings.find(id);
+    return it == options.settings.end() || it->second.enabled;
+  };
+  Context c{env, knowledge, options, r::marker_environment(env.layout.python_full_version.value_or(
+                                         env.layout.python_version.value_or("3") + ".0")),
+            {}};
+  DoctorReport report;
+  const auto groups = missing_groups(env);
+  const auto metadata_only = check_metadata_only(c, groups, wanted("metadata-only"));
+  if (wanted("unsatisfied-requirement")) check_requirements(c);
+  if (wanted("unsatisfied-extra")) check_extras(c);
+  if (wanted("duplicate-dist")) check_duplicates(c);
+  if (wanted("missing-files")) check_missing(c, groups, metadata_only);
+  if (wanted("shared-path")) check_shared_paths(c);
+  if (wanted("unresolved-library")) check_unresolved(c, groups, metadata_only);
+  if (wanted("invalid-metadata")) check_invalid_metadata(c);
+  if (wanted("hash-mismatch") && options.verify_hashes) check_hashes(c, report);
+  // invalid-metadata findings also come from the requirement check; keep them only if wanted.
+  if (!wanted("invalid-metadata"))
+    c.found.erase(std::remove_if(c.found.begin(), c.found.end(), [](const Finding& f) { return f.rule == "invalid-metadata"; }),
+                  c.found.end());
+  // Ids were vector positions; erasing shifted them, so renumber causes through a map.
+  std::map<int, int> position;
+  for (std::size_t i = 0; i < c.found.size(); ++i) position[c.found[i].id] = static_cast<int>(i);
+  for (auto& f : c.found) {
+    std::vector<int> causes;
+    for (int cause : f.caused_by)
+      if (auto it = position.find(cause); it != position.end()) causes.push_back(it->second);
+    f.caused_by = causes;
+  }
+  sort_and_number(c.found);
+  report.findings = std::move(c.found);
+  for (const auto& f : report.findings) {
+    if (f.severity == Severity::error) ++report.errors;
+    if (f.severity == Severity::warning) ++report.warnings;
+    if (f.severity == Severity::info) ++report.infos;
+  }
+  return report;
+}
+
+void merge_rule_settings(std::string_view text, const std::string& source, std::map<std::string, RuleSettings>& into) {
+  toml::table doc;
+  try {
+    doc = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw r::Error(fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
+  }
+  const auto* node = doc.get("rules");
+  if (!node) return;
+  auto where = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
+  const auto* table = node->as_table();
+  if (!table) throw r::Error(fmt::format("{}: [rules] must be a table of rules", where(*node)));
+  for (const auto& [key, value] : *table) {
+    const std::string id(key.str());
+    if (std::find(rule_ids().begin(), rule_ids().end(), id) == rule_ids().end())
+      throw r::Error(fmt::format("{}: unknown rule '{}'; the rules are: {}", where(value), id, fmt::join(rule_ids(), ", ")));
+    const auto* t = value.as_table();
+    if (!t) throw r::Error(fmt::format("{}: [rules.{}] must be a table", where(value), id));
+    RuleSettings& s = into[id];
+    if (const auto* en = t->get("enabled")) {
+      if (!en->is_boolean()) throw r::Error(fmt::format("{}: rules.{}.enabled must be true or false", where(*en), id));
+      s.enabled = en->as_boolean()->get();
+    }
+    if (const auto* sev = t->get("severity")) {
+      const auto v = sev->value<std::string>();
+      const auto parsed = v ? severity_from(*v) : std::nullopt;
+      if (!parsed)
+        throw r::Error(fmt::format("{}: rules.{}.severity must be \"error\", \"warning\" or \"info\"", where(*sev), id));
+      s.severity = parsed;
+    }
+    if (const auto* allow = t->get("allow")) {
+      const auto* list = allow->as_array();
+      if (!list) throw r::Error(fmt::format("{}: rules.{}.allow must be a list of strings", where(*allow), id));
+      for (const auto& item : *list) {
+        const auto v = item.value<std::string>();
+        if (!v) throw r::Error(fmt::format("{}: rules.{}.allow must be a list of strings", where(item), id));
+        s.allow.push_back(*v);
+      }
+    }
+  }
+}
+
+}  // namespace cudafix::rules
