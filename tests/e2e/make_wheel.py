@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds a real wheel for the end-to-end tests, from files on disk (no network, no build backend).
 
-usage: make_wheel.py OUTDIR NAME VERSION [ARCNAME=SOURCE ...] [--requires REQ ...]
+usage: make_wheel.py OUTDIR NAME VERSION [ARCNAME=SOURCE ...] [--requires REQ ...] [--extra NAME ...]
 """
 import base64
 import hashlib
@@ -12,17 +12,20 @@ import zipfile
 
 def main():
     out, name, version = sys.argv[1:4]
-    files, requires = [], []
+    files, requires, extras = [], [], []
     args = iter(sys.argv[4:])
     for a in args:
         if a == "--requires":
             requires.append(next(args))
+        elif a == "--extra":
+            extras.append(next(args))
         else:
             arc, src = a.split("=", 1)
             files.append((arc, src))
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Provides-Extra: {e}\n" for e in extras)
     metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
     wheel = "Wheel-Version: 1.0\nGenerator: cudafix-tests\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n"
     path = os.path.join(out, f"{dist}-{version}-py3-none-linux_x86_64.whl")

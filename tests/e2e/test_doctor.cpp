@@ -1,0 +1,324 @@
+// End-to-end: `cudafix doctor` on real venvs made with `python3 -m venv`, filled by their own pip
+// from wheels the tests build (tests/e2e/make_wheel.py): a cu12 and a cu13 cuDNN writing the same
+// nvidia/cudnn/lib, a real `pip uninstall` of one, requirement conflicts and extras chains, and
+// real `pip check` on the same venvs for the verdicts it gives. Also the corpus venv (healthy).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "resolver/dist_info.hpp"
+#include "resolver/text.hpp"
+#include "tests/support/process.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using test::write_file;
+using ::testing::HasSubstr;
+
+const std::string k_bin = CUDAFIX_BIN;
+const std::string k_fixtures = CUDAFIX_FIXTURES;
+const std::string k_source = CUDAFIX_SOURCE_DIR;
+const std::string k_python = "/usr/bin/python3";
+const std::string k_no_cache = " --ld-so-cache /nonexistent/ld.so.cache";
+
+struct Doctor {
+  int exit_code = -1;
+  json doc;
+};
+
+Doctor doctor(const std::string& venv, const std::string& args = "") {
+  const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " doctor --json --venv " + shell_quote(venv) +
+                           k_no_cache + " " + args + " 2>/dev/null");
+  Doctor d;
+  d.exit_code = r.exit_code;
+  d.doc = json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(d.doc.is_discarded()) << r.out.substr(0, 1000);
+  return d;
+}
+
+std::vector<json> of_rule(const json& doc, const std::string& rule) {
+  std::vector<json> out;
+  for (const auto& f : doc["findings"])
+    if (f["rule"] == rule) out.push_back(f);
+  return out;
+}
+
+std::string joined_evidence(const json& f) {
+  std::string s;
+  for (const auto& e : f["evidence"]) s += e.get<std::string>() + "\n";
+  return s;
+}
+
+// A venv with the shapes of a CUDA torch install, all from real wheels installed by pip:
+//   nvidia-cuda-runtime 13.0.96       nvidia/cu13/lib/libcudart.so.13
+//   nvidia-cudnn-cu13 9.19.0.56       nvidia/cudnn/lib/libcudnn.so.9 (fake cuDNN 9.19)
+//   nvidia-cudnn-cu12 9.10.2.21       the same path, other bytes (fake cuDNN 9.14), installed last
+//   torchlike 2.11.0                  torch/lib/libtorch_cuda.so NEEDs both, RPATH into nvidia/;
+//                                     requires nvidia-cudnn-cu13==9.19.0.56 and cuda-kit[cudart]
+//   cuda-kit 13.0.2                   a meta package: extra cudart -> nvidia-cuda-runtime==13.0.96,
+//                                     extra cublas -> nvidia-cublas==13.1.* (not installed)
+//   oldpin 1.0                        requires nvidia-cuda-runtime<13 (a conflict pip check reports),
+//                                     not-installed-anywhere>=1 (missing), and a Windows-only dep
+class DoctorVenv : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    venv_ = tmp_->path() + "/venv";
+    ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv_)).exit_code, 0);
+    const std::string v = k_fixtures + "/verify";
+    const std::string mk = k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " +
+                           shell_quote(tmp_->path());
+    std::vector<std::string> wheels;
+    auto build = [&](const std::string& args) {
+      const auto r = run_shell(mk + " " + args);
+      ASSERT_EQ(r.exit_code, 0) << r.out;
+      wheels.emplace_back(resolver::trim(r.out));
+    };
+    build("nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13");
+    build("nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9");
+    build("nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9");
+    build("cuda-kit 13.0.2 --extra cudart --extra cublas --requires 'nvidia-cuda-runtime==13.0.96; extra == \"cudart\"' "
+          "--requires 'nvidia-cublas==13.1.*; extra == \"cublas\"'");
+    build("torchlike 2.11.0 torch/lib/libtorch_cuda.so=" + v + "/libtorch_cuda.so torch/__init__.py=" + v +
+          "/../wheel/gpulib/__init__.py --requires 'nvidia-cudnn-cu13==9.19.0.56; platform_system == \"Linux\"' "
+          "--requires 'cuda-kit[cudart]==13.0.2'");
+    build("oldpin 1.0 --requires 'nvidia-cuda-runtime<13' --requires 'not-installed-anywhere>=1' "
+          "--requires 'winonly; sys_platform == \"win32\"' --requires 'cuda-kit[cublas]'");
+    // One install per wheel, in order: the cu12 cuDNN overwrites the cu13 one's files.
+    for (const auto& w : wheels) {
+      const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
+                               " -m pip install -q --no-index --no-deps --disable-pip-version-check " + shell_quote(w));
+      ASSERT_EQ(r.exit_code, 0) << r.out;
+    }
+    site_ = venv_ + "/lib/python3." +
+            std::string(resolver::trim(run_shell(k_python + " -c 'import sys; print(sys.version_info[1])'").out)) +
+            "/site-packages";
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  // A copy of the venv to change (pip runs there through the copy's own interpreter).
+  static std::string copy_venv(const TempDir& into) {
+    const std::string dest = into.path() + "/venv";
+    EXPECT_EQ(run_shell("cp -a " + shell_quote(venv_) + " " + shell_quote(dest)).exit_code, 0);
+    return dest;
+  }
+  static std::string site_of(const std::string& venv) { return venv + site_.substr(venv_.size()); }
+
+  // `pip check`'s verdicts as (dist, requirement name, kind) triples.
+  static std::set<std::string> pip_check(const std::string& venv) {
+    const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
+                             " -m pip check --disable-pip-version-check");
+    std::set<std::string> out;
+    for (auto line : resolver::split(r.out, '\n')) {
+      const auto words = resolver::split(line, ' ');
+      if (words.size() < 4) continue;
+      if (line.find("which is not installed") != std::string_view::npos)
+        out.insert(resolver::normalize_name(words[0]) + " missing " + resolver::requirement_name(std::string(words[3])));
+      else if (line.find("has requirement") != std::string_view::npos)
+        out.insert(resolver::normalize_name(words[0]) + " conflict " +
+                   resolver::normalize_name(resolver::requirement_name(std::string(words[4]))));
+    }
+    return out;
+  }
+  static std::set<std::string> doctor_requirement_verdicts(const json& doc) {
+    std::set<std::string> out;
+    for (const auto& f : of_rule(doc, "unsatisfied-requirement")) {
+      const std::string msg = f["message"];
+      const auto words = resolver::split(msg, ' ');
+      const bool missing = msg.find("which is not installed") != std::string::npos;
+      const std::string req(words[missing ? 3 : 4]);
+      out.insert(resolver::normalize_name(words[0]) + (missing ? " missing " : " conflict ") +
+                 resolver::requirement_name(req));
+    }
+    return out;
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string venv_;
+  static inline std::string site_;
+};
+
+TEST_F(DoctorVenv, RequirementVerdictsAreExactlyPipChecks) {
+  const auto pip = pip_check(venv_);
+  const auto d = doctor(venv_);
+  EXPECT_EQ(doctor_requirement_verdicts(d.doc), pip);
+  // What both must have seen: the conflict, the missing dist, and not the Windows-only one.
+  EXPECT_TRUE(pip.count("oldpin conflict nvidia-cuda-runtime")) << ::testing::PrintToString(pip);
+  EXPECT_TRUE(pip.count("oldpin missing not-installed-anywhere"));
+  EXPECT_FALSE(pip.count("oldpin missing winonly"));
+  EXPECT_EQ(d.exit_code, 1);
+}
+
+TEST_F(DoctorVenv, SelectingTheRequirementRuleGivesOnlyItsFindings) {
+  const auto d = doctor(venv_, "--select unsatisfied-requirement");
+  ASSERT_FALSE(d.doc["findings"].empty());
+  for (const auto& f : d.doc["findings"]) EXPECT_EQ(f["rule"], "unsatisfied-requirement");
+  const auto none = doctor(venv_, "--ignore unsatisfied-requirement,unsatisfied-extra,shared-path");
+  EXPECT_TRUE(of_rule(none.doc, "unsatisfied-requirement").empty());
+}
+
+TEST_F(DoctorVenv, ExtrasChainsPipCheckDoesNotFollowAreWarnings) {
+  const auto d = doctor(venv_);
+  const auto extras = of_rule(d.doc, "unsatisfied-extra");
+  ASSERT_EQ(extras.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(extras[0]["severity"], "warning");
+  EXPECT_THAT(extras[0]["message"].get<std::string>(), HasSubstr("nvidia-cublas==13.1.*"));
+  EXPECT_THAT(extras[0]["message"].get<std::string>(), HasSubstr("cuda-kit[cublas]"));
+  // torchlike's cuda-kit[cudart] chain is met: nvidia-cuda-runtime==13.0.96 is there.
+  EXPECT_THAT(extras[0]["message"].get<std::string>(), HasSubstr("oldpin"));
+  EXPECT_FALSE(pip_check(venv_).count("oldpin missing nvidia-cublas"));
+}
+
+TEST_F(DoctorVenv, TwoCudaMajorsWritingOneLibraryIsASharedPathErrorNamingWhoseBytesAreThere) {
+  const auto d = doctor(venv_);
+  const auto shared = of_rule(d.doc, "shared-path");
+  ASSERT_EQ(shared.size(), 1u);
+  EXPECT_EQ(shared[0]["severity"], "error");
+  EXPECT_EQ(shared[0]["dists"], json({"nvidia_cudnn_cu12-9.10.2.21.dist-info", "nvidia_cudnn_cu13-9.19.0.56.dist-info"}));
+  const std::string ev = joined_evidence(shared[0]);
+  EXPECT_THAT(ev, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9: bytes on disk are nvidia-cudnn-cu12's"));
+  EXPECT_THAT(ev, HasSubstr("`pip uninstall nvidia-cudnn-cu13` would delete all 1 shared paths, leaving nvidia-cudnn-cu12"));
+  EXPECT_THAT(shared[0]["message"].get<std::string>(), HasSubstr("CUDA 12 and 13"));
+}
+
+TEST_F(DoctorVenv, HashesNameTheOwnerWhoseRecordTheBytesMatch) {
+  const auto d = doctor(venv_, "--verify-hashes");
+  const auto mismatches = of_rule(d.doc, "hash-mismatch");
+  ASSERT_EQ(mismatches.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(mismatches[0]["severity"], "error");
+  EXPECT_EQ(mismatches[0]["dists"], json({"nvidia_cudnn_cu13-9.19.0.56.dist-info"}));
+  EXPECT_THAT(mismatches[0]["message"].get<std::string>(), HasSubstr("the content is nvidia-cudnn-cu12 9.10.2.21's"));
+  EXPECT_GT(d.doc["hashed"]["files"].get<int>(), 10);
+  // Without the flag nothing is hashed.
+  EXPECT_TRUE(of_rule(doctor(venv_).doc, "hash-mismatch").empty());
+}
+
+TEST_F(DoctorVenv, AfterARealPipUninstallOfOneOwnerTheSurvivorIsMetadataOnlyAndOneRootExplainsIt) {
+  TempDir dir;
+  const std::string venv = copy_venv(dir);
+  const auto un = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
+                            " -m pip uninstall -y -q --disable-pip-version-check nvidia-cudnn-cu12");
+  ASSERT_EQ(un.exit_code, 0) << un.out;
+  ASSERT_FALSE(fs::exists(site_of(venv) + "/nvidia/cudnn/lib/libcudnn.so.9")) << "pip deleted the shared file";
+  // pip check sees nothing new: nvidia-cudnn-cu13 is still "installed".
+  EXPECT_FALSE(pip_check(venv).count("torchlike missing nvidia-cudnn-cu13"));
+
+  const auto d = doctor(venv);
+  EXPECT_EQ(d.exit_code, 1);
+  std::vector<json> roots;
+  for (const auto& f : of_rule(d.doc, "metadata-only"))
+    if (f["severity"] == "error") roots.push_back(f);
+  ASSERT_EQ(roots.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(roots[0]["severity"], "error");
+  EXPECT_EQ(roots[0]["dists"], json({"nvidia_cudnn_cu13-9.19.0.56.dist-info"}));
+  EXPECT_TRUE(roots[0]["caused_by"].empty());
+  const int root = roots[0]["id"];
+  const auto missing = of_rule(d.doc, "missing-files");
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0]["caused_by"], json({root}));
+  bool unresolved = false;
+  for (const auto& f : of_rule(d.doc, "unresolved-library"))
+    if (f["sonames"] == json({"libcudnn.so.9"})) {
+      unresolved = true;
+      EXPECT_EQ(f["severity"], "error");
+      EXPECT_EQ(f["caused_by"], json({root}));
+    }
+  EXPECT_TRUE(unresolved);
+  EXPECT_TRUE(of_rule(d.doc, "shared-path").empty()) << "one owner is left";
+  // Text: the root first, its consequences nested under it, and the command to run next.
+  const auto text = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " doctor --color never --venv " +
+                              shell_quote(venv) + k_no_cache).out;
+  EXPECT_THAT(text, HasSubstr("error[metadata-only]"));
+  EXPECT_THAT(text, HasSubstr("    └ error[missing-files]"));
+  EXPECT_THAT(text, HasSubstr("    └ error[unresolved-library]"));
+  EXPECT_THAT(text, HasSubstr("next: pip install --force-reinstall --no-deps nvidia-cudnn-cu13==9.19.0.56"));
+}
+
+TEST_F(DoctorVenv, DuplicateDistsAndMissingFilesAndHostileRecords) {
+  TempDir dir;
+  const std::string venv = copy_venv(dir);
+  const std::string site = site_of(venv);
+  // A second dist-info of one project, and a RECORD row escaping the environment.
+  fs::copy(site + "/oldpin-1.0.dist-info", site + "/oldpin-0.9.dist-info", fs::copy_options::recursive);
+  write_file(site + "/oldpin-0.9.dist-info/RECORD", "../../../../../etc/passwd,,\noldpin-0.9.dist-info/METADATA,,\n");
+  fs::remove(site + "/torch/__init__.py");
+  const auto d = doctor(venv);
+  const auto dup = of_rule(d.doc, "duplicate-dist");
+  ASSERT_EQ(dup.size(), 1u);
+  EXPECT_EQ(dup[0]["severity"], "error");
+  EXPECT_THAT(dup[0]["message"].get<std::string>(), HasSubstr("oldpin is installed 2 times"));
+  bool escaped = false;
+  for (const auto& f : of_rule(d.doc, "invalid-metadata")) escaped = escaped || joined_evidence(f).find("escapes the environment") != std::string::npos;
+  EXPECT_TRUE(escaped) << d.doc["findings"].dump(1);
+  const auto missing = of_rule(d.doc, "missing-files");
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0]["severity"], "warning") << "a .py file, not a library";
+  EXPECT_EQ(missing[0]["paths"], json({"torch/__init__.py"}));
+  // The untouched venv has none of these.
+  const auto clean = doctor(venv_);
+  EXPECT_TRUE(of_rule(clean.doc, "duplicate-dist").empty());
+  EXPECT_TRUE(of_rule(clean.doc, "missing-files").empty());
+  EXPECT_TRUE(of_rule(clean.doc, "invalid-metadata").empty());
+}
+
+TEST_F(DoctorVenv, RulesFilesSwitchTuneAndAllowAndABadOneIsAnErrorWithItsLine) {
+  TempDir dir;
+  write_file(dir.path() + "/rules.toml",
+             "[rules.unsatisfied-extra]\nenabled = false\n\n[rules.shared-path]\nseverity = \"info\"\n\n"
+             "[rules.unsatisfied-requirement]\nallow = [\"oldpin\"]\n");
+  const auto d = doctor(venv_, "--rules " + shell_quote(dir.path() + "/rules.toml"));
+  EXPECT_TRUE(of_rule(d.doc, "unsatisfied-extra").empty());
+  EXPECT_TRUE(of_rule(d.doc, "unsatisfied-requirement").empty());
+  ASSERT_EQ(of_rule(d.doc, "shared-path").size(), 1u);
+  EXPECT_EQ(of_rule(d.doc, "shared-path")[0]["severity"], "info");
+  EXPECT_EQ(d.exit_code, 0) << d.doc["findings"].dump(1);
+
+  write_file(dir.path() + "/bad.toml", "[rules.shared-path]\nseverity = \"fatal\"\n");
+  const auto bad = run_shell(shell_quote(k_bin) + " doctor --venv " + shell_quote(venv_) + " --rules " +
+                             shell_quote(dir.path() + "/bad.toml") + " 2>&1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.out, HasSubstr("bad.toml:2: rules.shared-path.severity must be"));
+  write_file(dir.path() + "/unknown.toml", "\n[rules.no-such-rule]\nenabled = true\n");
+  const auto unknown = run_shell(shell_quote(k_bin) + " doctor --venv " + shell_quote(venv_) + " --rules " +
+                                 shell_quote(dir.path() + "/unknown.toml") + " 2>&1");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.out, HasSubstr("unknown.toml:2: unknown rule 'no-such-rule'"));
+  const auto select = run_shell(shell_quote(k_bin) + " doctor --venv " + shell_quote(venv_) + " --select nope 2>&1");
+  EXPECT_EQ(select.exit_code, 2);
+  EXPECT_THAT(select.out, HasSubstr("unknown rule 'nope'"));
+}
+
+TEST(DoctorCorpus, TheHealthyCu13VenvHasNoErrorAndEveryWarningIsExplained) {
+  TempDir dir;
+  const auto made = run_shell("zcat " + shell_quote(k_source + "/tests/data/good_torch_cu130_venv.json.gz") + " | " +
+                              shell_quote(k_bin) + " materialize - " + shell_quote(dir.path() + "/venv"));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto d = doctor(dir.path() + "/venv");
+  EXPECT_EQ(d.exit_code, 0) << d.doc["findings"].dump(1);
+  EXPECT_EQ(d.doc["summary"]["errors"], 0);
+  for (const auto& f : d.doc["findings"]) {
+    if (f["severity"] != "warning") continue;
+    EXPECT_EQ(f["rule"], "unresolved-library") << f.dump();
+    EXPECT_THAT(f["message"].get<std::string>(),
+                ::testing::AnyOf(HasSubstr("(optional-library)"), HasSubstr("(stale-build-path)")))
+        << f.dump();
+  }
+  // cuda-toolkit is metadata-only by design: info, not an error.
+  bool toolkit = false;
+  for (const auto& f : of_rule(d.doc, "metadata-only"))
+    toolkit = toolkit || (f["severity"] == "info" && f["message"].get<std::string>().find("cuda-toolkit") != std::string::npos);
+  EXPECT_TRUE(toolkit);
+}
+
+}  // namespace
+}  // namespace cudafix
