@@ -5,13 +5,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
-#include <map>
-#include <memory>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "cli/json_output.hpp"
@@ -80,11 +80,12 @@ struct Scanned {
   std::map<std::string, rules::RuleSettings> rule_settings;
 };
 
-Scanned scan(const GlobalOptions& g) {
+Scanned scan(const GlobalOptions& g, r::ScanDepth depth = r::ScanDepth::full) {
   const r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
   Configuration config = load_configuration(g, layout);
   r::ScanOptions opts;
   opts.threads = g.threads;
+  opts.depth = depth;
   opts.ld_library_path =
       r::split_search_path(g.ld_library_path ? *g.ld_library_path : env_var("LD_LIBRARY_PATH").value_or(""));
   for (auto p : r::split(env_var("LD_PRELOAD").value_or(""), ' '))
@@ -96,9 +97,9 @@ Scanned scan(const GlobalOptions& g) {
 
 // The model of a large venv is 100,000 small allocations; freeing them one by one at exit costs
 // more than some phases of the scan, so commands that end the process keep it.
-const Scanned& scan_kept(const GlobalOptions& g) {
+const Scanned& scan_kept(const GlobalOptions& g, r::ScanDepth depth = r::ScanDepth::full) {
   static auto* kept = new std::vector<std::unique_ptr<Scanned>>();
-  kept->push_back(std::make_unique<Scanned>(scan(g)));
+  kept->push_back(std::make_unique<Scanned>(scan(g, depth)));
   return *kept->back();
 }
 
@@ -188,13 +189,15 @@ std::function<void(std::uint64_t, std::uint64_t)> hash_progress_bar() {
 }  // namespace
 
 int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& out) {
-  const auto& [env, knowledge, settings] = scan_kept(g);
+  // The rules files decide which rules run, and so how much to scan: read them first.
+  const r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
   rules::DoctorOptions opts;
   opts.verify_hashes = d.verify_hashes;
   opts.select = d.select;
   opts.ignore = d.ignore;
   opts.threads = g.threads;
-  opts.settings = settings;
+  opts.settings = load_configuration(g, layout).rule_settings;
+  const auto& [env, knowledge, settings] = scan_kept(g, rules::scan_depth_for(opts));
   if (!g.json) opts.hash_progress = hash_progress_bar();
   const auto report = rules::run_doctor(env, knowledge, opts);
   if (g.json)

@@ -480,7 +480,13 @@ std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge
   d.header("doctor");
   w.key("findings").begin_array();
   for (const auto& f : rep.findings) {
-    w.begin_object().key("id").value(f.id).key("rule").value(f.rule).key("severity").value(rules::to_string(f.severity));
+    w.begin_object()
+        .key("id")
+        .value(f.id)
+        .key("rule")
+        .value(f.rule)
+        .key("severity")
+        .value(rules::to_string(f.severity));
     w.key("message").value(f.message);
     w.key("evidence").begin_array();
     for (const auto& e : f.evidence) w.value(e);
@@ -506,7 +512,13 @@ std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge
   w.key("summary").begin_object().key("errors").value(rep.errors).key("warnings").value(rep.warnings);
   w.key("info").value(rep.infos).end_object();
   if (rep.hashed_files)
-    w.key("hashed").begin_object().key("files").value(rep.hashed_files).key("bytes").value(rep.hashed_bytes).end_object();
+    w.key("hashed")
+        .begin_object()
+        .key("files")
+        .value(rep.hashed_files)
+        .key("bytes")
+        .value(rep.hashed_bytes)
+        .end_object();
   w.end_object();
   return w.take();
 }

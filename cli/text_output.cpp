@@ -373,7 +373,8 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
     out += "\n";
     finding_lines(rep, f, effects, st, 0, out);
   }
-  if (infos_hidden) out += st.dim(fmt::format("\n{} explained findings (info) not shown; -v shows them\n", infos_hidden));
+  if (infos_hidden)
+    out += st.dim(fmt::format("\n{} explained findings (info) not shown; -v shows them\n", infos_hidden));
   if (rep.errors == 0 && rep.warnings == 0) out += st.good("\nno problems found\n");
   return out;
 }

@@ -315,7 +315,8 @@ std::pair<std::string, std::string> split_dist_info_name(std::string_view dir_na
 
 }  // namespace
 
-ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_name, SiteRoot root) {
+ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_name, SiteRoot root,
+                            ReadRecord with_record) {
   ReadDistInfo out;
   DistInfo& d = out.dist;
   d.dir_name = dir_name;
@@ -337,7 +338,9 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
   d.normalized = normalize_name(d.name);
   for (const auto& line : d.metadata.requires_dist) d.requirements.push_back(requirement_ref(line));
 
-  if (auto text = try_read(dir / "RECORD")) {
+  if (with_record == ReadRecord::no) {
+    // Not asked for: neither read nor reported missing.
+  } else if (auto text = try_read(dir / "RECORD")) {
     auto parsed = parse_record(std::move(*text), (dir / "RECORD").string());
     d.record = std::move(parsed.rows);
     d.record_storage = std::move(parsed.storage);

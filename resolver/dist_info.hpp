@@ -112,6 +112,9 @@ struct ReadDistInfo {
 
 // Reads one dist-info folder. Missing or broken files become diagnostics; the dist is still
 // returned (a dist with no METADATA takes its name and version from the folder name).
-[[nodiscard]] ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_name, SiteRoot root);
+// Without `with_record`, RECORD is not read (a requirements-only check needs METADATA alone).
+enum class ReadRecord { yes, no };
+[[nodiscard]] ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_name, SiteRoot root,
+                                          ReadRecord with_record = ReadRecord::yes);
 
 }  // namespace cudafix::resolver

@@ -199,10 +199,11 @@ Process Environment::process_for(int dist) const {
 
 namespace {
 
-void read_dists(Environment& env, const std::vector<DistInfoLocation>& locations, unsigned threads) {
+void read_dists(Environment& env, const std::vector<DistInfoLocation>& locations, unsigned threads,
+                ReadRecord with_record = ReadRecord::yes) {
   std::vector<ReadDistInfo> reads(locations.size());
   parallel_for(locations.size(), threads, [&](std::size_t i) {
-    reads[i] = read_dist_info(locations[i].site->real, locations[i].name, locations[i].site->root);
+    reads[i] = read_dist_info(locations[i].site->real, locations[i].name, locations[i].site->root, with_record);
   });
   std::vector<std::size_t> order(reads.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -469,6 +470,23 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   std::vector<std::string> roots;
   const auto sites = unique_sites(layout);
   for (const auto* s : sites) roots.push_back(s->real);
+  if (options.depth == ScanDepth::dists) {
+    // The dist-info folders of each site, from one readdir each: no walk, no RECORD.
+    std::vector<DistInfoLocation> dist_infos;
+    for (const auto* s : sites) {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(s->real, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.ends_with(".dist-info") && e.is_directory(ec)) dist_infos.push_back({s, name});
+      }
+    }
+    phase("list dist-info");
+    read_dists(env, dist_infos, options.threads, ReadRecord::no);
+    env.missing.resize(env.dists.size());
+    phase("read dist-info");
+    sort_diagnostics(env.diagnostics);
+    return env;
+  }
   WalkResult walk = walk_tree(roots, options.threads, {"__pycache__"});
   phase("walk");
   env.diagnostics = std::move(walk.diagnostics);
@@ -504,6 +522,10 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   phase("read dist-info");
   index_ownership(env, symlinks, options.threads);
   phase("ownership");
+  if (options.depth == ScanDepth::files) {
+    sort_diagnostics(env.diagnostics);
+    return env;
+  }
   read_objects(env, candidates, symlink_candidates, options.threads);
   phase("read ELF");
 

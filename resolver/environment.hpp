@@ -34,7 +34,12 @@ struct SharedObject {
   std::vector<std::string> aliases;     // symlinks in the tree that point at it
 };
 
+// How much of the environment a command needs: its dists' metadata alone (requirements), also
+// the files and their owners, or everything with the ELF objects and the process model.
+enum class ScanDepth { dists, files, full };
+
 struct ScanOptions {
+  ScanDepth depth = ScanDepth::full;
   unsigned threads = 0;                      // 0: one per core
   std::vector<std::string> ld_library_path;  // what the modelled process sees
   std::vector<std::string> preload;          // LD_PRELOAD of the modelled process

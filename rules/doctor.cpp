@@ -6,10 +6,10 @@
 #include <toml++/toml.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <atomic>
 #include <set>
-#include <sys/stat.h>
 
 #include "resolver/diagnostic.hpp"
 #include "resolver/fs_walk.hpp"
@@ -41,18 +41,18 @@ std::optional<Severity> severity_from(std::string_view s) {
 
 const std::vector<std::string>& rule_ids() {
   static const std::vector<std::string> ids = {
-      "shared-path",     "missing-files",          "metadata-only",      "mixed-cuda-major",
-      "unresolved-library", "shadowed-library",    "missing-dlopen-library", "unsatisfied-requirement",
-      "unsatisfied-extra", "duplicate-dist",       "hash-mismatch",      "invalid-metadata"};
+      "shared-path",        "missing-files",    "metadata-only",          "mixed-cuda-major",
+      "unresolved-library", "shadowed-library", "missing-dlopen-library", "unsatisfied-requirement",
+      "unsatisfied-extra",  "duplicate-dist",   "hash-mismatch",          "invalid-metadata"};
   return ids;
 }
 
 namespace {
 
 constexpr std::string_view k_cuda_prefixes[] = {
-    "libcudart.", "libcublas.", "libcublasLt.", "libcudnn", "libnccl.", "libnvshmem", "libcusparse.",
-    "libcusparseLt.", "libcufft.", "libcurand.", "libcusolver.", "libnvJitLink.", "libnvrtc.", "libcupti.",
-    "libcufile.", "libnvToolsExt.", "libnvjpeg."};
+    "libcudart.",   "libcublas.",     "libcublasLt.", "libcudnn",       "libnccl.",     "libnvshmem",
+    "libcusparse.", "libcusparseLt.", "libcufft.",    "libcurand.",     "libcusolver.", "libnvJitLink.",
+    "libnvrtc.",    "libcupti.",      "libcufile.",   "libnvToolsExt.", "libnvjpeg."};
 
 bool is_cuda_family(std::string_view soname) {
   return std::any_of(std::begin(k_cuda_prefixes), std::end(k_cuda_prefixes),
@@ -167,7 +167,8 @@ void check_requirements(Context& c) {
       }
       const auto version = r::Version::parse(dep->version);
       if (!version || req.specifier.contains(*version, true)) continue;
-      f.message = fmt::format("{} has requirement {}, but you have {} {}", dist_label(*d), line, dep->name, dep->version);
+      f.message =
+          fmt::format("{} has requirement {}, but you have {} {}", dist_label(*d), line, dep->name, dep->version);
       f.dists.push_back(dep->dir_name);
       f.remedy = Remedy{"install", {dep->name}, "cudafix plan fix"};
       c.add(std::move(f));
@@ -262,9 +263,10 @@ void check_duplicates(Context& c) {
       f.dists.push_back(d->dir_name);
       labels.push_back(fmt::format("{} in {}", d->dir_name, c.env.display(d->site_dir)));
     }
-    f.message = fmt::format("{} is installed {} times: {}; pip and importlib see only the first, and uninstalling "
-                            "deletes files the other still lists",
-                            name, dists.size(), fmt::join(labels, ", "));
+    f.message = fmt::format(
+        "{} is installed {} times: {}; pip and importlib see only the first, and uninstalling "
+        "deletes files the other still lists",
+        name, dists.size(), fmt::join(labels, ", "));
     f.remedy = Remedy{"remove", f.dists, fmt::format("cudafix plan remove {}", dists.back()->dir_name)};
     c.add(std::move(f));
   }
@@ -313,14 +315,17 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
     Finding f;
     f.rule = "metadata-only";
     f.severity = Severity::error;
-    f.message = fmt::format("{} is installed but every one of its {} libraries is gone: pip still counts it as "
-                            "installed and will skip `pip install` of it as already satisfied",
-                            dist_label(d), g.libraries.size());
+    f.message = fmt::format(
+        "{} is installed but every one of its {} libraries is gone: pip still counts it as "
+        "installed and will skip `pip install` of it as already satisfied",
+        dist_label(d), g.libraries.size());
     for (const auto& p : g.libraries) f.evidence.push_back(fmt::format("missing: {}", c.env.display(p)));
     f.dists = {d.dir_name};
     f.paths = g.libraries;
-    f.remedy = Remedy{"reinstall", {d.dir_name},
-                      fmt::format("pip install --force-reinstall --no-deps {}=={}   (or: cudafix plan fix)", d.name, d.version)};
+    f.remedy = Remedy{
+        "reinstall",
+        {d.dir_name},
+        fmt::format("pip install --force-reinstall --no-deps {}=={}   (or: cudafix plan fix)", d.name, d.version)};
     ids[g.dist] = c.add(std::move(f));
   }
   if (!report) return ids;
@@ -333,12 +338,12 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
     f.dists = {d->dir_name};
     if (d->normalized.rfind("cuda-", 0) == 0) {
       f.severity = Severity::info;
-      f.message = fmt::format("{} has no files by design: a meta package whose extras pull in the real wheels",
-                              dist_label(*d));
+      f.message =
+          fmt::format("{} has no files by design: a meta package whose extras pull in the real wheels", dist_label(*d));
     } else if (d->normalized.rfind("nvidia-", 0) == 0 && d->version.rfind("0.0.", 0) == 0) {
       f.severity = Severity::warning;
-      f.message = fmt::format("{} is a placeholder wheel with no files: the real package was never installed",
-                              dist_label(*d));
+      f.message =
+          fmt::format("{} is a placeholder wheel with no files: the real package was never installed", dist_label(*d));
     } else {
       continue;
     }
@@ -364,7 +369,8 @@ void check_missing(Context& c, const std::vector<MissingGroup>& groups, const st
       f.paths = paths;
       if (auto it = metadata_only.find(g.dist); it != metadata_only.end() && it->second >= 0)
         f.caused_by = {it->second};
-      f.remedy = Remedy{"reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+      f.remedy = Remedy{
+          "reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
       c.add(std::move(f));
     }
   }
@@ -445,17 +451,18 @@ void check_shared_paths(Context& c) {
                                        d.name, paths.size(), fmt::join(left, ", ")));
     }
     const bool majors_differ = majors.size() > 1;
-    f.severity = harmless ? Severity::info
+    f.severity = harmless                                 ? Severity::info
                  : libraries && (differ || majors_differ) ? Severity::error
                                                           : Severity::warning;
     f.message = fmt::format("{} {}{} written by both {}{}", paths.size(), paths.size() == 1 ? "path is" : "paths are",
                             libraries ? " (shared objects among them)" : "", fmt::join(labels, " and "),
-                            harmless       ? ": known harmless"
+                            harmless        ? ": known harmless"
                             : majors_differ ? fmt::format(", wheels of CUDA {}", fmt::join(majors, " and "))
                             : differ        ? ", with different contents"
                                             : ", with the same contents");
     f.paths = paths;
-    f.remedy = Remedy{"remove", {f.dists.front()},
+    f.remedy = Remedy{"remove",
+                      {f.dists.front()},
                       fmt::format("cudafix plan remove {}   (what removing one owner would break)",
                                   c.env.dists[static_cast<std::size_t>(owners.front())].name)};
     c.add(std::move(f));
@@ -624,13 +631,14 @@ void check_hashes(Context& c, DoctorReport& report) {
       if (const auto* row = row_for(od, j.path); row && row->hash == digests[k])
         matches = fmt::format(": the content is {}'s (it matches that dist's RECORD)", dist_label(od));
     }
-    f.message = fmt::format("{} does not match the hash {} recorded for it{}", c.env.display(j.path), dist_label(d),
-                            matches);
+    f.message =
+        fmt::format("{} does not match the hash {} recorded for it{}", c.env.display(j.path), dist_label(d), matches);
     f.evidence = {fmt::format("RECORD sha256={}", j.row->hash),
                   fmt::format("on disk sha256={}", digests[k].empty() ? "(unreadable)" : digests[k])};
     f.dists = {d.dir_name};
     f.paths = {j.path};
-    f.remedy = Remedy{"reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+    f.remedy = Remedy{
+        "reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
     c.add(std::move(f));
   }
 }
@@ -667,24 +675,53 @@ void sort_and_number(std::vector<Finding>& found) {
 
 }  // namespace
 
-DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge, const DoctorOptions& options) {
+namespace {
+
+void check_rule_names(const DoctorOptions& options) {
   for (const auto* list : {&options.select, &options.ignore})
     for (const auto& id : *list)
       if (std::find(rule_ids().begin(), rule_ids().end(), id) == rule_ids().end())
         throw r::Error(fmt::format("unknown rule '{}'; the rules are: {}", id, fmt::join(rule_ids(), ", ")));
-  auto wanted = [&](const std::string& id) {
-    if (!options.select.empty() && std::find(options.select.begin(), options.select.end(), id) == options.select.end())
-      return false;
-    if (std::find(options.ignore.begin(), options.ignore.end(), id) != options.ignore.end()) return false;
-    const auto it = options.settings.find(id);
-    return it == options.settings.end() || it->second.enabled;
-  };
-  Context c{env, knowledge, options, r::marker_environment(env.layout.python_full_version.value_or(
-                                         env.layout.python_version.value_or("3") + ".0")),
-            {}};
+}
+
+bool rule_wanted(const DoctorOptions& options, const std::string& id) {
+  if (!options.select.empty() && std::find(options.select.begin(), options.select.end(), id) == options.select.end())
+    return false;
+  if (std::find(options.ignore.begin(), options.ignore.end(), id) != options.ignore.end()) return false;
+  const auto it = options.settings.find(id);
+  return it == options.settings.end() || it->second.enabled;
+}
+
+}  // namespace
+
+r::ScanDepth scan_depth_for(const DoctorOptions& options) {
+  check_rule_names(options);
+  auto depth = r::ScanDepth::dists;
+  for (const auto& id : rule_ids()) {
+    if (!rule_wanted(options, id)) continue;
+    if (id == "unresolved-library" || id == "invalid-metadata" || id == "mixed-cuda-major" ||
+        id == "shadowed-library" || id == "missing-dlopen-library")
+      return r::ScanDepth::full;
+    if (id != "unsatisfied-requirement" && id != "unsatisfied-extra" && id != "duplicate-dist")
+      depth = r::ScanDepth::files;
+  }
+  return depth;
+}
+
+DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge, const DoctorOptions& options) {
+  check_rule_names(options);
+  auto wanted = [&](const std::string& id) { return rule_wanted(options, id); };
+  Context c{
+      env,
+      knowledge,
+      options,
+      r::marker_environment(env.layout.python_full_version.value_or(env.layout.python_version.value_or("3") + ".0")),
+      {}};
   DoctorReport report;
-  const auto groups = missing_groups(env);
-  const auto metadata_only = check_metadata_only(c, groups, wanted("metadata-only"));
+  const bool files_scanned = scan_depth_for(options) != r::ScanDepth::dists;
+  const auto groups = files_scanned ? missing_groups(env) : std::vector<MissingGroup>{};
+  const auto metadata_only =
+      files_scanned ? check_metadata_only(c, groups, wanted("metadata-only")) : std::map<int, int>{};
   if (wanted("unsatisfied-requirement")) check_requirements(c);
   if (wanted("unsatisfied-extra")) check_extras(c);
   if (wanted("duplicate-dist")) check_duplicates(c);
@@ -695,8 +732,9 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
   if (wanted("hash-mismatch") && options.verify_hashes) check_hashes(c, report);
   // invalid-metadata findings also come from the requirement check; keep them only if wanted.
   if (!wanted("invalid-metadata"))
-    c.found.erase(std::remove_if(c.found.begin(), c.found.end(), [](const Finding& f) { return f.rule == "invalid-metadata"; }),
-                  c.found.end());
+    c.found.erase(
+        std::remove_if(c.found.begin(), c.found.end(), [](const Finding& f) { return f.rule == "invalid-metadata"; }),
+        c.found.end());
   // Ids were vector positions; erasing shifted them, so renumber causes through a map.
   std::map<int, int> position;
   for (std::size_t i = 0; i < c.found.size(); ++i) position[c.found[i].id] = static_cast<int>(i);
@@ -721,7 +759,8 @@ void merge_rule_settings(std::string_view text, const std::string& source, std::
   try {
     doc = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    throw r::Error(fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
+    throw r::Error(
+        fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
   }
   const auto* node = doc.get("rules");
   if (!node) return;
@@ -731,7 +770,8 @@ void merge_rule_settings(std::string_view text, const std::string& source, std::
   for (const auto& [key, value] : *table) {
     const std::string id(key.str());
     if (std::find(rule_ids().begin(), rule_ids().end(), id) == rule_ids().end())
-      throw r::Error(fmt::format("{}: unknown rule '{}'; the rules are: {}", where(value), id, fmt::join(rule_ids(), ", ")));
+      throw r::Error(
+          fmt::format("{}: unknown rule '{}'; the rules are: {}", where(value), id, fmt::join(rule_ids(), ", ")));
     const auto* t = value.as_table();
     if (!t) throw r::Error(fmt::format("{}: [rules.{}] must be a table", where(value), id));
     RuleSettings& s = into[id];
@@ -743,7 +783,8 @@ void merge_rule_settings(std::string_view text, const std::string& source, std::
       const auto v = sev->value<std::string>();
       const auto parsed = v ? severity_from(*v) : std::nullopt;
       if (!parsed)
-        throw r::Error(fmt::format("{}: rules.{}.severity must be \"error\", \"warning\" or \"info\"", where(*sev), id));
+        throw r::Error(
+            fmt::format("{}: rules.{}.severity must be \"error\", \"warning\" or \"info\"", where(*sev), id));
       s.severity = parsed;
     }
     if (const auto* allow = t->get("allow")) {

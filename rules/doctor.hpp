@@ -34,10 +34,10 @@ struct Finding {
   int id = 0;
   std::string rule;
   Severity severity = Severity::warning;
-  std::string message;               // one sentence: what is wrong
+  std::string message;                // one sentence: what is wrong
   std::vector<std::string> evidence;  // the facts behind it, one per line
-  std::vector<std::string> dists;    // dist-info folder names
-  std::vector<std::string> paths;    // absolute
+  std::vector<std::string> dists;     // dist-info folder names
+  std::vector<std::string> paths;     // absolute
   std::vector<std::string> sonames;
   std::vector<int> caused_by;  // ids of the findings that cause this one
   std::optional<Remedy> remedy;
@@ -57,7 +57,7 @@ struct DoctorOptions {
   std::vector<std::string> select;  // empty: every enabled rule
   std::vector<std::string> ignore;
   unsigned threads = 0;
-  std::map<std::string, RuleSettings> settings;  // from the TOML files
+  std::map<std::string, RuleSettings> settings;                                // from the TOML files
   std::function<void(std::uint64_t done, std::uint64_t total)> hash_progress;  // bytes hashed
 };
 
@@ -66,6 +66,9 @@ struct DoctorReport {
   int errors = 0, warnings = 0, infos = 0;
   std::uint64_t hashed_files = 0, hashed_bytes = 0;
 };
+
+// How much of the environment the rules that will run need scanned.
+[[nodiscard]] resolver::ScanDepth scan_depth_for(const DoctorOptions& options);
 
 // Throws resolver::Error for an unknown rule id in select/ignore.
 [[nodiscard]] DoctorReport run_doctor(const resolver::Environment& env, const resolver::Knowledge& knowledge,

@@ -76,8 +76,8 @@ class DoctorVenv : public ::testing::Test {
     venv_ = tmp_->path() + "/venv";
     ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv_)).exit_code, 0);
     const std::string v = k_fixtures + "/verify";
-    const std::string mk = k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " +
-                           shell_quote(tmp_->path());
+    const std::string mk =
+        k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp_->path());
     std::vector<std::string> wheels;
     auto build = [&](const std::string& args) {
       const auto r = run_shell(mk + " " + args);
@@ -87,13 +87,15 @@ class DoctorVenv : public ::testing::Test {
     build("nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13");
     build("nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9");
     build("nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9");
-    build("cuda-kit 13.0.2 --extra cudart --extra cublas --requires 'nvidia-cuda-runtime==13.0.96; extra == \"cudart\"' "
-          "--requires 'nvidia-cublas==13.1.*; extra == \"cublas\"'");
+    build(
+        "cuda-kit 13.0.2 --extra cudart --extra cublas --requires 'nvidia-cuda-runtime==13.0.96; extra == \"cudart\"' "
+        "--requires 'nvidia-cublas==13.1.*; extra == \"cublas\"'");
     build("torchlike 2.11.0 torch/lib/libtorch_cuda.so=" + v + "/libtorch_cuda.so torch/__init__.py=" + v +
           "/../wheel/gpulib/__init__.py --requires 'nvidia-cudnn-cu13==9.19.0.56; platform_system == \"Linux\"' "
           "--requires 'cuda-kit[cudart]==13.0.2'");
-    build("oldpin 1.0 --requires 'nvidia-cuda-runtime<13' --requires 'not-installed-anywhere>=1' "
-          "--requires 'winonly; sys_platform == \"win32\"' --requires 'cuda-kit[cublas]'");
+    build(
+        "oldpin 1.0 --requires 'nvidia-cuda-runtime<13' --requires 'not-installed-anywhere>=1' "
+        "--requires 'winonly; sys_platform == \"win32\"' --requires 'cuda-kit[cublas]'");
     // One install per wheel, in order: the cu12 cuDNN overwrites the cu13 one's files.
     for (const auto& w : wheels) {
       const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
@@ -123,7 +125,8 @@ class DoctorVenv : public ::testing::Test {
       const auto words = resolver::split(line, ' ');
       if (words.size() < 4) continue;
       if (line.find("which is not installed") != std::string_view::npos)
-        out.insert(resolver::normalize_name(words[0]) + " missing " + resolver::requirement_name(std::string(words[3])));
+        out.insert(resolver::normalize_name(words[0]) + " missing " +
+                   resolver::requirement_name(std::string(words[3])));
       else if (line.find("has requirement") != std::string_view::npos)
         out.insert(resolver::normalize_name(words[0]) + " conflict " +
                    resolver::normalize_name(resolver::requirement_name(std::string(words[4]))));
@@ -184,10 +187,12 @@ TEST_F(DoctorVenv, TwoCudaMajorsWritingOneLibraryIsASharedPathErrorNamingWhoseBy
   const auto shared = of_rule(d.doc, "shared-path");
   ASSERT_EQ(shared.size(), 1u);
   EXPECT_EQ(shared[0]["severity"], "error");
-  EXPECT_EQ(shared[0]["dists"], json({"nvidia_cudnn_cu12-9.10.2.21.dist-info", "nvidia_cudnn_cu13-9.19.0.56.dist-info"}));
+  EXPECT_EQ(shared[0]["dists"],
+            json({"nvidia_cudnn_cu12-9.10.2.21.dist-info", "nvidia_cudnn_cu13-9.19.0.56.dist-info"}));
   const std::string ev = joined_evidence(shared[0]);
   EXPECT_THAT(ev, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9: bytes on disk are nvidia-cudnn-cu12's"));
-  EXPECT_THAT(ev, HasSubstr("`pip uninstall nvidia-cudnn-cu13` would delete all 1 shared paths, leaving nvidia-cudnn-cu12"));
+  EXPECT_THAT(
+      ev, HasSubstr("`pip uninstall nvidia-cudnn-cu13` would delete all 1 shared paths, leaving nvidia-cudnn-cu12"));
   EXPECT_THAT(shared[0]["message"].get<std::string>(), HasSubstr("CUDA 12 and 13"));
 }
 
@@ -237,7 +242,8 @@ TEST_F(DoctorVenv, AfterARealPipUninstallOfOneOwnerTheSurvivorIsMetadataOnlyAndO
   EXPECT_TRUE(of_rule(d.doc, "shared-path").empty()) << "one owner is left";
   // Text: the root first, its consequences nested under it, and the command to run next.
   const auto text = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " doctor --color never --venv " +
-                              shell_quote(venv) + k_no_cache).out;
+                              shell_quote(venv) + k_no_cache)
+                        .out;
   EXPECT_THAT(text, HasSubstr("error[metadata-only]"));
   EXPECT_THAT(text, HasSubstr("    └ error[missing-files]"));
   EXPECT_THAT(text, HasSubstr("    └ error[unresolved-library]"));
@@ -258,7 +264,8 @@ TEST_F(DoctorVenv, DuplicateDistsAndMissingFilesAndHostileRecords) {
   EXPECT_EQ(dup[0]["severity"], "error");
   EXPECT_THAT(dup[0]["message"].get<std::string>(), HasSubstr("oldpin is installed 2 times"));
   bool escaped = false;
-  for (const auto& f : of_rule(d.doc, "invalid-metadata")) escaped = escaped || joined_evidence(f).find("escapes the environment") != std::string::npos;
+  for (const auto& f : of_rule(d.doc, "invalid-metadata"))
+    escaped = escaped || joined_evidence(f).find("escapes the environment") != std::string::npos;
   EXPECT_TRUE(escaped) << d.doc["findings"].dump(1);
   const auto missing = of_rule(d.doc, "missing-files");
   ASSERT_EQ(missing.size(), 1u);
@@ -316,7 +323,8 @@ TEST(DoctorCorpus, TheHealthyCu13VenvHasNoErrorAndEveryWarningIsExplained) {
   // cuda-toolkit is metadata-only by design: info, not an error.
   bool toolkit = false;
   for (const auto& f : of_rule(d.doc, "metadata-only"))
-    toolkit = toolkit || (f["severity"] == "info" && f["message"].get<std::string>().find("cuda-toolkit") != std::string::npos);
+    toolkit = toolkit ||
+              (f["severity"] == "info" && f["message"].get<std::string>().find("cuda-toolkit") != std::string::npos);
   EXPECT_TRUE(toolkit);
 }
 
