@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""`cudafix doctor` against what users run instead, on the same venv in the same run:
+  doctor (every rule)                     vs  <venv>/bin/python3 -m pip check
+  doctor --select unsatisfied-requirement  vs  uv pip check (where uv is installed)
+  doctor --verify-hashes                   vs  sha256sum over the same files, xargs -P$(nproc)
+Medians of --runs alternated runs; prints ratios and one JSON line.
+
+  bench/doctor_bench.py --cudafix build/cudafix --corpus tests/data/good_torch_cu130_venv.json.gz
+  bench/doctor_bench.py --cudafix .dev/cudafix-dist/cudafix --venv /tmp/v        (GPU machine)
+"""
+import argparse
+import csv
+import glob
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def timed(cmd, runs, env, **kw):
+    times = []
+    for _ in range(runs):
+        s = time.perf_counter()
+        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+        times.append(time.perf_counter() - s)
+    return statistics.median(times), r
+
+
+def corpus_venv(cudafix, corpus, python, workdir):
+    """The corpus in a real venv made by `python -m venv`, whose own pip runs `pip check`."""
+    venv = os.path.join(workdir, "venv")
+    subprocess.run([python, "-m", "venv", venv], check=True)
+    site = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))[0]
+    with gzip.open(corpus) as f:
+        desc = json.load(f)
+    desc["site_packages"] = os.path.relpath(site, venv)
+    # The venv's own pip and setuptools stay real: the corpus' copies would be placeholders.
+    desc["dists"] = [d for d in desc["dists"]
+                     if d["dist_info"].split("-")[0].lower() not in ("pip", "setuptools", "wheel", "_distutils_hack")]
+    desc_path = os.path.join(workdir, "corpus.json")
+    with open(desc_path, "w") as f:
+        json.dump(desc, f)
+    staged = os.path.join(workdir, "staged")
+    subprocess.run([cudafix, "materialize", desc_path, staged], check=True, stdout=subprocess.DEVNULL)
+    shutil.copytree(os.path.join(staged, desc["site_packages"]), site, dirs_exist_ok=True)
+    return venv, site
+
+
+def hashed_files(site):
+    """The files doctor --verify-hashes hashes: RECORD rows with a sha256, present on disk."""
+    out = []
+    for record in glob.glob(os.path.join(site, "*.dist-info", "RECORD")):
+        with open(record, newline="") as f:
+            for row in csv.reader(f):
+                if len(row) >= 2 and row[1].startswith("sha256="):
+                    p = os.path.normpath(os.path.join(site, row[0]))
+                    if os.path.isfile(p):
+                        out.append(p)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cudafix", required=True)
+    ap.add_argument("--corpus")
+    ap.add_argument("--venv")
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--uv", default=shutil.which("uv") or "/usr/local/bin/uv")
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    env = dict(os.environ)
+    env.pop("VIRTUAL_ENV", None)
+    work = tempfile.mkdtemp(prefix="doctor-bench-")
+    try:
+        if args.corpus:
+            venv, site = corpus_venv(args.cudafix, args.corpus, args.python, work)
+        else:
+            venv = args.venv
+            site = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))[0]
+        py = os.path.join(venv, "bin", "python3")
+        row = {"venv": venv, "cores": os.cpu_count()}
+        doc, r = timed([args.cudafix, "doctor", "--venv", venv, "--json"], args.runs, env)
+        summary = json.loads(r.stdout)["summary"]
+        row["doctor"] = doc
+        row["doctor summary"] = summary
+        pip, r = timed([py, "-m", "pip", "check", "--disable-pip-version-check"], args.runs, env, cwd=work)
+        row["pip check"] = pip
+        row["pip check says"] = r.stdout.decode().strip().splitlines()[:3]
+        print(f"doctor (every rule)       {doc*1000:8.1f} ms   {summary}")
+        print(f"pip check                 {pip*1000:8.1f} ms   doctor is {pip/doc:.1f}x faster")
+        sel, r = timed([args.cudafix, "doctor", "--venv", venv, "--select", "unsatisfied-requirement", "--json"],
+                       args.runs, env)
+        row["doctor --select unsatisfied-requirement"] = sel
+        verdicts = sorted(f["message"] for f in json.loads(r.stdout)["findings"])
+        print(f"doctor --select unsatisfied-requirement {sel*1000:8.1f} ms   {len(verdicts)} findings")
+        if os.path.exists(args.uv):
+            uv, r = timed([args.uv, "pip", "check", "--python", py], args.runs, env)
+            row["uv pip check"] = uv
+            row["uv pip check says"] = (r.stdout + r.stderr).decode().strip().splitlines()[-3:]
+            print(f"uv pip check              {uv*1000:8.1f} ms   full doctor is {doc/uv:.1f}x uv's time; "
+                  f"the requirement rule alone {sel/uv:.2f}x")
+        files = hashed_files(site)
+        listing = os.path.join(work, "files.txt")
+        with open(listing, "wb") as f:
+            f.write(b"\0".join(p.encode() for p in files))
+        hashes, r = timed([args.cudafix, "doctor", "--venv", venv, "--verify-hashes", "--select", "hash-mismatch",
+                           "--json"], args.runs, env)
+        row["doctor --verify-hashes"] = hashes
+        row["hashed files"] = json.loads(r.stdout).get("hashed", {})
+        sha, _ = timed(["sh", "-c", f"xargs -0 -P{os.cpu_count()} -n 64 sha256sum < {listing} > /dev/null"],
+                       args.runs, env)
+        row["sha256sum"] = sha
+        print(f"doctor --verify-hashes    {hashes*1000:8.1f} ms   {row['hashed files']}")
+        print(f"xargs -P{os.cpu_count()} sha256sum     {sha*1000:8.1f} ms   ({len(files)} files) doctor takes "
+              f"{hashes/sha:.2f}x its time")
+        print(json.dumps(row))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
