@@ -88,6 +88,37 @@ struct Context {
   const DoctorOptions& options;
   r::MarkerEnvironment markers;
   std::vector<Finding> found;
+  // Every dist's Requires-Dist, parsed once (in parallel) for both requirement rules.
+  struct ParsedLine {
+    std::optional<r::Requirement> req;
+    std::string error;     // why the line is no PEP 508 requirement
+    bool applies = false;  // its marker holds here, with no extra asked for
+  };
+  std::vector<std::vector<ParsedLine>> requirements;
+  std::vector<std::optional<r::Version>> versions;
+
+  void parse_requirements() {
+    if (!requirements.empty() || env.dists.empty()) return;
+    requirements.resize(env.dists.size());
+    versions.resize(env.dists.size());
+    r::parallel_for(env.dists.size(), options.threads, [&](std::size_t i) {
+      const auto& d = env.dists[i];
+      versions[i] = r::Version::parse(d.version);
+      for (const auto& line : d.metadata.requires_dist) {
+        ParsedLine p;
+        try {
+          p.req = r::Requirement::parse(line);
+          p.applies = !p.req->marker || p.req->marker->evaluate(markers).value_or(false);
+        } catch (const std::invalid_argument& e) {
+          p.error = e.what();
+        }
+        requirements[i].push_back(std::move(p));
+      }
+    });
+  }
+  [[nodiscard]] std::size_t index_of(const r::DistInfo& d) const {
+    return static_cast<std::size_t>(&d - env.dists.data());
+  }
 
   [[nodiscard]] bool allowed(const std::string& rule, const std::vector<std::string>& subjects) const {
     const auto it = options.settings.find(rule);
@@ -138,22 +169,24 @@ std::string without_marker(const std::string& line) {
 // ---- unsatisfied-requirement: exactly pip check's verdicts ------------------------------
 
 void check_requirements(Context& c) {
+  c.parse_requirements();
   for (const auto* d : visible_dists(c.env)) {
-    for (const auto& line : d->metadata.requires_dist) {
-      r::Requirement req;
-      try {
-        req = r::Requirement::parse(line);
-      } catch (const std::invalid_argument& e) {
+    const auto& lines = c.requirements[c.index_of(*d)];
+    for (std::size_t k = 0; k < lines.size(); ++k) {
+      const std::string& line = d->metadata.requires_dist[k];
+      const auto& parsed = lines[k];
+      if (!parsed.req) {
         Finding f;
         f.rule = "invalid-metadata";
         f.severity = Severity::warning;
         f.message = fmt::format("{}: Requires-Dist '{}' is not a PEP 508 requirement", dist_label(*d), line);
-        f.evidence = {e.what()};
+        f.evidence = {parsed.error};
         f.dists = {d->dir_name};
         c.add(std::move(f));
         continue;
       }
-      if (req.marker && !req.marker->evaluate(c.markers).value_or(false)) continue;
+      if (!parsed.applies) continue;
+      const r::Requirement& req = *parsed.req;
       const r::DistInfo* dep = installed(c.env, req.normalized);
       Finding f;
       f.rule = "unsatisfied-requirement";
@@ -165,7 +198,7 @@ void check_requirements(Context& c) {
         c.add(std::move(f));
         continue;
       }
-      const auto version = r::Version::parse(dep->version);
+      const auto& version = c.versions[c.index_of(*dep)];
       if (!version || req.specifier.contains(*version, true)) continue;
       f.message =
           fmt::format("{} has requirement {}, but you have {} {}", dist_label(*d), line, dep->name, dep->version);
@@ -201,13 +234,11 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
   }
   r::MarkerEnvironment env = c.markers;
   env["extra"] = extra;
-  for (const auto& line : dist.metadata.requires_dist) {
-    r::Requirement req;
-    try {
-      req = r::Requirement::parse(line);
-    } catch (const std::invalid_argument&) {
-      continue;  // reported as invalid-metadata by the requirement check
-    }
+  const auto& lines = c.requirements[c.index_of(dist)];
+  for (std::size_t k = 0; k < lines.size(); ++k) {
+    if (!lines[k].req) continue;  // reported as invalid-metadata by the requirement check
+    const r::Requirement& req = *lines[k].req;
+    const std::string& line = dist.metadata.requires_dist[k];
     if (!req.marker || !req.marker->mentions_extra() || !req.marker->evaluate(env).value_or(false)) continue;
     const std::string link = fmt::format("{} -> {}", chain, without_marker(line));
     const r::DistInfo* dep = installed(c.env, req.normalized);
@@ -217,7 +248,7 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
              {root.dir_name, dist.dir_name});
       continue;
     }
-    const auto version = r::Version::parse(dep->version);
+    const auto& version = c.versions[c.index_of(*dep)];
     if (version && !req.specifier.contains(*version, true)) {
       report(fmt::format("{} needs {} through {}[{}], but {} {} is installed", dist_label(root), without_marker(line),
                          dist.name, extra, dep->name, dep->version),
@@ -229,15 +260,13 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
 }
 
 void check_extras(Context& c) {
+  c.parse_requirements();
   for (const auto* d : visible_dists(c.env)) {
-    for (const auto& line : d->metadata.requires_dist) {
-      r::Requirement req;
-      try {
-        req = r::Requirement::parse(line);
-      } catch (const std::invalid_argument&) {
-        continue;
-      }
-      if (req.extras.empty() || (req.marker && !req.marker->evaluate(c.markers).value_or(false))) continue;
+    const auto& lines = c.requirements[c.index_of(*d)];
+    for (std::size_t k = 0; k < lines.size(); ++k) {
+      if (!lines[k].req || !lines[k].applies || lines[k].req->extras.empty()) continue;
+      const r::Requirement& req = *lines[k].req;
+      const std::string& line = d->metadata.requires_dist[k];
       const r::DistInfo* dep = installed(c.env, req.normalized);
       if (!dep) continue;  // unsatisfied-requirement says so
       std::set<std::pair<std::string, std::string>> seen;
@@ -732,6 +761,8 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
       knowledge,
       options,
       r::marker_environment(env.layout.python_full_version.value_or(env.layout.python_version.value_or("3") + ".0")),
+      {},
+      {},
       {}};
   DoctorReport report;
   const bool files_scanned = scan_depth_for(options) != r::ScanDepth::dists;
