@@ -15,4 +15,30 @@ const SonameGroup* Knowledge::driver_group(const std::string& soname) const { re
 const SonameGroup* Knowledge::optional_group(const std::string& soname) const { return find_group(optional, soname); }
 const SonameGroup* Knowledge::dlopen_group(const std::string& soname) const { return find_group(dlopen, soname); }
 
+std::vector<std::pair<const CudaFamily*, int>> Knowledge::families_of_soname(const std::string& soname) const {
+  std::vector<std::pair<const CudaFamily*, int>> out;
+  for (const auto& [name, f] : families)
+    for (const auto& [major, m] : f.majors)
+      if (std::find(m.sonames.begin(), m.sonames.end(), soname) != m.sonames.end()) out.emplace_back(&f, major);
+  return out;
+}
+
+std::optional<std::pair<const CudaFamily*, int>> Knowledge::family_of_dist(const std::string& normalized) const {
+  for (const auto& [name, f] : families)
+    for (const auto& [major, m] : f.majors)
+      if (std::find(m.dists.begin(), m.dists.end(), normalized) != m.dists.end()) return std::make_pair(&f, major);
+  return std::nullopt;
+}
+
+std::optional<int> Knowledge::major_of_folder(const std::string& folder) const {
+  std::optional<int> found;
+  for (const auto& [name, f] : families)
+    for (const auto& [major, m] : f.majors)
+      if (std::find(m.folders.begin(), m.folders.end(), folder) != m.folders.end()) {
+        if (found && *found != major) return std::nullopt;  // two majors install there
+        found = major;
+      }
+  return found;
+}
+
 }  // namespace cudafix::resolver

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,30 @@ struct SonameGroup {
   std::string why;  // shown to the user: "NVIDIA driver", "InfiniBand verbs", ...
   std::vector<std::string> sonames;
   std::string loaded_by;  // dlopen groups: the soname of the library whose dlopen loads them
+  std::string since;      // dlopen groups: the loader's version from which it loads them ("9.21")
+};
+
+// One CUDA library family (cublas, cudnn, ...) in one CUDA major: what its wheels install.
+struct FamilyMajor {
+  std::vector<std::string> sonames;
+  std::vector<std::string> folders;  // relative to site-packages: "nvidia/cu13/lib"
+  std::vector<std::string> dists;    // normalised names: "nvidia-cublas"
+};
+
+struct CudaFamily {
+  std::string name;
+  std::map<int, FamilyMajor> majors;  // by CUDA major
 };
 
 struct Knowledge {
+  std::map<std::string, CudaFamily> families;
+  // Minimum Linux driver per CUDA major ("580.65.06" for 13).
+  std::map<int, std::string> minimum_driver;
+  // Paths several wheels write on purpose (nvidia/__init__.py): shared, but harmless.
+  std::vector<std::string> harmless_shared_paths;
+  // Dists without files by design: their extras pull the real wheels (cuda-toolkit).
+  std::vector<std::string> meta_packages;
+
   // Sonames the NVIDIA driver installs (never a pip wheel): libcuda.so.1, libnvidia-ml.so.1, ...
   std::map<std::string, SonameGroup> driver;
   // System libraries an optional feature or transport needs only when it is used.
@@ -25,6 +47,14 @@ struct Knowledge {
   [[nodiscard]] const SonameGroup* driver_group(const std::string& soname) const;
   [[nodiscard]] const SonameGroup* optional_group(const std::string& soname) const;
   [[nodiscard]] const SonameGroup* dlopen_group(const std::string& soname) const;
+
+  // The families and majors whose wheels ship `soname` (libcudnn.so.9: cudnn 12 and 13).
+  [[nodiscard]] std::vector<std::pair<const CudaFamily*, int>> families_of_soname(const std::string& soname) const;
+  // The family and major a dist (normalised name) provides, if it is a known provider.
+  [[nodiscard]] std::optional<std::pair<const CudaFamily*, int>> family_of_dist(const std::string& normalized) const;
+  // The major a site-relative folder belongs to when only one major installs there.
+  [[nodiscard]] std::optional<int> major_of_folder(const std::string& folder) const;
+  [[nodiscard]] bool is_cuda_soname(const std::string& soname) const { return !families_of_soname(soname).empty(); }
 };
 
 }  // namespace cudafix::resolver

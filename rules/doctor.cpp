@@ -49,19 +49,10 @@ const std::vector<std::string>& rule_ids() {
 
 namespace {
 
-constexpr std::string_view k_cuda_prefixes[] = {
-    "libcudart.",   "libcublas.",     "libcublasLt.", "libcudnn",       "libnccl.",     "libnvshmem",
-    "libcusparse.", "libcusparseLt.", "libcufft.",    "libcurand.",     "libcusolver.", "libnvJitLink.",
-    "libnvrtc.",    "libcupti.",      "libcufile.",   "libnvToolsExt.", "libnvjpeg."};
-
-bool is_cuda_family(std::string_view soname) {
-  return std::any_of(std::begin(k_cuda_prefixes), std::end(k_cuda_prefixes),
-                     [&](std::string_view p) { return soname.substr(0, p.size()) == p; });
-}
-
-// A dist that ships CUDA libraries: an nvidia-* wheel, or one whose RECORD lists files under nvidia/.
-bool is_cuda_provider(const r::DistInfo& d) {
-  if (d.normalized.rfind("nvidia-", 0) == 0) return true;
+// A dist that ships CUDA libraries: a known family provider, an nvidia-* wheel, or one whose
+// RECORD lists files under nvidia/.
+bool is_cuda_provider(const r::Knowledge& k, const r::DistInfo& d) {
+  if (k.family_of_dist(d.normalized) || d.normalized.rfind("nvidia-", 0) == 0) return true;
   return std::any_of(d.record.begin(), d.record.end(),
                      [](const r::RecordRow& row) { return row.path.substr(0, 7) == "nvidia/"; });
 }
@@ -339,7 +330,7 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
   std::map<int, int> ids;
   for (const auto& g : groups) {
     const auto& d = c.env.dists[static_cast<std::size_t>(g.dist)];
-    if (!is_cuda_provider(d) || g.libraries.empty() || g.libraries.size() < listed_libraries(d)) continue;
+    if (!is_cuda_provider(c.knowledge, d) || g.libraries.empty() || g.libraries.size() < listed_libraries(d)) continue;
     if (!report) continue;
     Finding f;
     f.rule = "metadata-only";
@@ -365,7 +356,8 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
     Finding f;
     f.rule = "metadata-only";
     f.dists = {d->dir_name};
-    if (d->normalized.rfind("cuda-", 0) == 0) {
+    const auto& meta = c.knowledge.meta_packages;
+    if (std::find(meta.begin(), meta.end(), d->normalized) != meta.end()) {
       f.severity = Severity::info;
       f.message =
           fmt::format("{} has no files by design: a meta package whose extras pull in the real wheels", dist_label(*d));
@@ -420,6 +412,48 @@ const r::RecordRow* row_for(const r::DistInfo& d, const std::string& abs) {
 
 std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes = nullptr);
 
+// The owners whose RECORD describes the bytes now on disk at `path`: by size first, and by
+// SHA-256 only when several owners' sizes match.
+std::vector<int> whose_bytes(const r::Environment& env, const std::string& path, const std::vector<int>& owners) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  std::vector<int> whose;
+  for (int o : owners) {
+    const auto* row = row_for(env.dists[static_cast<std::size_t>(o)], path);
+    if (row && row->size && *row->size == static_cast<std::uint64_t>(st.st_size)) whose.push_back(o);
+  }
+  if (whose.size() <= 1) return whose;
+  const std::string hash = sha256_urlsafe(path);
+  std::vector<int> by_hash;
+  for (int o : whose) {
+    const auto* row = row_for(env.dists[static_cast<std::size_t>(o)], path);
+    if (row && row->hash == hash) by_hash.push_back(o);
+  }
+  return by_hash;
+}
+
+// The CUDA major a dist provides: from the families table, else its -cuNN suffix.
+std::optional<int> major_of_dist(const r::Knowledge& k, const r::DistInfo& d) {
+  if (auto f = k.family_of_dist(d.normalized)) return f->second;
+  return cuda_major_of_name(d.normalized);
+}
+
+// The CUDA major of one library file: its owner's; for a path two majors share, the owner
+// whose bytes are on disk; for an unowned file, its folder's, where one major installs there.
+std::optional<int> major_of_file(const r::Environment& env, const r::Knowledge& k, const std::string& path,
+                                 std::string* whose = nullptr) {
+  auto owners = env.owners_of(path);
+  if (owners.size() > 1) owners = whose_bytes(env, path, owners);
+  if (owners.size() == 1) {
+    const auto& d = env.dists[static_cast<std::size_t>(owners.front())];
+    if (whose) *whose = dist_label(d);
+    return major_of_dist(k, d);
+  }
+  const r::SiteDir* site = env.site_of(path);
+  if (!site) return std::nullopt;
+  return k.major_of_folder(r::relative_to(r::parent_dir(path), site->real));
+}
+
 void check_shared_paths(Context& c) {
   // One finding per set of owners, listing every path they share.
   std::map<std::vector<int>, std::vector<std::string>> by_owners;
@@ -436,36 +470,20 @@ void check_shared_paths(Context& c) {
       const auto& d = c.env.dists[static_cast<std::size_t>(o)];
       f.dists.push_back(d.dir_name);
       labels.push_back(dist_label(d));
-      if (auto m = cuda_major_of_name(d.normalized)) majors.insert(*m);
+      if (auto m = major_of_dist(c.knowledge, d)) majors.insert(*m);
     }
     bool libraries = false, differ = false, harmless = true;
     for (const auto& p : paths) {
       const auto base = r::base_name(p);
       libraries = libraries || r::looks_like_shared_object(base);
-      harmless = harmless && base == "__init__.py" && c.env.display(p).rfind("nvidia/", 0) == 0;
-      // Whose bytes are on disk: the size first, the hash only when sizes tie.
-      struct stat st {};
-      const bool present = ::stat(p.c_str(), &st) == 0;
-      std::vector<std::string> whose;
-      std::optional<std::string> hash;
+      const auto& known = c.knowledge.harmless_shared_paths;
+      harmless = harmless && std::find(known.begin(), known.end(), c.env.display(p)) != known.end();
       std::set<std::string> recorded;
-      for (int o : owners) {
-        const auto& d = c.env.dists[static_cast<std::size_t>(o)];
-        const auto* row = row_for(d, p);
-        if (!row) continue;
-        recorded.insert(fmt::format("{}/{}", row->hash, row->size.value_or(0)));
-        if (!present || !row->size || *row->size != static_cast<std::uint64_t>(st.st_size)) continue;
-        whose.push_back(d.name);
-      }
-      if (whose.size() > 1) {
-        whose.clear();
-        hash = sha256_urlsafe(p);
-        for (int o : owners) {
-          const auto& d = c.env.dists[static_cast<std::size_t>(o)];
-          const auto* row = row_for(d, p);
-          if (row && row->hash == *hash) whose.push_back(d.name);
-        }
-      }
+      for (int o : owners)
+        if (const auto* row = row_for(c.env.dists[static_cast<std::size_t>(o)], p))
+          recorded.insert(fmt::format("{}/{}", row->hash, row->size.value_or(0)));
+      std::vector<std::string> whose;
+      for (int o : whose_bytes(c.env, p, owners)) whose.push_back(c.env.dists[static_cast<std::size_t>(o)].name);
       differ = differ || recorded.size() > 1;
       if (f.evidence.size() < 12)
         f.evidence.push_back(fmt::format("{}: bytes on disk are {}", c.env.display(p),
@@ -502,12 +520,18 @@ void check_shared_paths(Context& c) {
 
 // ---- unresolved-library -------------------------------------------------------------------
 
-void check_unresolved(Context& c, const std::vector<MissingGroup>& groups, const std::map<int, int>& metadata_only) {
-  // Sonames whose provider was a library a metadata-only dist lost: the cause to point at.
-  std::map<std::string, int> cause_by_soname;
+// Sonames whose provider was a library a metadata-only dist lost: the cause to point at.
+std::map<std::string, int> causes_by_soname(const std::vector<MissingGroup>& groups,
+                                            const std::map<int, int>& metadata_only) {
+  std::map<std::string, int> out;
   for (const auto& g : groups)
     if (auto it = metadata_only.find(g.dist); it != metadata_only.end() && it->second >= 0)
-      for (const auto& p : g.libraries) cause_by_soname[std::string(r::base_name(p))] = it->second;
+      for (const auto& p : g.libraries) out[std::string(r::base_name(p))] = it->second;
+  return out;
+}
+
+void check_unresolved(Context& c, const std::vector<MissingGroup>& groups, const std::map<int, int>& metadata_only) {
+  const auto cause_by_soname = causes_by_soname(groups, metadata_only);
 
   struct Group {
     r::UnresolvedKind kind;
@@ -542,7 +566,7 @@ void check_unresolved(Context& c, const std::vector<MissingGroup>& groups, const
         f.severity = Severity::warning;
         break;
       case r::UnresolvedKind::unexplained:
-        f.severity = is_cuda_family(soname) ? Severity::error : Severity::warning;
+        f.severity = c.knowledge.is_cuda_soname(soname) ? Severity::error : Severity::warning;
         break;
     }
     f.message = fmt::format("{} resolves nowhere for {} object{} ({}): {}", soname, g.consumers.size(),
@@ -556,6 +580,170 @@ void check_unresolved(Context& c, const std::vector<MissingGroup>& groups, const
     if (auto it = cause_by_soname.find(soname); it != cause_by_soname.end()) f.caused_by = {it->second};
     f.remedy = Remedy{"fix-plan", {}, fmt::format("cudafix why {}", soname)};
     c.add(std::move(f));
+  }
+}
+
+// ---- mixed-cuda-major ---------------------------------------------------------------------
+
+// The majors an object's NEEDED name unambiguously (libcudart.so.13: 13; libcudnn.so.9: none).
+std::set<int> majors_needed(const r::Knowledge& k, const r::SharedObject& o) {
+  std::set<int> out;
+  if (o.elf.status != r::ElfReadStatus::ok) return out;
+  for (const auto& name : o.elf.info.needed) {
+    std::set<int> majors;
+    for (const auto& [family, major] : k.families_of_soname(name)) majors.insert(major);
+    if (majors.size() == 1) out.insert(*majors.begin());
+  }
+  return out;
+}
+
+void check_mixed_majors(Context& c) {
+  std::set<int> needed_anywhere;
+  std::set<int> provider_dists_used;  // dists whose files some object resolves to
+  for (const auto& o : c.env.objects) {
+    const auto needed = majors_needed(c.knowledge, o);
+    needed_anywhere.insert(needed.begin(), needed.end());
+    std::vector<std::string> mismatches;
+    std::set<int> loaded;
+    for (const auto& res : o.resolutions) {
+      if (!res.found() || !c.knowledge.is_cuda_soname(res.name)) continue;
+      for (int owner : c.env.owners_of(*res.path)) provider_dists_used.insert(owner);
+      if (!c.env.site_of(*res.path)) continue;
+      std::string whose;
+      const auto major = major_of_file(c.env, c.knowledge, *res.path, &whose);
+      if (!major) continue;
+      loaded.insert(*major);
+      if (!needed.empty() && !needed.count(*major))
+        mismatches.push_back(fmt::format("{} => {} ({}, CUDA {})", res.name, c.env.display(*res.path),
+                                         whose.empty() ? "no dist" : whose + "'s bytes", *major));
+    }
+    if (needed.size() < 2 && mismatches.empty() && loaded.size() < 2) continue;
+    Finding f;
+    f.rule = "mixed-cuda-major";
+    f.severity = Severity::error;
+    f.message =
+        needed.size() > 1
+            ? fmt::format("{} needs two CUDA majors at once ({})", c.env.display(o.path), fmt::join(needed, " and "))
+        : !needed.empty()
+            ? fmt::format("{} needs CUDA {} but loads libraries of another major", c.env.display(o.path),
+                          *needed.begin())
+            : fmt::format("{} would load libraries of CUDA {}", c.env.display(o.path), fmt::join(loaded, " and "));
+    f.evidence = mismatches;
+    f.paths = {o.path};
+    for (int owner : o.owners) f.dists.push_back(c.env.dists[static_cast<std::size_t>(owner)].dir_name);
+    f.remedy = Remedy{"fix-plan", {}, "cudafix plan fix"};
+    c.add(std::move(f));
+  }
+  // Providers of a major nothing needs, whose libraries nothing loads.
+  for (std::size_t i = 0; i < c.env.dists.size(); ++i) {
+    const auto& d = c.env.dists[i];
+    const auto fam = c.knowledge.family_of_dist(d.normalized);
+    if (!fam || needed_anywhere.empty() || needed_anywhere.count(fam->second) ||
+        provider_dists_used.count(static_cast<int>(i)))
+      continue;
+    Finding f;
+    f.rule = "mixed-cuda-major";
+    f.severity = Severity::warning;
+    f.message = fmt::format("{} provides {} for CUDA {}, which nothing in the environment needs (it needs CUDA {})",
+                            dist_label(d), fam->first->name, fam->second, fmt::join(needed_anywhere, " and "));
+    f.dists = {d.dir_name};
+    f.remedy = Remedy{"remove", {d.dir_name}, fmt::format("cudafix plan remove {}", d.name)};
+    c.add(std::move(f));
+  }
+}
+
+// ---- shadowed-library ---------------------------------------------------------------------
+
+void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const std::map<int, int>& metadata_only) {
+  c.parse_requirements();
+  const auto cause_by_soname = causes_by_soname(groups, metadata_only);
+  struct Group {
+    std::string outside;
+    std::string required;
+    std::vector<std::string> consumers;
+    std::set<std::string> dists;
+  };
+  std::map<std::string, Group> by_soname;
+  for (const auto& o : c.env.objects) {
+    for (const auto& res : o.resolutions) {
+      if (!res.found() || c.env.site_of(*res.path) || !c.knowledge.is_cuda_soname(res.name)) continue;
+      // Which of the consumer's dists requires an in-environment provider of this soname?
+      const auto families = c.knowledge.families_of_soname(res.name);
+      std::string required;
+      for (int owner : o.owners) {
+        const auto& lines = c.requirements[static_cast<std::size_t>(owner)];
+        for (std::size_t k = 0; k < lines.size() && required.empty(); ++k) {
+          if (!lines[k].req || !lines[k].applies) continue;
+          const auto fam = c.knowledge.family_of_dist(lines[k].req->normalized);
+          for (const auto& [family, major] : families)
+            if (fam && fam->first == family)
+              required =
+                  fmt::format("{} requires {}", c.env.dists[static_cast<std::size_t>(owner)].name,
+                              without_marker(c.env.dists[static_cast<std::size_t>(owner)].metadata.requires_dist[k]));
+        }
+      }
+      if (required.empty()) continue;
+      auto& g = by_soname[res.name];
+      g.outside = *res.path;
+      g.required = required;
+      g.consumers.push_back(o.path);
+      for (int owner : o.owners) g.dists.insert(c.env.dists[static_cast<std::size_t>(owner)].dir_name);
+    }
+  }
+  for (auto& [soname, g] : by_soname) {
+    Finding f;
+    f.rule = "shadowed-library";
+    f.severity = Severity::error;
+    const std::string real = r::real_path_of(g.outside);
+    f.message = fmt::format("{} resolves outside the environment, to {}{}, though {}", soname, g.outside,
+                            real != g.outside ? fmt::format(" ({})", r::base_name(real)) : "", g.required);
+    for (const auto& consumer : g.consumers) f.evidence.push_back(fmt::format("needed by {}", c.env.display(consumer)));
+    f.paths = g.consumers;
+    f.paths.push_back(g.outside);
+    f.sonames = {soname};
+    f.dists.assign(g.dists.begin(), g.dists.end());
+    if (auto it = cause_by_soname.find(soname); it != cause_by_soname.end()) f.caused_by = {it->second};
+    f.remedy = Remedy{"fix-plan", {}, fmt::format("cudafix why {}", soname)};
+    c.add(std::move(f));
+  }
+}
+
+// ---- missing-dlopen-library ---------------------------------------------------------------
+
+void check_dlopen(Context& c) {
+  for (const auto& [group_name, g] : c.knowledge.dlopen) {
+    for (const auto* loader : c.env.providers(g.loaded_by)) {
+      if (loader->elf.status != r::ElfReadStatus::ok || loader->elf.info.soname != g.loaded_by) continue;
+      const int owner = loader->owners.empty() ? -1 : loader->owners.front();
+      if (!g.since.empty() && owner >= 0) {
+        const auto have = r::Version::parse(c.env.dists[static_cast<std::size_t>(owner)].version);
+        const auto since = r::Version::parse(g.since);
+        if (have && since && *have < *since) continue;
+      }
+      r::Process p = c.env.process_for(owner);
+      const int index = c.env.loader->load(p, loader->path);
+      if (index < 0) continue;
+      std::vector<std::string> missing;
+      for (const auto& soname : g.sonames)
+        if (!c.env.loader->resolve(p, index, soname).found()) missing.push_back(soname);
+      if (missing.empty()) continue;
+      Finding f;
+      f.rule = "missing-dlopen-library";
+      f.severity = Severity::error;
+      f.message =
+          fmt::format("{} loads {} with dlopen at run time, and {} resolve{} nowhere ({})", c.env.display(loader->path),
+                      fmt::join(g.sonames, ", "), fmt::join(missing, ", "), missing.size() == 1 ? "s" : "", g.why);
+      f.paths = {loader->path};
+      f.sonames = missing;
+      if (owner >= 0) {
+        const auto& d = c.env.dists[static_cast<std::size_t>(owner)];
+        f.dists = {d.dir_name};
+        f.remedy = Remedy{"reinstall",
+                          {d.dir_name},
+                          fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+      }
+      c.add(std::move(f));
+    }
   }
 }
 
@@ -775,6 +963,9 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
   if (wanted("missing-files")) check_missing(c, groups, metadata_only);
   if (wanted("shared-path")) check_shared_paths(c);
   if (wanted("unresolved-library")) check_unresolved(c, groups, metadata_only);
+  if (wanted("mixed-cuda-major")) check_mixed_majors(c);
+  if (wanted("shadowed-library")) check_shadowed(c, groups, metadata_only);
+  if (wanted("missing-dlopen-library")) check_dlopen(c);
   if (wanted("invalid-metadata")) check_invalid_metadata(c);
   if (wanted("hash-mismatch") && options.verify_hashes) check_hashes(c, report);
   // invalid-metadata findings also come from the requirement check; keep them only if wanted.

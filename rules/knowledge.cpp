@@ -5,6 +5,9 @@
 
 #include "knowledge_toml.hpp"
 #include "resolver/diagnostic.hpp"
+#include "resolver/text.hpp"
+
+#include <charconv>
 
 namespace cudafix::rules {
 namespace r = cudafix::resolver;
@@ -29,6 +32,7 @@ void read_groups(const toml::table& doc, const char* key, const std::string& sou
     r::SonameGroup g;
     if (auto why = (*group)["why"].value<std::string>()) g.why = *why;
     if (auto by = (*group)["by"].value<std::string>()) g.loaded_by = *by;
+    if (auto since = (*group)["since"].value<std::string>()) g.since = *since;
     if (std::string_view(key) == "dlopen" && g.loaded_by.empty())
       throw r::Error(fmt::format("{}: [dlopen.{}] needs by = \"SONAME\", the library that dlopens them",
                                  where(source, group->source()), name.str()));
@@ -46,6 +50,75 @@ void read_groups(const toml::table& doc, const char* key, const std::string& sou
   }
 }
 
+std::vector<std::string> string_list(const toml::node& node, const std::string& what, const std::string& source) {
+  const auto* list = node.as_array();
+  if (!list) throw r::Error(fmt::format("{}: {} must be a list of strings", where(source, node.source()), what));
+  std::vector<std::string> out;
+  for (const auto& item : *list) {
+    const auto v = item.value<std::string>();
+    if (!v) throw r::Error(fmt::format("{}: {} must be a list of strings", where(source, item.source()), what));
+    out.push_back(*v);
+  }
+  return out;
+}
+
+int major_key(std::string_view key, const toml::node& node, const std::string& what, const std::string& source) {
+  int major = 0;
+  const auto [p, ec] = std::from_chars(key.data(), key.data() + key.size(), major);
+  if (ec != std::errc() || p != key.data() + key.size() || major <= 0)
+    throw r::Error(
+        fmt::format("{}: {}: '{}' is not a CUDA major (12, 13, ...)", where(source, node.source()), what, key));
+  return major;
+}
+
+// [family.NAME.MAJOR] sonames = [...], folders = [...], dists = [...]
+void read_families(const toml::table& doc, const std::string& source, std::map<std::string, r::CudaFamily>& into) {
+  const auto* node = doc.get("family");
+  if (!node) return;
+  const auto* table = node->as_table();
+  if (!table) throw r::Error(fmt::format("{}: [family] must be a table of families", where(source, node->source())));
+  for (const auto& [name, value] : *table) {
+    const auto* majors = value.as_table();
+    if (!majors)
+      throw r::Error(
+          fmt::format("{}: [family.{}] must hold one table per CUDA major", where(source, value.source()), name.str()));
+    r::CudaFamily& family = into[std::string(name.str())];
+    family.name = std::string(name.str());
+    for (const auto& [key, mv] : *majors) {
+      const std::string what = fmt::format("[family.{}.{}]", name.str(), key.str());
+      const int major = major_key(key.str(), mv, what, source);
+      const auto* t = mv.as_table();
+      if (!t) throw r::Error(fmt::format("{}: {} must be a table", where(source, mv.source()), what));
+      r::FamilyMajor m;
+      for (auto [field, list] : {std::pair{"sonames", &m.sonames}, {"folders", &m.folders}, {"dists", &m.dists}})
+        if (const auto* n = t->get(field)) *list = string_list(*n, what + " " + field, source);
+      for (auto& d : m.dists) d = r::normalize_name(d);
+      if (m.sonames.empty())
+        throw r::Error(fmt::format("{}: {} needs sonames = [...]", where(source, mv.source()), what));
+      family.majors[major] = std::move(m);
+    }
+  }
+}
+
+void read_extras(const toml::table& doc, const std::string& source, r::Knowledge& into) {
+  if (const auto* node = doc.get("minimum_driver")) {
+    const auto* t = node->as_table();
+    if (!t)
+      throw r::Error(
+          fmt::format("{}: [minimum_driver] must map CUDA majors to versions", where(source, node->source())));
+    for (const auto& [key, v] : *t) {
+      const auto version = v.value<std::string>();
+      if (!version)
+        throw r::Error(fmt::format("{}: minimum_driver.{} must be a string", where(source, v.source()), key.str()));
+      into.minimum_driver[major_key(key.str(), v, "[minimum_driver]", source)] = *version;
+    }
+  }
+  if (const auto* node = doc.at_path("harmless.shared_paths").node())
+    for (auto& p : string_list(*node, "harmless.shared_paths", source)) into.harmless_shared_paths.push_back(p);
+  if (const auto* node = doc.at_path("meta.packages").node())
+    for (auto& p : string_list(*node, "meta.packages", source)) into.meta_packages.push_back(r::normalize_name(p));
+}
+
 }  // namespace
 
 void merge_knowledge(std::string_view text, const std::string& source, r::Knowledge& into) {
@@ -59,6 +132,8 @@ void merge_knowledge(std::string_view text, const std::string& source, r::Knowle
   read_groups(doc, "driver", source, into.driver);
   read_groups(doc, "optional", source, into.optional);
   read_groups(doc, "dlopen", source, into.dlopen);
+  read_families(doc, source, into.families);
+  read_extras(doc, source, into);
 }
 
 r::Knowledge builtin_knowledge() {

@@ -194,6 +194,84 @@ TEST_F(DoctorVenv, TwoCudaMajorsWritingOneLibraryIsASharedPathErrorNamingWhoseBy
   EXPECT_THAT(
       ev, HasSubstr("`pip uninstall nvidia-cudnn-cu13` would delete all 1 shared paths, leaving nvidia-cudnn-cu12"));
   EXPECT_THAT(shared[0]["message"].get<std::string>(), HasSubstr("CUDA 12 and 13"));
+  // The cu13 consumer now loads cu12 bytes: the major a consumer needs against what it gets.
+  const auto mixed = of_rule(d.doc, "mixed-cuda-major");
+  ASSERT_EQ(mixed.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(mixed[0]["severity"], "error");
+  EXPECT_THAT(mixed[0]["message"].get<std::string>(), HasSubstr("torch/lib/libtorch_cuda.so needs CUDA 13"));
+  EXPECT_THAT(
+      joined_evidence(mixed[0]),
+      HasSubstr("libcudnn.so.9 => nvidia/cudnn/lib/libcudnn.so.9 (nvidia-cudnn-cu12 9.10.2.21's bytes, CUDA 12)"));
+  // The fake cuDNN ships no sub-libraries, which the real dispatcher dlopens.
+  const auto dlopen = of_rule(d.doc, "missing-dlopen-library");
+  ASSERT_EQ(dlopen.size(), 1u);
+  EXPECT_EQ(dlopen[0]["severity"], "error");
+  EXPECT_THAT(dlopen[0]["sonames"].dump(), HasSubstr("libcudnn_graph.so.9"));
+}
+
+TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause) {
+  TempDir dir;
+  const std::string venv = copy_venv(dir);
+  ASSERT_EQ(run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
+                      " -m pip uninstall -y -q --disable-pip-version-check nvidia-cudnn-cu12")
+                .exit_code,
+            0);
+  // A cuDNN outside the environment on the library path: the loader falls through to it.
+  const std::string outside = k_fixtures + "/verify/cudnn/v91400";
+  const auto d = doctor(venv, "--ld-library-path " + shell_quote(outside));
+  const auto shadowed = of_rule(d.doc, "shadowed-library");
+  ASSERT_EQ(shadowed.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(shadowed[0]["severity"], "error");
+  EXPECT_THAT(shadowed[0]["message"].get<std::string>(), HasSubstr(outside + "/libcudnn.so.9"));
+  EXPECT_THAT(shadowed[0]["message"].get<std::string>(), HasSubstr("torchlike requires nvidia-cudnn-cu13==9.19.0.56"));
+  int root = -1;
+  for (const auto& f : of_rule(d.doc, "metadata-only"))
+    if (f["severity"] == "error") root = f["id"];
+  EXPECT_EQ(shadowed[0]["caused_by"], json({root}));
+  // Without that folder nothing shadows it: the library is unresolved instead.
+  EXPECT_TRUE(of_rule(doctor(venv).doc, "shadowed-library").empty());
+}
+
+TEST(DoctorMixed, AnUnusedCuda12CublasBesideACuda13ConsumerIsAWarning) {
+  TempDir tmp;
+  const std::string venv = tmp.path() + "/venv";
+  ASSERT_EQ(run_shell(k_python + " -m venv --without-pip " + shell_quote(venv)).exit_code, 0);
+  const std::string v = k_fixtures + "/verify";
+  const std::string mk =
+      k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp.path());
+  std::vector<std::string> wheels;
+  for (const std::string& args :
+       {"nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13",
+        "nvidia-cublas 13.1.0.3 nvidia/cu13/lib/libcublas.so.13=" + v + "/cublas13/libcublas.so.13",
+        "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublas.so.12=" + v + "/cublas12/libcublas.so.12",
+        "cuapp 1.0 cuapp/libcuconsumer.so=" + v + "/libcuconsumer.so"}) {
+    const auto r = run_shell(mk + " " + args);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    wheels.emplace_back(resolver::trim(r.out));
+  }
+  // pip of the build machine installs into the venv's site-packages (the venv has none of its own).
+  const std::string site =
+      venv + "/lib/python3." +
+      std::string(resolver::trim(run_shell(k_python + " -c 'import sys; print(sys.version_info[1])'").out)) +
+      "/site-packages";
+  for (const auto& w : wheels)
+    ASSERT_EQ(run_shell(k_python + " -m pip install -q --no-index --no-deps --disable-pip-version-check --target " +
+                        shell_quote(site) + " " + shell_quote(w))
+                  .exit_code,
+              0);
+  const auto d = doctor(venv);
+  const auto mixed = of_rule(d.doc, "mixed-cuda-major");
+  ASSERT_EQ(mixed.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(mixed[0]["severity"], "warning");
+  EXPECT_EQ(mixed[0]["dists"], json({"nvidia_cublas_cu12-12.8.4.1.dist-info"}));
+  EXPECT_THAT(mixed[0]["message"].get<std::string>(),
+              HasSubstr("which nothing in the environment needs (it needs CUDA 13)"));
+  // Without the CUDA 12 wheel: no finding.
+  ASSERT_EQ(run_shell("rm -rf " + shell_quote(site) + "/nvidia_cublas_cu12-12.8.4.1.dist-info " + shell_quote(site) +
+                      "/nvidia/cublas")
+                .exit_code,
+            0);
+  EXPECT_TRUE(of_rule(doctor(venv).doc, "mixed-cuda-major").empty());
 }
 
 TEST_F(DoctorVenv, HashesNameTheOwnerWhoseRecordTheBytesMatch) {
@@ -282,7 +360,8 @@ TEST_F(DoctorVenv, RulesFilesSwitchTuneAndAllowAndABadOneIsAnErrorWithItsLine) {
   TempDir dir;
   write_file(dir.path() + "/rules.toml",
              "[rules.unsatisfied-extra]\nenabled = false\n\n[rules.shared-path]\nseverity = \"info\"\n\n"
-             "[rules.unsatisfied-requirement]\nallow = [\"oldpin\"]\n");
+             "[rules.unsatisfied-requirement]\nallow = [\"oldpin\"]\n\n[rules.mixed-cuda-major]\nenabled = false\n\n"
+             "[rules.missing-dlopen-library]\nenabled = false\n");
   const auto d = doctor(venv_, "--rules " + shell_quote(dir.path() + "/rules.toml"));
   EXPECT_TRUE(of_rule(d.doc, "unsatisfied-extra").empty());
   EXPECT_TRUE(of_rule(d.doc, "unsatisfied-requirement").empty());
