@@ -336,9 +336,11 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
     f.rule = "metadata-only";
     f.severity = Severity::error;
     f.message = fmt::format(
-        "{} is installed but every one of its {} libraries is gone: pip still counts it as "
-        "installed and will skip `pip install` of it as already satisfied",
-        dist_label(d), g.libraries.size());
+        "{} is installed but {} gone: pip still counts it as installed and will skip `pip install` of it as "
+        "already satisfied",
+        dist_label(d),
+        g.libraries.size() == 1 ? std::string("its only library is")
+                                : fmt::format("all {} of its libraries are", g.libraries.size()));
     for (const auto& p : g.libraries) f.evidence.push_back(fmt::format("missing: {}", c.env.display(p)));
     f.dists = {d.dir_name};
     f.paths = g.libraries;
