@@ -246,6 +246,26 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
     say(buf.str());
     say(st.dim(fmt::format("(exit {})\n", rc)));
   }
+  // The doctor on the same environment (its cut-down copy of the corpus leaves many of torch's
+  // pure-Python requirements out, so that rule is left out here), then the live probe.
+  buf.str("");
+  say(fmt::format("\n$ cudafix doctor --venv {} --ignore unsatisfied-requirement\n", dir));
+  DoctorCliOptions doctor_opts;
+  doctor_opts.ignore = {"unsatisfied-requirement"};
+  int rc = run_doctor(sub, doctor_opts, buf);
+  say(buf.str());
+  say(st.dim(fmt::format("(exit {})\n", rc)));
+  buf.str("");
+  say(fmt::format("\n$ cudafix verify --venv {} --timeout 20\n", dir));
+  VerifyCliOptions verify_opts;
+  verify_opts.timeout_s = 20;
+  try {
+    rc = run_verify(sub, verify_opts, buf);
+    say(buf.str());
+    say(st.dim(fmt::format("(exit {})\n", rc)));
+  } catch (const r::Error& e) {
+    say(fmt::format("verify could not run here: {}\n", e.what()));
+  }
   if (g.json) {
     JsonWriter w;
     w.begin_object().key("schema").value(1).key("command").value("demo").key("venv").value(dir);

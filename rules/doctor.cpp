@@ -505,8 +505,9 @@ void check_shared_paths(Context& c) {
     f.severity = harmless                                 ? Severity::info
                  : libraries && (differ || majors_differ) ? Severity::error
                                                           : Severity::warning;
-    f.message = fmt::format("{} {}{} written by both {}{}", paths.size(), paths.size() == 1 ? "path is" : "paths are",
-                            libraries ? " (shared objects among them)" : "", fmt::join(labels, " and "),
+    f.message = fmt::format("{} {}{} {} written by both {}{}", paths.size(), paths.size() == 1 ? "path" : "paths",
+                            libraries ? " (shared objects among them)" : "", paths.size() == 1 ? "is" : "are",
+                            fmt::join(labels, " and "),
                             harmless        ? ": known harmless"
                             : majors_differ ? fmt::format(", wheels of CUDA {}", fmt::join(majors, " and "))
                             : differ        ? ", with different contents"
