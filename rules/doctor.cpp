@@ -663,6 +663,7 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
   struct Group {
     std::string outside;
     std::string required;
+    std::string required_dist;  // normalised
     std::vector<std::string> consumers;
     std::set<std::string> dists;
   };
@@ -672,23 +673,26 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
       if (!res.found() || c.env.site_of(*res.path) || !c.knowledge.is_cuda_soname(res.name)) continue;
       // Which of the consumer's dists requires an in-environment provider of this soname?
       const auto families = c.knowledge.families_of_soname(res.name);
-      std::string required;
+      std::string required, required_dist;
       for (int owner : o.owners) {
         const auto& lines = c.requirements[static_cast<std::size_t>(owner)];
         for (std::size_t k = 0; k < lines.size() && required.empty(); ++k) {
           if (!lines[k].req || !lines[k].applies) continue;
           const auto fam = c.knowledge.family_of_dist(lines[k].req->normalized);
           for (const auto& [family, major] : families)
-            if (fam && fam->first == family)
+            if (fam && fam->first == family && required.empty()) {
+              required_dist = lines[k].req->normalized;
               required =
                   fmt::format("{} requires {}", c.env.dists[static_cast<std::size_t>(owner)].name,
                               without_marker(c.env.dists[static_cast<std::size_t>(owner)].metadata.requires_dist[k]));
+            }
         }
       }
       if (required.empty()) continue;
       auto& g = by_soname[res.name];
       g.outside = *res.path;
       g.required = required;
+      g.required_dist = required_dist;
       g.consumers.push_back(o.path);
       for (int owner : o.owners) g.dists.insert(c.env.dists[static_cast<std::size_t>(owner)].dir_name);
     }
@@ -696,10 +700,24 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
   for (auto& [soname, g] : by_soname) {
     Finding f;
     f.rule = "shadowed-library";
-    f.severity = Severity::error;
     const std::string real = r::real_path_of(g.outside);
-    f.message = fmt::format("{} resolves outside the environment, to {}{}, though {}", soname, g.outside,
-                            real != g.outside ? fmt::format(" ({})", r::base_name(real)) : "", g.required);
+    // The outside copy's version, from its real file name (libcublas.so.13.1.0.3 -> 13.1.0.3),
+    // against the installed provider's: the same release loaded from elsewhere is a warning,
+    // another one (or none installed) an error.
+    const std::string base(r::base_name(real));
+    const auto so = base.find(".so.");
+    const std::string file_version = so == std::string::npos ? "" : base.substr(so + 4);
+    const r::DistInfo* provider = installed(c.env, g.required_dist);
+    const bool same_release =
+        provider && !file_version.empty() && file_version.find('.') != std::string::npos &&
+        (provider->version == file_version || provider->version.rfind(file_version + ".", 0) == 0);
+    f.severity = same_release ? Severity::warning : Severity::error;
+    f.message = fmt::format(
+        "{} resolves outside the environment, to {}{}, though {}{}", soname, g.outside,
+        real != g.outside ? fmt::format(" ({})", base) : "", g.required,
+        same_release ? fmt::format(" (the same release as the installed {} {})", provider->name, provider->version)
+        : provider   ? fmt::format(" ({} {} is installed)", provider->name, provider->version)
+                     : fmt::format(" ({} is not installed)", g.required_dist));
     for (const auto& consumer : g.consumers) f.evidence.push_back(fmt::format("needed by {}", c.env.display(consumer)));
     f.paths = g.consumers;
     f.paths.push_back(g.outside);

@@ -230,6 +230,14 @@ TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause)
   EXPECT_EQ(shadowed[0]["caused_by"], json({root}));
   // Without that folder nothing shadows it: the library is unresolved instead.
   EXPECT_TRUE(of_rule(doctor(venv).doc, "shadowed-library").empty());
+  // The same release from outside (its real name says 9.19.0) is a warning, not an error.
+  TempDir same;
+  fs::copy_file(outside + "/libcudnn.so.9", same.path() + "/libcudnn.so.9.19.0");
+  fs::create_symlink("libcudnn.so.9.19.0", same.path() + "/libcudnn.so.9");
+  const auto s2 = of_rule(doctor(venv, "--ld-library-path " + shell_quote(same.path())).doc, "shadowed-library");
+  ASSERT_EQ(s2.size(), 1u);
+  EXPECT_EQ(s2[0]["severity"], "warning");
+  EXPECT_THAT(s2[0]["message"].get<std::string>(), HasSubstr("the same release as the installed nvidia-cudnn-cu13 9.19.0.56"));
 }
 
 TEST(DoctorMixed, AnUnusedCuda12CublasBesideACuda13ConsumerIsAWarning) {
