@@ -199,7 +199,13 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   opts.settings = load_configuration(g, layout).rule_settings;
   const auto& [env, knowledge, settings] = scan_kept(g, rules::scan_depth_for(opts));
   if (!g.json) opts.hash_progress = hash_progress_bar();
+  const auto rules_start = std::chrono::steady_clock::now();
   const auto report = rules::run_doctor(env, knowledge, opts);
+  if (g.timings) {
+    for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
+    std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", "rules",
+                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rules_start).count());
+  }
   if (g.json)
     out << doctor_json(env, knowledge, report) << '\n';
   else if (!g.quiet || report.errors > 0)

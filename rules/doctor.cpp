@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <set>
+#include <unordered_map>
 
 #include "resolver/diagnostic.hpp"
 #include "resolver/fs_walk.hpp"
@@ -87,6 +88,20 @@ struct Context {
   };
   std::vector<std::vector<ParsedLine>> requirements;
   std::vector<std::optional<r::Version>> versions;
+  // soname -> the families and majors that ship it; asked once per NEEDED of every object.
+  std::unordered_map<std::string, std::vector<std::pair<const r::CudaFamily*, int>>> soname_index;
+
+  void index_sonames() {
+    for (const auto& [name, family] : knowledge.families)
+      for (const auto& [major, m] : family.majors)
+        for (const auto& soname : m.sonames) soname_index[soname].emplace_back(&family, major);
+  }
+  [[nodiscard]] const std::vector<std::pair<const r::CudaFamily*, int>>& families(const std::string& soname) const {
+    static const std::vector<std::pair<const r::CudaFamily*, int>> none;
+    const auto it = soname_index.find(soname);
+    return it == soname_index.end() ? none : it->second;
+  }
+  [[nodiscard]] bool is_cuda(const std::string& soname) const { return soname_index.count(soname) > 0; }
 
   void parse_requirements() {
     if (!requirements.empty() || env.dists.empty()) return;
@@ -569,7 +584,7 @@ void check_unresolved(Context& c, const std::vector<MissingGroup>& groups, const
         f.severity = Severity::warning;
         break;
       case r::UnresolvedKind::unexplained:
-        f.severity = c.knowledge.is_cuda_soname(soname) ? Severity::error : Severity::warning;
+        f.severity = c.is_cuda(soname) ? Severity::error : Severity::warning;
         break;
     }
     f.message = fmt::format("{} resolves nowhere for {} object{} ({}): {}", soname, g.consumers.size(),
@@ -589,12 +604,12 @@ void check_unresolved(Context& c, const std::vector<MissingGroup>& groups, const
 // ---- mixed-cuda-major ---------------------------------------------------------------------
 
 // The majors an object's NEEDED name unambiguously (libcudart.so.13: 13; libcudnn.so.9: none).
-std::set<int> majors_needed(const r::Knowledge& k, const r::SharedObject& o) {
+std::set<int> majors_needed(const Context& c, const r::SharedObject& o) {
   std::set<int> out;
   if (o.elf.status != r::ElfReadStatus::ok) return out;
   for (const auto& name : o.elf.info.needed) {
     std::set<int> majors;
-    for (const auto& [family, major] : k.families_of_soname(name)) majors.insert(major);
+    for (const auto& [family, major] : c.families(name)) majors.insert(major);
     if (majors.size() == 1) out.insert(*majors.begin());
   }
   return out;
@@ -604,12 +619,12 @@ void check_mixed_majors(Context& c) {
   std::set<int> needed_anywhere;
   std::set<int> provider_dists_used;  // dists whose files some object resolves to
   for (const auto& o : c.env.objects) {
-    const auto needed = majors_needed(c.knowledge, o);
+    const auto needed = majors_needed(c, o);
     needed_anywhere.insert(needed.begin(), needed.end());
     std::vector<std::string> mismatches;
     std::set<int> loaded;
     for (const auto& res : o.resolutions) {
-      if (!res.found() || !c.knowledge.is_cuda_soname(res.name)) continue;
+      if (!res.found() || !c.is_cuda(res.name)) continue;
       for (int owner : c.env.owners_of(*res.path)) provider_dists_used.insert(owner);
       if (!c.env.site_of(*res.path)) continue;
       std::string whose;
@@ -670,9 +685,9 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
   std::map<std::string, Group> by_soname;
   for (const auto& o : c.env.objects) {
     for (const auto& res : o.resolutions) {
-      if (!res.found() || c.env.site_of(*res.path) || !c.knowledge.is_cuda_soname(res.name)) continue;
+      if (!res.found() || c.env.site_of(*res.path) || !c.is_cuda(res.name)) continue;
       // Which of the consumer's dists requires an in-environment provider of this soname?
-      const auto families = c.knowledge.families_of_soname(res.name);
+      const auto& families = c.families(res.name);
       std::string required, required_dist;
       for (int owner : o.owners) {
         const auto& lines = c.requirements[static_cast<std::size_t>(owner)];
@@ -972,7 +987,9 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
       r::marker_environment(env.layout.python_full_version.value_or(env.layout.python_version.value_or("3") + ".0")),
       {},
       {},
+      {},
       {}};
+  c.index_sonames();
   DoctorReport report;
   const bool files_scanned = scan_depth_for(options) != r::ScanDepth::dists;
   const auto groups = files_scanned ? missing_groups(env) : std::vector<MissingGroup>{};
