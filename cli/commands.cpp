@@ -203,8 +203,9 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   const auto report = rules::run_doctor(env, knowledge, opts);
   if (g.timings) {
     for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
-    std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", "rules",
-                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rules_start).count());
+    std::cerr << fmt::format(
+        "{:>22}: {:7.1f} ms\n", "rules",
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rules_start).count());
   }
   if (g.json)
     out << doctor_json(env, knowledge, report) << '\n';

@@ -680,6 +680,7 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
     std::string required;
     std::string required_dist;  // normalised
     std::vector<std::string> consumers;
+    bool all_lone = true;  // no consumer is imported or NEEDed by anything: only a direct dlopen loads them
     std::set<std::string> dists;
   };
   std::map<std::string, Group> by_soname;
@@ -709,6 +710,9 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
       g.required = required;
       g.required_dist = required_dist;
       g.consumers.push_back(o.path);
+      const bool lone = !o.entry_point && o.elf.status == r::ElfReadStatus::ok && o.elf.info.soname &&
+                        c.env.consumers(*o.elf.info.soname).empty();
+      g.all_lone = g.all_lone && lone;
       for (int owner : o.owners) g.dists.insert(c.env.dists[static_cast<std::size_t>(owner)].dir_name);
     }
   }
@@ -726,13 +730,17 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
     const bool same_release =
         provider && !file_version.empty() && file_version.find('.') != std::string::npos &&
         (provider->version == file_version || provider->version.rfind(file_version + ".", 0) == 0);
-    f.severity = same_release ? Severity::warning : Severity::error;
+    f.severity = same_release || g.all_lone ? Severity::warning : Severity::error;
     f.message = fmt::format(
         "{} resolves outside the environment, to {}{}, though {}{}", soname, g.outside,
         real != g.outside ? fmt::format(" ({})", base) : "", g.required,
         same_release ? fmt::format(" (the same release as the installed {} {})", provider->name, provider->version)
         : provider   ? fmt::format(" ({} {} is installed)", provider->name, provider->version)
                      : fmt::format(" ({} is not installed)", g.required_dist));
+    if (g.all_lone)
+      f.message +=
+          "; nothing in the environment NEEDs or imports the object that asks for it, so only a direct dlopen of "
+          "that object would load the outside copy";
     for (const auto& consumer : g.consumers) f.evidence.push_back(fmt::format("needed by {}", c.env.display(consumer)));
     f.paths = g.consumers;
     f.paths.push_back(g.outside);

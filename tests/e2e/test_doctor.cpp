@@ -63,7 +63,8 @@ std::string joined_evidence(const json& f) {
 //   nvidia-cuda-runtime 13.0.96       nvidia/cu13/lib/libcudart.so.13
 //   nvidia-cudnn-cu13 9.19.0.56       nvidia/cudnn/lib/libcudnn.so.9 (fake cuDNN 9.19)
 //   nvidia-cudnn-cu12 9.10.2.21       the same path, other bytes (fake cuDNN 9.14), installed last
-//   torchlike 2.11.0                  torch/lib/libtorch_cuda.so NEEDs both, RPATH into nvidia/;
+//   torchlike 2.11.0                  torch/lib/libtorch_cuda.so NEEDs both, RPATH into nvidia/, and
+//                                     torch/_C...so, an extension module, NEEDs it;
 //                                     requires nvidia-cudnn-cu13==9.19.0.56 and cuda-kit[cudart]
 //   cuda-kit 13.0.2                   a meta package: extra cudart -> nvidia-cuda-runtime==13.0.96,
 //                                     extra cublas -> nvidia-cublas==13.1.* (not installed)
@@ -90,7 +91,8 @@ class DoctorVenv : public ::testing::Test {
     build(
         "cuda-kit 13.0.2 --extra cudart --extra cublas --requires 'nvidia-cuda-runtime==13.0.96; extra == \"cudart\"' "
         "--requires 'nvidia-cublas==13.1.*; extra == \"cublas\"'");
-    build("torchlike 2.11.0 torch/lib/libtorch_cuda.so=" + v + "/libtorch_cuda.so torch/__init__.py=" + v +
+    build("torchlike 2.11.0 torch/lib/libtorch_cuda.so=" + v +
+          "/libtorch_cuda.so torch/_C.cpython-311-x86_64-linux-gnu.so=" + v + "/ext/_C.so torch/__init__.py=" + v +
           "/../wheel/gpulib/__init__.py --requires 'nvidia-cudnn-cu13==9.19.0.56; platform_system == \"Linux\"' "
           "--requires 'cuda-kit[cudart]==13.0.2'");
     build(
@@ -237,7 +239,8 @@ TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause)
   const auto s2 = of_rule(doctor(venv, "--ld-library-path " + shell_quote(same.path())).doc, "shadowed-library");
   ASSERT_EQ(s2.size(), 1u);
   EXPECT_EQ(s2[0]["severity"], "warning");
-  EXPECT_THAT(s2[0]["message"].get<std::string>(), HasSubstr("the same release as the installed nvidia-cudnn-cu13 9.19.0.56"));
+  EXPECT_THAT(s2[0]["message"].get<std::string>(),
+              HasSubstr("the same release as the installed nvidia-cudnn-cu13 9.19.0.56"));
 }
 
 TEST(DoctorMixed, AnUnusedCuda12CublasBesideACuda13ConsumerIsAWarning) {
