@@ -243,6 +243,67 @@ TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause)
               HasSubstr("the same release as the installed nvidia-cudnn-cu13 9.19.0.56"));
 }
 
+// The scenario users hit: a CUDA 12 torch with nvidia-cudnn-cu12 and nvidia-cudnn-cu13 both
+// installed into nvidia/cudnn/lib (cu13 last, so its bytes are there), then a real
+// `pip uninstall nvidia-cudnn-cu13`, which deletes the file cu12 still lists.
+TEST(DoctorCu12Torch, BothCudnnMajorsInOneFolderThenARealUninstallOfTheCu13One) {
+  TempDir tmp;
+  const std::string venv = tmp.path() + "/venv";
+  ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv)).exit_code, 0);
+  const std::string py = shell_quote(venv + "/bin/python3");
+  const std::string v = k_fixtures + "/verify";
+  const std::string mk =
+      k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp.path());
+  for (const std::string& args :
+       {"nvidia-cuda-runtime-cu12 12.8.90 nvidia/cuda_runtime/lib/libcudart.so.12=" + v + "/cu12/libcudart.so.12",
+        "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9",
+        "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9",
+        "torch 2.7.0 torch/lib/libtorch_cuda.so=" + v +
+            "/torch12/libtorch_cuda.so torch/_C.cpython-311-x86_64-linux-gnu.so=" + v +
+            "/torch12/_C.so --requires nvidia-cudnn-cu12==9.10.2.21 --requires nvidia-cuda-runtime-cu12==12.8.90"}) {
+    const auto r = run_shell(mk + " " + args);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto pip = run_shell("env -u VIRTUAL_ENV " + py + " -m pip install -q --no-index --no-deps " +
+                               "--disable-pip-version-check " + shell_quote(std::string(resolver::trim(r.out))));
+    ASSERT_EQ(pip.exit_code, 0) << pip.out;
+  }
+  auto pip_check = [&] { return run_shell("env -u VIRTUAL_ENV " + py + " -m pip check --disable-pip-version-check"); };
+  EXPECT_EQ(pip_check().exit_code, 0) << "pip check sees nothing wrong";
+  auto d = doctor(venv);
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_TRUE(of_rule(d.doc, "unsatisfied-requirement").empty()) << "the same verdict as pip check";
+  const auto shared = of_rule(d.doc, "shared-path");
+  ASSERT_EQ(shared.size(), 1u);
+  EXPECT_EQ(shared[0]["severity"], "error");
+  EXPECT_THAT(joined_evidence(shared[0]), HasSubstr("bytes on disk are nvidia-cudnn-cu13's"));
+  const auto mixed = of_rule(d.doc, "mixed-cuda-major");
+  ASSERT_EQ(mixed.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_THAT(mixed[0]["message"].get<std::string>(), HasSubstr("torch/lib/libtorch_cuda.so needs CUDA 12"));
+  EXPECT_THAT(joined_evidence(mixed[0]), HasSubstr("nvidia-cudnn-cu13 9.19.0.56's bytes, CUDA 13"));
+
+  ASSERT_EQ(run_shell("cd / && env -u VIRTUAL_ENV " + py +
+                      " -m pip uninstall -y -q --disable-pip-version-check nvidia-cudnn-cu13")
+                .exit_code,
+            0);
+  EXPECT_EQ(pip_check().exit_code, 0) << "pip check still sees nothing wrong";
+  d = doctor(venv);
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_TRUE(of_rule(d.doc, "unsatisfied-requirement").empty());
+  std::vector<json> roots;
+  for (const auto& f : of_rule(d.doc, "metadata-only"))
+    if (f["severity"] == "error") roots.push_back(f);
+  ASSERT_EQ(roots.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(roots[0]["dists"], json({"nvidia_cudnn_cu12-9.10.2.21.dist-info"}));
+  const int root = roots[0]["id"];
+  for (const auto& rule : {"missing-files", "unresolved-library"}) {
+    bool caused = false;
+    for (const auto& f : of_rule(d.doc, rule)) caused = caused || f["caused_by"] == json({root});
+    EXPECT_TRUE(caused) << rule << ": " << d.doc["findings"].dump(1);
+  }
+  EXPECT_TRUE(of_rule(d.doc, "shared-path").empty());
+  EXPECT_TRUE(of_rule(d.doc, "mixed-cuda-major").empty());
+}
+
 TEST(DoctorMixed, AnUnusedCuda12CublasBesideACuda13ConsumerIsAWarning) {
   TempDir tmp;
   const std::string venv = tmp.path() + "/venv";
