@@ -7,6 +7,7 @@
 #include <charconv>
 #include <regex>
 
+#include "resolver/pep440.hpp"
 #include "resolver/text.hpp"
 
 namespace cudafix::installer::probe {
@@ -248,14 +249,31 @@ std::optional<int> runtime_major(const r::Environment& env, const Prediction& p)
   return best;
 }
 
-Check driver_check(const VerifyReport& rep) {
+// The driver's CUDA version against the runtime's major; and, where the kernel module's release
+// is known, that release against the knowledge's minimum for that major (580.65.06 for 13).
+}  // namespace
+
+Check driver_check(const VerifyReport& rep, const r::Knowledge& knowledge, const HostFacts& host) {
   Check c{"driver version", true, ""};
   c.ok = *rep.driver_version / 1000 >= *rep.runtime_major;
   c.detail = fmt::format("the driver supports CUDA {}; the environment's runtime is CUDA {}{}",
                          cuda_version_text(*rep.driver_version), *rep.runtime_major,
                          c.ok ? "" : ": the driver is too old for it (the driver API has no error code for this)");
+  const auto minimum = knowledge.minimum_driver.find(*rep.runtime_major);
+  if (minimum != knowledge.minimum_driver.end() && host.kernel_module_version) {
+    const auto have = r::Version::parse(*host.kernel_module_version);
+    const auto need = r::Version::parse(minimum->second);
+    if (have && need) {
+      const bool enough = !(*have < *need);
+      c.ok = c.ok && enough;
+      c.detail += fmt::format("; CUDA {} needs driver {} or later, and the kernel module is {}{}", *rep.runtime_major,
+                              minimum->second, *host.kernel_module_version, enough ? "" : ": too old");
+    }
+  }
   return c;
 }
+
+namespace {
 
 FailureFacts failure_facts(const VerifyReport& rep) {
   FailureFacts f;
@@ -329,9 +347,10 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
   rep.loaded = compare_loaded(rep.records, prediction, knowledge, loaded_stage && loaded_stage->ok);
   rep.checks.push_back(loaded_files_check(env, rep.loaded));
   if (auto c = cudnn_version_check(env, rep, o.cudnn_soname)) rep.checks.push_back(*c);
-  if (rep.driver_version && rep.runtime_major) rep.checks.push_back(driver_check(rep));
+  const HostFacts host = gather_host_facts(env.loader->config().ld_library_path);
+  if (rep.driver_version && rep.runtime_major) rep.checks.push_back(driver_check(rep, knowledge, host));
 
-  rep.diagnosis = diagnose(failure_facts(rep), gather_host_facts(env.loader->config().ld_library_path));
+  rep.diagnosis = diagnose(failure_facts(rep), host);
   if (rep.verdict.outcome == Outcome::ok) {
     const auto failed = std::find_if(rep.checks.begin(), rep.checks.end(), [](const Check& c) { return !c.ok; });
     if (failed != rep.checks.end()) {

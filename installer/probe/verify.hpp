@@ -67,6 +67,12 @@ struct VerifyReport {
 [[nodiscard]] VerifyReport verify_environment(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                               const VerifyOptions& options);
 
+// The driver check: cuDriverGetVersion against the runtime's major, and the kernel module's
+// release against the knowledge's minimum driver for that major. Needs driver_version and
+// runtime_major.
+[[nodiscard]] Check driver_check(const VerifyReport& report, const resolver::Knowledge& knowledge,
+                                 const HostFacts& host);
+
 // cuDNN's version number for a dist version: "9.19.0.56" -> 91900 (cuDNN 9 and later:
 // major*10000 + minor*100 + patch; cuDNN 8: major*1000 + minor*100 + patch).
 [[nodiscard]] std::optional<long long> cudnn_version_number(std::string_view dist_version);

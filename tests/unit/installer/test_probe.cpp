@@ -153,6 +153,24 @@ TEST(Diagnosis, AStubsFolderOnTheLibraryPathIsNamed) {
   EXPECT_THAT(e->result, HasSubstr("LD_LIBRARY_PATH holds /usr/local/cuda/lib64/stubs"));
 }
 
+TEST(DriverCheck, TheKernelModuleMustReachTheMinimumDriverOfTheRuntimesMajor) {
+  resolver::Knowledge k;
+  k.minimum_driver[13] = "580.65.06";
+  VerifyReport rep;
+  rep.driver_version = 13000;
+  rep.runtime_major = 13;
+  HostFacts h = gpu_host();
+  h.kernel_module_version = "575.57.08";
+  const auto old = driver_check(rep, k, h);
+  EXPECT_FALSE(old.ok);
+  EXPECT_THAT(old.detail,
+              HasSubstr("CUDA 13 needs driver 580.65.06 or later, and the kernel module is 575.57.08: too old"));
+  h.kernel_module_version = "580.159.04";
+  EXPECT_TRUE(driver_check(rep, k, h).ok);
+  rep.driver_version = 12080;
+  EXPECT_FALSE(driver_check(rep, k, h).ok) << "a CUDA 12.8 driver API for a CUDA 13 runtime";
+}
+
 TEST(CudaErrors, NamesComeFromTheBuiltInTables) {
   EXPECT_EQ(cu_result_name(34), "CUDA_ERROR_STUB_LIBRARY");
   EXPECT_EQ(cu_result_name(803), "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH");
