@@ -17,6 +17,7 @@
 #include "resolver/pep508.hpp"
 #include "resolver/text.hpp"
 #include "resolver/unresolved.hpp"
+#include "rules/knowledge.hpp"
 
 namespace cudafix::rules {
 namespace r = cudafix::resolver;
@@ -1039,13 +1040,7 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
 }
 
 void merge_rule_settings(std::string_view text, const std::string& source, std::map<std::string, RuleSettings>& into) {
-  toml::table doc;
-  try {
-    doc = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw r::Error(
-        fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
-  }
+  const toml::table doc = parse_toml(text, source);
   const auto* node = doc.get("rules");
   if (!node) return;
   auto where = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };

@@ -121,14 +121,17 @@ void read_extras(const toml::table& doc, const std::string& source, r::Knowledge
 
 }  // namespace
 
-void merge_knowledge(std::string_view text, const std::string& source, r::Knowledge& into) {
-  toml::table doc;
+toml::table parse_toml(std::string_view text, const std::string& source) {
   try {
-    doc = toml::parse(text, source);
+    return toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     throw r::Error(
         fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
   }
+}
+
+void merge_knowledge(std::string_view text, const std::string& source, r::Knowledge& into) {
+  const toml::table doc = parse_toml(text, source);
   read_groups(doc, "driver", source, into.driver);
   read_groups(doc, "optional", source, into.optional);
   read_groups(doc, "dlopen", source, into.dlopen);

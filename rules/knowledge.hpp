@@ -5,9 +5,14 @@
 #include <string>
 #include <string_view>
 
+#include <toml++/toml.h>
+
 #include "resolver/knowledge.hpp"
 
 namespace cudafix::rules {
+
+// Parses one TOML document; throws resolver::Error with `source`:line:column on a syntax error.
+[[nodiscard]] toml::table parse_toml(std::string_view text, const std::string& source);
 
 // The knowledge shipped with cudafix (rules/data/knowledge.toml).
 [[nodiscard]] resolver::Knowledge builtin_knowledge();
