@@ -358,6 +358,18 @@ TEST_F(DoctorVenv, HashesNameTheOwnerWhoseRecordTheBytesMatch) {
   EXPECT_TRUE(of_rule(doctor(venv_).doc, "hash-mismatch").empty());
 }
 
+TEST_F(DoctorVenv, HashingShowsAProgressBarOnATerminalAndNoneOtherwise) {
+  const std::string cmd = "env -u VIRTUAL_ENV " + shell_quote(k_bin) +
+                          " doctor --verify-hashes --select hash-mismatch --venv " + shell_quote(venv_) + k_no_cache;
+  // script(1) gives the command a pseudo-terminal, as a user's shell would.
+  const auto tty = run_shell("script -qec " + shell_quote(cmd) + " /dev/null");
+  EXPECT_THAT(tty.out, HasSubstr("hashing ["));
+  EXPECT_THAT(tty.out, HasSubstr("100%"));
+  const auto piped = run_shell(cmd + " 2>&1 | cat");
+  EXPECT_THAT(piped.out, ::testing::Not(HasSubstr("hashing [")));
+  EXPECT_THAT(piped.out, HasSubstr("hash-mismatch"));
+}
+
 TEST_F(DoctorVenv, AfterARealPipUninstallOfOneOwnerTheSurvivorIsMetadataOnlyAndOneRootExplainsIt) {
   TempDir dir;
   const std::string venv = copy_venv(dir);
