@@ -80,9 +80,19 @@ struct Scanned {
   std::map<std::string, rules::RuleSettings> rule_settings;
 };
 
-Scanned scan(const GlobalOptions& g, r::ScanDepth depth = r::ScanDepth::full) {
-  const r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
+// The environment found and the configuration read for it: what every scan starts from.
+struct Located {
+  r::EnvLayout layout;
+  Configuration config;
+};
+
+Located locate(const GlobalOptions& g) {
+  r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
   Configuration config = load_configuration(g, layout);
+  return {std::move(layout), std::move(config)};
+}
+
+Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth) {
   r::ScanOptions opts;
   opts.threads = g.threads;
   opts.depth = depth;
@@ -92,15 +102,23 @@ Scanned scan(const GlobalOptions& g, r::ScanDepth depth = r::ScanDepth::full) {
     for (auto q : r::split(p, ':'))
       if (!q.empty()) opts.preload.emplace_back(q);
   opts.ld_so_cache = g.ld_so_cache;
-  return {r::scan_environment(layout, opts), std::move(config.knowledge), std::move(config.rule_settings)};
+  return {r::scan_environment(located.layout, opts), std::move(located.config.knowledge),
+          std::move(located.config.rule_settings)};
 }
 
 // The model of a large venv is 100,000 small allocations; freeing them one by one at exit costs
 // more than some phases of the scan, so commands that end the process keep it.
-const Scanned& scan_kept(const GlobalOptions& g, r::ScanDepth depth = r::ScanDepth::full) {
+const Scanned& scan_kept(const GlobalOptions& g, Located located, r::ScanDepth depth = r::ScanDepth::full) {
   static auto* kept = new std::vector<std::unique_ptr<Scanned>>();
-  kept->push_back(std::make_unique<Scanned>(scan(g, depth)));
+  kept->push_back(std::make_unique<Scanned>(scan(g, std::move(located), depth)));
   return *kept->back();
+}
+
+const Scanned& scan_kept(const GlobalOptions& g) { return scan_kept(g, locate(g)); }
+
+// --timings: each phase of the scan, on standard error.
+void print_timings(const r::Environment& env) {
+  for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
 }
 
 }  // namespace
@@ -115,7 +133,7 @@ int run_scan(const GlobalOptions& g, std::ostream& out) {
     out << scan_text(env, knowledge, style_for(g));
   out.flush();
   if (g.timings) {
-    for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
+    print_timings(env);
     const auto done = std::chrono::steady_clock::now();
     std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "render",
                              std::chrono::duration<double, std::milli>(done - scanned).count(), "total",
@@ -190,19 +208,20 @@ std::function<void(std::uint64_t, std::uint64_t)> hash_progress_bar() {
 
 int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& out) {
   // The rules files decide which rules run, and so how much to scan: read them first.
-  const r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
+  Located located = locate(g);
   rules::DoctorOptions opts;
   opts.verify_hashes = d.verify_hashes;
   opts.select = d.select;
   opts.ignore = d.ignore;
   opts.threads = g.threads;
-  opts.settings = load_configuration(g, layout).rule_settings;
-  const auto& [env, knowledge, settings] = scan_kept(g, rules::scan_depth_for(opts));
+  opts.settings = located.config.rule_settings;
+  const auto depth = rules::scan_depth_for(opts);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), depth);
   if (!g.json) opts.hash_progress = hash_progress_bar();
   const auto rules_start = std::chrono::steady_clock::now();
   const auto report = rules::run_doctor(env, knowledge, opts);
   if (g.timings) {
-    for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
+    print_timings(env);
     std::cerr << fmt::format(
         "{:>22}: {:7.1f} ms\n", "rules",
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rules_start).count());

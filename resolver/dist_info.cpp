@@ -295,16 +295,6 @@ std::string requirement_name(std::string_view req) {
 
 namespace {
 
-std::optional<std::string> try_read(const std::filesystem::path& p) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(p, ec)) return std::nullopt;
-  try {
-    return read_file(p);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
 // "nvidia_cudnn_cu13-9.19.0.56.dist-info" -> {"nvidia_cudnn_cu13", "9.19.0.56"}
 std::pair<std::string, std::string> split_dist_info_name(std::string_view dir_name) {
   auto stem = dir_name.substr(0, dir_name.size() - std::string_view(".dist-info").size());
@@ -324,7 +314,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
   d.root = root;
   const std::filesystem::path dir = std::filesystem::path(site_dir) / dir_name;
 
-  if (auto text = try_read(dir / "METADATA")) {
+  if (auto text = try_read_file(dir / "METADATA")) {
     auto parsed = parse_metadata(*text, (dir / "METADATA").string());
     d.metadata = std::move(parsed.metadata);
     for (auto& diag : parsed.diagnostics) out.diagnostics.push_back(std::move(diag));
@@ -340,7 +330,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
 
   if (with_record == ReadRecord::no) {
     // Not asked for: neither read nor reported missing.
-  } else if (auto text = try_read(dir / "RECORD")) {
+  } else if (auto text = try_read_file(dir / "RECORD")) {
     auto parsed = parse_record(std::move(*text), (dir / "RECORD").string());
     d.record = std::move(parsed.rows);
     d.record_storage = std::move(parsed.storage);
@@ -350,17 +340,17 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
     out.diagnostics.push_back(
         {(dir / "RECORD").string(), std::nullopt, std::nullopt, "missing or unreadable; the dist's files are unknown"});
   }
-  if (auto text = try_read(dir / "INSTALLER")) d.installer = std::string(trim(split(*text, '\n').front()));
+  if (auto text = try_read_file(dir / "INSTALLER")) d.installer = std::string(trim(split(*text, '\n').front()));
   std::error_code ec;
   d.requested = std::filesystem::exists(dir / "REQUESTED", ec);
-  if (auto text = try_read(dir / "WHEEL")) {
+  if (auto text = try_read_file(dir / "WHEEL")) {
     d.wheel_generator = header_value(*text, "Generator");
     if (auto v = header_value(*text, "Root-Is-Purelib")) d.root_is_purelib = (*v == "true");
     for_each_header(*text, "", nullptr, [&](const std::string& k, std::string v, std::size_t) {
       if (iequals(k, "Tag")) d.wheel_tags.push_back(std::move(v));
     });
   }
-  if (auto text = try_read(dir / "direct_url.json")) {
+  if (auto text = try_read_file(dir / "direct_url.json")) {
     auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("url") && j["url"].is_string()) {
       d.direct_url = j["url"].get<std::string>();

@@ -59,9 +59,7 @@ std::string Environment::display(const std::string& path) const {
   return s ? relative_to(path, s->real) : path;
 }
 
-namespace {
-bool in_pycache(std::string_view path) { return path.find("/__pycache__/") != std::string_view::npos; }
-}  // namespace
+namespace {}  // namespace
 
 bool Environment::present(std::string_view path) const {
   if (on_disk.contains(path)) return true;

@@ -15,14 +15,6 @@ const SonameGroup* Knowledge::driver_group(const std::string& soname) const { re
 const SonameGroup* Knowledge::optional_group(const std::string& soname) const { return find_group(optional, soname); }
 const SonameGroup* Knowledge::dlopen_group(const std::string& soname) const { return find_group(dlopen, soname); }
 
-std::vector<std::pair<const CudaFamily*, int>> Knowledge::families_of_soname(const std::string& soname) const {
-  std::vector<std::pair<const CudaFamily*, int>> out;
-  for (const auto& [name, f] : families)
-    for (const auto& [major, m] : f.majors)
-      if (std::find(m.sonames.begin(), m.sonames.end(), soname) != m.sonames.end()) out.emplace_back(&f, major);
-  return out;
-}
-
 std::optional<std::pair<const CudaFamily*, int>> Knowledge::family_of_dist(const std::string& normalized) const {
   for (const auto& [name, f] : families)
     for (const auto& [major, m] : f.majors)

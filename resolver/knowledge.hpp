@@ -48,13 +48,10 @@ struct Knowledge {
   [[nodiscard]] const SonameGroup* optional_group(const std::string& soname) const;
   [[nodiscard]] const SonameGroup* dlopen_group(const std::string& soname) const;
 
-  // The families and majors whose wheels ship `soname` (libcudnn.so.9: cudnn 12 and 13).
-  [[nodiscard]] std::vector<std::pair<const CudaFamily*, int>> families_of_soname(const std::string& soname) const;
   // The family and major a dist (normalised name) provides, if it is a known provider.
   [[nodiscard]] std::optional<std::pair<const CudaFamily*, int>> family_of_dist(const std::string& normalized) const;
   // The major a site-relative folder belongs to when only one major installs there.
   [[nodiscard]] std::optional<int> major_of_folder(const std::string& folder) const;
-  [[nodiscard]] bool is_cuda_soname(const std::string& soname) const { return !families_of_soname(soname).empty(); }
 };
 
 }  // namespace cudafix::resolver

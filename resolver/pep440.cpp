@@ -1,5 +1,7 @@
 #include "resolver/pep440.hpp"
 
+#include "resolver/text.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -7,15 +9,8 @@
 namespace cudafix::resolver {
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_sep(char c) { return c == '-' || c == '_' || c == '.'; }
-
-std::string_view strip(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -69,7 +64,7 @@ int cmp_u64(std::uint64_t a, std::uint64_t b) { return a < b ? -1 : a > b ? 1 : 
 }  // namespace
 
 std::optional<Version> Version::parse(std::string_view text) {
-  const std::string low = lower(strip(text));
+  const std::string low = lower(trim(text));
   Cursor c(low);
   Version v;
   bool overflow = false;
@@ -371,7 +366,7 @@ bool valid_clause_version(const std::string& op, std::string_view v) {
 }  // namespace
 
 std::optional<Specifier> Specifier::parse(std::string_view text) {
-  std::string_view s = strip(text);
+  std::string_view s = trim(text);
   Specifier spec;
   for (std::string_view op : {"===", "~=", "==", "!=", "<=", ">=", "<", ">"}) {
     if (s.substr(0, op.size()) == op) {
@@ -382,9 +377,7 @@ std::optional<Specifier> Specifier::parse(std::string_view text) {
   if (spec.op_.empty()) return std::nullopt;
   const std::string_view rest = s.substr(spec.op_.size());
   // Whitespace may separate the operator from the version (\s*), and is stripped.
-  spec.version_ = std::string(strip(rest));
-  if (!rest.empty() && spec.op_ != "===" && rest.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos)
-    return std::nullopt;
+  spec.version_ = std::string(trim(rest));
   if (spec.op_ != "===" && spec.version_.empty()) return std::nullopt;
   if (!valid_clause_version(spec.op_, spec.version_)) return std::nullopt;
   return spec;
@@ -448,7 +441,7 @@ std::optional<SpecifierSet> SpecifierSet::parse(std::string_view text) {
   std::size_t start = 0;
   for (;;) {
     const std::size_t comma = text.find(',', start);
-    const std::string_view part = strip(text.substr(start, comma == text.npos ? text.npos : comma - start));
+    const std::string_view part = trim(text.substr(start, comma == text.npos ? text.npos : comma - start));
     if (!part.empty()) {
       auto s = Specifier::parse(part);
       if (!s) return std::nullopt;

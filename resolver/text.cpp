@@ -38,7 +38,7 @@ std::string normalize_name(std::string_view name) {
 }
 
 std::string_view trim(std::string_view s) {
-  const auto* ws = " \t\r\n";
+  const auto* ws = " \t\r\n\f\v";  // Python's \s, as PEP 440 strips
   const auto b = s.find_first_not_of(ws);
   if (b == std::string_view::npos) return {};
   const auto e = s.find_last_not_of(ws);
@@ -219,6 +219,16 @@ std::string read_file(const std::filesystem::path& path) {
   }
   ::close(fd);
   return out;
+}
+
+std::optional<std::string> try_read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
+  try {
+    return read_file(path);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 bool looks_like_shared_object(std::string_view name) {

@@ -1,7 +1,9 @@
 // Small string and path helpers shared by every reader. Look here before writing another.
 #pragma once
 
+#include <charconv>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +39,22 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out);
 
 // Reads a whole small file; throws Error naming the file on failure.
 [[nodiscard]] std::string read_file(const std::filesystem::path& path);
+// The same, or nullopt when it is no regular file or cannot be read (/proc files count).
+[[nodiscard]] std::optional<std::string> try_read_file(const std::filesystem::path& path);
+
+// The whole of `s` as a decimal number, or nullopt (empty, trailing junk, out of range).
+template <typename T>
+[[nodiscard]] std::optional<T> to_number(std::string_view s) {
+  T v{};
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Compiled bytecode's folder: listed in RECORDs, never walked, never a finding.
+[[nodiscard]] inline bool in_pycache(std::string_view path) {
+  return path.find("/__pycache__/") != std::string_view::npos;
+}
 
 // Names like libfoo.so, libfoo.so.1, libfoo.so.1.2 and Python's foo.cpython-312-x86_64-linux-gnu.so.
 [[nodiscard]] bool looks_like_shared_object(std::string_view file_name);

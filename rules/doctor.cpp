@@ -73,7 +73,13 @@ std::optional<int> cuda_major_of_name(std::string_view normalized) {
 
 std::string dist_label(const r::DistInfo& d) { return fmt::format("{} {}", d.name, d.version); }
 
-bool in_pycache(std::string_view path) { return path.find("/__pycache__/") != std::string_view::npos; }
+bool rule_wanted(const DoctorOptions& options, const std::string& id) {
+  if (!options.select.empty() && std::find(options.select.begin(), options.select.end(), id) == options.select.end())
+    return false;
+  if (std::find(options.ignore.begin(), options.ignore.end(), id) != options.ignore.end()) return false;
+  const auto it = options.settings.find(id);
+  return it == options.settings.end() || it->second.enabled;
+}
 
 struct Context {
   const r::Environment& env;
@@ -89,7 +95,8 @@ struct Context {
   };
   std::vector<std::vector<ParsedLine>> requirements;
   std::vector<std::optional<r::Version>> versions;
-  // soname -> the families and majors that ship it; asked once per NEEDED of every object.
+  // soname -> the families and majors that ship it (libcudnn.so.9: cudnn 12 and 13); asked once
+  // per NEEDED of every object, so indexed once here.
   std::unordered_map<std::string, std::vector<std::pair<const r::CudaFamily*, int>>> soname_index;
 
   void index_sonames() {
@@ -136,7 +143,10 @@ struct Context {
     return false;
   }
 
+  // Adds a finding of a rule that is to run and not allowed for its subject; returns its id, or
+  // -1 when it was left out.
   int add(Finding f) {
+    if (!rule_wanted(options, f.rule)) return -1;
     std::vector<std::string> subjects = f.sonames;
     for (const auto& p : f.paths) subjects.push_back(env.display(p));
     for (const auto& d : f.dists) subjects.push_back(d);
@@ -320,7 +330,7 @@ std::vector<MissingGroup> missing_groups(const r::Environment& env) {
   for (std::size_t i = 0; i < env.dists.size(); ++i) {
     MissingGroup g{static_cast<int>(i), {}, {}};
     for (const auto& p : env.missing[i]) {
-      if (in_pycache(p)) continue;
+      if (r::in_pycache(p)) continue;
       (r::looks_like_shared_object(r::base_name(p)) ? g.libraries : g.others).push_back(p);
     }
     if (!g.libraries.empty() || !g.others.empty()) out.push_back(std::move(g));
@@ -476,7 +486,7 @@ void check_shared_paths(Context& c) {
   // One finding per set of owners, listing every path they share.
   std::map<std::vector<int>, std::vector<std::string>> by_owners;
   for (auto& [path, owners] : c.env.shared_paths()) {
-    if (in_pycache(path)) continue;
+    if (r::in_pycache(path)) continue;
     by_owners[owners].push_back(path);
   }
   for (const auto& [owners, paths] : by_owners) {
@@ -962,14 +972,6 @@ void check_rule_names(const DoctorOptions& options) {
         throw r::Error(fmt::format("unknown rule '{}'; the rules are: {}", id, fmt::join(rule_ids(), ", ")));
 }
 
-bool rule_wanted(const DoctorOptions& options, const std::string& id) {
-  if (!options.select.empty() && std::find(options.select.begin(), options.select.end(), id) == options.select.end())
-    return false;
-  if (std::find(options.ignore.begin(), options.ignore.end(), id) != options.ignore.end()) return false;
-  const auto it = options.settings.find(id);
-  return it == options.settings.end() || it->second.enabled;
-}
-
 }  // namespace
 
 r::ScanDepth scan_depth_for(const DoctorOptions& options) {
@@ -1015,20 +1017,6 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
   if (wanted("missing-dlopen-library")) check_dlopen(c);
   if (wanted("invalid-metadata")) check_invalid_metadata(c);
   if (wanted("hash-mismatch") && options.verify_hashes) check_hashes(c, report);
-  // invalid-metadata findings also come from the requirement check; keep them only if wanted.
-  if (!wanted("invalid-metadata"))
-    c.found.erase(
-        std::remove_if(c.found.begin(), c.found.end(), [](const Finding& f) { return f.rule == "invalid-metadata"; }),
-        c.found.end());
-  // Ids were vector positions; erasing shifted them, so renumber causes through a map.
-  std::map<int, int> position;
-  for (std::size_t i = 0; i < c.found.size(); ++i) position[c.found[i].id] = static_cast<int>(i);
-  for (auto& f : c.found) {
-    std::vector<int> causes;
-    for (int cause : f.caused_by)
-      if (auto it = position.find(cause); it != position.end()) causes.push_back(it->second);
-    f.caused_by = causes;
-  }
   sort_and_number(c.found);
   report.findings = std::move(c.found);
   for (const auto& f : report.findings) {

@@ -1,5 +1,7 @@
 #include "installer/probe/diagnosis.hpp"
 
+#include "resolver/text.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -8,19 +10,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 namespace cudafix::installer::probe {
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text_or_empty(const std::string& path) { return resolver::try_read_file(path).value_or(""); }
 
 std::vector<std::string> dir_names(const std::string& dir) {
   std::vector<std::string> out;
@@ -47,7 +42,7 @@ int open_errno(const std::string& path) {
 bool process_running(const std::string& comm) {
   for (const auto& pid : dir_names("/proc")) {
     if (pid.empty() || pid[0] < '0' || pid[0] > '9') continue;
-    std::string c = read_text("/proc/" + pid + "/comm");
+    std::string c = read_text_or_empty("/proc/" + pid + "/comm");
     if (!c.empty() && c.back() == '\n') c.pop_back();
     if (c == comm) return true;
   }
@@ -244,9 +239,9 @@ HostFacts gather_host_facts(const std::vector<std::string>& ld_library_path) {
     h.device_nodes.insert(h.device_nodes.begin(), {"/dev/nvidiactl", ENOENT});
   static const std::regex module_re(R"(Kernel Module\s+(?:for\s+\S+\s+)?([0-9]+\.[0-9]+(\.[0-9]+)?))");
   std::smatch m;
-  const std::string version = read_text("/proc/driver/nvidia/version");
+  const std::string version = read_text_or_empty("/proc/driver/nvidia/version");
   if (std::regex_search(version, m, module_re)) h.kernel_module_version = m[1].str();
-  const std::string modules = read_text("/proc/modules");
+  const std::string modules = read_text_or_empty("/proc/modules");
   h.uvm_module_loaded = modules.find("nvidia_uvm ") != std::string::npos;
   if (!dir_names("/proc/driver/nvidia-nvswitch").empty()) h.nvswitch_present = true;
   h.fabric_manager_running = h.nvswitch_present && process_running("nv-fabricmanager");

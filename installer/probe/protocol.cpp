@@ -1,6 +1,6 @@
 #include "installer/probe/protocol.hpp"
 
-#include <charconv>
+#include "resolver/text.hpp"
 
 namespace cudafix::installer::probe {
 namespace {
@@ -28,15 +28,7 @@ std::vector<std::string> split_fields(std::string_view line) {
   return fields;
 }
 
-template <typename T>
-std::optional<T> number(const std::string& s) {
-  T v{};
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
-
-std::optional<int> device_of(const std::string& s) { return s == "-" ? std::nullopt : number<int>(s); }
+std::optional<int> device_of(const std::string& s) { return s == "-" ? std::nullopt : resolver::to_number<int>(s); }
 
 // The stage record a B or E line is about: the latest unfinished one with that name and device.
 StageRecord& stage_for(ProbeRecords& out, const std::string& stage, std::optional<int> device) {
@@ -51,21 +43,21 @@ bool parse_line(const std::vector<std::string>& f, ProbeRecords& out) {
   if (kind == "B" && f.size() == 3) {
     out.stages.push_back(begun(f[1], device_of(f[2])));
   } else if (kind == "E" && f.size() == 7) {
-    const auto ns = number<long long>(f[4]);
+    const auto ns = resolver::to_number<long long>(f[4]);
     if (!ns || (f[3] != "0" && f[3] != "1")) return false;
     StageRecord& s = stage_for(out, f[1], device_of(f[2]));
     s.ended = true;
     s.ok = f[3] == "1";
     s.ms = static_cast<double>(*ns) / 1e6;
-    s.code = f[5] == "-" ? std::nullopt : number<long long>(f[5]);
+    s.code = f[5] == "-" ? std::nullopt : resolver::to_number<long long>(f[5]);
     s.detail = f[6];
   } else if (kind == "D" && f.size() == 5) {
-    const auto ordinal = number<int>(f[1]);
+    const auto ordinal = resolver::to_number<int>(f[1]);
     if (!ordinal) return false;
     out.devices.push_back({*ordinal, f[2], f[3], f[4]});
   } else if (kind == "M" && f.size() == 4) {
-    const auto dev = number<std::uint64_t>(f[1]);
-    const auto ino = number<std::uint64_t>(f[2]);
+    const auto dev = resolver::to_number<std::uint64_t>(f[1]);
+    const auto ino = resolver::to_number<std::uint64_t>(f[2]);
     if (!dev || !ino) return false;
     out.mapped.push_back({*dev, *ino, f[3]});
   } else if (kind == "X" && f.size() == 2) {

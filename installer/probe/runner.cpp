@@ -11,10 +11,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "resolver/diagnostic.hpp"
+#include "resolver/text.hpp"
 
 extern char** environ;
 
@@ -121,16 +120,9 @@ void keep_tail(std::string& s, std::size_t keep) {
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The state letter from /proc/PID/stat (after the parenthesised command name).
 std::string process_state(pid_t pid) {
-  const std::string stat = read_small_file(fmt::format("/proc/{}/stat", pid));
+  const std::string stat = resolver::try_read_file(fmt::format("/proc/{}/stat", pid)).value_or("");
   const auto close = stat.rfind(')');
   if (close == std::string::npos || close + 2 >= stat.size()) return "?";
   return stat.substr(close + 2, 1);
@@ -216,7 +208,7 @@ ProbeRun run_probe(const ProbeCommand& c) {
     run.reaped = reap_until(pid, pidfd.get(), Clock::now() + c.reap_bound, run);
     if (!run.reaped) {
       run.state = process_state(pid);
-      run.wchan = read_small_file(fmt::format("/proc/{}/wchan", pid));
+      run.wchan = resolver::try_read_file(fmt::format("/proc/{}/wchan", pid)).value_or("");
     }
     drain(out.read.get(), run.output);
     drain(err.read.get(), run.errors);

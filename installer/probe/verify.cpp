@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <charconv>
 #include <regex>
 
 #include "resolver/pep440.hpp"
@@ -16,14 +15,6 @@ namespace r = cudafix::resolver;
 namespace {
 
 constexpr const char* k_libcuda = "libcuda.so.1";
-
-template <typename T>
-std::optional<T> number(std::string_view s) {
-  T v{};
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
 
 const StageRecord* find_stage(const ProbeRecords& records, std::string_view name) {
   for (const auto& s : records.stages)
@@ -300,8 +291,8 @@ FailureFacts failure_facts(const VerifyReport& rep) {
 std::optional<long long> cudnn_version_number(std::string_view dist_version) {
   const auto parts = r::split(dist_version, '.');
   if (parts.size() < 3) return std::nullopt;
-  const auto major = number<long long>(parts[0]), minor = number<long long>(parts[1]),
-             patch = number<long long>(parts[2]);
+  const auto major = resolver::to_number<long long>(parts[0]), minor = resolver::to_number<long long>(parts[1]),
+             patch = resolver::to_number<long long>(parts[2]);
   if (!major || !minor || !patch) return std::nullopt;
   return *major * (*major >= 9 ? 10000 : 1000) + *minor * 100 + *patch;
 }
@@ -338,9 +329,9 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
     rep.libcuda_real = r::real_path_of(s->detail);
   }
   if (const auto* s = find_stage(rep.records, "cuDriverGetVersion"); s && s->ok)
-    rep.driver_version = number<int>(s->detail);
+    rep.driver_version = resolver::to_number<int>(s->detail);
   if (const auto* s = find_stage(rep.records, "cudnnGetVersion"); s && s->ok)
-    rep.cudnn_version = number<long long>(s->detail);
+    rep.cudnn_version = resolver::to_number<long long>(s->detail);
   rep.runtime_major = runtime_major(env, prediction);
 
   const auto* loaded_stage = find_stage(rep.records, rep.consumer ? "dlopen consumer" : "dlopen cuDNN");
