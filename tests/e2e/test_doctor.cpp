@@ -12,6 +12,7 @@
 
 #include "resolver/dist_info.hpp"
 #include "resolver/text.hpp"
+#include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix {
@@ -25,25 +26,14 @@ using test::TempDir;
 using test::write_file;
 using ::testing::HasSubstr;
 
-const std::string k_bin = CUDAFIX_BIN;
-const std::string k_fixtures = CUDAFIX_FIXTURES;
-const std::string k_source = CUDAFIX_SOURCE_DIR;
-const std::string k_python = "/usr/bin/python3";
-const std::string k_no_cache = " --ld-so-cache /nonexistent/ld.so.cache";
+using test::k_bin;
+using test::k_fixtures;
+using test::k_no_cache;
+using test::k_python;
+using test::k_source;
 
-struct Doctor {
-  int exit_code = -1;
-  json doc;
-};
-
-Doctor doctor(const std::string& venv, const std::string& args = "") {
-  const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " doctor --json --venv " + shell_quote(venv) +
-                           k_no_cache + " " + args + " 2>/dev/null");
-  Doctor d;
-  d.exit_code = r.exit_code;
-  d.doc = json::parse(r.out, nullptr, false);
-  EXPECT_FALSE(d.doc.is_discarded()) << r.out.substr(0, 1000);
-  return d;
+test::JsonRun doctor(const std::string& venv, const std::string& args = "") {
+  return test::cudafix_json("doctor --venv " + shell_quote(venv) + k_no_cache + " " + args);
 }
 
 std::vector<json> of_rule(const json& doc, const std::string& rule) {

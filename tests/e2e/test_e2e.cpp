@@ -13,6 +13,7 @@
 
 #include "resolver/elf_writer.hpp"
 #include "resolver/text.hpp"
+#include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix {
@@ -27,24 +28,20 @@ using test::TempDir;
 using test::write_file;
 using ::testing::HasSubstr;
 
-const std::string k_bin = CUDAFIX_BIN;
-const std::string k_fixtures = CUDAFIX_FIXTURES;
-const std::string k_source = CUDAFIX_SOURCE_DIR;
-const std::string k_python = "/usr/bin/python3";
-// An ld.so.cache that does not exist: the answers then do not depend on what this host has
-// installed (this build machine has a CUDA toolkit in its cache).
-const std::string k_no_cache = " --ld-so-cache /nonexistent/ld.so.cache";
+using test::k_bin;
+using test::k_fixtures;
+using test::k_no_cache;
+using test::k_python;
+using test::k_source;
 
 RunResult cudafix(const std::string& args) {
   return run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " " + args);
 }
 
 json run_json(const std::string& args, int expected_exit = 0) {
-  const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " " + args + " --json 2>/dev/null");
+  const auto r = test::cudafix_json(args);
   EXPECT_EQ(r.exit_code, expected_exit) << args << "\n" << r.out.substr(0, 2000);
-  auto j = json::parse(r.out, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.out.substr(0, 500);
-  return j;
+  return r.doc;
 }
 
 const json* find_by(const json& list, const std::string& key, const std::string& value) {

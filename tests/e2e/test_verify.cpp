@@ -8,6 +8,7 @@
 #include <glob.h>
 #include <filesystem>
 
+#include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix {
@@ -21,8 +22,8 @@ using test::TempDir;
 using test::write_file;
 using ::testing::HasSubstr;
 
-const std::string k_bin = CUDAFIX_BIN;
-const std::string k_verify = std::string(CUDAFIX_FIXTURES) + "/verify";
+using test::k_bin;
+const std::string k_verify = test::k_fixtures + "/verify";
 
 std::string fake_cuda(const std::string& behaviour) { return k_verify + "/cuda/" + behaviour; }
 
@@ -74,14 +75,13 @@ struct Verify {
 // command (CUDA_VISIBLE_DEVICES=...).
 Verify verify(const FakeVenv& venv, const std::string& library_path, const std::string& args = "",
               const std::string& env = "") {
-  const std::string cmd = "env -u VIRTUAL_ENV " + env + " " + shell_quote(k_bin) + " verify --venv " +
-                          shell_quote(venv.root()) + " --ld-library-path " + shell_quote(library_path) + " " + args;
-  Verify v;
-  const auto r = run_shell(cmd + " --json 2>/dev/null");
-  v.exit_code = r.exit_code;
-  v.doc = json::parse(r.out, nullptr, false);
-  EXPECT_FALSE(v.doc.is_discarded()) << "not JSON: " << r.out.substr(0, 800);
-  v.text = run_shell(cmd + " --color never 2>&1").out;
+  const std::string command_args =
+      "verify --venv " + shell_quote(venv.root()) + " --ld-library-path " + shell_quote(library_path) + " " + args;
+  const auto r = test::cudafix_json(command_args, env);
+  Verify v{r.exit_code, r.doc, ""};
+  v.text =
+      run_shell("env -u VIRTUAL_ENV " + env + " " + shell_quote(k_bin) + " " + command_args + " --color never 2>&1")
+          .out;
   return v;
 }
 

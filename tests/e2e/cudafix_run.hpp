@@ -1,0 +1,41 @@
+// What the end-to-end tests share: where the binary, the fixtures and the sources are, and
+// running the binary for its JSON.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "tests/support/process.hpp"
+
+namespace cudafix::test {
+
+inline const std::string k_bin = CUDAFIX_BIN;
+inline const std::string k_fixtures = CUDAFIX_FIXTURES;
+inline const std::string k_source = CUDAFIX_SOURCE_DIR;
+inline const std::string k_python = "/usr/bin/python3";
+// An ld.so.cache that does not exist: the answers then do not depend on what this host has
+// installed (this build machine has a CUDA toolkit in its cache).
+inline const std::string k_no_cache = " --ld-so-cache /nonexistent/ld.so.cache";
+
+struct JsonRun {
+  int exit_code = -1;
+  nlohmann::json doc;
+  std::string out;
+};
+
+// `cudafix ARGS --json`, with VIRTUAL_ENV unset, `env_prefix` (such as "CUDA_VISIBLE_DEVICES=")
+// in its environment and standard error dropped. Output that is not JSON fails the test.
+inline JsonRun cudafix_json(const std::string& args, const std::string& env_prefix = "") {
+  JsonRun r;
+  const auto ran =
+      run_shell("env -u VIRTUAL_ENV " + env_prefix + " " + shell_quote(k_bin) + " " + args + " --json 2>/dev/null");
+  r.exit_code = ran.exit_code;
+  r.out = ran.out;
+  r.doc = nlohmann::json::parse(ran.out, nullptr, false);
+  EXPECT_FALSE(r.doc.is_discarded()) << "not JSON: " << ran.out.substr(0, 800);
+  return r;
+}
+
+}  // namespace cudafix::test
