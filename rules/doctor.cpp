@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <openssl/evp.h>
 #include <toml++/toml.h>
 #include <unistd.h>
 
@@ -15,6 +14,8 @@
 #include "resolver/diagnostic.hpp"
 #include "resolver/fs_walk.hpp"
 #include "resolver/pep508.hpp"
+#include "resolver/provenance.hpp"
+#include "resolver/requirements.hpp"
 #include "resolver/text.hpp"
 #include "resolver/unresolved.hpp"
 #include "rules/knowledge.hpp"
@@ -51,26 +52,6 @@ const std::vector<std::string>& rule_ids() {
 
 namespace {
 
-// A dist that ships CUDA libraries: a known family provider, an nvidia-* wheel, or one whose
-// RECORD lists files under nvidia/.
-bool is_cuda_provider(const r::Knowledge& k, const r::DistInfo& d) {
-  if (k.family_of_dist(d.normalized) || d.normalized.rfind("nvidia-", 0) == 0) return true;
-  return std::any_of(d.record.begin(), d.record.end(),
-                     [](const r::RecordRow& row) { return row.path.substr(0, 7) == "nvidia/"; });
-}
-
-// The CUDA major a dist's name says (-cu12 -> 12), if it says one.
-std::optional<int> cuda_major_of_name(std::string_view normalized) {
-  const auto at = normalized.rfind("-cu");
-  if (at == std::string_view::npos) return std::nullopt;
-  int major = 0;
-  const auto digits = normalized.substr(at + 3);
-  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string_view::npos)
-    return std::nullopt;
-  for (char c : digits) major = major * 10 + (c - '0');
-  return major;
-}
-
 std::string dist_label(const r::DistInfo& d) { return fmt::format("{} {}", d.name, d.version); }
 
 bool rule_wanted(const DoctorOptions& options, const std::string& id) {
@@ -88,13 +69,8 @@ struct Context {
   r::MarkerEnvironment markers;
   std::vector<Finding> found;
   // Every dist's Requires-Dist, parsed once (in parallel) for both requirement rules.
-  struct ParsedLine {
-    std::optional<r::Requirement> req;
-    std::string error;     // why the line is no PEP 508 requirement
-    bool applies = false;  // its marker holds here, with no extra asked for
-  };
-  std::vector<std::vector<ParsedLine>> requirements;
-  std::vector<std::optional<r::Version>> versions;
+  r::ParsedRequirements requirements;
+  bool requirements_parsed = false;
   // soname -> the families and majors that ship it (libcudnn.so.9: cudnn 12 and 13); asked once
   // per NEEDED of every object, so indexed once here.
   std::unordered_map<std::string, std::vector<std::pair<const r::CudaFamily*, int>>> soname_index;
@@ -112,23 +88,9 @@ struct Context {
   [[nodiscard]] bool is_cuda(const std::string& soname) const { return soname_index.count(soname) > 0; }
 
   void parse_requirements() {
-    if (!requirements.empty() || env.dists.empty()) return;
-    requirements.resize(env.dists.size());
-    versions.resize(env.dists.size());
-    r::parallel_for(env.dists.size(), options.threads, [&](std::size_t i) {
-      const auto& d = env.dists[i];
-      versions[i] = r::Version::parse(d.version);
-      for (const auto& line : d.metadata.requires_dist) {
-        ParsedLine p;
-        try {
-          p.req = r::Requirement::parse(line);
-          p.applies = !p.req->marker || p.req->marker->evaluate(markers).value_or(false);
-        } catch (const std::invalid_argument& e) {
-          p.error = e.what();
-        }
-        requirements[i].push_back(std::move(p));
-      }
-    });
+    if (requirements_parsed) return;
+    requirements = r::parse_requirements(env, markers, options.threads);
+    requirements_parsed = true;
   }
   [[nodiscard]] std::size_t index_of(const r::DistInfo& d) const {
     return static_cast<std::size_t>(&d - env.dists.data());
@@ -168,14 +130,6 @@ const r::DistInfo* installed(const r::Environment& env, const std::string& norma
   return i ? &env.dists[static_cast<std::size_t>(*i)] : nullptr;
 }
 
-// The dists pip sees: the first of each name, in the order of the site folders.
-std::vector<const r::DistInfo*> visible_dists(const r::Environment& env) {
-  std::vector<const r::DistInfo*> out;
-  for (std::size_t i = 0; i < env.dists.size(); ++i)
-    if (env.dist_index(env.dists[i].normalized) == static_cast<int>(i)) out.push_back(&env.dists[i]);
-  return out;
-}
-
 std::string without_marker(const std::string& line) {
   const auto semi = line.find(';');
   std::string s = line.substr(0, semi);
@@ -187,8 +141,8 @@ std::string without_marker(const std::string& line) {
 
 void check_requirements(Context& c) {
   c.parse_requirements();
-  for (const auto* d : visible_dists(c.env)) {
-    const auto& lines = c.requirements[c.index_of(*d)];
+  for (const auto* d : r::visible_dists(c.env)) {
+    const auto& lines = c.requirements.lines[c.index_of(*d)];
     for (std::size_t k = 0; k < lines.size(); ++k) {
       const std::string& line = d->metadata.requires_dist[k];
       const auto& parsed = lines[k];
@@ -215,7 +169,7 @@ void check_requirements(Context& c) {
         c.add(std::move(f));
         continue;
       }
-      const auto& version = c.versions[c.index_of(*dep)];
+      const auto& version = c.requirements.versions[c.index_of(*dep)];
       if (!version || req.specifier.contains(*version, true)) continue;
       f.message =
           fmt::format("{} has requirement {}, but you have {} {}", dist_label(*d), line, dep->name, dep->version);
@@ -251,7 +205,7 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
   }
   r::MarkerEnvironment env = c.markers;
   env["extra"] = extra;
-  const auto& lines = c.requirements[c.index_of(dist)];
+  const auto& lines = c.requirements.lines[c.index_of(dist)];
   for (std::size_t k = 0; k < lines.size(); ++k) {
     if (!lines[k].req) continue;  // reported as invalid-metadata by the requirement check
     const r::Requirement& req = *lines[k].req;
@@ -265,7 +219,7 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
              {root.dir_name, dist.dir_name});
       continue;
     }
-    const auto& version = c.versions[c.index_of(*dep)];
+    const auto& version = c.requirements.versions[c.index_of(*dep)];
     if (version && !req.specifier.contains(*version, true)) {
       report(fmt::format("{} needs {} through {}[{}], but {} {} is installed", dist_label(root), without_marker(line),
                          dist.name, extra, dep->name, dep->version),
@@ -278,8 +232,8 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
 
 void check_extras(Context& c) {
   c.parse_requirements();
-  for (const auto* d : visible_dists(c.env)) {
-    const auto& lines = c.requirements[c.index_of(*d)];
+  for (const auto* d : r::visible_dists(c.env)) {
+    const auto& lines = c.requirements.lines[c.index_of(*d)];
     for (std::size_t k = 0; k < lines.size(); ++k) {
       if (!lines[k].req || !lines[k].applies || lines[k].req->extras.empty()) continue;
       const r::Requirement& req = *lines[k].req;
@@ -356,7 +310,7 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
   std::map<int, int> ids;
   for (const auto& g : groups) {
     const auto& d = c.env.dists[static_cast<std::size_t>(g.dist)];
-    if (!is_cuda_provider(c.knowledge, d) || g.libraries.empty() || g.libraries.size() < listed_libraries(d)) continue;
+    if (!r::is_cuda_provider(c.knowledge, d) || g.libraries.empty() || g.libraries.size() < listed_libraries(d)) continue;
     if (!report) continue;
     Finding f;
     f.rule = "metadata-only";
@@ -379,7 +333,7 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
   if (!report) return ids;
   // Dists with no files but their dist-info: a meta package by design (cuda-toolkit, whose
   // extras pull the real wheels), or an nvidia placeholder (0.0.x) that stands in for one.
-  for (const auto* d : visible_dists(c.env)) {
+  for (const auto* d : r::visible_dists(c.env)) {
     if (has_payload(*d)) continue;
     Finding f;
     f.rule = "metadata-only";
@@ -429,59 +383,6 @@ void check_missing(Context& c, const std::vector<MissingGroup>& groups, const st
 
 // ---- shared-path --------------------------------------------------------------------------
 
-const r::RecordRow* row_for(const r::DistInfo& d, const std::string& abs) {
-  std::string joined;
-  for (const auto& row : d.record) {
-    r::join_normal(d.site_dir, row.path, joined);
-    if (joined == abs) return &row;
-  }
-  return nullptr;
-}
-
-std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes = nullptr);
-
-// The owners whose RECORD describes the bytes now on disk at `path`: by size first, and by
-// SHA-256 only when several owners' sizes match.
-std::vector<int> whose_bytes(const r::Environment& env, const std::string& path, const std::vector<int>& owners) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return {};
-  std::vector<int> whose;
-  for (int o : owners) {
-    const auto* row = row_for(env.dists[static_cast<std::size_t>(o)], path);
-    if (row && row->size && *row->size == static_cast<std::uint64_t>(st.st_size)) whose.push_back(o);
-  }
-  if (whose.size() <= 1) return whose;
-  const std::string hash = sha256_urlsafe(path);
-  std::vector<int> by_hash;
-  for (int o : whose) {
-    const auto* row = row_for(env.dists[static_cast<std::size_t>(o)], path);
-    if (row && row->hash == hash) by_hash.push_back(o);
-  }
-  return by_hash;
-}
-
-// The CUDA major a dist provides: from the families table, else its -cuNN suffix.
-std::optional<int> major_of_dist(const r::Knowledge& k, const r::DistInfo& d) {
-  if (auto f = k.family_of_dist(d.normalized)) return f->second;
-  return cuda_major_of_name(d.normalized);
-}
-
-// The CUDA major of one library file: its owner's; for a path two majors share, the owner
-// whose bytes are on disk; for an unowned file, its folder's, where one major installs there.
-std::optional<int> major_of_file(const r::Environment& env, const r::Knowledge& k, const std::string& path,
-                                 std::string* whose = nullptr) {
-  auto owners = env.owners_of(path);
-  if (owners.size() > 1) owners = whose_bytes(env, path, owners);
-  if (owners.size() == 1) {
-    const auto& d = env.dists[static_cast<std::size_t>(owners.front())];
-    if (whose) *whose = dist_label(d);
-    return major_of_dist(k, d);
-  }
-  const r::SiteDir* site = env.site_of(path);
-  if (!site) return std::nullopt;
-  return k.major_of_folder(r::relative_to(r::parent_dir(path), site->real));
-}
-
 void check_shared_paths(Context& c) {
   // One finding per set of owners, listing every path they share.
   std::map<std::vector<int>, std::vector<std::string>> by_owners;
@@ -498,7 +399,7 @@ void check_shared_paths(Context& c) {
       const auto& d = c.env.dists[static_cast<std::size_t>(o)];
       f.dists.push_back(d.dir_name);
       labels.push_back(dist_label(d));
-      if (auto m = major_of_dist(c.knowledge, d)) majors.insert(*m);
+      if (auto m = r::major_of_dist(c.knowledge, d)) majors.insert(*m);
     }
     bool libraries = false, differ = false, harmless = true;
     for (const auto& p : paths) {
@@ -508,10 +409,10 @@ void check_shared_paths(Context& c) {
       harmless = harmless && std::find(known.begin(), known.end(), c.env.display(p)) != known.end();
       std::set<std::string> recorded;
       for (int o : owners)
-        if (const auto* row = row_for(c.env.dists[static_cast<std::size_t>(o)], p))
+        if (const auto* row = r::row_for(c.env.dists[static_cast<std::size_t>(o)], p))
           recorded.insert(fmt::format("{}/{}", row->hash, row->size.value_or(0)));
       std::vector<std::string> whose;
-      for (int o : whose_bytes(c.env, p, owners)) whose.push_back(c.env.dists[static_cast<std::size_t>(o)].name);
+      for (int o : r::whose_bytes(c.env, p, owners)) whose.push_back(c.env.dists[static_cast<std::size_t>(o)].name);
       differ = differ || recorded.size() > 1;
       if (f.evidence.size() < 12)
         f.evidence.push_back(fmt::format("{}: bytes on disk are {}", c.env.display(p),
@@ -638,13 +539,15 @@ void check_mixed_majors(Context& c) {
       if (!res.found() || !c.is_cuda(res.name)) continue;
       for (int owner : c.env.owners_of(*res.path)) provider_dists_used.insert(owner);
       if (!c.env.site_of(*res.path)) continue;
-      std::string whose;
-      const auto major = major_of_file(c.env, c.knowledge, *res.path, &whose);
+      int whose = -1;
+      const auto major = r::major_of_file(c.env, c.knowledge, *res.path, &whose);
       if (!major) continue;
       loaded.insert(*major);
       if (!needed.empty() && !needed.count(*major))
         mismatches.push_back(fmt::format("{} => {} ({}, CUDA {})", res.name, c.env.display(*res.path),
-                                         whose.empty() ? "no dist" : whose + "'s bytes", *major));
+                                         whose < 0 ? "no dist"
+                                                   : dist_label(c.env.dists[static_cast<std::size_t>(whose)]) + "'s bytes",
+                                         *major));
     }
     if (needed.size() < 2 && mismatches.empty() && loaded.size() < 2) continue;
     Finding f;
@@ -702,7 +605,7 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
       const auto& families = c.families(res.name);
       std::string required, required_dist;
       for (int owner : o.owners) {
-        const auto& lines = c.requirements[static_cast<std::size_t>(owner)];
+        const auto& lines = c.requirements.lines[static_cast<std::size_t>(owner)];
         for (std::size_t k = 0; k < lines.size() && required.empty(); ++k) {
           if (!lines[k].req || !lines[k].applies) continue;
           const auto fam = c.knowledge.family_of_dist(lines[k].req->normalized);
@@ -821,58 +724,6 @@ void check_invalid_metadata(Context& c) {
 
 // ---- hash-mismatch ------------------------------------------------------------------------
 
-std::string base64url_nopad(const unsigned char* data, std::size_t n) {
-  static constexpr char k_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  for (std::size_t i = 0; i < n; i += 3) {
-    const std::uint32_t v = (std::uint32_t{data[i]} << 16) | (i + 1 < n ? std::uint32_t{data[i + 1]} << 8 : 0) |
-                            (i + 2 < n ? std::uint32_t{data[i + 2]} : 0);
-    out += k_alphabet[(v >> 18) & 63];
-    out += k_alphabet[(v >> 12) & 63];
-    if (i + 1 < n) out += k_alphabet[(v >> 6) & 63];
-    if (i + 2 < n) out += k_alphabet[v & 63];
-  }
-  return out;
-}
-
-// RECORD's hash form: SHA-256, urlsafe base64 without padding. Empty when unreadable.
-std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  // One buffer per thread: zeroing a fresh megabyte per file cost more than hashing small files.
-  thread_local std::vector<unsigned char> buf(1 << 20);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  std::uint64_t total = 0;
-  auto read_some = [&]() -> ssize_t {
-    for (;;) {
-      const ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      return n;
-    }
-  };
-  ssize_t n = read_some();
-  if (n >= 0 && static_cast<std::size_t>(n) < buf.size()) {
-    // Most files fit in one read: hash them in one call, without a digest context.
-    total = static_cast<std::uint64_t>(n);
-    EVP_Digest(buf.data(), static_cast<std::size_t>(n), md, &len, EVP_sha256(), nullptr);
-  } else {
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-    while (n > 0) {
-      EVP_DigestUpdate(ctx, buf.data(), static_cast<std::size_t>(n));
-      total += static_cast<std::uint64_t>(n);
-      n = read_some();
-    }
-    EVP_DigestFinal_ex(ctx, md, &len);
-    EVP_MD_CTX_free(ctx);
-  }
-  ::close(fd);
-  if (n < 0) return "";
-  if (bytes) *bytes = total;
-  return base64url_nopad(md, len);
-}
-
 void check_hashes(Context& c, DoctorReport& report) {
   struct Job {
     int dist;
@@ -899,7 +750,7 @@ void check_hashes(Context& c, DoctorReport& report) {
   std::atomic<std::uint64_t> done{0};
   r::parallel_for(jobs.size(), c.options.threads, [&](std::size_t k) {
     std::uint64_t n = 0;
-    digests[k] = sha256_urlsafe(jobs[k].path, &n);
+    digests[k] = r::sha256_urlsafe(jobs[k].path, &n);
     const auto now = done.fetch_add(n) + n;
     if (c.options.hash_progress) c.options.hash_progress(now, total_bytes);
   });
@@ -916,7 +767,7 @@ void check_hashes(Context& c, DoctorReport& report) {
     for (int other : c.env.owners_of(j.path)) {
       if (other == j.dist) continue;
       const auto& od = c.env.dists[static_cast<std::size_t>(other)];
-      if (const auto* row = row_for(od, j.path); row && row->hash == digests[k])
+      if (const auto* row = r::row_for(od, j.path); row && row->hash == digests[k])
         matches = fmt::format(": the content is {}'s (it matches that dist's RECORD)", dist_label(od));
     }
     f.message =
@@ -995,10 +846,10 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
       env,
       knowledge,
       options,
-      r::marker_environment(env.layout.python_full_version.value_or(env.layout.python_version.value_or("3") + ".0")),
+      r::marker_environment_of(env.layout),
       {},
       {},
-      {},
+      false,
       {}};
   c.index_sonames();
   DoctorReport report;

@@ -1,0 +1,140 @@
+#include "resolver/provenance.hpp"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "resolver/text.hpp"
+
+namespace cudafix::resolver {
+namespace {
+
+std::string base64url_nopad(const unsigned char* data, std::size_t n) {
+  static constexpr char k_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  for (std::size_t i = 0; i < n; i += 3) {
+    const std::uint32_t v = (std::uint32_t{data[i]} << 16) | (i + 1 < n ? std::uint32_t{data[i + 1]} << 8 : 0) |
+                            (i + 2 < n ? std::uint32_t{data[i + 2]} : 0);
+    out += k_alphabet[(v >> 18) & 63];
+    out += k_alphabet[(v >> 12) & 63];
+    if (i + 1 < n) out += k_alphabet[(v >> 6) & 63];
+    if (i + 2 < n) out += k_alphabet[v & 63];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  // One buffer per thread: zeroing a fresh megabyte per file cost more than hashing small files.
+  thread_local std::vector<unsigned char> buf(1 << 20);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  std::uint64_t total = 0;
+  auto read_some = [&]() -> ssize_t {
+    for (;;) {
+      const ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      return n;
+    }
+  };
+  ssize_t n = read_some();
+  if (n >= 0 && static_cast<std::size_t>(n) < buf.size()) {
+    // Most files fit in one read: hash them in one call, without a digest context.
+    total = static_cast<std::uint64_t>(n);
+    EVP_Digest(buf.data(), static_cast<std::size_t>(n), md, &len, EVP_sha256(), nullptr);
+  } else {
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    while (n > 0) {
+      EVP_DigestUpdate(ctx, buf.data(), static_cast<std::size_t>(n));
+      total += static_cast<std::uint64_t>(n);
+      n = read_some();
+    }
+    EVP_DigestFinal_ex(ctx, md, &len);
+    EVP_MD_CTX_free(ctx);
+  }
+  ::close(fd);
+  if (n < 0) return "";
+  if (bytes) *bytes = total;
+  return base64url_nopad(md, len);
+}
+
+
+// A dist that ships CUDA libraries: a known family provider, an nvidia-* wheel, or one whose
+// RECORD lists files under nvidia/.
+bool is_cuda_provider(const Knowledge& k, const DistInfo& d) {
+  if (k.family_of_dist(d.normalized) || d.normalized.rfind("nvidia-", 0) == 0) return true;
+  return std::any_of(d.record.begin(), d.record.end(),
+                     [](const RecordRow& row) { return row.path.substr(0, 7) == "nvidia/"; });
+}
+
+// The CUDA major a dist's name says (-cu12 -> 12), if it says one.
+std::optional<int> cuda_major_of_name(std::string_view normalized) {
+  const auto at = normalized.rfind("-cu");
+  if (at == std::string_view::npos) return std::nullopt;
+  int major = 0;
+  const auto digits = normalized.substr(at + 3);
+  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  for (char c : digits) major = major * 10 + (c - '0');
+  return major;
+}
+
+const RecordRow* row_for(const DistInfo& d, const std::string& abs) {
+  std::string joined;
+  for (const auto& row : d.record) {
+    join_normal(d.site_dir, row.path, joined);
+    if (joined == abs) return &row;
+  }
+  return nullptr;
+}
+
+// The owners whose RECORD describes the bytes now on disk at `path`: by size first, and by
+// SHA-256 only when several owners' sizes match.
+std::vector<int> whose_bytes(const Environment& env, const std::string& path, const std::vector<int>& owners) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  std::vector<int> whose;
+  for (int o : owners) {
+    const auto* row = row_for(env.dists[static_cast<std::size_t>(o)], path);
+    if (row && row->size && *row->size == static_cast<std::uint64_t>(st.st_size)) whose.push_back(o);
+  }
+  if (whose.size() <= 1) return whose;
+  const std::string hash = sha256_urlsafe(path);
+  std::vector<int> by_hash;
+  for (int o : whose) {
+    const auto* row = row_for(env.dists[static_cast<std::size_t>(o)], path);
+    if (row && row->hash == hash) by_hash.push_back(o);
+  }
+  return by_hash;
+}
+
+// The CUDA major a dist provides: from the families table, else its -cuNN suffix.
+std::optional<int> major_of_dist(const Knowledge& k, const DistInfo& d) {
+  if (auto f = k.family_of_dist(d.normalized)) return f->second;
+  return cuda_major_of_name(d.normalized);
+}
+
+// The CUDA major of one library file: its owner's; for a path two majors share, the owner
+// whose bytes are on disk; for an unowned file, its folder's, where one major installs there.
+std::optional<int> major_of_file(const Environment& env, const Knowledge& k, const std::string& path,
+                                 int* owner) {
+  auto owners = env.owners_of(path);
+  if (owners.size() > 1) owners = whose_bytes(env, path, owners);
+  if (owners.size() == 1) {
+    if (owner) *owner = owners.front();
+    return major_of_dist(k, env.dists[static_cast<std::size_t>(owners.front())]);
+  }
+  const SiteDir* site = env.site_of(path);
+  if (!site) return std::nullopt;
+  return k.major_of_folder(relative_to(parent_dir(path), site->real));
+}
+
+}  // namespace cudafix::resolver

@@ -1,0 +1,41 @@
+// Where a library comes from: which owner's RECORD describes the bytes on disk at a path, and
+// the CUDA major of a dist or of one library file. Shared by doctor's rules and the planner.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "resolver/environment.hpp"
+#include "resolver/knowledge.hpp"
+
+namespace cudafix::resolver {
+
+// RECORD's hash form of a file: SHA-256, urlsafe base64 without padding. Empty when the file
+// cannot be read; `bytes` gets the number of bytes hashed.
+[[nodiscard]] std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes = nullptr);
+
+// The row of `d`'s RECORD that names `abs` (absolute, normalised), or null.
+[[nodiscard]] const RecordRow* row_for(const DistInfo& d, const std::string& abs);
+
+// The owners whose RECORD describes the bytes now on disk at `path`: by size first, and by
+// SHA-256 only when several owners' sizes match.
+[[nodiscard]] std::vector<int> whose_bytes(const Environment& env, const std::string& path,
+                                           const std::vector<int>& owners);
+
+// A dist that ships CUDA libraries: a known family provider, an nvidia-* wheel, or one whose
+// RECORD lists files under nvidia/.
+[[nodiscard]] bool is_cuda_provider(const Knowledge& k, const DistInfo& d);
+// The CUDA major a dist's name says (-cu12 -> 12), if it says one.
+[[nodiscard]] std::optional<int> cuda_major_of_name(std::string_view normalized);
+// The CUDA major a dist provides: from the families table, else its -cuNN suffix.
+[[nodiscard]] std::optional<int> major_of_dist(const Knowledge& k, const DistInfo& d);
+// The CUDA major of one library file: its owner's; for a path two majors share, the owner
+// whose bytes are on disk (`owner` gets it); for an unowned file, its folder's, where one major
+// installs there.
+[[nodiscard]] std::optional<int> major_of_file(const Environment& env, const Knowledge& k, const std::string& path,
+                                               int* owner = nullptr);
+
+}  // namespace cudafix::resolver
