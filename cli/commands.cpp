@@ -233,6 +233,32 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   return report.errors > 0 ? 1 : 0;
 }
 
+int run_plan_remove(const GlobalOptions& g, const std::vector<std::string>& names, std::ostream& out) {
+  const auto& [env, knowledge, settings] = scan_kept(g);
+  std::vector<int> dists;
+  std::vector<std::string> unknown;
+  for (const auto& n : names) {
+    // A name as pip takes it, or a dist-info folder name as JSON gives it.
+    const std::string wanted = n.ends_with(".dist-info") ? n : r::normalize_name(n);
+    std::optional<int> found;
+    for (std::size_t i = 0; i < env.dists.size() && !found; ++i)
+      if (env.dists[i].dir_name == wanted) found = static_cast<int>(i);
+    if (!found) found = env.dist_index(wanted);
+    if (found)
+      dists.push_back(*found);
+    else
+      unknown.push_back(n);
+  }
+  if (!unknown.empty())
+    throw r::Error(fmt::format("not installed in {}: {}", env.layout.root, fmt::join(unknown, ", ")));
+  const auto plan = r::plan_removal(env, knowledge, dists, g.threads);
+  if (g.json)
+    out << plan_remove_json(env, knowledge, plan) << '\n';
+  else if (!g.quiet || !plan.safe())
+    out << plan_remove_text(env, plan, style_for(g));
+  return plan.safe() ? 0 : 1;
+}
+
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, std::ostream& out) {
   std::string dir;
   if (dir_opt) {

@@ -36,6 +36,8 @@ struct DoctorCliOptions {
   std::vector<std::string> select, ignore;
 };
 int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& out);
+// `plan remove DIST...`: exit 0 safe, 1 unsafe, 2 when a DIST is not installed.
+int run_plan_remove(const GlobalOptions& g, const std::vector<std::string>& dists, std::ostream& out);
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir, std::ostream& out);
 // Developer command: writes an environment from a corpus-format description (file or "-").
 int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,

@@ -523,6 +523,105 @@ std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge
   return w.take();
 }
 
+namespace {
+
+// Files, then folders with a trailing '/', in one sorted list as the user sees them.
+void deletion_json(Doc& d, const r::Environment& env, const r::Deletion& del) {
+  std::vector<std::pair<std::string, std::string>> shown;  // (display, absolute)
+  for (const auto& f : del.files) shown.emplace_back(env.display(f), f);
+  for (const auto& dir : del.dirs) shown.emplace_back(env.display(dir) + "/", dir + "/");
+  std::sort(shown.begin(), shown.end());
+  d.w.begin_array();
+  for (const auto& [display, abs] : shown) d.path(abs);
+  d.w.end_array();
+}
+
+void breaks_json(Doc& d, const r::Environment& env, const std::vector<r::Break>& breaks) {
+  auto& w = d.w;
+  w.begin_array();
+  for (const auto& b : breaks) {
+    w.begin_object().key("consumer");
+    d.path(b.consumer);
+    w.key("consumer_dist");
+    if (b.consumer_dist >= 0)
+      w.value(env.dists[static_cast<std::size_t>(b.consumer_dist)].dir_name);
+    else
+      w.null();
+    w.key("soname").value(b.soname);
+    w.key("kind").value(b.kind == r::RequiredBy::needed ? "needed" : "dlopen");
+    w.key("before");
+    d.path(b.before);
+    w.key("after");
+    if (b.after)
+      d.path(*b.after);
+    else
+      w.null();
+    w.key("after_version");
+    d.optional_string(b.after_version);
+    w.key("why").value(b.why).end_object();
+  }
+  w.end_array();
+}
+
+void left_json(Doc& d, const r::Environment& env, const std::vector<r::LeftBehind>& left, bool metadata_only) {
+  std::vector<int> dists;
+  for (const auto& l : left)
+    if (l.metadata_only == metadata_only) dists.push_back(l.dist);
+  if (metadata_only) {
+    d.dists(dists);
+    return;
+  }
+  d.w.begin_array();
+  for (const auto& l : left) {
+    if (l.metadata_only) continue;
+    d.w.begin_object().key("dist").value(env.dists[static_cast<std::size_t>(l.dist)].dir_name).key("paths");
+    d.paths(l.paths);
+    d.w.end_object();
+  }
+  d.w.end_array();
+}
+
+}  // namespace
+
+std::string plan_remove_json(const r::Environment& env, const r::Knowledge& knowledge, const r::RemovalPlan& plan) {
+  Doc d(env, knowledge);
+  auto& w = d.w;
+  d.header("plan remove");
+  w.key("removing");
+  d.dists(plan.removing);
+  w.key("safe").value(plan.safe()).key("safe_with_cudafix").value(plan.safe_with_cudafix());
+  w.key("pip_would_delete");
+  deletion_json(d, env, plan.pip.deletion);
+  w.key("cudafix_would_delete");
+  deletion_json(d, env, plan.cudafix.deletion);
+  w.key("cudafix_keeps");
+  d.paths(plan.cudafix.deletion.kept);
+  w.key("breaks");
+  breaks_json(d, env, plan.pip.breaks);
+  w.key("breaks_with_cudafix");
+  breaks_json(d, env, plan.cudafix.breaks);
+  w.key("requirement_breaks").begin_array();
+  for (const auto& rb : plan.requirement_breaks) {
+    w.begin_object()
+        .key("dist")
+        .value(env.dists[static_cast<std::size_t>(rb.dist)].dir_name)
+        .key("requirement")
+        .value(rb.requirement)
+        .key("removed")
+        .value(env.dists[static_cast<std::size_t>(rb.removed)].dir_name)
+        .end_object();
+  }
+  w.end_array();
+  w.key("left_metadata_only");
+  left_json(d, env, plan.pip.left, true);
+  w.key("left_metadata_only_with_cudafix");
+  left_json(d, env, plan.cudafix.left, true);
+  w.key("left_with_missing_files");
+  left_json(d, env, plan.pip.left, false);
+  w.end_object();
+  return w.take();
+}
+
 std::string error_json(const std::string& command, const std::string& message) {
   JsonWriter w;
   w.begin_object();

@@ -8,6 +8,7 @@
 #include "installer/probe/verify.hpp"
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
+#include "resolver/plan.hpp"
 #include "resolver/why.hpp"
 #include "rules/doctor.hpp"
 
@@ -20,6 +21,8 @@ namespace cudafix::cli {
                                       const installer::probe::VerifyReport& report);
 [[nodiscard]] std::string doctor_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                       const rules::DoctorReport& report);
+[[nodiscard]] std::string plan_remove_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                           const resolver::RemovalPlan& plan);
 [[nodiscard]] std::string error_json(const std::string& command, const std::string& message);
 
 }  // namespace cudafix::cli

@@ -58,6 +58,12 @@ int main(int argc, char** argv) {
       ->add_option("--consumer", verify_opts.consumer,
                    "the library to dlopen for cuDNN (default: the environment's, e.g. torch/lib/libtorch_cuda.so)")
       ->check(CLI::ExistingFile);
+  auto* plan = app.add_subcommand("plan", "dry runs and repair plans; changes nothing");
+  plan->require_subcommand(1);
+  std::vector<std::string> remove_dists;
+  auto* plan_remove = plan->add_subcommand(
+      "remove", "what pip uninstall would delete, what cudafix would delete, and what either breaks");
+  plan_remove->add_option("DIST", remove_dists, "the dists to remove (names as pip takes them)")->required();
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
@@ -79,12 +85,14 @@ int main(int argc, char** argv) {
   g.color = color == "always" ? ColorMode::always : color == "never" ? ColorMode::never : ColorMode::auto_;
   if (llp->count()) g.ld_library_path = ld_library_path;
 
-  const char* command = app.get_subcommands().front()->get_name().c_str();
+  std::string command = app.get_subcommands().front()->get_name();
+  if (plan->parsed()) command += " " + plan->get_subcommands().front()->get_name();
   try {
     if (scan->parsed()) return run_scan(g, std::cout);
     if (why->parsed()) return run_why(g, query, std::cout);
     if (doctor->parsed()) return run_doctor(g, doctor_opts, std::cout);
     if (verify->parsed()) return run_verify(g, verify_opts, std::cout);
+    if (plan_remove->parsed()) return run_plan_remove(g, remove_dists, std::cout);
     if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {

@@ -379,4 +379,78 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
   return out;
 }
 
+namespace {
+
+std::string count_of(std::size_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
+std::string deletion_summary(const r::Deletion& d) {
+  return fmt::format("{} and {}", count_of(d.files.size(), "file", "files"), count_of(d.dirs.size(), "folder", "folders"));
+}
+
+void breaks_lines(const r::Environment& env, const std::vector<r::Break>& breaks, const Style& st, std::string& out) {
+  const std::size_t limit = st.verbose ? breaks.size() : std::min<std::size_t>(breaks.size(), 20);
+  for (std::size_t i = 0; i < limit; ++i) {
+    const auto& b = breaks[i];
+    const std::string who =
+        b.consumer_dist >= 0 ? fmt::format(" ({})", env.dists[static_cast<std::size_t>(b.consumer_dist)].name) : "";
+    out += fmt::format("  {}{} {} {}: {} -> {}\n", shown(env, b.consumer), who,
+                       b.kind == r::RequiredBy::needed ? "NEEDs" : "dlopens", st.bold(b.soname), shown(env, b.before),
+                       b.after ? shown(env, *b.after) + (b.after_version ? " (" + *b.after_version + ")" : "")
+                               : st.bad("nothing"));
+    out += st.dim(fmt::format("    {}\n", b.why));
+  }
+  if (limit < breaks.size()) out += st.dim(fmt::format("  ... {} more; -v shows them\n", breaks.size() - limit));
+}
+
+}  // namespace
+
+std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& plan, const Style& st) {
+  std::vector<std::string> names;
+  for (int d : plan.removing) {
+    const auto& dist = env.dists[static_cast<std::size_t>(d)];
+    names.push_back(fmt::format("{} {}", dist.name, dist.version));
+  }
+  std::string out = fmt::format("{} {}\n", st.bold("cudafix plan remove"), fmt::join(names, ", "));
+  out += fmt::format("pip uninstall would delete {}; cudafix would delete {}", deletion_summary(plan.pip.deletion),
+                     deletion_summary(plan.cudafix.deletion));
+  if (!plan.cudafix.deletion.kept.empty())
+    out += fmt::format(" (keeping {} that other dists list)",
+                       count_of(plan.cudafix.deletion.kept.size(), "file", "files"));
+  out += "\n";
+  auto section = [&](const char* title, const r::Outcome& o) {
+    if (!o.breaks.empty()) {
+      out += fmt::format("\n{} ({}):\n", st.bad(title), count_of(o.breaks.size(), "library breaks", "libraries break"));
+      breaks_lines(env, o.breaks, st, out);
+    }
+    for (const auto& l : o.left) {
+      const auto& d = env.dists[static_cast<std::size_t>(l.dist)];
+      if (l.metadata_only)
+        out += fmt::format("  {} {} would be left metadata-only: all {} of its files deleted\n", st.bad(d.name),
+                           d.version, l.paths.size());
+      else
+        out += fmt::format("  {} {} would lose {}, e.g. {}\n", st.warn(d.name), d.version,
+                           count_of(l.paths.size(), "listed file", "listed files"), shown(env, l.paths.front()));
+    }
+  };
+  section("with pip uninstall", plan.pip);
+  if (plan.cudafix.deletion.files != plan.pip.deletion.files) section("with cudafix's owner-counted removal", plan.cudafix);
+  if (!plan.requirement_breaks.empty()) {
+    out += fmt::format("\n{}:\n", st.bad("requirements left unmet"));
+    for (const auto& rb : plan.requirement_breaks) {
+      const auto& d = env.dists[static_cast<std::size_t>(rb.dist)];
+      out += fmt::format("  {} {} requires {}\n", d.name, d.version, rb.requirement);
+    }
+  }
+  out += "\n";
+  if (plan.safe())
+    out += st.good("safe: nothing required breaks\n");
+  else if (plan.safe_with_cudafix())
+    out += st.warn("unsafe with pip uninstall; safe with owner counting (cudafix_would_delete), which keeps what other dists list\n");
+  else
+    out += st.bad("unsafe: the removal breaks what is listed above\n");
+  return out;
+}
+
 }  // namespace cudafix::cli

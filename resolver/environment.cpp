@@ -305,6 +305,8 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
   }
 }
 
+void index_objects(Environment& env);
+
 void read_objects(Environment& env, const std::vector<std::string>& candidates,
                   const std::vector<std::string>& symlink_candidates, unsigned threads) {
   std::vector<ElfRead> reads(candidates.size());
@@ -328,7 +330,15 @@ void read_objects(Environment& env, const std::vector<std::string>& candidates,
       env.objects[it->second].aliases.push_back(link);
   }
   for (auto& o : env.objects) std::sort(o.aliases.begin(), o.aliases.end());
-  // Indexes for providers() and consumers(), each object once per name, in path order.
+  index_objects(env);
+}
+
+// Indexes for object(), providers() and consumers(), each object once per name, in path order.
+void index_objects(Environment& env) {
+  env.object_by_path.clear();
+  env.objects_by_name.clear();
+  env.objects_needing.clear();
+  for (std::size_t i = 0; i < env.objects.size(); ++i) env.object_by_path[env.objects[i].path] = i;
   for (std::size_t i = 0; i < env.objects.size(); ++i) {
     const auto& o = env.objects[i];
     std::vector<std::string> names{std::string(base_name(o.path))};
@@ -543,6 +553,53 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   if (options.resolve) resolve_objects(env, options.threads);
   phase("process model");
   sort_diagnostics(env.diagnostics);
+  return env;
+}
+
+Environment simulate(const Environment& before, const WhatIf& change, unsigned threads) {
+  Environment env;
+  env.layout = before.layout;
+  env.elf_cache = before.elf_cache;
+  env.main_executable = before.main_executable;
+  auto deleted = std::make_shared<const std::unordered_set<std::string>>(change.deleted);
+  std::vector<int> new_index(before.dists.size(), -1);
+  for (std::size_t d = 0; d < before.dists.size(); ++d) {
+    if (std::find(change.removed_dists.begin(), change.removed_dists.end(), static_cast<int>(d)) !=
+        change.removed_dists.end())
+      continue;
+    new_index[d] = static_cast<int>(env.dists.size());
+    env.dist_by_name.emplace(before.dists[d].normalized, static_cast<int>(env.dists.size()));
+    env.dists.push_back(before.dists[d]);
+    auto missing = before.missing.empty() ? std::vector<std::string>{} : before.missing[d];
+    // What the change deletes from a kept dist's files is missing afterwards.
+    std::string abs;
+    for (const auto& row : before.dists[d].record) {
+      join_normal(before.dists[d].site_dir, row.path, abs);
+      if (deleted->count(abs)) missing.push_back(abs);
+    }
+    std::sort(missing.begin(), missing.end());
+    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+    env.missing.push_back(std::move(missing));
+  }
+  for (const auto& o : before.objects) {
+    if (deleted->count(o.path)) continue;
+    SharedObject kept = o;
+    kept.owners.clear();
+    for (int owner : o.owners)
+      if (new_index[static_cast<std::size_t>(owner)] >= 0) kept.owners.push_back(new_index[static_cast<std::size_t>(owner)]);
+    std::erase_if(kept.aliases, [&](const std::string& a) { return deleted->count(a) > 0; });
+    kept.resolutions.clear();
+    kept.context.clear();
+    env.objects.push_back(std::move(kept));
+  }
+  index_objects(env);
+  if (before.loader) {
+    LoaderConfig config = before.loader->config();
+    config.deleted = deleted;
+    env.loader = std::make_shared<LoaderModel>(std::move(config), before.loader->shared_elf_cache(),
+                                               before.loader->shared_ld_cache());
+    resolve_objects(env, threads);
+  }
   return env;
 }
 

@@ -106,6 +106,18 @@ class Environment {
   [[nodiscard]] Process process_for(int dist) const;
 };
 
+// A what-if for the planner: some dists uninstalled and some files deleted.
+struct WhatIf {
+  std::vector<int> removed_dists;           // indexes into the scanned Environment's dists
+  std::unordered_set<std::string> deleted;  // absolute paths, as the scan names them (real folders)
+};
+
+// The environment as it would be after `change`, with the process model run again on it: the
+// removed dists are gone, deleted files are absent from every search, kept dists list deleted
+// files as missing. The walk and the ownership index are not carried over (on_disk, owners_of
+// and shared_paths answer for nothing); objects keep their owners, renumbered.
+[[nodiscard]] Environment simulate(const Environment& before, const WhatIf& change, unsigned threads = 0);
+
 // Scans the environment. Broken inputs become diagnostics; throws Error only when the
 // environment cannot be read at all.
 [[nodiscard]] Environment scan_environment(const EnvLayout& layout, const ScanOptions& options = {});

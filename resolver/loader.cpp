@@ -142,7 +142,7 @@ const std::string& LoaderModel::real_file(const std::string& path) const {
 bool LoaderModel::try_file(const std::string& file, ReasonKind source, const std::string& via, const ElfInfo* want,
                            const std::unordered_set<std::string>& gone, Resolution& out, bool record) const {
   const std::string real = real_file(file);
-  if (gone.count(real)) {
+  if (gone.count(real) || (config_.deleted && config_.deleted->count(real))) {
     if (record) out.searched.push_back({file, source, via, "deleted (what-if)"});
     return false;
   }

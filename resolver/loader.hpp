@@ -69,6 +69,8 @@ struct LoaderConfig {
   std::vector<std::string> ld_library_path;    // as the process would see it
   std::vector<std::string> preload;            // LD_PRELOAD entries
   std::optional<std::string> main_executable;  // the interpreter; none: the root is the main program
+  // A what-if: files (realpaths) treated as deleted by every search, as a planned removal leaves them.
+  std::shared_ptr<const std::unordered_set<std::string>> deleted;
 };
 
 struct LoadedObject {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "resolver/pep440.hpp"
 #include "resolver/text.hpp"
 
 namespace cudafix::resolver {
@@ -135,6 +136,29 @@ std::optional<int> major_of_file(const Environment& env, const Knowledge& k, con
   const SiteDir* site = env.site_of(path);
   if (!site) return std::nullopt;
   return k.major_of_folder(relative_to(parent_dir(path), site->real));
+}
+
+std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k, const SharedObject& loader) {
+  std::vector<DlopenResolution> out;
+  if (loader.elf.status != ElfReadStatus::ok || !loader.elf.info.soname || !env.loader) return out;
+  const int owner = loader.owners.empty() ? -1 : loader.owners.front();
+  std::optional<Process> p;
+  int index = -1;
+  for (const auto& [name, g] : k.dlopen) {
+    if (g.loaded_by != *loader.elf.info.soname) continue;
+    if (!g.since.empty() && owner >= 0) {
+      const auto have = Version::parse(env.dists[static_cast<std::size_t>(owner)].version);
+      const auto since = Version::parse(g.since);
+      if (have && since && *have < *since) continue;
+    }
+    if (!p) {
+      p = env.process_for(owner);
+      index = env.loader->load(*p, loader.path);
+    }
+    if (index < 0) return out;
+    for (const auto& soname : g.sonames) out.push_back({name, &g, env.loader->resolve(*p, index, soname)});
+  }
+  return out;
 }
 
 }  // namespace cudafix::resolver

@@ -38,4 +38,15 @@ namespace cudafix::resolver {
 [[nodiscard]] std::optional<int> major_of_file(const Environment& env, const Knowledge& k, const std::string& path,
                                                int* owner = nullptr);
 
+// The libraries `loader` opens with dlopen (the knowledge's [dlopen.*] groups whose loader's
+// soname it carries, from the group's `since` version of its dist on), each resolved as the
+// loader's dlopen would: in a process that imported its dist's requirements, then loaded it.
+struct DlopenResolution {
+  std::string group;  // the [dlopen.NAME] table
+  const SonameGroup* knowledge = nullptr;
+  Resolution resolution;
+};
+[[nodiscard]] std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k,
+                                                             const SharedObject& loader);
+
 }  // namespace cudafix::resolver

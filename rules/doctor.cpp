@@ -669,38 +669,38 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
 // ---- missing-dlopen-library ---------------------------------------------------------------
 
 void check_dlopen(Context& c) {
-  for (const auto& [group_name, g] : c.knowledge.dlopen) {
-    for (const auto* loader : c.env.providers(g.loaded_by)) {
-      if (loader->elf.status != r::ElfReadStatus::ok || loader->elf.info.soname != g.loaded_by) continue;
-      const int owner = loader->owners.empty() ? -1 : loader->owners.front();
-      if (!g.since.empty() && owner >= 0) {
-        const auto have = r::Version::parse(c.env.dists[static_cast<std::size_t>(owner)].version);
-        const auto since = r::Version::parse(g.since);
-        if (have && since && *have < *since) continue;
+  std::set<std::string> loader_sonames;
+  for (const auto& [name, g] : c.knowledge.dlopen) loader_sonames.insert(g.loaded_by);
+  for (const auto& loader_soname : loader_sonames) {
+    for (const auto* loader : c.env.providers(loader_soname)) {
+      if (loader->elf.status != r::ElfReadStatus::ok || loader->elf.info.soname != loader_soname) continue;
+      // One finding per group, naming the sonames of it that resolve nowhere.
+      std::map<std::string, std::pair<const r::SonameGroup*, std::vector<std::string>>> missing;
+      for (const auto& d : r::resolve_dlopens(c.env, c.knowledge, *loader)) {
+        auto& m = missing[d.group];
+        m.first = d.knowledge;
+        if (!d.resolution.found()) m.second.push_back(d.resolution.name);
       }
-      r::Process p = c.env.process_for(owner);
-      const int index = c.env.loader->load(p, loader->path);
-      if (index < 0) continue;
-      std::vector<std::string> missing;
-      for (const auto& soname : g.sonames)
-        if (!c.env.loader->resolve(p, index, soname).found()) missing.push_back(soname);
-      if (missing.empty()) continue;
-      Finding f;
-      f.rule = "missing-dlopen-library";
-      f.severity = Severity::error;
-      f.message =
-          fmt::format("{} loads {} with dlopen at run time, and {} resolve{} nowhere ({})", c.env.display(loader->path),
-                      fmt::join(g.sonames, ", "), fmt::join(missing, ", "), missing.size() == 1 ? "s" : "", g.why);
-      f.paths = {loader->path};
-      f.sonames = missing;
-      if (owner >= 0) {
-        const auto& d = c.env.dists[static_cast<std::size_t>(owner)];
-        f.dists = {d.dir_name};
-        f.remedy = Remedy{"reinstall",
-                          {d.dir_name},
-                          fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+      for (const auto& [group, m] : missing) {
+        if (m.second.empty()) continue;
+        const r::SonameGroup& g = *m.first;
+        Finding f;
+        f.rule = "missing-dlopen-library";
+        f.severity = Severity::error;
+        f.message = fmt::format("{} loads {} with dlopen at run time, and {} resolve{} nowhere ({})",
+                                c.env.display(loader->path), fmt::join(g.sonames, ", "), fmt::join(m.second, ", "),
+                                m.second.size() == 1 ? "s" : "", g.why);
+        f.paths = {loader->path};
+        f.sonames = m.second;
+        if (!loader->owners.empty()) {
+          const auto& d = c.env.dists[static_cast<std::size_t>(loader->owners.front())];
+          f.dists = {d.dir_name};
+          f.remedy = Remedy{"reinstall",
+                            {d.dir_name},
+                            fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+        }
+        c.add(std::move(f));
       }
-      c.add(std::move(f));
     }
   }
 }

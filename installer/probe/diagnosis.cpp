@@ -1,5 +1,6 @@
 #include "installer/probe/diagnosis.hpp"
 
+#include "resolver/plan.hpp"
 #include "resolver/text.hpp"
 
 #include <dirent.h>
@@ -202,9 +203,8 @@ DiagnosisEntry stuck(const FailureFacts& f) {
 }  // namespace
 
 std::string libcuda_file_version(const std::string& path) {
-  static const std::regex re(R"(libcuda\.so\.([0-9]+\.[0-9]+(\.[0-9]+)?)$)");
-  std::smatch m;
-  return std::regex_search(path, m, re) ? m[1].str() : "";
+  if (!resolver::base_name(path).starts_with("libcuda.so.")) return "";
+  return resolver::version_from_file_name(path).value_or("");
 }
 
 DiagnosisEntry driver_age(const FailureFacts& f) {

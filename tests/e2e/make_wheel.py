@@ -2,6 +2,7 @@
 """Builds a real wheel for the end-to-end tests, from files on disk (no network, no build backend).
 
 usage: make_wheel.py OUTDIR NAME VERSION [ARCNAME=SOURCE ...] [--requires REQ ...] [--extra NAME ...]
+                     [--console-script NAME=MODULE:FUNCTION ...]
 """
 import base64
 import hashlib
@@ -12,13 +13,15 @@ import zipfile
 
 def main():
     out, name, version = sys.argv[1:4]
-    files, requires, extras = [], [], []
+    files, requires, extras, scripts = [], [], [], []
     args = iter(sys.argv[4:])
     for a in args:
         if a == "--requires":
             requires.append(next(args))
         elif a == "--extra":
             extras.append(next(args))
+        elif a == "--console-script":
+            scripts.append(next(args))
         else:
             arc, src = a.split("=", 1)
             files.append((arc, src))
@@ -41,6 +44,8 @@ def main():
             z.getinfo(arc).external_attr = 0o755 << 16
         add(f"{info}/METADATA", metadata.encode())
         add(f"{info}/WHEEL", wheel.encode())
+        if scripts:
+            add(f"{info}/entry_points.txt", ("[console_scripts]\n" + "".join(s + "\n" for s in scripts)).encode())
         record.append(f"{info}/RECORD,,")
         z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     print(path)

@@ -1,0 +1,36 @@
+// What an uninstall deletes, computed without touching anything.
+//
+// pip's way (pip/_internal/req/req_uninstall.py, unchanged from pip 21 to 25):
+//   - every RECORD row of the dist, joined to the folder holding the dist-info, its folder made
+//     real (realpath) and its last part kept (a symlink is removed, not its target); a row is
+//     taken only when os.path.exists() holds (so a dangling symlink stays) and only inside the
+//     environment (pip refuses the rest);
+//   - for each `.py` row: its `.pyc` and `.pyo` siblings and `__pycache__/<stem>.<cache tag>.pyc`
+//     of the running interpreter (cpython-312), where they exist;
+//   - `bin/<name>` of each console_scripts and gui_scripts entry point;
+//   - compress_for_rename: a folder every file below which is to go is moved away whole, with
+//     whatever empty folders and symlinks to folders it holds;
+//   - each move ends in os.removedirs() of the moved path's folder: every folder above that the
+//     removal leaves empty goes too, up to the first one that still holds something.
+// cudafix's way is the same with owner counting: a path another kept dist's RECORD lists stays.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "resolver/environment.hpp"
+
+namespace cudafix::resolver {
+
+enum class OwnerCounting { pip, cudafix };
+
+struct Deletion {
+  std::vector<std::string> files;  // files and symlinks, absolute, sorted
+  std::vector<std::string> dirs;   // folders removed, absolute, sorted
+  std::vector<std::string> kept;   // cudafix: listed paths that stay because a kept dist lists them
+};
+
+// What uninstalling `dists` (indexes into env.dists) deletes, the pip way or the cudafix way.
+[[nodiscard]] Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, OwnerCounting counting);
+
+}  // namespace cudafix::resolver
