@@ -594,10 +594,7 @@ Environment simulate(const Environment& before, const WhatIf& change, unsigned t
   }
   index_objects(env);
   if (before.loader) {
-    LoaderConfig config = before.loader->config();
-    config.deleted = deleted;
-    env.loader = std::make_shared<LoaderModel>(std::move(config), before.loader->shared_elf_cache(),
-                                               before.loader->shared_ld_cache());
+    env.loader = before.loader->with_deleted(deleted);
     resolve_objects(env, threads);
   }
   return env;

@@ -70,10 +70,19 @@ LoaderModel::LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cach
                          std::shared_ptr<const LdCache> ld_cache)
     : config_(std::move(config)), elf_cache_(std::move(elf_cache)), ld_cache_(std::move(ld_cache)) {}
 
+std::shared_ptr<LoaderModel> LoaderModel::with_deleted(
+    std::shared_ptr<const std::unordered_set<std::string>> deleted) const {
+  LoaderConfig config = config_;
+  config.deleted = std::move(deleted);
+  auto model = std::make_shared<LoaderModel>(std::move(config), elf_cache_, ld_cache_);
+  model->fs_ = fs_;
+  return model;
+}
+
 // The caches below are read by every worker of the process model and written rarely
 // (resolver/sharded_map.hpp).
 const std::string* LoaderModel::real_dir(const std::string& dir) const {
-  const auto& real = real_dirs_.get(dir, [&]() -> std::optional<std::string> {
+  const auto& real = fs_->real_dirs.get(dir, [&]() -> std::optional<std::string> {
     char buf[PATH_MAX];
     if (::realpath(dir.c_str(), buf)) return std::string(buf);
     return std::nullopt;
@@ -82,7 +91,7 @@ const std::string* LoaderModel::real_dir(const std::string& dir) const {
 }
 
 bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {
-  const auto& names = dir_entries_.get(real, [&] {
+  const auto& names = fs_->dir_entries.get(real, [&] {
     std::unordered_set<std::string> out;
     if (DIR* d = ::opendir(real.c_str())) {
       while (const dirent* e = ::readdir(d)) out.emplace(e->d_name);
@@ -129,10 +138,10 @@ std::string LoaderModel::expand_tokens(const std::string& entry, const std::stri
 }
 
 const std::string& LoaderModel::real_file(const std::string& path) const {
-  return real_files_.get(path, [&] {
+  return fs_->real_files.get(path, [&] {
     // Most candidates sit in a folder already made real: only a symlinked last part needs realpath.
     const std::string dir = parent_dir(path);
-    const auto* known = real_dirs_.find(dir);
+    const auto* known = fs_->real_dirs.find(dir);
     struct stat st {};
     if (known && *known == dir && ::lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) return path;
     return real_path_of(path);

@@ -115,6 +115,8 @@ struct Process {
 class LoaderModel {
  public:
   LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cache, std::shared_ptr<const LdCache> ld_cache);
+  // The same model with these files treated as deleted (a what-if), sharing every cache.
+  [[nodiscard]] std::shared_ptr<LoaderModel> with_deleted(std::shared_ptr<const std::unordered_set<std::string>> deleted) const;
 
   // A process running the main executable, with its NEEDED tree and LD_PRELOAD loaded.
   [[nodiscard]] Process start_process() const;
@@ -153,9 +155,14 @@ class LoaderModel {
   LoaderConfig config_;
   std::shared_ptr<ElfCache> elf_cache_;
   std::shared_ptr<const LdCache> ld_cache_;
-  mutable ShardedMap<std::optional<std::string>> real_dirs_;
-  mutable ShardedMap<std::unordered_set<std::string>> dir_entries_;
-  mutable ShardedMap<std::string> real_files_;
+  // What the file system answered (realpaths, folder listings): shared with the what-if models
+  // made from this one, since a what-if deletes nothing on disk.
+  struct FileSystemCache {
+    ShardedMap<std::optional<std::string>> real_dirs;
+    ShardedMap<std::unordered_set<std::string>> dir_entries;
+    ShardedMap<std::string> real_files;
+  };
+  std::shared_ptr<FileSystemCache> fs_ = std::make_shared<FileSystemCache>();
 };
 
 }  // namespace cudafix::resolver

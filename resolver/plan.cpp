@@ -117,6 +117,7 @@ bool exists_no_follow(const std::string& path) {
 std::vector<LeftBehind> left_behind(const Environment& env, const std::set<int>& removing,
                                     const std::set<std::string>& deleted) {
   std::vector<LeftBehind> out;
+  PipPaths pip_paths;
   std::string abs;
   for (std::size_t di = 0; di < env.dists.size(); ++di) {
     if (removing.count(static_cast<int>(di))) continue;
@@ -130,7 +131,7 @@ std::vector<LeftBehind> left_behind(const Environment& env, const std::set<int>&
       if (is_within(abs, own_info) || in_pycache(abs)) continue;
       if (!env.present(abs) && !exists_no_follow(abs)) continue;
       ++present;
-      if (deleted.count(join_normal(real_path_of(parent_dir(abs)), base_name(abs)))) l.paths.push_back(abs);
+      if (deleted.count(pip_paths.of(abs))) l.paths.push_back(abs);
     }
     if (l.paths.empty()) continue;
     std::sort(l.paths.begin(), l.paths.end());
@@ -222,7 +223,7 @@ RemovalPlan plan_removal(const Environment& env, const Knowledge& k, const std::
   plan.removing.assign(removing.begin(), removing.end());
   auto outcome = [&](OwnerCounting counting) {
     Outcome o;
-    o.deletion = uninstall_paths(env, plan.removing, counting);
+    o.deletion = uninstall_paths(env, dists, counting);
     WhatIf change;
     change.removed_dists = plan.removing;
     change.deleted.insert(o.deletion.files.begin(), o.deletion.files.end());
@@ -233,7 +234,7 @@ RemovalPlan plan_removal(const Environment& env, const Knowledge& k, const std::
   };
   plan.pip = outcome(OwnerCounting::pip);
   // Without shared paths both ways delete the same files: one simulation is enough.
-  Deletion owner_counted = uninstall_paths(env, plan.removing, OwnerCounting::cudafix);
+  Deletion owner_counted = uninstall_paths(env, dists, OwnerCounting::cudafix);
   if (owner_counted.files == plan.pip.deletion.files) {
     plan.cudafix = plan.pip;
     plan.cudafix.deletion = std::move(owner_counted);

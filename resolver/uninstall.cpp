@@ -86,15 +86,99 @@ std::vector<std::string> script_names(const DistInfo& d) {
   return out;
 }
 
-// A path as pip's UninstallPathSet.add() records it: its folder made real, its last part kept.
-std::string pip_form(const std::string& lexical) {
-  return join_normal(real_path_of(parent_dir(lexical)), base_name(lexical));
+}  // namespace
+
+std::string PipPaths::of(const std::string& lexical) {
+  const std::string dir = parent_dir(lexical);
+  auto it = real_dirs_.find(dir);
+  if (it == real_dirs_.end()) it = real_dirs_.emplace(dir, real_path_of(dir)).first;
+  return join_normal(it->second, base_name(lexical));
+}
+
+namespace {
+
+// The file system as the uninstall leaves it so far: the disk, minus what has been moved away.
+class Removal {
+ public:
+  explicit Removal(std::string bound) : bound_(std::move(bound)) {}
+
+  [[nodiscard]] bool gone(const std::string& path) const {
+    for (std::string p = path; p.size() > 1 && is_within(p, bound_); p = parent_dir(p))
+      if (gone_files_.count(p) || gone_dirs_.count(p)) return true;
+    return false;
+  }
+  [[nodiscard]] bool exists(const std::string& path) const { return exists_following_links(path) && !gone(path); }
+  [[nodiscard]] const std::string& bound() const { return bound_; }
+
+  // os.walk(root) as pip sees it now: every file below (symlinks to folders aside, as os.walk
+  // lists them with the folders) and every folder and folder link below.
+  void walk(const std::string& root, std::vector<std::string>& files, std::vector<std::string>& dirs,
+            std::vector<std::string>& dir_links) const {
+    std::vector<std::string> f, d, l;
+    walk_below(root, f, d, l);
+    for (auto& x : f)
+      if (!gone(x)) files.push_back(std::move(x));
+    for (auto& x : d)
+      if (!gone(x)) dirs.push_back(std::move(x));
+    for (auto& x : l)
+      if (!gone(x)) dir_links.push_back(std::move(x));
+  }
+
+  void move_file(const std::string& path) { gone_files_.insert(path); }
+  void move_dir(const std::string& root) {
+    std::vector<std::string> files, dirs, links;
+    walk(root, files, dirs, links);
+    gone_files_.insert(files.begin(), files.end());
+    gone_files_.insert(links.begin(), links.end());
+    gone_dirs_.insert(dirs.begin(), dirs.end());
+    gone_dirs_.insert(root);
+  }
+  // os.removedirs(dir): removes it while it is empty, then its parent, and so on.
+  void remove_empty_dirs(std::string dir) {
+    for (; is_within(dir, bound_) && dir != bound_; dir = parent_dir(dir)) {
+      const auto entries = list_dir(dir);
+      if (!std::all_of(entries.begin(), entries.end(), [&](const std::string& n) { return gone(dir + "/" + n); }))
+        return;
+      gone_dirs_.insert(dir);
+    }
+  }
+
+  [[nodiscard]] std::vector<std::string> files() const { return {gone_files_.begin(), gone_files_.end()}; }
+  [[nodiscard]] std::vector<std::string> dirs() const { return {gone_dirs_.begin(), gone_dirs_.end()}; }
+
+ private:
+  std::string bound_;
+  std::set<std::string> gone_files_, gone_dirs_;
+};
+
+// compress_for_rename: the folders, shortest first, every file below which is in `paths`, with a
+// trailing '/'; and the paths no such folder holds.
+std::vector<std::string> compress_for_rename(const Removal& fs, const std::set<std::string>& paths) {
+  std::set<std::string> roots;
+  for (const auto& p : paths) roots.insert(parent_dir(p));
+  std::vector<std::string> by_length(roots.begin(), roots.end());
+  std::stable_sort(by_length.begin(), by_length.end(),
+                   [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+  std::vector<std::string> wildcards;
+  auto under_wildcard = [&](const std::string& p) {
+    return std::any_of(wildcards.begin(), wildcards.end(), [&](const std::string& w) { return p.starts_with(w); });
+  };
+  for (const auto& root : by_length) {
+    if (under_wildcard(root + "/")) continue;
+    std::vector<std::string> below, subdirs, dir_links;
+    fs.walk(root, below, subdirs, dir_links);
+    if (std::all_of(below.begin(), below.end(), [&](const std::string& f) { return paths.count(f) > 0; }))
+      wildcards.push_back(root + "/");
+  }
+  std::vector<std::string> out = wildcards;
+  for (const auto& p : paths)
+    if (!under_wildcard(p)) out.push_back(p);
+  return out;
 }
 
 }  // namespace
 
 Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, OwnerCounting counting) {
-  Deletion out;
   const std::set<int> removing(dists.begin(), dists.end());
   // Under owner counting, a path stays while a dist that is not being removed lists it.
   auto kept_owner = [&](const std::string& lexical) {
@@ -103,23 +187,25 @@ Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, 
       if (!removing.count(o)) return true;
     return false;
   };
-  const std::string bound = env.layout.root_real;
-  std::set<std::string> paths;  // pip's _paths
+  Removal fs(env.layout.root_real);
   std::set<std::string> kept;
-  auto add = [&](const std::string& lexical) {
-    const std::string p = pip_form(lexical);
-    if (!exists_following_links(p) || !is_within(p, bound)) return false;
-    if (kept_owner(lexical)) {
-      kept.insert(p);
-      return false;
-    }
-    paths.insert(p);
-    return true;
-  };
+  PipPaths pip_paths;
   const std::string tag = cache_tag(env.layout);
-  std::string lexical;
+  // pip uninstalls one dist after another, each seeing what the ones before it left.
+  std::set<int> done;
   for (int di : dists) {
+    if (!done.insert(di).second) continue;
     const DistInfo& d = env.dists[static_cast<std::size_t>(di)];
+    std::set<std::string> paths;  // pip's UninstallPathSet._paths
+    auto add = [&](const std::string& lexical) {
+      const std::string p = pip_paths.of(lexical);
+      if (!fs.exists(p) || !is_within(p, fs.bound())) return;
+      if (kept_owner(lexical))
+        kept.insert(p);
+      else
+        paths.insert(p);
+    };
+    std::string lexical;
     for (const auto& row : d.record) {
       join_normal(d.site_dir, row.path, lexical);
       add(lexical);
@@ -131,57 +217,24 @@ Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, 
     }
     if (env.layout.kind != EnvKind::site_dir)
       for (const auto& name : script_names(d)) add(env.layout.root + "/bin/" + name);
-  }
-  out.kept.assign(kept.begin(), kept.end());
-
-  // compress_for_rename: folders, shortest first, whose every file is to go are moved whole.
-  std::set<std::string> roots;
-  for (const auto& p : paths) roots.insert(parent_dir(p));
-  std::vector<std::string> by_length(roots.begin(), roots.end());
-  std::stable_sort(by_length.begin(), by_length.end(),
-                   [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
-  std::vector<std::string> wildcards;
-  std::set<std::string> files(paths.begin(), paths.end());
-  std::set<std::string> dirs;
-  for (const auto& root : by_length) {
-    // pip compares by prefix (root + "/"), as here.
-    if (std::any_of(wildcards.begin(), wildcards.end(), [&](const std::string& w) { return (root + "/").starts_with(w); }))
-      continue;
-    std::vector<std::string> below, subdirs, dir_links;
-    walk_below(root, below, subdirs, dir_links);
-    if (!std::all_of(below.begin(), below.end(), [&](const std::string& f) { return paths.count(f) > 0; })) continue;
-    wildcards.push_back(root + "/");
-    dirs.insert(root);
-    dirs.insert(subdirs.begin(), subdirs.end());
-    files.insert(below.begin(), below.end());
-    files.insert(dir_links.begin(), dir_links.end());
-  }
-
-  // os.removedirs after each move: folders the removal empties go, deepest first.
-  std::set<std::string> candidates;
-  for (const auto& f : files) candidates.insert(parent_dir(f));
-  for (const auto& d : dirs) candidates.insert(parent_dir(d));
-  std::map<std::size_t, std::set<std::string>, std::greater<>> by_depth;
-  auto depth = [](const std::string& p) { return static_cast<std::size_t>(std::count(p.begin(), p.end(), '/')); };
-  for (const auto& c : candidates) by_depth[depth(c)].insert(c);
-  while (!by_depth.empty()) {
-    auto level = by_depth.begin();
-    const std::set<std::string> batch = std::move(level->second);
-    by_depth.erase(level);
-    for (const auto& dir : batch) {
-      if (dirs.count(dir) || !is_within(dir, bound) || dir == bound) continue;
-      const auto entries = list_dir(dir);
-      const bool emptied = std::all_of(entries.begin(), entries.end(), [&](const std::string& name) {
-        const std::string p = dir + "/" + name;
-        return files.count(p) > 0 || dirs.count(p) > 0;
-      });
-      if (!emptied) continue;
-      dirs.insert(dir);
-      by_depth[depth(parent_dir(dir))].insert(parent_dir(dir));
+    // The moves, in sorted order. After a file's move os.removedirs() climbs from its folder;
+    // after a folder's it does not (os.path.split("a/b/") has an empty tail), so a parent that
+    // only a folder's move empties stays behind, empty.
+    auto moves = compress_for_rename(fs, paths);
+    std::sort(moves.begin(), moves.end());
+    for (const auto& m : moves) {
+      if (m.ends_with("/")) {
+        fs.move_dir(m.substr(0, m.size() - 1));
+      } else {
+        fs.move_file(m);
+        fs.remove_empty_dirs(parent_dir(m));
+      }
     }
   }
-  out.files.assign(files.begin(), files.end());
-  out.dirs.assign(dirs.begin(), dirs.end());
+  Deletion out;
+  out.files = fs.files();
+  out.dirs = fs.dirs();
+  out.kept.assign(kept.begin(), kept.end());
   return out;
 }
 

@@ -10,12 +10,15 @@
 //   - `bin/<name>` of each console_scripts and gui_scripts entry point;
 //   - compress_for_rename: a folder every file below which is to go is moved away whole, with
 //     whatever empty folders and symlinks to folders it holds;
-//   - each move ends in os.removedirs() of the moved path's folder: every folder above that the
-//     removal leaves empty goes too, up to the first one that still holds something.
+//   - the moves go in sorted order; each file's move ends in os.removedirs() of its folder, so the
+//     folders above that are empty at that moment go too, up to the first that still holds
+//     something; a folder's move does not (pip passes it with a trailing '/'), so a parent that
+//     only a folder's move empties stays behind, empty.
 // cudafix's way is the same with owner counting: a path another kept dist's RECORD lists stays.
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "resolver/environment.hpp"
@@ -24,13 +27,24 @@ namespace cudafix::resolver {
 
 enum class OwnerCounting { pip, cudafix };
 
+// The form pip's UninstallPathSet gives a listed path: its folder made real (realpath), its last
+// part kept. Each folder is resolved once (a RECORD lists thousands of files in a few folders).
+class PipPaths {
+ public:
+  [[nodiscard]] std::string of(const std::string& lexical);
+
+ private:
+  std::unordered_map<std::string, std::string> real_dirs_;
+};
+
 struct Deletion {
   std::vector<std::string> files;  // files and symlinks, absolute, sorted
   std::vector<std::string> dirs;   // folders removed, absolute, sorted
   std::vector<std::string> kept;   // cudafix: listed paths that stay because a kept dist lists them
 };
 
-// What uninstalling `dists` (indexes into env.dists) deletes, the pip way or the cudafix way.
+// What uninstalling `dists` (indexes into env.dists, in the order pip is given them) deletes, the
+// pip way or the cudafix way.
 [[nodiscard]] Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, OwnerCounting counting);
 
 }  // namespace cudafix::resolver

@@ -35,6 +35,7 @@ using ::testing::HasSubstr;
 //   torchlike 2.11.0                 torch/lib/libtorch_cuda.so (RPATH into nvidia/ and $ORIGIN),
 //                                    torch/__init__.py; requires cuDNN cu13 and helperpkg
 //   nvidia-cuda-runtime-cu13 13.0.96 torch/lib/libcudart.so.13: the same runtime, another path
+//   nsdist, shareda, sharedb         plain files in shapes that test pip's folder removal
 class PlanVenv : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -64,6 +65,10 @@ class PlanVenv : public ::testing::Test {
     build("torchlike 2.11.0 torch/lib/libtorch_cuda.so=" + v + "/libtorch_cuda.so torch/__init__.py=" + py +
           " --requires 'nvidia-cudnn-cu13==9.19.0.56' --requires 'helperpkg>=1'");
     build("nvidia-cuda-runtime-cu13 13.0.96 torch/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13");
+    // Folders pip moves whole, leaving their emptied parent behind; and two dists in one folder.
+    build("nsdist 1.0 nsdist_ns/inner/lib/x.txt=" + text + " nsdist_ns/inner/include/y.h=" + text);
+    build("shareda 1.0 common_ns/a.txt=" + text + " common_ns/deep/a2.txt=" + text);
+    build("sharedb 1.0 common_ns/b.txt=" + text);
     for (const auto& w : wheels) {
       const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
                                " -m pip install -q --no-index --no-deps --disable-pip-version-check " + shell_quote(w));
@@ -131,7 +136,8 @@ class PlanVenv : public ::testing::Test {
 
 TEST_F(PlanVenv, PipWouldDeleteIsExactlyWhatPipUninstallRemoves) {
   for (const std::string dists :
-       {"nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "helperpkg", "torchlike", "helperpkg torchlike"}) {
+       {"nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "helperpkg", "torchlike", "helperpkg torchlike", "nsdist",
+        "shareda", "shareda sharedb", "sharedb shareda"}) {
     SCOPED_TRACE(dists);
     TempDir t;
     const std::string venv = copy_venv(t);
@@ -140,6 +146,16 @@ TEST_F(PlanVenv, PipWouldDeleteIsExactlyWhatPipUninstallRemoves) {
     const auto predicted = absolute(venv, plan.doc["pip_would_delete"]);
     EXPECT_EQ(predicted, pip_uninstall_removes(venv, dists));
   }
+}
+
+TEST_F(PlanVenv, AFolderThatOnlyFolderMovesEmptyStaysBehindAsPipLeavesIt) {
+  // pip moves nsdist_ns/inner/include/ and .../lib/ whole and never climbs after a folder's move.
+  const auto plan = plan_remove(venv_, "nsdist");
+  const auto predicted = absolute(venv_, plan.doc["pip_would_delete"]);
+  const std::string site = site_of(venv_);
+  EXPECT_TRUE(predicted.count(site + "/nsdist_ns/inner/lib/"));
+  EXPECT_FALSE(predicted.count(site + "/nsdist_ns/inner/"));
+  EXPECT_FALSE(predicted.count(site + "/nsdist_ns/"));
 }
 
 TEST_F(PlanVenv, TheDryRunChangesNothing) {
