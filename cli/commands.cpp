@@ -18,7 +18,10 @@
 #include "cli/json_writer.hpp"
 #include "cli/text_output.hpp"
 #include "demo_env_json.hpp"
+#include "installer/wheel_source.hpp"
+#include "resolver/atomic_file.hpp"
 #include "resolver/example_env.hpp"
+#include "resolver/fix.hpp"
 #include "resolver/text.hpp"
 #include "rules/doctor.hpp"
 #include "rules/knowledge.hpp"
@@ -257,6 +260,40 @@ int run_plan_remove(const GlobalOptions& g, const std::vector<std::string>& name
   else if (!g.quiet || !plan.safe())
     out << plan_remove_text(env, plan, style_for(g));
   return plan.safe() ? 0 : 1;
+}
+
+int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostream& out) {
+  const auto& [env, knowledge, settings] = scan_kept(g);
+  r::FixOptions opts;
+  opts.cuda_major = p.cuda_major;
+  opts.threads = g.threads;
+  const r::HostInfo host = env.loader ? env.loader->config().host : r::detect_host();
+  opts.supported_tags = r::supported_tags(env.layout.python_version.value_or("3"), host.glibc_version,
+                                          r::machine_name(host.machine));
+  std::vector<std::string> folders = g.find_links;
+  if (folders.empty())
+    for (auto f : r::split(env_var("PIP_FIND_LINKS").value_or(""), ' '))
+      if (!f.empty()) folders.emplace_back(f);
+  auto found = installer::find_wheels(folders, opts.supported_tags);
+  for (const auto& diag : found.diagnostics) std::cerr << fmt::format("cudafix: warning: {}\n", diag.to_string());
+  opts.wheels = std::move(found.wheels);
+  const r::FixPlan plan = r::plan_fix(env, knowledge, opts);
+  const r::Fingerprint fp = r::fingerprint_of(env, plan);
+  // The tags a needed wheel may carry here: the most specific ones of each kind.
+  std::vector<std::string> tags;
+  for (const auto& t : opts.supported_tags)
+    if (tags.size() < 3 || t.ends_with("-any")) tags.push_back(t);
+  const std::string doc = plan_fix_json(env, knowledge, plan, fp, tags);
+  if (p.output) {
+    r::AtomicFile f(*p.output);
+    f.write(doc + "\n");
+    f.commit();
+  }
+  if (g.json)
+    out << doc << '\n';
+  else if (!g.quiet || !plan.ok())
+    out << plan_fix_text(env, plan, style_for(g));
+  return plan.ok() ? 0 : 1;
 }
 
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, std::ostream& out) {

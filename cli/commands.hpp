@@ -22,6 +22,7 @@ struct GlobalOptions {
   unsigned threads = 0;
   std::vector<std::string> rules;  // --rules files, in order
   bool timings = false;            // --timings: phase durations on stderr
+  std::vector<std::string> find_links;  // --find-links folders (then $PIP_FIND_LINKS)
 };
 
 int run_scan(const GlobalOptions& g, std::ostream& out);
@@ -38,6 +39,12 @@ struct DoctorCliOptions {
 int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& out);
 // `plan remove DIST...`: exit 0 safe, 1 unsafe, 2 when a DIST is not installed.
 int run_plan_remove(const GlobalOptions& g, const std::vector<std::string>& dists, std::ostream& out);
+struct PlanFixCliOptions {
+  std::optional<int> cuda_major;
+  std::optional<std::string> output;  // -o: the plan document
+};
+// `plan fix`: exit 0 plan found or nothing to do, 1 no safe plan (or the consumers disagree).
+int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostream& out);
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir, std::ostream& out);
 // Developer command: writes an environment from a corpus-format description (file or "-").
 int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,

@@ -622,6 +622,82 @@ std::string plan_remove_json(const r::Environment& env, const r::Knowledge& know
   return w.take();
 }
 
+std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowledge, const r::FixPlan& plan,
+                          const r::Fingerprint& fp, const std::vector<std::string>& need_tags) {
+  Doc d(env, knowledge);
+  auto& w = d.w;
+  d.header("plan fix");
+  w.key("ok").value(plan.ok()).key("problem");
+  if (plan.ok())
+    w.null();
+  else
+    w.value(plan.problem);
+  w.key("fingerprint").begin_object().key("digest").value(fp.digest).key("records").begin_array();
+  for (const auto& [dist, sha] : fp.records) w.begin_object().key("dist").value(dist).key("sha256").value(sha).end_object();
+  w.end_array().key("files").begin_array();
+  for (const auto& f : fp.files) {
+    w.begin_object().key("path").value(f.path).key("exists").value(f.exists);
+    w.key("dev").value(f.dev).key("ino").value(f.ino).key("size").value(f.size);
+    w.key("mtime_ns").value(static_cast<std::int64_t>(f.mtime_ns)).end_object();
+  }
+  w.end_array().end_object();
+  w.key("target").begin_object().key("cuda_major");
+  if (plan.target)
+    w.value(*plan.target);
+  else
+    w.null();
+  w.key("given").value(plan.target_given).key("evidence").begin_array();
+  for (const auto& e : plan.evidence) {
+    w.begin_object().key("dist");
+    if (e.dist >= 0)
+      w.value(env.dists[static_cast<std::size_t>(e.dist)].dir_name);
+    else
+      w.null();
+    w.key("cuda_major").value(e.major).key("why").value(e.why).end_object();
+  }
+  w.end_array().end_object();
+  w.key("steps").begin_array();
+  for (const auto& st : plan.steps) {
+    w.begin_object().key("action").value(r::to_string(st.action)).key("dist");
+    if (st.dist >= 0)
+      w.value(env.dists[static_cast<std::size_t>(st.dist)].dir_name);
+    else
+      w.null();
+    w.key("name").value(st.name).key("version").value(st.version).key("wheel");
+    if (st.wheel)
+      w.begin_object()
+          .key("file")
+          .value(st.wheel->file)
+          .key("sha256")
+          .value(st.wheel->sha256)
+          .key("source")
+          .value(st.wheel->source)
+          .end_object();
+    else
+      w.null();
+    w.key("why").value(st.why).key("simulated").value(st.simulated);
+    w.key("deletes");
+    d.paths(st.deletes);
+    w.key("keeps");
+    d.paths(st.keeps);
+    w.key("writes");
+    d.paths(st.writes);
+    w.key("after_step").begin_object().key("ok").value(st.ok).key("worse");
+    breaks_json(d, env, st.worse);
+    w.end_object().end_object();
+  }
+  w.end_array().key("needs").begin_array();
+  for (const auto& n : plan.needs) {
+    w.begin_object().key("name").value(n.name).key("version").value(n.version).key("tags");
+    d.strings(need_tags);
+    w.key("why").value(n.why).end_object();
+  }
+  w.end_array().key("remaining");
+  d.strings(plan.remaining);
+  w.end_object();
+  return w.take();
+}
+
 std::string error_json(const std::string& command, const std::string& message) {
   JsonWriter w;
   w.begin_object();

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "installer/probe/verify.hpp"
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
+#include "resolver/fix.hpp"
 #include "resolver/plan.hpp"
 #include "resolver/why.hpp"
 #include "rules/doctor.hpp"
@@ -23,6 +25,9 @@ namespace cudafix::cli {
                                       const rules::DoctorReport& report);
 [[nodiscard]] std::string plan_remove_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                            const resolver::RemovalPlan& plan);
+[[nodiscard]] std::string plan_fix_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                        const resolver::FixPlan& plan, const resolver::Fingerprint& fingerprint,
+                                        const std::vector<std::string>& need_tags);
 [[nodiscard]] std::string error_json(const std::string& command, const std::string& message);
 
 }  // namespace cudafix::cli

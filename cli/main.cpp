@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   app.add_option("--ld-so-cache", g.ld_so_cache, "read this ld.so.cache instead of the host's");
   app.add_option("--threads", g.threads, "worker threads (default: one per core)");
   app.add_flag("--timings", g.timings, "print how long each phase of the scan took (stderr)");
+  app.add_option("--find-links", g.find_links, "a folder of wheels to plan with (repeatable; default $PIP_FIND_LINKS)")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--rules", g.rules, "a knowledge/rules TOML file on top of the built-in one (repeatable)")
       ->check(CLI::ExistingFile);
 
@@ -64,6 +66,11 @@ int main(int argc, char** argv) {
   auto* plan_remove = plan->add_subcommand(
       "remove", "what pip uninstall would delete, what cudafix would delete, and what either breaks");
   plan_remove->add_option("DIST", remove_dists, "the dists to remove (names as pip takes them)")->required();
+  PlanFixCliOptions fix_opts;
+  auto* plan_fix = plan->add_subcommand("fix", "the repair plan: ordered steps that keep every required library");
+  plan_fix->add_option("--cuda-major", fix_opts.cuda_major, "the CUDA major to repair for (default: the consumers')")
+      ->check(CLI::Range(9, 99));
+  plan_fix->add_option("-o,--output", fix_opts.output, "write the plan document (JSON) here, for `cudafix apply`");
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
@@ -93,6 +100,7 @@ int main(int argc, char** argv) {
     if (doctor->parsed()) return run_doctor(g, doctor_opts, std::cout);
     if (verify->parsed()) return run_verify(g, verify_opts, std::cout);
     if (plan_remove->parsed()) return run_plan_remove(g, remove_dists, std::cout);
+    if (plan_fix->parsed()) return run_plan_fix(g, fix_opts, std::cout);
     if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {

@@ -453,4 +453,47 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
   return out;
 }
 
+std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, const Style& st) {
+  std::string out = fmt::format("{} {}\n", st.bold("cudafix plan fix"), shown(env, env.layout.root));
+  if (plan.target)
+    out += fmt::format("target: CUDA {}{}\n", *plan.target, plan.target_given ? " (given with --cuda-major)" : "");
+  const std::size_t ev_limit = st.verbose ? plan.evidence.size() : std::min<std::size_t>(plan.evidence.size(), 6);
+  for (std::size_t i = 0; i < ev_limit; ++i) out += st.dim(fmt::format("  evidence: {}\n", plan.evidence[i].why));
+  if (ev_limit < plan.evidence.size())
+    out += st.dim(fmt::format("  ... {} more; -v shows them\n", plan.evidence.size() - ev_limit));
+  if (!plan.target && plan.ok()) return out + st.good("nothing in the environment needs CUDA libraries: nothing to do\n");
+  int n = 0;
+  for (const auto& s : plan.steps) {
+    const std::string head = fmt::format("{}. {} {} {}", ++n, r::to_string(s.action), s.name, s.version);
+    out += fmt::format("\n{}{}\n", s.ok ? st.bold(head) : st.bad(head),
+                       s.wheel ? st.dim(" from " + s.wheel->file) : std::string());
+    out += fmt::format("   why: {}\n", s.why);
+    if (!s.deletes.empty() || !s.keeps.empty())
+      out += fmt::format("   deletes {}, keeps {} that other dists list\n", count_of(s.deletes.size(), "path", "paths"),
+                         count_of(s.keeps.size(), "path", "paths"));
+    if (!s.writes.empty()) out += fmt::format("   writes {}\n", count_of(s.writes.size(), "file", "files"));
+    if (!s.simulated) out += st.warn("   not simulated: no wheel at hand, so its files are unknown\n");
+    if (s.ok)
+      out += st.good("   after this step: nothing required is worse than before the plan\n");
+    else
+      breaks_lines(env, s.worse, st, out);
+  }
+  if (!plan.needs.empty()) {
+    out += fmt::format("\n{}:\n", st.warn("wheels the plan needs (give a folder with --find-links)"));
+    for (const auto& need : plan.needs) out += fmt::format("  {} {}\n", need.name, need.version);
+  }
+  if (!plan.remaining.empty()) {
+    out += fmt::format("\n{}:\n", st.warn("still short of a consistent environment after the plan"));
+    for (const auto& r : plan.remaining) out += fmt::format("  {}\n", r);
+  }
+  out += "\n";
+  if (!plan.ok())
+    out += st.bad(plan.problem + "\n");
+  else if (plan.steps.empty())
+    out += st.good(fmt::format("nothing to do: the environment is consistent for CUDA {}\n", *plan.target));
+  else
+    out += st.good(fmt::format("a safe order of {} found\n", count_of(plan.steps.size(), "step", "steps")));
+  return out;
+}
+
 }  // namespace cudafix::cli

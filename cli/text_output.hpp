@@ -7,6 +7,7 @@
 #include "installer/probe/verify.hpp"
 #include "resolver/environment.hpp"
 #include "resolver/knowledge.hpp"
+#include "resolver/fix.hpp"
 #include "resolver/plan.hpp"
 #include "resolver/why.hpp"
 #include "rules/doctor.hpp"
@@ -33,6 +34,8 @@ struct Style {
                                       const Style& style);
 [[nodiscard]] std::string plan_remove_text(const resolver::Environment& env, const resolver::RemovalPlan& plan,
                                            const Style& style);
+[[nodiscard]] std::string plan_fix_text(const resolver::Environment& env, const resolver::FixPlan& plan,
+                                        const Style& style);
 [[nodiscard]] std::string verify_text(const resolver::Environment& env, const installer::probe::VerifyReport& report,
                                       const Style& style);
 

@@ -561,15 +561,25 @@ Environment simulate(const Environment& before, const WhatIf& change, unsigned t
   env.layout = before.layout;
   env.elf_cache = before.elf_cache;
   env.main_executable = before.main_executable;
-  auto deleted = std::make_shared<const std::unordered_set<std::string>>(change.deleted);
+  std::unordered_set<std::string> written;
+  for (const auto& w : change.written) written.insert(w.path);
+  // A file deleted and then written again (a reinstall after a removal) is there.
+  auto deleted = std::make_shared<std::unordered_set<std::string>>(change.deleted);
+  for (const auto& w : written) deleted->erase(w);
   std::vector<int> new_index(before.dists.size(), -1);
+  auto add_dist = [&](const DistInfo& d, std::vector<std::string> missing) {
+    env.dist_by_name.emplace(d.normalized, static_cast<int>(env.dists.size()));
+    env.dists.push_back(d);
+    std::erase_if(missing, [&](const std::string& p) { return written.count(p) > 0; });
+    std::sort(missing.begin(), missing.end());
+    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+    env.missing.push_back(std::move(missing));
+  };
   for (std::size_t d = 0; d < before.dists.size(); ++d) {
     if (std::find(change.removed_dists.begin(), change.removed_dists.end(), static_cast<int>(d)) !=
         change.removed_dists.end())
       continue;
     new_index[d] = static_cast<int>(env.dists.size());
-    env.dist_by_name.emplace(before.dists[d].normalized, static_cast<int>(env.dists.size()));
-    env.dists.push_back(before.dists[d]);
     auto missing = before.missing.empty() ? std::vector<std::string>{} : before.missing[d];
     // What the change deletes from a kept dist's files is missing afterwards.
     std::string abs;
@@ -577,12 +587,15 @@ Environment simulate(const Environment& before, const WhatIf& change, unsigned t
       join_normal(before.dists[d].site_dir, row.path, abs);
       if (deleted->count(abs)) missing.push_back(abs);
     }
-    std::sort(missing.begin(), missing.end());
-    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
-    env.missing.push_back(std::move(missing));
+    add_dist(before.dists[d], std::move(missing));
   }
+  const int first_added = static_cast<int>(env.dists.size());
+  for (const auto& d : change.added_dists) add_dist(d, {});
+  auto index_of = [&](const WhatIf::Written& w) {
+    return w.added ? first_added + w.dist : new_index[static_cast<std::size_t>(w.dist)];
+  };
   for (const auto& o : before.objects) {
-    if (deleted->count(o.path)) continue;
+    if (deleted->count(o.path) && !written.count(o.path)) continue;
     SharedObject kept = o;
     kept.owners.clear();
     for (int owner : o.owners)
@@ -592,9 +605,57 @@ Environment simulate(const Environment& before, const WhatIf& change, unsigned t
     kept.context.clear();
     env.objects.push_back(std::move(kept));
   }
+  // Written files: an object on disk gets its new bytes' owner; a new one joins the model, its
+  // dynamic section from the wheel or, without one, assumed (its own name as SONAME, no NEEDED).
+  std::unordered_map<std::string, std::size_t> at;
+  for (std::size_t i = 0; i < env.objects.size(); ++i) at[env.objects[i].path] = i;
+  auto added_files = std::make_shared<std::unordered_set<std::string>>();
+  auto added_dirs = std::make_shared<std::set<std::string>>();
+  const HostInfo host = before.loader ? before.loader->config().host : HostInfo{};
+  for (const auto& w : change.written) {
+    if (!looks_like_shared_object(base_name(w.path))) continue;
+    const int owner = index_of(w);
+    if (owner < 0) continue;
+    auto it = at.find(w.path);
+    if (it != at.end()) {
+      auto& o = env.objects[it->second];
+      if (std::find(o.owners.begin(), o.owners.end(), owner) == o.owners.end()) o.owners.push_back(owner);
+      o.bytes_owner = owner;
+      continue;
+    }
+    SharedObject o;
+    o.path = w.path;
+    o.owners = {owner};
+    o.bytes_owner = owner;
+    o.elf.status = ElfReadStatus::ok;
+    if (w.elf) {
+      o.elf.info = *w.elf;
+    } else {
+      o.assumed_elf = true;
+      o.elf.info.elf_class = host.elf_class;
+      o.elf.info.machine = host.machine;
+      o.elf.info.soname = std::string(base_name(w.path));
+    }
+    o.entry_point = !o.elf.info.soname;
+    struct stat st {};
+    if (::lstat(w.path.c_str(), &st) != 0) {
+      before.elf_cache->put(w.path, o.elf);
+      added_files->insert(w.path);
+      for (std::string dir = parent_dir(w.path); dir.size() > 1 && ::lstat(dir.c_str(), &st) != 0;
+           dir = parent_dir(dir))
+        added_dirs->insert(dir);
+    }
+    at[o.path] = env.objects.size();
+    env.objects.push_back(std::move(o));
+  }
+  std::sort(env.objects.begin(), env.objects.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
   index_objects(env);
   if (before.loader) {
-    env.loader = before.loader->with_deleted(deleted);
+    LoaderConfig changes;
+    changes.deleted = deleted;
+    changes.added = added_files;
+    changes.added_dirs = added_dirs;
+    env.loader = before.loader->what_if(changes);
     resolve_objects(env, threads);
   }
   return env;

@@ -32,6 +32,8 @@ struct SharedObject {
   std::vector<Resolution> resolutions;  // one per DT_NEEDED, from the process model
   std::string context;                  // how the process model came to load it
   std::vector<std::string> aliases;     // symlinks in the tree that point at it
+  int bytes_owner = -1;                 // simulated writes: the dist whose bytes the file holds
+  bool assumed_elf = false;             // simulated writes: its dynamic section is a guess (no wheel at hand)
 };
 
 // How much of the environment a command needs: its dists' metadata alone (requirements), also
@@ -106,10 +108,19 @@ class Environment {
   [[nodiscard]] Process process_for(int dist) const;
 };
 
-// A what-if for the planner: some dists uninstalled and some files deleted.
+// A what-if for the planner: some dists uninstalled and some files deleted; some dists added and
+// some files written (installed, or restored by a reinstall).
 struct WhatIf {
   std::vector<int> removed_dists;           // indexes into the scanned Environment's dists
   std::unordered_set<std::string> deleted;  // absolute paths, as the scan names them (real folders)
+  std::vector<DistInfo> added_dists;        // dists installed (from their wheels)
+  struct Written {
+    std::string path;  // absolute
+    int dist = -1;     // whose bytes: an index into the scanned dists, or, with `added`, into added_dists
+    bool added = false;
+    std::optional<ElfInfo> elf;  // its dynamic section when known (from the wheel, or the file on disk)
+  };
+  std::vector<Written> written;
 };
 
 // The environment as it would be after `change`, with the process model run again on it: the

@@ -70,10 +70,11 @@ LoaderModel::LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cach
                          std::shared_ptr<const LdCache> ld_cache)
     : config_(std::move(config)), elf_cache_(std::move(elf_cache)), ld_cache_(std::move(ld_cache)) {}
 
-std::shared_ptr<LoaderModel> LoaderModel::with_deleted(
-    std::shared_ptr<const std::unordered_set<std::string>> deleted) const {
+std::shared_ptr<LoaderModel> LoaderModel::what_if(const LoaderConfig& changes) const {
   LoaderConfig config = config_;
-  config.deleted = std::move(deleted);
+  config.deleted = changes.deleted;
+  config.added = changes.added;
+  config.added_dirs = changes.added_dirs;
   auto model = std::make_shared<LoaderModel>(std::move(config), elf_cache_, ld_cache_);
   model->fs_ = fs_;
   return model;
@@ -82,6 +83,11 @@ std::shared_ptr<LoaderModel> LoaderModel::with_deleted(
 // The caches below are read by every worker of the process model and written rarely
 // (resolver/sharded_map.hpp).
 const std::string* LoaderModel::real_dir(const std::string& dir) const {
+  // A folder a planned install creates (a lexical path: it has no realpath yet).
+  if (config_.added_dirs && !config_.added_dirs->empty()) {
+    const auto it = config_.added_dirs->find(lexically_normal(dir));
+    if (it != config_.added_dirs->end()) return &*it;
+  }
   const auto& real = fs_->real_dirs.get(dir, [&]() -> std::optional<std::string> {
     char buf[PATH_MAX];
     if (::realpath(dir.c_str(), buf)) return std::string(buf);
@@ -91,6 +97,7 @@ const std::string* LoaderModel::real_dir(const std::string& dir) const {
 }
 
 bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {
+  if (config_.added && config_.added->count(real + "/" + name)) return true;
   const auto& names = fs_->dir_entries.get(real, [&] {
     std::unordered_set<std::string> out;
     if (DIR* d = ::opendir(real.c_str())) {

@@ -69,8 +69,11 @@ struct LoaderConfig {
   std::vector<std::string> ld_library_path;    // as the process would see it
   std::vector<std::string> preload;            // LD_PRELOAD entries
   std::optional<std::string> main_executable;  // the interpreter; none: the root is the main program
-  // A what-if: files (realpaths) treated as deleted by every search, as a planned removal leaves them.
+  // A what-if: files (realpaths) treated as deleted by every search, as a planned removal leaves
+  // them; files a planned install writes, and the folders they need that do not exist yet.
   std::shared_ptr<const std::unordered_set<std::string>> deleted;
+  std::shared_ptr<const std::unordered_set<std::string>> added;
+  std::shared_ptr<const std::set<std::string>> added_dirs;
 };
 
 struct LoadedObject {
@@ -115,8 +118,9 @@ struct Process {
 class LoaderModel {
  public:
   LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cache, std::shared_ptr<const LdCache> ld_cache);
-  // The same model with these files treated as deleted (a what-if), sharing every cache.
-  [[nodiscard]] std::shared_ptr<LoaderModel> with_deleted(std::shared_ptr<const std::unordered_set<std::string>> deleted) const;
+  // The same model in a what-if (`deleted`, `added` and `added_dirs` of the config replaced),
+  // sharing every cache: a what-if changes nothing on disk.
+  [[nodiscard]] std::shared_ptr<LoaderModel> what_if(const LoaderConfig& changes) const;
 
   // A process running the main executable, with its NEEDED tree and LD_PRELOAD loaded.
   [[nodiscard]] Process start_process() const;

@@ -42,12 +42,16 @@ ProviderId provider_before(const Environment& env, const Knowledge& k, const std
   return id;
 }
 
-// In a simulated environment the ownership index is gone; objects still name their owners.
-ProviderId provider_after(const Environment& env, const Knowledge& k, const std::string& path) {
+// In a simulated environment the ownership index is gone; objects still name their owners, and
+// the ones a simulated step wrote name whose bytes they hold. A file nothing wrote holds the
+// bytes it held before.
+ProviderId provider_after(const Environment& before, const Environment& env, const Knowledge& k,
+                          const std::string& path) {
   ProviderId id;
   const SharedObject* o = env.object(path);
+  if (o && o->bytes_owner < 0 && before.object(path)) return provider_before(before, k, path);
   if (o && !o->owners.empty()) {
-    const auto& d = env.dists[static_cast<std::size_t>(o->owners.front())];
+    const auto& d = env.dists[static_cast<std::size_t>(o->bytes_owner >= 0 ? o->bytes_owner : o->owners.front())];
     id.dist = fmt::format("{} {}", d.name, d.version);
     id.version = d.version;
     id.major = major_of_dist(k, d);
@@ -65,7 +69,7 @@ std::string describe(const ProviderId& id) {
 
 // Whether `a` is worse than `b` for a required soname, and why; nullopt when it is not.
 std::optional<Break> judge(const Environment& before, const Environment& after, const Knowledge& k,
-                           const Resolution& b, const Resolution& a) {
+                           std::optional<int> target, const Resolution& b, const Resolution& a) {
   if (!b.found()) return std::nullopt;  // already broken: the change cannot make it worse
   Break out;
   out.soname = b.name;
@@ -84,7 +88,21 @@ std::optional<Break> judge(const Environment& before, const Environment& after, 
     return out;
   }
   const std::string a_real = real_path_of(*a.path);
-  if (a_real == b_real) return std::nullopt;
+  if (a_real == b_real) {
+    // The same file; a step may have written other bytes into it.
+    const SharedObject* o = after.object(a_real);
+    if (!o || o->bytes_owner < 0) return std::nullopt;
+    const ProviderId was = provider_before(before, k, b_real);
+    const ProviderId now = provider_after(before, after, k, a_real);
+    if (was.major == now.major && was.version == now.version) return std::nullopt;
+    if (target && (now.major == target || was.major != target)) return std::nullopt;
+    if (!target && was.major == now.major) return std::nullopt;
+    out.after = *a.path;
+    out.after_version = now.version;
+    out.why = fmt::format("{} would hold {}'s bytes ({}) instead of {}'s", before.display(*b.path), now.dist,
+                          describe(now), was.dist.empty() ? "no dist" : was.dist);
+    return out;
+  }
   out.after = *a.path;
   const bool was_inside = inside(before, b_real);
   const bool is_inside = inside(after, a_real);
@@ -97,8 +115,10 @@ std::optional<Break> judge(const Environment& before, const Environment& after, 
     return out;
   }
   const ProviderId was = provider_before(before, k, b_real);
-  const ProviderId now = provider_after(after, k, a_real);
+  const ProviderId now = provider_after(before, after, k, a_real);
   if (was_inside && was.major == now.major && was.version == now.version) return std::nullopt;
+  // Toward the target major is the point of a repair; only a move away from it is worse.
+  if (target && (now.major == target || was.major != target)) return std::nullopt;
   if (!now.version.empty()) out.after_version = now.version;
   out.why = fmt::format("{}; it would resolve to {} ({}) instead of {} ({})", lost, after.display(a_real),
                         describe(now), before.display(b_real), describe(was));
@@ -181,7 +201,8 @@ std::optional<std::string> version_from_file_name(const std::string& path) {
   return std::string(rest);
 }
 
-std::vector<Break> worse_resolutions(const Environment& before, const Environment& after, const Knowledge& k) {
+std::vector<Break> worse_resolutions(const Environment& before, const Environment& after, const Knowledge& k,
+                                     std::optional<int> target) {
   std::vector<Break> out;
   std::set<std::string> dlopen_loaders;
   for (const auto& [name, g] : k.dlopen) dlopen_loaders.insert(g.loaded_by);
@@ -198,7 +219,7 @@ std::vector<Break> worse_resolutions(const Environment& before, const Environmen
     const std::size_t n = std::min(ao.resolutions.size(), bo->resolutions.size());
     for (std::size_t i = 0; i < n; ++i)
       if (required(k, bo->resolutions[i].name))
-        add(judge(before, after, k, bo->resolutions[i], ao.resolutions[i]), RequiredBy::needed);
+        add(judge(before, after, k, target, bo->resolutions[i], ao.resolutions[i]), RequiredBy::needed);
     if (ao.elf.status != ElfReadStatus::ok || !ao.elf.info.soname || !dlopen_loaders.count(*ao.elf.info.soname))
       continue;
     const auto was = resolve_dlopens(before, k, *bo);
@@ -209,7 +230,8 @@ std::vector<Break> worse_resolutions(const Environment& before, const Environmen
       });
       Resolution nothing;
       nothing.name = w.resolution.name;
-      add(judge(before, after, k, w.resolution, it == now.end() ? nothing : it->resolution), RequiredBy::dlopen);
+      add(judge(before, after, k, target, w.resolution, it == now.end() ? nothing : it->resolution),
+          RequiredBy::dlopen);
     }
   }
   std::sort(out.begin(), out.end(),

@@ -35,9 +35,10 @@ struct Break {
 };
 
 // Every required resolution of an object in `after` that is worse than in `before`, sorted by
-// consumer, then soname.
+// consumer, then soname. With a target CUDA major (a repair plan), a move to a provider of that
+// major is no break, and a move away from one is.
 [[nodiscard]] std::vector<Break> worse_resolutions(const Environment& before, const Environment& after,
-                                                   const Knowledge& k);
+                                                   const Knowledge& k, std::optional<int> target = std::nullopt);
 
 struct RequirementBreak {
   int dist = -1;          // the kept dist whose Requires-Dist goes unmet (index before the change)

@@ -178,16 +178,20 @@ std::vector<std::string> compress_for_rename(const Removal& fs, const std::set<s
 
 }  // namespace
 
-Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, OwnerCounting counting) {
-  const std::set<int> removing(dists.begin(), dists.end());
+Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, OwnerCounting counting,
+                         const EarlierSteps& earlier) {
+  std::set<int> removing(dists.begin(), dists.end());
+  removing.insert(earlier.removed.begin(), earlier.removed.end());
   // Under owner counting, a path stays while a dist that is not being removed lists it.
   auto kept_owner = [&](const std::string& lexical) {
     if (counting == OwnerCounting::pip) return false;
+    if (earlier.listed.count(lexical)) return true;
     for (int o : env.owners_of(lexical))
       if (!removing.count(o)) return true;
     return false;
   };
   Removal fs(env.layout.root_real);
+  for (const auto& p : earlier.deleted) fs.move_file(p);
   std::set<std::string> kept;
   PipPaths pip_paths;
   const std::string tag = cache_tag(env.layout);
@@ -232,7 +236,8 @@ Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, 
     }
   }
   Deletion out;
-  out.files = fs.files();
+  for (const auto& f : fs.files())
+    if (!earlier.deleted.count(f)) out.files.push_back(f);
   out.dirs = fs.dirs();
   out.kept.assign(kept.begin(), kept.end());
   return out;

@@ -17,7 +17,9 @@
 // cudafix's way is the same with owner counting: a path another kept dist's RECORD lists stays.
 #pragma once
 
+#include <set>
 #include <string>
+#include <unordered_set>
 #include <unordered_map>
 #include <vector>
 
@@ -43,8 +45,17 @@ struct Deletion {
   std::vector<std::string> kept;   // cudafix: listed paths that stay because a kept dist lists them
 };
 
+// Where a removal happens in a plan: after earlier steps removed dists, deleted files and
+// installed dists that list paths of their own.
+struct EarlierSteps {
+  std::set<int> removed;                      // dists gone already: their listing keeps nothing
+  std::set<std::string> deleted;              // files gone already
+  std::unordered_set<std::string> listed;     // paths that installed dists list: owner counting keeps them
+};
+
 // What uninstalling `dists` (indexes into env.dists, in the order pip is given them) deletes, the
 // pip way or the cudafix way.
-[[nodiscard]] Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, OwnerCounting counting);
+[[nodiscard]] Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, OwnerCounting counting,
+                                       const EarlierSteps& earlier = {});
 
 }  // namespace cudafix::resolver
