@@ -255,35 +255,62 @@ void apply_reinstall(const Environment& env, Step& step, State& s) {
   }
 }
 
-void apply_install(const Environment& env, Step& step, State& s) {
+// Without a wheel, an install of a known provider is assumed to write its family's sonames into
+// its family's folder (the knowledge table), so that later steps see a provider there; the step
+// says it was not simulated from a real file list.
+void apply_assumed_install(const Environment& env, const Knowledge& k, Step& step, State& s) {
+  step.simulated = false;
+  const auto family = k.family_of_dist(step.name);
+  const SiteDir* site = env.layout.platlib() ? env.layout.platlib() : env.layout.purelib();
+  if (!family || !site) return;
+  const FamilyMajor& fm = family->first->majors.at(family->second);
+  if (fm.folders.empty()) return;
+  DistInfo d;
+  d.name = step.name;
+  d.normalized = step.name;
+  d.version = step.version;
+  d.dir_name = fmt::format("{}-{}.dist-info", step.name, step.version);
+  d.site_dir = site->real;
+  d.root = site->root;
+  const int index = static_cast<int>(s.what_if.added_dists.size());
+  s.what_if.added_dists.push_back(std::move(d));
+  for (const auto& soname : fm.sonames) {
+    const std::string path = join_normal(site->real, fm.folders.front() + "/" + soname);
+    s.earlier.listed.insert(path);
+    write_file(s, path, index, true, std::nullopt);
+    step.writes.push_back(path);
+  }
+  if (step.dist >= 0) apply_remove(env, step, s);
+}
+
+void apply_install(const Environment& env, const Knowledge& k, Step& step, State& s) {
   if (!step.wheel) {
-    step.simulated = false;
+    apply_assumed_install(env, k, step, s);
     return;
   }
   const SiteDir* site = install_site(env, *step.wheel);
   if (!site) return;
   const int index = static_cast<int>(s.what_if.added_dists.size());
   s.what_if.added_dists.push_back(dist_from_wheel(*step.wheel, *site));
-  std::vector<std::string> paths;
+  std::vector<std::pair<std::string, const RecordRow*>> files;
   std::string abs;
   for (const auto& row : step.wheel->record.rows) {
     join_normal(site->real, row.path, abs);
-    if (!is_within(abs, env.layout.root_real)) continue;
-    paths.push_back(abs);
+    if (!is_within(abs, env.layout.root_real)) continue;  // read_dist_info would refuse it too
+    files.emplace_back(abs, &row);
     s.earlier.listed.insert(abs);
   }
   // Another version installed: its files that the new wheel does not write go (owner-counted).
   if (step.dist >= 0) apply_remove(env, step, s);
-  for (std::size_t i = 0; i < paths.size(); ++i) {
-    const auto& row = step.wheel->record.rows[i];
+  for (const auto& [path, row] : files) {
     std::optional<ElfInfo> elf;
-    if (auto it = step.wheel->elf.find(std::string(row.path)); it != step.wheel->elf.end()) elf = it->second;
-    write_file(s, paths[i], index, true, std::move(elf));
+    if (auto it = step.wheel->elf.find(std::string(row->path)); it != step.wheel->elf.end()) elf = it->second;
+    write_file(s, path, index, true, std::move(elf));
+    step.writes.push_back(path);
   }
-  step.writes = paths;
 }
 
-void apply(const Environment& env, Step& step, State& s) {
+void apply(const Environment& env, const Knowledge& k, Step& step, State& s) {
   switch (step.action) {
     case StepAction::remove:
       apply_remove(env, step, s);
@@ -292,7 +319,7 @@ void apply(const Environment& env, Step& step, State& s) {
       apply_reinstall(env, step, s);
       break;
     case StepAction::install:
-      apply_install(env, step, s);
+      apply_install(env, k, step, s);
       break;
   }
 }
@@ -457,7 +484,7 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       Step st = candidates[i];
       State trial = state;
-      apply(env, st, trial);
+      apply(env, k, st, trial);
       Environment after = simulate(env, trial.what_if, options.threads);
       st.worse = worse_resolutions(env, after, k, target);
       st.ok = st.worse.empty();

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "resolver/text.hpp"
@@ -251,6 +252,229 @@ TEST_F(PlanVenv, ADistThatIsNotInstalledIsAnErrorNamingIt) {
   EXPECT_EQ(plan.exit_code, 2);
   EXPECT_THAT(plan.doc["error"].get<std::string>(), HasSubstr("not installed"));
   EXPECT_THAT(plan.doc["error"].get<std::string>(), HasSubstr("no-such-dist"));
+}
+
+}  // namespace
+}  // namespace cudafix
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::k_fixtures;
+using test::k_no_cache;
+using test::k_python;
+using test::k_source;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using ::testing::HasSubstr;
+
+// Real wheels in one --find-links folder, and real venvs made from them by pip, in a given order:
+//   runtime13   nvidia-cuda-runtime 13.0.96       nvidia/cu13/lib/libcudart.so.13
+//   runtime12   nvidia-cuda-runtime-cu12 12.8.90  nvidia/cuda_runtime/lib/libcudart.so.12
+//   cudnn12     nvidia-cudnn-cu12 9.10.2.21       nvidia/cudnn/lib/libcudnn.so.9 (cuDNN 9.14 bytes)
+//   cudnn13     nvidia-cudnn-cu13 9.19.0.56       the same path, cuDNN 9.19 bytes
+//   cublas12    nvidia-cublas-cu12 12.8.4.1       nvidia/cublas/lib/libcublas.so.12
+//   torch13     torchlike 2.11.0   NEEDs libcudart.so.13 and libcudnn.so.9; requires cudnn13
+//   torch12     torch12like 2.7.0  NEEDs libcudart.so.12 and libcudnn.so.9; requires cudnn12
+//   jax13       jaxlike 0.8.0      NEEDs libcublas.so.13 and libcudart.so.13
+class PlanFix : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    links_ = tmp_->path() + "/wheels";
+    fs::create_directories(links_);
+    const std::string v = k_fixtures + "/verify";
+    const std::string mk =
+        k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(links_);
+    auto build = [&](const std::string& key, const std::string& args) {
+      const auto r = run_shell(mk + " " + args);
+      ASSERT_EQ(r.exit_code, 0) << r.out;
+      wheels_[key] = std::string(resolver::trim(r.out));
+    };
+    build("runtime13", "nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13");
+    build("runtime12",
+          "nvidia-cuda-runtime-cu12 12.8.90 nvidia/cuda_runtime/lib/libcudart.so.12=" + v + "/cu12/libcudart.so.12");
+    build("cudnn12", "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9");
+    build("cudnn13", "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9");
+    build("cublas12", "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublas.so.12=" + v + "/cublas12/libcublas.so.12");
+    build("torch13", "torchlike 2.11.0 torch/lib/libtorch_cuda.so=" + v +
+                         "/libtorch_cuda.so --requires 'nvidia-cudnn-cu13==9.19.0.56'");
+    build("torch12", "torch12like 2.7.0 torch/lib/libtorch_cuda.so=" + v +
+                         "/torch12/libtorch_cuda.so --requires 'nvidia-cudnn-cu12==9.10.2.21'");
+    build("jax13", "jaxlike 0.8.0 jaxlib/libcuconsumer.so=" + v + "/libcuconsumer.so");
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  // A venv with the wheels installed by its own pip, in this order.
+  static std::string venv(const TempDir& into, const std::vector<std::string>& keys) {
+    const std::string dir = into.path() + "/venv";
+    EXPECT_EQ(run_shell(k_python + " -m venv " + shell_quote(dir)).exit_code, 0);
+    for (const auto& key : keys) {
+      const auto r = pip(dir, "install -q --no-index --no-deps " + shell_quote(wheels_.at(key)));
+      EXPECT_EQ(r.exit_code, 0) << r.out;
+    }
+    return dir;
+  }
+  static test::RunResult pip(const std::string& venv, const std::string& args) {
+    return run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
+                     " -m pip --disable-pip-version-check " + args);
+  }
+  static std::string site(const std::string& venv) {
+    for (const auto& e : fs::directory_iterator(venv + "/lib")) return e.path().string() + "/site-packages";
+    return "";
+  }
+  static test::JsonRun plan_fix(const std::string& venv, const std::string& extra = "") {
+    return test::cudafix_json("plan fix --venv " + shell_quote(venv) + k_no_cache + " --ld-library-path '' " + extra);
+  }
+  static std::vector<std::string> actions(const json& doc) {
+    std::vector<std::string> out;
+    for (const auto& s : doc["steps"]) out.push_back(s["action"].get<std::string>() + " " + s["name"].get<std::string>());
+    return out;
+  }
+  static void expect_every_step_ok(const json& doc) {
+    for (const auto& s : doc["steps"]) EXPECT_TRUE(s["after_step"]["ok"]) << s.dump(1);
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string links_;
+  static inline std::map<std::string, std::string> wheels_;
+};
+
+TEST_F(PlanFix, TheCuda13CudnnBesideACuda12TorchIsRemovedAndTheSharedLibraryKept) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn13", "cudnn12", "torch12"});  // cu12's bytes on disk
+  const auto p = plan_fix(dir);
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+  EXPECT_EQ(p.doc["target"]["cuda_major"], 12);
+  EXPECT_EQ(actions(p.doc), std::vector<std::string>({"remove nvidia-cudnn-cu13"}));
+  expect_every_step_ok(p.doc);
+  EXPECT_THAT(p.doc["steps"][0]["keeps"], ::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9"));
+  EXPECT_TRUE(p.doc["needs"].empty());
+  EXPECT_TRUE(p.doc["remaining"].empty()) << p.doc["remaining"].dump(1);
+}
+
+TEST_F(PlanFix, WhenTheSharedLibraryHoldsTheOtherMajorsBytesTheOwnerIsReinstalledBeforeTheRemoval) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});  // cu13's bytes on disk
+  const auto p = plan_fix(dir, "--find-links " + shell_quote(links_));
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+  EXPECT_EQ(actions(p.doc), std::vector<std::string>({"reinstall nvidia-cudnn-cu12", "remove nvidia-cudnn-cu13"}));
+  expect_every_step_ok(p.doc);
+  EXPECT_THAT(p.doc["steps"][0]["why"].get<std::string>(), HasSubstr("holds nvidia-cudnn-cu13 9.19.0.56's bytes"));
+  EXPECT_EQ(p.doc["steps"][0]["wheel"]["file"], wheels_.at("cudnn12"));
+  EXPECT_TRUE(p.doc["remaining"].empty()) << p.doc["remaining"].dump(1);
+}
+
+TEST_F(PlanFix, AfterARealPipUninstallTheMetadataOnlyProviderIsReinstalledFromTheWheel) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});
+  ASSERT_EQ(pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+  const auto with = plan_fix(dir, "--find-links " + shell_quote(links_));
+  EXPECT_EQ(with.exit_code, 0) << with.out;
+  EXPECT_EQ(actions(with.doc), std::vector<std::string>({"reinstall nvidia-cudnn-cu12"}));
+  expect_every_step_ok(with.doc);
+  EXPECT_TRUE(with.doc["steps"][0]["simulated"]);
+  EXPECT_THAT(with.doc["steps"][0]["writes"], ::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9"));
+  EXPECT_TRUE(with.doc["needs"].empty());
+  EXPECT_TRUE(with.doc["remaining"].empty()) << with.doc["remaining"].dump(1);
+  // Without a wheel at hand the plan is the same, and says which wheel it needs.
+  const auto without = plan_fix(dir);
+  EXPECT_EQ(without.exit_code, 0);
+  EXPECT_EQ(actions(without.doc), actions(with.doc));
+  ASSERT_EQ(without.doc["needs"].size(), 1u);
+  EXPECT_EQ(without.doc["needs"][0]["name"], "nvidia-cudnn-cu12");
+  EXPECT_EQ(without.doc["needs"][0]["version"], "9.10.2.21");
+  EXPECT_FALSE(without.doc["needs"][0]["tags"].empty());
+}
+
+TEST_F(PlanFix, AnUnusedCuda12CublasBesideACuda13ConsumerIsRemoved) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime13", "cudnn13", "cublas12", "torch13"});
+  const auto p = plan_fix(dir);
+  EXPECT_EQ(p.doc["target"]["cuda_major"], 13);
+  EXPECT_EQ(actions(p.doc), std::vector<std::string>({"remove nvidia-cublas-cu12"}));
+  expect_every_step_ok(p.doc);
+  EXPECT_THAT(p.doc["steps"][0]["deletes"], ::testing::Contains("nvidia/cublas/lib/libcublas.so.12"));
+}
+
+TEST_F(PlanFix, AMissingProviderIsInstalledBeforeTheWrongMajorOneGoes) {
+  TempDir t;
+  // torchlike requires the cu13 cuDNN, but only the cu12 one is there, providing libcudnn.so.9.
+  const auto dir = venv(t, {"runtime13", "cudnn12", "torch13"});
+  const auto p = plan_fix(dir, "--find-links " + shell_quote(links_));
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+  EXPECT_EQ(actions(p.doc), std::vector<std::string>({"install nvidia-cudnn-cu13", "remove nvidia-cudnn-cu12"}));
+  expect_every_step_ok(p.doc);
+  EXPECT_EQ(p.doc["steps"][0]["version"], "9.19.0.56");
+  EXPECT_EQ(p.doc["steps"][0]["wheel"]["file"], wheels_.at("cudnn13"));
+  // The removal keeps the library the install wrote, which the cu12 wheel also lists.
+  EXPECT_THAT(p.doc["steps"][1]["keeps"], ::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9"));
+  EXPECT_TRUE(p.doc["remaining"].empty()) << p.doc["remaining"].dump(1);
+}
+
+TEST_F(PlanFix, ConsumersThatNeedDifferentMajorsStopThePlanUntilOneIsChosen) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn12", "torch12", "jax13"});
+  const auto p = plan_fix(dir);
+  EXPECT_EQ(p.exit_code, 1);
+  const std::string problem = p.doc["problem"];
+  EXPECT_THAT(problem, HasSubstr("CUDA 12: torch12like 2.7.0"));
+  EXPECT_THAT(problem, HasSubstr("CUDA 13: jaxlike 0.8.0"));
+  EXPECT_THAT(problem, HasSubstr("--cuda-major"));
+  // Chosen: CUDA 12 keeps torch12like working; the plan says what jaxlike still lacks.
+  const auto chosen = plan_fix(dir, "--cuda-major 12");
+  EXPECT_EQ(chosen.exit_code, 0) << chosen.out;
+  EXPECT_TRUE(chosen.doc["target"]["given"]);
+  EXPECT_THAT(chosen.doc["remaining"].dump(), HasSubstr("jaxlib/libcuconsumer.so"));
+}
+
+TEST_F(PlanFix, ARemovalThatWouldBreakAConsumerIsRefusedNamingWhatBreaks) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn12", "torch12"});
+  // CUDA 13 asked for: removing the cu12 runtime would leave torch12like's libcudart.so.12 nowhere.
+  const auto p = plan_fix(dir, "--cuda-major 13");
+  EXPECT_EQ(p.exit_code, 1);
+  EXPECT_THAT(p.doc["problem"].get<std::string>(), HasSubstr("no safe order"));
+  ASSERT_FALSE(p.doc["steps"].empty());
+  const auto& last = p.doc["steps"].back();
+  EXPECT_FALSE(last["after_step"]["ok"]);
+  EXPECT_THAT(last["after_step"]["worse"].dump(), HasSubstr("libcudart.so.12"));
+}
+
+TEST_F(PlanFix, TheHealthyCorpusVenvNeedsNothing) {
+  TempDir dir;
+  const auto made = run_shell("zcat " + shell_quote(k_source + "/tests/data/good_torch_cu130_venv.json.gz") + " | " +
+                              shell_quote(test::k_bin) + " materialize - " + shell_quote(dir.path() + "/venv"));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto p = plan_fix(dir.path() + "/venv");
+  EXPECT_EQ(p.exit_code, 0);
+  EXPECT_EQ(p.doc["target"]["cuda_major"], 13);
+  EXPECT_TRUE(p.doc["steps"].empty()) << p.doc["steps"].dump(1);
+  EXPECT_TRUE(p.doc["remaining"].empty()) << p.doc["remaining"].dump(1);
+}
+
+TEST_F(PlanFix, TheSavedPlanIsTheJsonDocumentWithAFingerprintOfWhatItTouches) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime13", "cudnn13", "cublas12", "torch13"});
+  const std::string out = t.path() + "/plan.json";
+  const auto p = plan_fix(dir, "-o " + shell_quote(out));
+  const auto saved = json::parse(resolver::read_file(out));
+  EXPECT_EQ(saved, p.doc);
+  const auto& fp = saved["fingerprint"];
+  EXPECT_EQ(fp["digest"].get<std::string>().size(), 64u);
+  std::set<std::string> dists;
+  for (const auto& r : fp["records"]) dists.insert(r["dist"].get<std::string>());
+  EXPECT_TRUE(dists.count("torchlike-2.11.0.dist-info") && dists.count("nvidia_cublas_cu12-12.8.4.1.dist-info"));
+  bool stamped = false;
+  for (const auto& f : fp["files"])
+    if (f["path"].get<std::string>().ends_with("nvidia/cublas/lib/libcublas.so.12")) stamped = f["exists"] && f["ino"] != 0;
+  EXPECT_TRUE(stamped) << fp.dump(1);
+  // A change to a touched file changes the fingerprint.
+  ASSERT_EQ(run_shell("touch -d '2001-01-01' " + shell_quote(site(dir) + "/nvidia/cublas/lib/libcublas.so.12")).exit_code, 0);
+  EXPECT_NE(plan_fix(dir).doc["fingerprint"]["digest"], fp["digest"]);
 }
 
 }  // namespace
