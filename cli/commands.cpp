@@ -277,8 +277,16 @@ int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostrea
   auto found = installer::find_wheels(folders, opts.supported_tags);
   for (const auto& diag : found.diagnostics) std::cerr << fmt::format("cudafix: warning: {}\n", diag.to_string());
   opts.wheels = std::move(found.wheels);
+  const auto t0 = std::chrono::steady_clock::now();
   const r::FixPlan plan = r::plan_fix(env, knowledge, opts);
+  const auto t1 = std::chrono::steady_clock::now();
   const r::Fingerprint fp = r::fingerprint_of(env, plan);
+  if (g.timings) {
+    print_timings(env);
+    std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "plan",
+                             std::chrono::duration<double, std::milli>(t1 - t0).count(), "fingerprint",
+                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());
+  }
   // The tags a needed wheel may carry here: the most specific ones of each kind.
   std::vector<std::string> tags;
   for (const auto& t : opts.supported_tags)

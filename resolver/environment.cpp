@@ -575,18 +575,17 @@ Environment simulate(const Environment& before, const WhatIf& change, unsigned t
     missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
     env.missing.push_back(std::move(missing));
   };
+  // What the change deletes from a kept dist's files is missing afterwards.
+  std::vector<std::vector<std::string>> newly_missing(before.dists.size());
+  for (const auto& p : *deleted)
+    for (int owner : before.owners_of(p)) newly_missing[static_cast<std::size_t>(owner)].push_back(p);
   for (std::size_t d = 0; d < before.dists.size(); ++d) {
     if (std::find(change.removed_dists.begin(), change.removed_dists.end(), static_cast<int>(d)) !=
         change.removed_dists.end())
       continue;
     new_index[d] = static_cast<int>(env.dists.size());
     auto missing = before.missing.empty() ? std::vector<std::string>{} : before.missing[d];
-    // What the change deletes from a kept dist's files is missing afterwards.
-    std::string abs;
-    for (const auto& row : before.dists[d].record) {
-      join_normal(before.dists[d].site_dir, row.path, abs);
-      if (deleted->count(abs)) missing.push_back(abs);
-    }
+    missing.insert(missing.end(), newly_missing[d].begin(), newly_missing[d].end());
     add_dist(before.dists[d], std::move(missing));
   }
   const int first_added = static_cast<int>(env.dists.size());

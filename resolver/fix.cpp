@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "resolver/fs_walk.hpp"
 #include "resolver/provenance.hpp"
 #include "resolver/requirements.hpp"
 #include "resolver/text.hpp"
@@ -76,15 +77,23 @@ std::optional<std::pair<int, std::string>> torch_cuda_version(const Environment&
   return std::nullopt;
 }
 
+// is_cuda_provider per dist, asked once (it reads the RECORD).
+std::vector<bool> providers_of(const Environment& env, const Knowledge& k) {
+  std::vector<bool> out(env.dists.size());
+  for (std::size_t d = 0; d < env.dists.size(); ++d) out[d] = is_cuda_provider(k, env.dists[d]);
+  return out;
+}
+
 std::vector<Evidence> consumer_evidence(const Environment& env, const Knowledge& k, const ParsedRequirements& reqs) {
   std::vector<Evidence> out;
+  const auto provider = providers_of(env, k);
   const auto majors = soname_majors(k);
   std::set<std::tuple<int, int, std::string>> seen;  // (dist, major, soname): one line each
   for (const auto& o : env.objects) {
     if (o.owners.empty() || o.elf.status != ElfReadStatus::ok) continue;
     const int d = o.owners.front();
     const DistInfo& dist = env.dists[static_cast<std::size_t>(d)];
-    if (is_cuda_provider(k, dist)) continue;
+    if (provider[static_cast<std::size_t>(d)]) continue;
     for (const auto& n : o.elf.info.needed) {
       const auto it = majors.find(n);
       if (it == majors.end() || it->second.size() != 1) continue;  // libcudnn.so.9: both majors
@@ -95,7 +104,7 @@ std::vector<Evidence> consumer_evidence(const Environment& env, const Knowledge&
   }
   for (std::size_t d = 0; d < env.dists.size(); ++d) {
     const DistInfo& dist = env.dists[d];
-    if (is_cuda_provider(k, dist) || is_meta(k, dist)) continue;
+    if (provider[d] || is_meta(k, dist)) continue;
     for (std::size_t i = 0; i < reqs.lines[d].size(); ++i) {
       const auto& line = reqs.lines[d][i];
       if (!line.req || !line.applies || !names_a_provider(k, line.req->normalized)) continue;
@@ -330,11 +339,12 @@ std::vector<std::string> short_of_desired(const Environment& before, const Envir
                                           int target) {
   std::vector<std::string> out;
   const auto majors = soname_majors(k);
+  const auto provider = providers_of(after, k);
   std::set<std::pair<std::string, std::string>> seen;
   for (const auto& o : after.objects) {
     if (o.owners.empty()) continue;
     const DistInfo& dist = after.dists[static_cast<std::size_t>(o.owners.front())];
-    if (is_cuda_provider(k, dist)) continue;
+    if (provider[static_cast<std::size_t>(o.owners.front())]) continue;
     for (const auto& r : o.resolutions) {
       if (!majors.count(r.name) || !seen.insert({dist.normalized, r.name}).second) continue;
       const std::string who = fmt::format("{} ({}) NEEDs {}", after.display(o.path), label(dist), r.name);
@@ -516,7 +526,19 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
 
 Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan) {
   Fingerprint fp;
-  for (const auto& d : env.dists) fp.records.emplace_back(d.dir_name, sha256_urlsafe(d.site_dir + "/" + d.dir_name + "/RECORD"));
+  // RECORD's bytes as the scan read them (a RECORD changed since is a changed environment too,
+  // which the dist-info stamps below would not all catch).
+  fp.records.resize(env.dists.size());
+  parallel_for(env.dists.size(), 0, [&](std::size_t i) {
+    const DistInfo& d = env.dists[i];
+    const std::string& text = d.record_storage ? d.record_storage->text : std::string();
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
+    std::string hex;
+    for (unsigned int b = 0; b < len; ++b) hex += fmt::format("{:02x}", md[b]);
+    fp.records[i] = {d.dir_name, std::move(hex)};
+  });
   std::set<std::string> touched;
   for (const auto& st : plan.steps) {
     for (const auto& p : st.deletes)

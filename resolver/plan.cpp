@@ -74,6 +74,11 @@ std::optional<Break> judge(const Environment& before, const Environment& after, 
   Break out;
   out.soname = b.name;
   out.before = *b.path;
+  // Resolved paths are their folder's realpath plus the name: equal strings are one file.
+  if (a.found() && *a.path == *b.path) {
+    const SharedObject* o = after.object(*a.path);
+    if (!o || o->bytes_owner < 0) return std::nullopt;
+  }
   const std::string b_real = real_path_of(*b.path);
   const auto& deleted = after.loader->config().deleted;
   // What happened to the file it had: deleted, or no longer loaded by the import that brought it.
@@ -137,10 +142,16 @@ bool exists_no_follow(const std::string& path) {
 std::vector<LeftBehind> left_behind(const Environment& env, const std::set<int>& removing,
                                     const std::set<std::string>& deleted) {
   std::vector<LeftBehind> out;
+  // Only dists that list a deleted path can lose files (deleted paths are in pip's form, whose
+  // folders are real, as the scan's are).
+  std::set<int> affected;
+  for (const auto& p : deleted)
+    for (int o : env.owners_of(p))
+      if (!removing.count(o)) affected.insert(o);
   PipPaths pip_paths;
   std::string abs;
-  for (std::size_t di = 0; di < env.dists.size(); ++di) {
-    if (removing.count(static_cast<int>(di))) continue;
+  for (const int dist_index : affected) {
+    const auto di = static_cast<std::size_t>(dist_index);
     const DistInfo& d = env.dists[di];
     const std::string own_info = d.site_dir + "/" + d.dir_name;
     LeftBehind l;
