@@ -8,6 +8,8 @@ out=${1:-.dev/cudafix-dist}
 rm -rf "$out"
 mkdir -p "$out/lib"
 cp build/cudafix build/cudafix-probe "$out/"
+# Debug information stays here: the copy only has to run.
+strip --strip-debug "$out/cudafix" "$out/cudafix-probe"
 # Everything ldd resolves except glibc's own objects, which must come from the host.
 ldd build/cudafix | awk '/=> \// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in
