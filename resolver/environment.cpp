@@ -595,13 +595,15 @@ Environment simulate(const Environment& before, const WhatIf& change, unsigned t
   };
   for (const auto& o : before.objects) {
     if (deleted->count(o.path) && !written.count(o.path)) continue;
-    SharedObject kept = o;
-    kept.owners.clear();
+    // Copied field by field: the resolutions (every place looked, per NEEDED) are redone.
+    SharedObject kept;
+    kept.path = o.path;
+    kept.elf = o.elf;
+    kept.entry_point = o.entry_point;
     for (int owner : o.owners)
       if (new_index[static_cast<std::size_t>(owner)] >= 0) kept.owners.push_back(new_index[static_cast<std::size_t>(owner)]);
-    std::erase_if(kept.aliases, [&](const std::string& a) { return deleted->count(a) > 0; });
-    kept.resolutions.clear();
-    kept.context.clear();
+    for (const auto& a : o.aliases)
+      if (!deleted->count(a)) kept.aliases.push_back(a);
     env.objects.push_back(std::move(kept));
   }
   // Written files: an object on disk gets its new bytes' owner; a new one joins the model, its

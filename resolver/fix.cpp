@@ -356,7 +356,14 @@ std::vector<std::string> short_of_desired(const Environment& before, const Envir
       }
       const std::string real = real_path_of(*r.path);
       if (!after.site_of(real)) {
-        out.push_back(fmt::format("{}, which resolves outside the environment to {}", who, real));
+        // With a provider of the target major in the environment, which one loads is a matter of
+        // import order (doctor's unresolved-library and shadowed-library), not of what is installed.
+        const auto in_env = after.providers(r.name);
+        const bool provided = std::any_of(in_env.begin(), in_env.end(), [&](const SharedObject* p) {
+          return !p->owners.empty() &&
+                 major_of_dist(k, after.dists[static_cast<std::size_t>(p->owners.front())]) == target;
+        });
+        if (!provided) out.push_back(fmt::format("{}, which resolves outside the environment to {}", who, real));
         continue;
       }
       const SharedObject* p = after.object(real);
