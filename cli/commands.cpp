@@ -352,6 +352,17 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
   int rc = run_doctor(sub, doctor_opts, buf);
   say(buf.str());
   say(st.dim(fmt::format("(exit {})\n", rc)));
+  // The dry run of the uninstall users would try next, then the repair plan.
+  buf.str("");
+  say(fmt::format("\n$ cudafix plan remove nvidia-nccl-cu12 --venv {}\n", dir));
+  rc = run_plan_remove(sub, {"nvidia-nccl-cu12"}, buf);
+  say(buf.str());
+  say(st.dim(fmt::format("(exit {})\n", rc)));
+  buf.str("");
+  say(fmt::format("\n$ cudafix plan fix --venv {}\n", dir));
+  rc = run_plan_fix(sub, {}, buf);
+  say(buf.str());
+  say(st.dim(fmt::format("(exit {})\n", rc)));
   buf.str("");
   say(fmt::format("\n$ cudafix verify --venv {} --timeout 20\n", dir));
   VerifyCliOptions verify_opts;

@@ -115,7 +115,7 @@ FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vect
     std::error_code ec;
     std::vector<std::string> files;
     for (const auto& e : std::filesystem::directory_iterator(folder, ec))
-      if (e.path().extension() == ".whl") files.push_back(std::filesystem::absolute(e.path()).string());
+      if (e.path().extension() == ".whl") files.push_back(std::filesystem::absolute(e.path()).lexically_normal().string());
     if (ec) throw r::Error(fmt::format("--find-links {}: cannot be listed: {}", folder, ec.message()));
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
