@@ -268,8 +268,8 @@ int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostrea
   opts.cuda_major = p.cuda_major;
   opts.threads = g.threads;
   const r::HostInfo host = env.loader ? env.loader->config().host : r::detect_host();
-  opts.supported_tags = r::supported_tags(env.layout.python_version.value_or("3"), host.glibc_version,
-                                          r::machine_name(host.machine));
+  opts.supported_tags =
+      r::supported_tags(env.layout.python_version.value_or("3"), host.glibc_version, r::machine_name(host.machine));
   std::vector<std::string> folders = g.find_links;
   if (folders.empty())
     for (auto f : r::split(env_var("PIP_FIND_LINKS").value_or(""), ' '))

@@ -20,8 +20,8 @@ struct GlobalOptions {
   std::optional<std::string> ld_library_path;  // default: the caller's
   std::optional<std::string> ld_so_cache;      // default: the host's
   unsigned threads = 0;
-  std::vector<std::string> rules;  // --rules files, in order
-  bool timings = false;            // --timings: phase durations on stderr
+  std::vector<std::string> rules;       // --rules files, in order
+  bool timings = false;                 // --timings: phase durations on stderr
   std::vector<std::string> find_links;  // --find-links folders (then $PIP_FIND_LINKS)
 };
 

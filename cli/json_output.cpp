@@ -633,7 +633,8 @@ std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowled
   else
     w.value(plan.problem);
   w.key("fingerprint").begin_object().key("digest").value(fp.digest).key("records").begin_array();
-  for (const auto& [dist, sha] : fp.records) w.begin_object().key("dist").value(dist).key("sha256").value(sha).end_object();
+  for (const auto& [dist, sha] : fp.records)
+    w.begin_object().key("dist").value(dist).key("sha256").value(sha).end_object();
   w.end_array().key("files").begin_array();
   for (const auto& f : fp.files) {
     w.begin_object().key("path").value(f.path).key("exists").value(f.exists);

@@ -386,7 +386,8 @@ std::string count_of(std::size_t n, std::string_view one, std::string_view many)
 }
 
 std::string deletion_summary(const r::Deletion& d) {
-  return fmt::format("{} and {}", count_of(d.files.size(), "file", "files"), count_of(d.dirs.size(), "folder", "folders"));
+  return fmt::format("{} and {}", count_of(d.files.size(), "file", "files"),
+                     count_of(d.dirs.size(), "folder", "folders"));
 }
 
 void breaks_lines(const r::Environment& env, const std::vector<r::Break>& breaks, const Style& st, std::string& out) {
@@ -395,10 +396,10 @@ void breaks_lines(const r::Environment& env, const std::vector<r::Break>& breaks
     const auto& b = breaks[i];
     const std::string who =
         b.consumer_dist >= 0 ? fmt::format(" ({})", env.dists[static_cast<std::size_t>(b.consumer_dist)].name) : "";
-    out += fmt::format("  {}{} {} {}: {} -> {}\n", shown(env, b.consumer), who,
-                       b.kind == r::RequiredBy::needed ? "NEEDs" : "dlopens", st.bold(b.soname), shown(env, b.before),
-                       b.after ? shown(env, *b.after) + (b.after_version ? " (" + *b.after_version + ")" : "")
-                               : st.bad("nothing"));
+    out += fmt::format(
+        "  {}{} {} {}: {} -> {}\n", shown(env, b.consumer), who, b.kind == r::RequiredBy::needed ? "NEEDs" : "dlopens",
+        st.bold(b.soname), shown(env, b.before),
+        b.after ? shown(env, *b.after) + (b.after_version ? " (" + *b.after_version + ")" : "") : st.bad("nothing"));
     out += st.dim(fmt::format("    {}\n", b.why));
   }
   if (limit < breaks.size()) out += st.dim(fmt::format("  ... {} more; -v shows them\n", breaks.size() - limit));
@@ -435,7 +436,8 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
     }
   };
   section("with pip uninstall", plan.pip);
-  if (plan.cudafix.deletion.files != plan.pip.deletion.files) section("with cudafix's owner-counted removal", plan.cudafix);
+  if (plan.cudafix.deletion.files != plan.pip.deletion.files)
+    section("with cudafix's owner-counted removal", plan.cudafix);
   if (!plan.requirement_breaks.empty()) {
     out += fmt::format("\n{}:\n", st.bad("requirements left unmet"));
     for (const auto& rb : plan.requirement_breaks) {
@@ -447,7 +449,9 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
   if (plan.safe())
     out += st.good("safe: nothing required breaks\n");
   else if (plan.safe_with_cudafix())
-    out += st.warn("unsafe with pip uninstall; safe with owner counting (cudafix_would_delete), which keeps what other dists list\n");
+    out += st.warn(
+        "unsafe with pip uninstall; safe with owner counting (cudafix_would_delete), which keeps what other dists "
+        "list\n");
   else
     out += st.bad("unsafe: the removal breaks what is listed above\n");
   return out;
@@ -461,7 +465,8 @@ std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, con
   for (std::size_t i = 0; i < ev_limit; ++i) out += st.dim(fmt::format("  evidence: {}\n", plan.evidence[i].why));
   if (ev_limit < plan.evidence.size())
     out += st.dim(fmt::format("  ... {} more; -v shows them\n", plan.evidence.size() - ev_limit));
-  if (!plan.target && plan.ok()) return out + st.good("nothing in the environment needs CUDA libraries: nothing to do\n");
+  if (!plan.target && plan.ok())
+    return out + st.good("nothing in the environment needs CUDA libraries: nothing to do\n");
   int n = 0;
   for (const auto& s : plan.steps) {
     const std::string head = fmt::format("{}. {} {} {}", ++n, r::to_string(s.action), s.name, s.version);

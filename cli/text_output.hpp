@@ -6,8 +6,8 @@
 
 #include "installer/probe/verify.hpp"
 #include "resolver/environment.hpp"
-#include "resolver/knowledge.hpp"
 #include "resolver/fix.hpp"
+#include "resolver/knowledge.hpp"
 #include "resolver/plan.hpp"
 #include "resolver/why.hpp"
 #include "rules/doctor.hpp"

@@ -40,9 +40,7 @@ std::string hex_sha256_of_file(const std::string& path) {
   return out;
 }
 
-bool looks_like_elf_member(std::string_view path) {
-  return r::looks_like_shared_object(r::base_name(path));
-}
+bool looks_like_elf_member(std::string_view path) { return r::looks_like_shared_object(r::base_name(path)); }
 
 }  // namespace
 
@@ -96,8 +94,7 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
       if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(member, elf.info);
     }
   }
-  if (w.dist_info.empty())
-    throw r::Error(fmt::format("{}: no {{name}}-{{version}}.dist-info/METADATA inside", path));
+  if (w.dist_info.empty()) throw r::Error(fmt::format("{}: no {{name}}-{{version}}.dist-info/METADATA inside", path));
   if (record_text.empty()) throw r::Error(fmt::format("{}: no {}/RECORD inside", path, w.dist_info));
   auto md = r::parse_metadata(metadata_text, path + ":" + w.dist_info + "/METADATA");
   w.metadata = std::move(md.metadata);
@@ -115,7 +112,8 @@ FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vect
     std::error_code ec;
     std::vector<std::string> files;
     for (const auto& e : std::filesystem::directory_iterator(folder, ec))
-      if (e.path().extension() == ".whl") files.push_back(std::filesystem::absolute(e.path()).lexically_normal().string());
+      if (e.path().extension() == ".whl")
+        files.push_back(std::filesystem::absolute(e.path()).lexically_normal().string());
     if (ec) throw r::Error(fmt::format("--find-links {}: cannot be listed: {}", folder, ec.message()));
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {

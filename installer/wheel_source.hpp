@@ -15,7 +15,7 @@ namespace cudafix::installer {
 [[nodiscard]] resolver::Wheel read_wheel(const std::string& path, const std::vector<std::string>& supported_tags);
 
 struct FoundWheels {
-  std::vector<resolver::Wheel> wheels;                 // sorted by name, then file
+  std::vector<resolver::Wheel> wheels;            // sorted by name, then file
   std::vector<resolver::Diagnostic> diagnostics;  // wheels that could not be read (skipped)
 };
 

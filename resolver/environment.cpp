@@ -601,7 +601,8 @@ Environment simulate(const Environment& before, const WhatIf& change, unsigned t
     kept.elf = o.elf;
     kept.entry_point = o.entry_point;
     for (int owner : o.owners)
-      if (new_index[static_cast<std::size_t>(owner)] >= 0) kept.owners.push_back(new_index[static_cast<std::size_t>(owner)]);
+      if (new_index[static_cast<std::size_t>(owner)] >= 0)
+        kept.owners.push_back(new_index[static_cast<std::size_t>(owner)]);
     for (const auto& a : o.aliases)
       if (!deleted->count(a)) kept.aliases.push_back(a);
     env.objects.push_back(std::move(kept));

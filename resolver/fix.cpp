@@ -99,7 +99,8 @@ std::vector<Evidence> consumer_evidence(const Environment& env, const Knowledge&
       if (it == majors.end() || it->second.size() != 1) continue;  // libcudnn.so.9: both majors
       const int m = *it->second.begin();
       if (!seen.insert({d, m, n}).second) continue;
-      out.push_back({d, m, fmt::format("{}: {} NEEDs {}, which only CUDA {} ships", label(dist), env.display(o.path), n, m)});
+      out.push_back(
+          {d, m, fmt::format("{}: {} NEEDs {}, which only CUDA {} ships", label(dist), env.display(o.path), n, m)});
     }
   }
   for (std::size_t d = 0; d < env.dists.size(); ++d) {
@@ -130,8 +131,9 @@ struct Wanted {
 
 // Requirements of kept dists (pip check's reading) and the extras chains below them that name a
 // provider of the target major which is missing or of another version.
-std::map<std::string, Wanted> wanted_providers(const Environment& env, const Knowledge& k, const ParsedRequirements& reqs,
-                                               const MarkerEnvironment& markers, int target) {
+std::map<std::string, Wanted> wanted_providers(const Environment& env, const Knowledge& k,
+                                               const ParsedRequirements& reqs, const MarkerEnvironment& markers,
+                                               int target) {
   std::map<std::string, Wanted> out;
   std::set<std::pair<std::string, std::string>> followed;  // (dist, extra)
   std::function<void(const DistInfo&, const Requirement&, const std::string&)> consider =
@@ -432,10 +434,12 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     });
     std::vector<std::string> specs;
     for (const auto& s : w.specifiers) specs.push_back(s.str());
-    st.version = st.wheel ? st.wheel->wheel_name.version : pinned(w.specifiers).value_or(fmt::format("{}", fmt::join(specs, ",")));
-    st.why = fmt::format("{}{}", fmt::join(w.asked_by, "; "),
-                         installed ? fmt::format(" (installed: {})", env.dists[static_cast<std::size_t>(*installed)].version)
-                                   : " (not installed)");
+    st.version = st.wheel ? st.wheel->wheel_name.version
+                          : pinned(w.specifiers).value_or(fmt::format("{}", fmt::join(specs, ",")));
+    st.why =
+        fmt::format("{}{}", fmt::join(w.asked_by, "; "),
+                    installed ? fmt::format(" (installed: {})", env.dists[static_cast<std::size_t>(*installed)].version)
+                              : " (not installed)");
     installs.push_back(std::move(st));
   }
   const auto shared = env.shared_paths();
@@ -518,14 +522,13 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     }
     if (taken) continue;
     plan.steps.push_back(*first_failure);
-    plan.problem = fmt::format("no safe order: {} {} would make what is required worse: {}",
-                               to_string(first_failure->action), first_failure->name,
-                               describe_breaks(env, first_failure->worse));
+    plan.problem =
+        fmt::format("no safe order: {} {} would make what is required worse: {}", to_string(first_failure->action),
+                    first_failure->name, describe_breaks(env, first_failure->worse));
     return plan;
   }
   for (const auto& st : plan.steps)
-    if (!st.wheel && st.action != StepAction::remove)
-      plan.needs.push_back({st.name, st.version, st.why});
+    if (!st.wheel && st.action != StepAction::remove) plan.needs.push_back({st.name, st.version, st.why});
   if (!last) last = simulate(env, state.what_if, options.threads);
   plan.remaining = short_of_desired(env, *last, k, target);
   return plan;

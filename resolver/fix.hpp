@@ -86,8 +86,8 @@ struct FileStamp {
 };
 struct Fingerprint {
   std::vector<std::pair<std::string, std::string>> records;  // (dist-info folder, RECORD's SHA-256)
-  std::vector<FileStamp> files;                               // sorted by path
-  std::string digest;                                         // SHA-256 over all of the above
+  std::vector<FileStamp> files;                              // sorted by path
+  std::string digest;                                        // SHA-256 over all of the above
 };
 [[nodiscard]] Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan);
 

@@ -245,8 +245,9 @@ std::vector<Break> worse_resolutions(const Environment& before, const Environmen
           RequiredBy::dlopen);
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const Break& a, const Break& b) { return std::tie(a.consumer, a.soname) < std::tie(b.consumer, b.soname); });
+  std::sort(out.begin(), out.end(), [](const Break& a, const Break& b) {
+    return std::tie(a.consumer, a.soname) < std::tie(b.consumer, b.soname);
+  });
   return out;
 }
 

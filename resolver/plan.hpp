@@ -24,12 +24,12 @@ namespace cudafix::resolver {
 enum class RequiredBy { needed, dlopen };
 
 struct Break {
-  std::string consumer;      // the object that asks (absolute path)
-  int consumer_dist = -1;    // its owner in the environment before the change, or -1
+  std::string consumer;    // the object that asks (absolute path)
+  int consumer_dist = -1;  // its owner in the environment before the change, or -1
   std::string soname;
   RequiredBy kind = RequiredBy::needed;
-  std::string before;                      // the file it resolved to (absolute)
-  std::optional<std::string> after;        // what it resolves to afterwards, or nothing
+  std::string before;                        // the file it resolved to (absolute)
+  std::optional<std::string> after;          // what it resolves to afterwards, or nothing
   std::optional<std::string> after_version;  // the new provider's version, where known
   std::string why;
 };
@@ -41,15 +41,15 @@ struct Break {
                                                    const Knowledge& k, std::optional<int> target = std::nullopt);
 
 struct RequirementBreak {
-  int dist = -1;          // the kept dist whose Requires-Dist goes unmet (index before the change)
+  int dist = -1;            // the kept dist whose Requires-Dist goes unmet (index before the change)
   std::string requirement;  // the Requires-Dist line
-  int removed = -1;       // the removed dist it needed
+  int removed = -1;         // the removed dist it needed
 };
 
 struct LeftBehind {
-  int dist = -1;                    // a kept dist (index before the change)
-  std::vector<std::string> paths;   // its listed files the removal deletes
-  bool metadata_only = false;       // every file it had on disk outside its dist-info goes
+  int dist = -1;                   // a kept dist (index before the change)
+  std::vector<std::string> paths;  // its listed files the removal deletes
+  bool metadata_only = false;      // every file it had on disk outside its dist-info goes
 };
 
 struct Outcome {

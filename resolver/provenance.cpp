@@ -67,7 +67,6 @@ std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes) {
   return base64url_nopad(md, len);
 }
 
-
 // A dist that ships CUDA libraries: a known family provider, an nvidia-* wheel, or one whose
 // RECORD lists files under nvidia/.
 bool is_cuda_provider(const Knowledge& k, const DistInfo& d) {
@@ -125,8 +124,7 @@ std::optional<int> major_of_dist(const Knowledge& k, const DistInfo& d) {
 
 // The CUDA major of one library file: its owner's; for a path two majors share, the owner
 // whose bytes are on disk; for an unowned file, its folder's, where one major installs there.
-std::optional<int> major_of_file(const Environment& env, const Knowledge& k, const std::string& path,
-                                 int* owner) {
+std::optional<int> major_of_file(const Environment& env, const Knowledge& k, const std::string& path, int* owner) {
   auto owners = env.owners_of(path);
   if (owners.size() > 1) owners = whose_bytes(env, path, owners);
   if (owners.size() == 1) {

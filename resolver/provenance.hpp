@@ -47,6 +47,6 @@ struct DlopenResolution {
   Resolution resolution;
 };
 [[nodiscard]] std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k,
-                                                             const SharedObject& loader);
+                                                            const SharedObject& loader);
 
 }  // namespace cudafix::resolver

@@ -19,8 +19,8 @@
 
 #include <set>
 #include <string>
-#include <unordered_set>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "resolver/environment.hpp"
@@ -48,9 +48,9 @@ struct Deletion {
 // Where a removal happens in a plan: after earlier steps removed dists, deleted files and
 // installed dists that list paths of their own.
 struct EarlierSteps {
-  std::set<int> removed;                      // dists gone already: their listing keeps nothing
-  std::set<std::string> deleted;              // files gone already
-  std::unordered_set<std::string> listed;     // paths that installed dists list: owner counting keeps them
+  std::set<int> removed;                   // dists gone already: their listing keeps nothing
+  std::set<std::string> deleted;           // files gone already
+  std::unordered_set<std::string> listed;  // paths that installed dists list: owner counting keeps them
 };
 
 // What uninstalling `dists` (indexes into env.dists, in the order pip is given them) deletes, the

@@ -36,9 +36,9 @@ struct Wheel {
   std::string sha256;  // hex digest of the whole file
   std::string source;  // the --find-links folder it was found in
   WheelName wheel_name;
-  Metadata metadata;      // from {name}-{version}.dist-info/METADATA
-  ParsedRecord record;    // its RECORD
-  std::string dist_info;  // "nvidia_cudnn_cu13-9.19.0.56.dist-info"
+  Metadata metadata;                   // from {name}-{version}.dist-info/METADATA
+  ParsedRecord record;                 // its RECORD
+  std::string dist_info;               // "nvidia_cudnn_cu13-9.19.0.56.dist-info"
   std::map<std::string, ElfInfo> elf;  // RECORD path -> dynamic section, for every ELF object
   bool compatible = false;             // one of its tags is supported here
 };

@@ -310,7 +310,8 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
   std::map<int, int> ids;
   for (const auto& g : groups) {
     const auto& d = c.env.dists[static_cast<std::size_t>(g.dist)];
-    if (!r::is_cuda_provider(c.knowledge, d) || g.libraries.empty() || g.libraries.size() < listed_libraries(d)) continue;
+    if (!r::is_cuda_provider(c.knowledge, d) || g.libraries.empty() || g.libraries.size() < listed_libraries(d))
+      continue;
     if (!report) continue;
     Finding f;
     f.rule = "metadata-only";
@@ -544,10 +545,9 @@ void check_mixed_majors(Context& c) {
       if (!major) continue;
       loaded.insert(*major);
       if (!needed.empty() && !needed.count(*major))
-        mismatches.push_back(fmt::format("{} => {} ({}, CUDA {})", res.name, c.env.display(*res.path),
-                                         whose < 0 ? "no dist"
-                                                   : dist_label(c.env.dists[static_cast<std::size_t>(whose)]) + "'s bytes",
-                                         *major));
+        mismatches.push_back(fmt::format(
+            "{} => {} ({}, CUDA {})", res.name, c.env.display(*res.path),
+            whose < 0 ? "no dist" : dist_label(c.env.dists[static_cast<std::size_t>(whose)]) + "'s bytes", *major));
     }
     if (needed.size() < 2 && mismatches.empty() && loaded.size() < 2) continue;
     Finding f;
@@ -842,15 +842,7 @@ r::ScanDepth scan_depth_for(const DoctorOptions& options) {
 DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge, const DoctorOptions& options) {
   check_rule_names(options);
   auto wanted = [&](const std::string& id) { return rule_wanted(options, id); };
-  Context c{
-      env,
-      knowledge,
-      options,
-      r::marker_environment_of(env.layout),
-      {},
-      {},
-      false,
-      {}};
+  Context c{env, knowledge, options, r::marker_environment_of(env.layout), {}, {}, false, {}};
   c.index_sonames();
   DoctorReport report;
   const bool files_scanned = scan_depth_for(options) != r::ScanDepth::dists;

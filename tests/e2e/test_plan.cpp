@@ -136,9 +136,8 @@ class PlanVenv : public ::testing::Test {
 };
 
 TEST_F(PlanVenv, PipWouldDeleteIsExactlyWhatPipUninstallRemoves) {
-  for (const std::string dists :
-       {"nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "helperpkg", "torchlike", "helperpkg torchlike", "nsdist",
-        "shareda", "shareda sharedb", "sharedb shareda"}) {
+  for (const std::string dists : {"nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "helperpkg", "torchlike",
+                                  "helperpkg torchlike", "nsdist", "shareda", "shareda sharedb", "sharedb shareda"}) {
     SCOPED_TRACE(dists);
     TempDir t;
     const std::string venv = copy_venv(t);
@@ -299,7 +298,8 @@ class PlanFix : public ::testing::Test {
           "nvidia-cuda-runtime-cu12 12.8.90 nvidia/cuda_runtime/lib/libcudart.so.12=" + v + "/cu12/libcudart.so.12");
     build("cudnn12", "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9");
     build("cudnn13", "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9");
-    build("cublas12", "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublas.so.12=" + v + "/cublas12/libcublas.so.12");
+    build("cublas12",
+          "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublas.so.12=" + v + "/cublas12/libcublas.so.12");
     build("torch13", "torchlike 2.11.0 torch/lib/libtorch_cuda.so=" + v +
                          "/libtorch_cuda.so --requires 'nvidia-cudnn-cu13==9.19.0.56'");
     build("torch12", "torch12like 2.7.0 torch/lib/libtorch_cuda.so=" + v +
@@ -331,7 +331,8 @@ class PlanFix : public ::testing::Test {
   }
   static std::vector<std::string> actions(const json& doc) {
     std::vector<std::string> out;
-    for (const auto& s : doc["steps"]) out.push_back(s["action"].get<std::string>() + " " + s["name"].get<std::string>());
+    for (const auto& s : doc["steps"])
+      out.push_back(s["action"].get<std::string>() + " " + s["name"].get<std::string>());
     return out;
   }
   static void expect_every_step_ok(const json& doc) {
@@ -470,10 +471,12 @@ TEST_F(PlanFix, TheSavedPlanIsTheJsonDocumentWithAFingerprintOfWhatItTouches) {
   EXPECT_TRUE(dists.count("torchlike-2.11.0.dist-info") && dists.count("nvidia_cublas_cu12-12.8.4.1.dist-info"));
   bool stamped = false;
   for (const auto& f : fp["files"])
-    if (f["path"].get<std::string>().ends_with("nvidia/cublas/lib/libcublas.so.12")) stamped = f["exists"] && f["ino"] != 0;
+    if (f["path"].get<std::string>().ends_with("nvidia/cublas/lib/libcublas.so.12"))
+      stamped = f["exists"] && f["ino"] != 0;
   EXPECT_TRUE(stamped) << fp.dump(1);
   // A change to a touched file changes the fingerprint.
-  ASSERT_EQ(run_shell("touch -d '2001-01-01' " + shell_quote(site(dir) + "/nvidia/cublas/lib/libcublas.so.12")).exit_code, 0);
+  ASSERT_EQ(
+      run_shell("touch -d '2001-01-01' " + shell_quote(site(dir) + "/nvidia/cublas/lib/libcublas.so.12")).exit_code, 0);
   EXPECT_NE(plan_fix(dir).doc["fingerprint"]["digest"], fp["digest"]);
 }
 

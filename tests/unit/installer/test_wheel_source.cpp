@@ -14,10 +14,10 @@
 namespace cudafix::installer {
 namespace {
 
-using ::testing::HasSubstr;
 using test::run_shell;
 using test::shell_quote;
 using test::TempDir;
+using ::testing::HasSubstr;
 
 const std::string k_fixtures = CUDAFIX_FIXTURES;
 const std::string k_source = CUDAFIX_SOURCE_DIR;
@@ -65,12 +65,12 @@ TEST(ReadWheel, EachKindOfBrokenWheelSaysWhatIsWrong) {
                 .exit_code,
             0);
   expect_error(t.path() + "/cut-1.0-py3-none-any.whl", "damaged archive: Truncated ZIP file header");
-  ASSERT_EQ(run_shell("cd " + shell_quote(t.path()) + " && cp " + shell_quote(good) +
-                      " renamed-2.0-py3-none-any.whl")
+  ASSERT_EQ(run_shell("cd " + shell_quote(t.path()) + " && cp " + shell_quote(good) + " renamed-2.0-py3-none-any.whl")
                 .exit_code,
             0);
   expect_error(t.path() + "/renamed-2.0-py3-none-any.whl", "its METADATA says good 1.0, its file name renamed 2.0");
-  ASSERT_EQ(run_shell("cd " + shell_quote(t.path()) + " && mkdir -p e && echo x > e/f.txt && cd e && "
+  ASSERT_EQ(run_shell("cd " + shell_quote(t.path()) +
+                      " && mkdir -p e && echo x > e/f.txt && cd e && "
                       "/usr/bin/python3 -m zipfile -c ../empty-1.0-py3-none-any.whl f.txt")
                 .exit_code,
             0);

@@ -79,7 +79,8 @@ std::string mutate(const std::string& dir, std::mt19937& rng) {
         const std::string info = d.site_dir + "/" + folder + "-" + d.version + ".dist-info";
         if (fs::exists(info)) break;
         fs::create_directories(info);
-        test::write_file(info + "/METADATA", fmt::format("Metadata-Version: 2.1\nName: {}\nVersion: {}\n", name, d.version));
+        test::write_file(info + "/METADATA",
+                         fmt::format("Metadata-Version: 2.1\nName: {}\nVersion: {}\n", name, d.version));
         std::string record;
         for (const auto& row : d.record)
           if (!row.path.starts_with(std::string(d.dir_name) + "/")) record += fmt::format("{},,\n", row.path);

@@ -12,7 +12,8 @@ using ::testing::Contains;
 using ::testing::Not;
 
 TEST(WheelName, ANameExpandsItsCompressedTagSet) {
-  const auto w = parse_wheel_name("nvidia_cudnn_cu13-9.19.0.56-py3-none-manylinux_2_27_x86_64.manylinux2014_x86_64.whl");
+  const auto w =
+      parse_wheel_name("nvidia_cudnn_cu13-9.19.0.56-py3-none-manylinux_2_27_x86_64.manylinux2014_x86_64.whl");
   ASSERT_TRUE(w);
   EXPECT_EQ(w->normalized, "nvidia-cudnn-cu13");
   EXPECT_EQ(w->version, "9.19.0.56");
