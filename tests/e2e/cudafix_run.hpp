@@ -38,4 +38,21 @@ inline JsonRun cudafix_json(const std::string& args, const std::string& env_pref
   return r;
 }
 
+// A real wheel built by tests/e2e/make_wheel.py into `dir` ("NAME VERSION ARC=SRC... --requires
+// ..."); returns its path.
+inline std::string make_wheel(const std::string& dir, const std::string& args) {
+  const auto r = run_shell(k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " +
+                           shell_quote(dir) + " " + args);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  std::string path = r.out;
+  while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+  return path;
+}
+
+// The venv's own pip ("install -q --no-index --no-deps WHEEL"), VIRTUAL_ENV unset.
+inline RunResult venv_pip(const std::string& venv, const std::string& args) {
+  return run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") + " -m pip --disable-pip-version-check " +
+                   args);
+}
+
 }  // namespace cudafix::test

@@ -67,14 +67,8 @@ class DoctorVenv : public ::testing::Test {
     venv_ = tmp_->path() + "/venv";
     ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv_)).exit_code, 0);
     const std::string v = k_fixtures + "/verify";
-    const std::string mk =
-        k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp_->path());
     std::vector<std::string> wheels;
-    auto build = [&](const std::string& args) {
-      const auto r = run_shell(mk + " " + args);
-      ASSERT_EQ(r.exit_code, 0) << r.out;
-      wheels.emplace_back(resolver::trim(r.out));
-    };
+    auto build = [&](const std::string& args) { wheels.push_back(test::make_wheel(tmp_->path(), args)); };
     build("nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13");
     build("nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9");
     build("nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9");
@@ -90,8 +84,7 @@ class DoctorVenv : public ::testing::Test {
         "--requires 'winonly; sys_platform == \"win32\"' --requires 'cuda-kit[cublas]'");
     // One install per wheel, in order: the cu12 cuDNN overwrites the cu13 one's files.
     for (const auto& w : wheels) {
-      const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
-                               " -m pip install -q --no-index --no-deps --disable-pip-version-check " + shell_quote(w));
+      const auto r = test::venv_pip(venv_, "install -q --no-index --no-deps " + shell_quote(w));
       ASSERT_EQ(r.exit_code, 0) << r.out;
     }
     site_ = venv_ + "/lib/python3." +

@@ -27,6 +27,11 @@ using test::shell_quote;
 using test::TempDir;
 using ::testing::HasSubstr;
 
+std::string site_packages(const std::string& venv) {
+  for (const auto& e : fs::directory_iterator(venv + "/lib")) return e.path().string() + "/site-packages";
+  return "";
+}
+
 // A venv shaped like a torch install, from real wheels, installed by pip in this order:
 //   nvidia-cuda-runtime 13.0.96      nvidia/cu13/lib/libcudart.so.13
 //   nvidia-cudnn-cu12 9.10.2.21      nvidia/cudnn/lib/libcudnn.so.9 (cuDNN 9.14 bytes),
@@ -48,14 +53,8 @@ class PlanVenv : public ::testing::Test {
     test::write_file(py, "def main():\n    pass\n");
     const std::string text = tmp_->path() + "/note.txt";
     test::write_file(text, "cu12 only\n");
-    const std::string mk =
-        k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp_->path());
     std::vector<std::string> wheels;
-    auto build = [&](const std::string& args) {
-      const auto r = run_shell(mk + " " + args);
-      ASSERT_EQ(r.exit_code, 0) << r.out;
-      wheels.emplace_back(resolver::trim(r.out));
-    };
+    auto build = [&](const std::string& args) { wheels.push_back(test::make_wheel(tmp_->path(), args)); };
     build("nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13");
     build("nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v +
           "/cudnn/v91400/libcudnn.so.9 nvidia/cudnn/__init__.py=" + py + " nvidia/cudnn/lib/cu12_only.txt=" + text);
@@ -71,8 +70,7 @@ class PlanVenv : public ::testing::Test {
     build("shareda 1.0 common_ns/a.txt=" + text + " common_ns/deep/a2.txt=" + text);
     build("sharedb 1.0 common_ns/b.txt=" + text);
     for (const auto& w : wheels) {
-      const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
-                               " -m pip install -q --no-index --no-deps --disable-pip-version-check " + shell_quote(w));
+      const auto r = test::venv_pip(venv_, "install -q --no-index --no-deps " + shell_quote(w));
       ASSERT_EQ(r.exit_code, 0) << r.out;
     }
     // Imports leave __pycache__ behind, as they do in real use; pip removes this interpreter's.
@@ -110,14 +108,10 @@ class PlanVenv : public ::testing::Test {
     }
     return out;
   }
-  static std::string site_of(const std::string& venv) {
-    for (const auto& e : fs::directory_iterator(venv + "/lib")) return e.path().string() + "/site-packages";
-    return "";
-  }
+  static std::string site_of(const std::string& venv) { return site_packages(venv); }
   static std::set<std::string> pip_uninstall_removes(const std::string& venv, const std::string& dists) {
     const auto before = tree(venv);
-    const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
-                             " -m pip uninstall -y -q --disable-pip-version-check " + dists);
+    const auto r = test::venv_pip(venv, "uninstall -y -q " + dists);
     EXPECT_EQ(r.exit_code, 0) << r.out;
     const auto after = tree(venv);
     std::set<std::string> gone;
@@ -253,23 +247,6 @@ TEST_F(PlanVenv, ADistThatIsNotInstalledIsAnErrorNamingIt) {
   EXPECT_THAT(plan.doc["error"].get<std::string>(), HasSubstr("no-such-dist"));
 }
 
-}  // namespace
-}  // namespace cudafix
-
-namespace cudafix {
-namespace {
-
-namespace fs = std::filesystem;
-using nlohmann::json;
-using test::k_fixtures;
-using test::k_no_cache;
-using test::k_python;
-using test::k_source;
-using test::run_shell;
-using test::shell_quote;
-using test::TempDir;
-using ::testing::HasSubstr;
-
 // Real wheels in one --find-links folder, and real venvs made from them by pip, in a given order:
 //   runtime13   nvidia-cuda-runtime 13.0.96       nvidia/cu13/lib/libcudart.so.13
 //   runtime12   nvidia-cuda-runtime-cu12 12.8.90  nvidia/cuda_runtime/lib/libcudart.so.12
@@ -286,12 +263,8 @@ class PlanFix : public ::testing::Test {
     links_ = tmp_->path() + "/wheels";
     fs::create_directories(links_);
     const std::string v = k_fixtures + "/verify";
-    const std::string mk =
-        k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(links_);
     auto build = [&](const std::string& key, const std::string& args) {
-      const auto r = run_shell(mk + " " + args);
-      ASSERT_EQ(r.exit_code, 0) << r.out;
-      wheels_[key] = std::string(resolver::trim(r.out));
+      wheels_[key] = test::make_wheel(links_, args);
     };
     build("runtime13", "nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13");
     build("runtime12",
@@ -313,19 +286,12 @@ class PlanFix : public ::testing::Test {
     const std::string dir = into.path() + "/venv";
     EXPECT_EQ(run_shell(k_python + " -m venv " + shell_quote(dir)).exit_code, 0);
     for (const auto& key : keys) {
-      const auto r = pip(dir, "install -q --no-index --no-deps " + shell_quote(wheels_.at(key)));
+      const auto r = test::venv_pip(dir, "install -q --no-index --no-deps " + shell_quote(wheels_.at(key)));
       EXPECT_EQ(r.exit_code, 0) << r.out;
     }
     return dir;
   }
-  static test::RunResult pip(const std::string& venv, const std::string& args) {
-    return run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
-                     " -m pip --disable-pip-version-check " + args);
-  }
-  static std::string site(const std::string& venv) {
-    for (const auto& e : fs::directory_iterator(venv + "/lib")) return e.path().string() + "/site-packages";
-    return "";
-  }
+  static std::string site(const std::string& venv) { return site_packages(venv); }
   static test::JsonRun plan_fix(const std::string& venv, const std::string& extra = "") {
     return test::cudafix_json("plan fix --venv " + shell_quote(venv) + k_no_cache + " --ld-library-path '' " + extra);
   }
@@ -372,7 +338,7 @@ TEST_F(PlanFix, WhenTheSharedLibraryHoldsTheOtherMajorsBytesTheOwnerIsReinstalle
 TEST_F(PlanFix, AfterARealPipUninstallTheMetadataOnlyProviderIsReinstalledFromTheWheel) {
   TempDir t;
   const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});
-  ASSERT_EQ(pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+  ASSERT_EQ(test::venv_pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
   const auto with = plan_fix(dir, "--find-links " + shell_quote(links_));
   EXPECT_EQ(with.exit_code, 0) << with.out;
   EXPECT_EQ(actions(with.doc), std::vector<std::string>({"reinstall nvidia-cudnn-cu12"}));
