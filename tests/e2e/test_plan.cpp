@@ -73,6 +73,20 @@ class PlanVenv : public ::testing::Test {
       const auto r = test::venv_pip(venv_, "install -q --no-index --no-deps " + shell_quote(w));
       ASSERT_EQ(r.exit_code, 0) << r.out;
     }
+    // A hostile RECORD: rows that climb out of the environment, an absolute path, and a row
+    // through a symlinked folder that leads outside. Neither pip nor cudafix may touch those files.
+    outside_ = tmp_->path() + "/outside";
+    fs::create_directories(outside_ + "/linked");
+    test::write_file(outside_ + "/victim.txt", "keep\n");
+    test::write_file(outside_ + "/linked/f.txt", "keep\n");
+    const std::string evil = test::make_wheel(tmp_->path(), "evil 1.0 evil/__init__.py=" + py);
+    ASSERT_EQ(test::venv_pip(venv_, "install -q --no-index --no-deps " + shell_quote(evil)).exit_code, 0);
+    const std::string site = site_packages(venv_);
+    fs::create_directory_symlink(outside_ + "/linked", site + "/evil_link");
+    std::string record = resolver::read_file(site + "/evil-1.0.dist-info/RECORD");
+    record +=
+        "../../../../../../../.." + outside_ + "/victim.txt,,\n" + outside_ + "/victim.txt,,\nevil_link/f.txt,,\n";
+    test::write_file(site + "/evil-1.0.dist-info/RECORD", record);
     // Imports leave __pycache__ behind, as they do in real use; pip removes this interpreter's.
     const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
                              " -c 'import helperpkg.sub.mod, nvidia.cudnn, torch'");
@@ -127,6 +141,7 @@ class PlanVenv : public ::testing::Test {
 
   static inline TempDir* tmp_ = nullptr;
   static inline std::string venv_;
+  static inline std::string outside_;
 };
 
 TEST_F(PlanVenv, PipWouldDeleteIsExactlyWhatPipUninstallRemoves) {
@@ -140,6 +155,21 @@ TEST_F(PlanVenv, PipWouldDeleteIsExactlyWhatPipUninstallRemoves) {
     const auto predicted = absolute(venv, plan.doc["pip_would_delete"]);
     EXPECT_EQ(predicted, pip_uninstall_removes(venv, dists));
   }
+}
+
+TEST_F(PlanVenv, AHostileRecordNeverNamesAFileOutsideTheEnvironment) {
+  const auto plan = plan_remove(venv_, "evil");
+  ASSERT_TRUE(plan.doc.contains("pip_would_delete")) << plan.out;
+  for (const char* list : {"pip_would_delete", "cudafix_would_delete"})
+    for (const auto& p : absolute(venv_, plan.doc[list])) {
+      EXPECT_TRUE(p.starts_with(venv_ + "/")) << list << ": " << p;
+      EXPECT_FALSE(p.starts_with(outside_)) << list << ": " << p;
+    }
+  TempDir t;
+  const std::string venv = copy_venv(t);
+  pip_uninstall_removes(venv, "evil");
+  EXPECT_TRUE(fs::exists(outside_ + "/victim.txt"));
+  EXPECT_TRUE(fs::exists(outside_ + "/linked/f.txt"));
 }
 
 TEST_F(PlanVenv, AFolderThatOnlyFolderMovesEmptyStaysBehindAsPipLeavesIt) {
@@ -278,6 +308,9 @@ class PlanFix : public ::testing::Test {
     build("torch12", "torch12like 2.7.0 torch/lib/libtorch_cuda.so=" + v +
                          "/torch12/libtorch_cuda.so --requires 'nvidia-cudnn-cu12==9.10.2.21'");
     build("jax13", "jaxlike 0.8.0 jaxlib/libcuconsumer.so=" + v + "/libcuconsumer.so");
+    build("cublas13", "nvidia-cublas 13.1.0.3 nvidia/cu13/lib/libcublas.so.13=" + v + "/cublas13/libcublas.so.13");
+    build("kit", "cuda-kit 13.0.2 --extra cublas --requires 'nvidia-cublas==13.1.0.3.*; extra == \"cublas\"'");
+    build("usekit", "kituser 1.0 --requires 'cuda-kit[cublas]==13.0.2'");
   }
   static void TearDownTestSuite() { delete tmp_; }
 
@@ -293,7 +326,9 @@ class PlanFix : public ::testing::Test {
   }
   static std::string site(const std::string& venv) { return site_packages(venv); }
   static test::JsonRun plan_fix(const std::string& venv, const std::string& extra = "") {
-    return test::cudafix_json("plan fix --venv " + shell_quote(venv) + k_no_cache + " --ld-library-path '' " + extra);
+    const bool own_path = extra.find("--ld-library-path") != std::string::npos;
+    return test::cudafix_json("plan fix --venv " + shell_quote(venv) + k_no_cache +
+                              (own_path ? " " : " --ld-library-path '' ") + extra);
   }
   static std::vector<std::string> actions(const json& doc) {
     std::vector<std::string> out;
@@ -379,6 +414,35 @@ TEST_F(PlanFix, AMissingProviderIsInstalledBeforeTheWrongMajorOneGoes) {
   EXPECT_EQ(p.doc["steps"][0]["wheel"]["file"], wheels_.at("cudnn13"));
   // The removal keeps the library the install wrote, which the cu12 wheel also lists.
   EXPECT_THAT(p.doc["steps"][1]["keeps"], ::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9"));
+  EXPECT_TRUE(p.doc["remaining"].empty()) << p.doc["remaining"].dump(1);
+}
+
+TEST_F(PlanFix, AnExtrasChainPipCheckDoesNotFollowIsInstalledFromTheWheelThatMatchesIt) {
+  TempDir t;
+  // kituser requires cuda-kit[cublas]; cuda-kit's extra asks for nvidia-cublas==13.1.0.3.*.
+  const auto dir = venv(t, {"runtime13", "cudnn13", "torch13", "kit", "usekit"});
+  const auto p = plan_fix(dir, "--find-links " + shell_quote(links_));
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+  EXPECT_EQ(actions(p.doc), std::vector<std::string>({"install nvidia-cublas"}));
+  EXPECT_EQ(p.doc["steps"][0]["version"], "13.1.0.3");
+  EXPECT_THAT(p.doc["steps"][0]["why"].get<std::string>(),
+              HasSubstr("cuda-kit 13.0.2 requires nvidia-cublas==13.1.0.3.*"));
+  expect_every_step_ok(p.doc);
+}
+
+TEST_F(PlanFix, AMetadataOnlyProviderShadowedByASystemLibraryIsInstalledAndThatIsNoBreak) {
+  TempDir t, sys;
+  const auto dir = venv(t, {"runtime13", "cudnn13", "torch13"});
+  ASSERT_EQ(test::venv_pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+  ASSERT_EQ(run_shell("cp " + shell_quote(k_fixtures + "/verify/cudnn/v91400/libcudnn.so.9") + " " +
+                      shell_quote(sys.path() + "/libcudnn.so.9"))
+                .exit_code,
+            0);
+  // torch's libcudnn.so.9 now comes from outside; the install brings it back inside.
+  const auto p = plan_fix(dir, "--find-links " + shell_quote(links_) + " --ld-library-path " + shell_quote(sys.path()));
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+  EXPECT_EQ(actions(p.doc), std::vector<std::string>({"install nvidia-cudnn-cu13"}));
+  expect_every_step_ok(p.doc);
   EXPECT_TRUE(p.doc["remaining"].empty()) << p.doc["remaining"].dump(1);
 }
 
