@@ -1,6 +1,7 @@
 // End-to-end: `cudafix plan remove` on a real venv made with `python3 -m venv` and filled by its
 // own pip, checked against what a real `pip uninstall` then removes from a copy, and against
 // what doctor finds after it.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -275,6 +276,33 @@ TEST_F(PlanVenv, ADistThatIsNotInstalledIsAnErrorNamingIt) {
   EXPECT_EQ(plan.exit_code, 2);
   EXPECT_THAT(plan.doc["error"].get<std::string>(), HasSubstr("not installed"));
   EXPECT_THAT(plan.doc["error"].get<std::string>(), HasSubstr("no-such-dist"));
+}
+
+TEST(PlanRemoveDlopen, RemovingWhatADispatcherLoadsWithDlopenIsABreakOfKindDlopen) {
+  TempDir t;
+  const std::string v = k_fixtures + "/verify";
+  const std::string core = test::make_wheel(
+      t.path(), "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/origin/libcudnn.so.9");
+  // cuDNN's sub-libraries in a dist of their own: nothing NEEDs them, libcudnn.so.9 dlopens them.
+  std::string subs = "cudnn-subs 1.0";
+  for (const char* s : {"graph", "ops", "cnn", "adv", "heuristic", "engines_precompiled", "engines_runtime_compiled"})
+    subs += fmt::format(" nvidia/cudnn/lib/libcudnn_{}.so.9={}/cu13/libcudart.so.13", s, v);
+  const std::string sub_wheel = test::make_wheel(t.path(), subs);
+  const std::string venv = t.path() + "/venv";
+  ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv)).exit_code, 0);
+  for (const auto& w : {core, sub_wheel})
+    ASSERT_EQ(test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(w)).exit_code, 0);
+  const auto plan =
+      test::cudafix_json("plan remove cudnn-subs --venv " + shell_quote(venv) + k_no_cache + " --ld-library-path ''");
+  EXPECT_EQ(plan.exit_code, 1);
+  const auto& breaks = plan.doc["breaks"];
+  ASSERT_EQ(breaks.size(), 7u) << breaks.dump(1);
+  for (const auto& b : breaks) {
+    EXPECT_EQ(b["kind"], "dlopen");
+    EXPECT_EQ(b["consumer"], "nvidia/cudnn/lib/libcudnn.so.9");
+    EXPECT_EQ(b["consumer_dist"], "nvidia_cudnn_cu13-9.19.0.56.dist-info");
+    EXPECT_TRUE(b["after"].is_null());
+  }
 }
 
 // Real wheels in one --find-links folder, and real venvs made from them by pip, in a given order:
