@@ -20,6 +20,8 @@ namespace {
 // ELF objects hold their dynamic section anywhere in the file; wheels of CUDA libraries hold
 // objects of a gigabyte. Members up to this size are read whole for their dynamic section.
 constexpr la_int64_t k_max_elf_member = la_int64_t{4} << 30;
+// METADATA and RECORD: far larger than any real one (torch's RECORD is 2 MB).
+constexpr std::size_t k_max_text_member = std::size_t{256} << 20;
 
 std::string hex_sha256_of_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -40,11 +42,23 @@ std::string hex_sha256_of_file(const std::string& path) {
   return out;
 }
 
+// libarchive's message for the last error; it has none for some damaged inputs.
+std::string error_text(archive* a) {
+  const char* s = archive_error_string(a);
+  return s ? s : "unknown error";
+}
+
 bool looks_like_elf_member(std::string_view path) { return r::looks_like_shared_object(r::base_name(path)); }
 
 }  // namespace
 
-r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& supported_tags) {
+namespace {
+
+using ArchivePtr = std::unique_ptr<archive, decltype(&archive_read_free)>;
+
+// The members that matter, from an opened archive: METADATA, RECORD and each ELF object's
+// dynamic section. `path` names the wheel in errors.
+r::Wheel read_members(archive* a, const std::string& path, const std::vector<std::string>& supported_tags) {
   r::Wheel w;
   w.file = path;
   const auto name = r::parse_wheel_name(r::base_name(path));
@@ -53,37 +67,36 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
   w.compatible = std::any_of(name->tags.begin(), name->tags.end(), [&](const std::string& t) {
     return std::find(supported_tags.begin(), supported_tags.end(), t) != supported_tags.end();
   });
-  std::unique_ptr<archive, decltype(&archive_read_free)> a(archive_read_new(), archive_read_free);
-  archive_read_support_format_zip(a.get());
-  if (archive_read_open_filename(a.get(), path.c_str(), 1 << 16) != ARCHIVE_OK)
-    throw r::Error(fmt::format("{}: not a readable zip archive: {}", path, archive_error_string(a.get())));
   std::string metadata_text, record_text;
-  std::set<std::string> dist_infos;
   archive_entry* entry = nullptr;
   for (;;) {
-    const int rc = archive_read_next_header(a.get(), &entry);
+    const int rc = archive_read_next_header(a, &entry);
     if (rc == ARCHIVE_EOF) break;
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN)
-      throw r::Error(fmt::format("{}: damaged archive: {}", path, archive_error_string(a.get())));
-    const std::string member = archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "";
+      throw r::Error(fmt::format("{}: damaged archive: {}", path, error_text(a)));
+    const char* member_name = archive_entry_pathname(entry);
+    const std::string member = member_name ? member_name : "";
     const auto first = member.substr(0, member.find('/'));
-    if (first.ends_with(".dist-info") && member.find('/') != std::string::npos) dist_infos.insert(first);
-    const bool is_metadata = first.ends_with(".dist-info") && member == first + "/METADATA";
-    const bool is_record = first.ends_with(".dist-info") && member == first + "/RECORD";
+    const bool in_dist_info = first.ends_with(".dist-info");
+    const bool is_metadata = in_dist_info && member == first + "/METADATA";
+    const bool is_record = in_dist_info && member == first + "/RECORD";
     const bool is_elf = looks_like_elf_member(member) && archive_entry_size(entry) <= k_max_elf_member;
     if (!is_metadata && !is_record && !is_elf) continue;
+    // Read as it arrives: the size a member's header claims is not trusted for allocation.
+    const la_int64_t claimed = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : -1;
+    const std::size_t limit = is_elf ? static_cast<std::size_t>(k_max_elf_member) : k_max_text_member;
     std::string data;
-    data.resize(static_cast<std::size_t>(std::max<la_int64_t>(0, archive_entry_size(entry))));
-    la_ssize_t got = 0;
-    while (static_cast<std::size_t>(got) < data.size()) {
-      const la_ssize_t n = archive_read_data(a.get(), data.data() + got, data.size() - static_cast<std::size_t>(got));
-      if (n < 0)
-        throw r::Error(fmt::format("{}: member {} cannot be read: {}", path, member, archive_error_string(a.get())));
+    char chunk[1 << 16];
+    for (;;) {
+      const la_ssize_t n = archive_read_data(a, chunk, sizeof chunk);
+      if (n < 0) throw r::Error(fmt::format("{}: member {} cannot be read: {}", path, member, error_text(a)));
       if (n == 0) break;
-      got += n;
+      if (data.size() + static_cast<std::size_t>(n) > limit)
+        throw r::Error(fmt::format("{}: member {} is larger than {} bytes", path, member, limit));
+      data.append(chunk, static_cast<std::size_t>(n));
     }
-    if (static_cast<std::size_t>(got) != data.size())
-      throw r::Error(fmt::format("{}: member {} is truncated ({} of {} bytes)", path, member, got, data.size()));
+    if (claimed >= 0 && data.size() != static_cast<std::size_t>(claimed))
+      throw r::Error(fmt::format("{}: member {} is truncated ({} of {} bytes)", path, member, data.size(), claimed));
     if (is_metadata) {
       metadata_text = std::move(data);
       w.dist_info = first;
@@ -102,8 +115,34 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
   if (r::normalize_name(w.metadata.name) != w.wheel_name.normalized || w.metadata.version != w.wheel_name.version)
     throw r::Error(fmt::format("{}: its METADATA says {} {}, its file name {} {}", path, w.metadata.name,
                                w.metadata.version, w.wheel_name.name, w.wheel_name.version));
+  return w;
+}
+
+ArchivePtr new_zip_reader() {
+  ArchivePtr a(archive_read_new(), archive_read_free);
+  archive_read_support_format_zip(a.get());
+  return a;
+}
+
+}  // namespace
+
+r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& supported_tags) {
+  if (!r::parse_wheel_name(r::base_name(path)))
+    throw r::Error(fmt::format("{}: not a wheel file name (name-version-python-abi-platform.whl)", path));
+  ArchivePtr a = new_zip_reader();
+  if (archive_read_open_filename(a.get(), path.c_str(), 1 << 16) != ARCHIVE_OK)
+    throw r::Error(fmt::format("{}: not a readable zip archive: {}", path, error_text(a.get())));
+  r::Wheel w = read_members(a.get(), path, supported_tags);
   w.sha256 = hex_sha256_of_file(path);
   return w;
+}
+
+r::Wheel read_wheel_memory(const void* data, std::size_t size, const std::string& file_name,
+                           const std::vector<std::string>& supported_tags) {
+  ArchivePtr a = new_zip_reader();
+  if (archive_read_open_memory(a.get(), data, size) != ARCHIVE_OK)
+    throw r::Error(fmt::format("{}: not a readable zip archive: {}", file_name, error_text(a.get())));
+  return read_members(a.get(), file_name, supported_tags);
 }
 
 FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vector<std::string>& supported_tags) {

@@ -13,6 +13,9 @@ namespace cudafix::installer {
 // Reads one wheel. Throws resolver::Error naming the file and what is wrong (not a zip, no
 // dist-info, a truncated member, no RECORD).
 [[nodiscard]] resolver::Wheel read_wheel(const std::string& path, const std::vector<std::string>& supported_tags);
+// The same over bytes in memory (fuzzing), named `file_name`; no sha256.
+[[nodiscard]] resolver::Wheel read_wheel_memory(const void* data, std::size_t size, const std::string& file_name,
+                                                const std::vector<std::string>& supported_tags);
 
 struct FoundWheels {
   std::vector<resolver::Wheel> wheels;            // sorted by name, then file

@@ -419,7 +419,10 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
   std::set<int> replaced;  // installed dists an install replaces (no reinstall for them)
   const auto wanted = wanted_providers(env, k, reqs, markers, target);
   std::vector<Step> installs;
-  for (const auto& [name, w] : wanted) {
+  for (const auto& entry : wanted) {
+    // Named references: lambdas cannot capture structured bindings (clang 14).
+    const std::string& name = entry.first;
+    const Wanted& w = entry.second;
     Step st;
     st.action = StepAction::install;
     st.name = name;

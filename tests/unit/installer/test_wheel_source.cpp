@@ -78,6 +78,20 @@ TEST(ReadWheel, EachKindOfBrokenWheelSaysWhatIsWrong) {
   expect_error(t.path() + "/no-wheel-name.zip", "not a wheel file name");
 }
 
+// Inputs the fuzzer once crashed on (tests/fuzz/regressions/wheel-*): a clean Error each.
+TEST(ReadWheel, FuzzRegressionsFailCleanly) {
+  std::size_t seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(k_source + "/tests/fuzz/regressions")) {
+    if (e.path().filename().string().rfind("wheel-", 0) != 0) continue;
+    ++seen;
+    const std::string bytes = resolver::read_file(e.path());
+    EXPECT_THROW((void)read_wheel_memory(bytes.data(), bytes.size(), "fuzz-1.0-py3-none-any.whl", k_tags),
+                 resolver::Error)
+        << e.path();
+  }
+  EXPECT_GE(seen, 3u);
+}
+
 TEST(FindWheels, ABrokenWheelIsADiagnosticAndTheOthersAreStillRead) {
   TempDir t;
   make_wheel(t, "good 1.0");

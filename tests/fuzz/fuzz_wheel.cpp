@@ -1,0 +1,19 @@
+// libFuzzer: reading a wheel (a zip through libarchive, then METADATA, RECORD and the ELF members)
+// must never crash; bad input is an Error naming the wheel, and a wheel that is read names the
+// dist its file name says.
+#include <cstdint>
+#include <string>
+
+#include "installer/wheel_source.hpp"
+#include "resolver/diagnostic.hpp"
+#include "resolver/text.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const auto tags = cudafix::resolver::supported_tags("3.12", "2.36", "x86_64");
+  try {
+    const auto w = cudafix::installer::read_wheel_memory(data, size, "fuzz-1.0-py3-none-any.whl", tags);
+    if (w.dist_info.empty() || cudafix::resolver::normalize_name(w.metadata.name) != "fuzz") __builtin_trap();
+  } catch (const cudafix::resolver::Error&) {
+  }
+  return 0;
+}
