@@ -478,10 +478,12 @@ std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, con
                          count_of(s.keeps.size(), "path", "paths"));
     if (!s.writes.empty()) out += fmt::format("   writes {}\n", count_of(s.writes.size(), "file", "files"));
     if (!s.simulated) out += st.warn("   not simulated: no wheel at hand, so its files are unknown\n");
-    if (s.ok)
+    if (s.ok) {
       out += st.good("   after this step: nothing required is worse than before the plan\n");
-    else
+    } else {
+      out += st.bad("   after this step, worse than before the plan:\n");
       breaks_lines(env, s.worse, st, out);
+    }
   }
   if (!plan.needs.empty()) {
     out += fmt::format("\n{}:\n", st.warn("wheels the plan needs (give a folder with --find-links)"));
