@@ -101,7 +101,8 @@ Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth) {
   opts.depth = depth;
   opts.ld_library_path =
       r::split_search_path(g.ld_library_path ? *g.ld_library_path : env_var("LD_LIBRARY_PATH").value_or(""));
-  for (auto p : r::split(env_var("LD_PRELOAD").value_or(""), ' '))
+  const std::string ld_preload = env_var("LD_PRELOAD").value_or("");  // split() returns views into it
+  for (auto p : r::split(ld_preload, ' '))
     for (auto q : r::split(p, ':'))
       if (!q.empty()) opts.preload.emplace_back(q);
   opts.ld_so_cache = g.ld_so_cache;
@@ -271,8 +272,10 @@ int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostrea
   opts.supported_tags =
       r::supported_tags(env.layout.python_version.value_or("3"), host.glibc_version, r::machine_name(host.machine));
   std::vector<std::string> folders = g.find_links;
+  // split() returns views: the string they point into must outlive the loop.
+  const std::string pip_find_links = env_var("PIP_FIND_LINKS").value_or("");
   if (folders.empty())
-    for (auto f : r::split(env_var("PIP_FIND_LINKS").value_or(""), ' '))
+    for (auto f : r::split(pip_find_links, ' '))
       if (!f.empty()) folders.emplace_back(f);
   auto found = installer::find_wheels(folders, opts.supported_tags);
   for (const auto& diag : found.diagnostics) std::cerr << fmt::format("cudafix: warning: {}\n", diag.to_string());
@@ -360,7 +363,9 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
   say(st.dim(fmt::format("(exit {})\n", rc)));
   buf.str("");
   say(fmt::format("\n$ cudafix plan fix --venv {}\n", dir));
-  rc = run_plan_fix(sub, {}, buf);
+  PlanFixCliOptions demo_fix;
+  demo_fix.pip_find_links_env = false;  // the demo plans with no wheels, wherever it runs
+  rc = run_plan_fix(sub, demo_fix, buf);
   say(buf.str());
   say(st.dim(fmt::format("(exit {})\n", rc)));
   buf.str("");

@@ -42,6 +42,7 @@ int run_plan_remove(const GlobalOptions& g, const std::vector<std::string>& dist
 struct PlanFixCliOptions {
   std::optional<int> cuda_major;
   std::optional<std::string> output;  // -o: the plan document
+  bool pip_find_links_env = true;     // without --find-links, read $PIP_FIND_LINKS
 };
 // `plan fix`: exit 0 plan found or nothing to do, 1 no safe plan (or the consumers disagree).
 int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostream& out);

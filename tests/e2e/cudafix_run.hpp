@@ -25,12 +25,12 @@ struct JsonRun {
   std::string out;
 };
 
-// `cudafix ARGS --json`, with VIRTUAL_ENV unset, `env_prefix` (such as "CUDA_VISIBLE_DEVICES=")
+// `cudafix ARGS --json`, with VIRTUAL_ENV and PIP_FIND_LINKS unset, `env_prefix` (such as "CUDA_VISIBLE_DEVICES=")
 // in its environment and standard error dropped. Output that is not JSON fails the test.
 inline JsonRun cudafix_json(const std::string& args, const std::string& env_prefix = "") {
   JsonRun r;
-  const auto ran =
-      run_shell("env -u VIRTUAL_ENV " + env_prefix + " " + shell_quote(k_bin) + " " + args + " --json 2>/dev/null");
+  const auto ran = run_shell("env -u VIRTUAL_ENV -u PIP_FIND_LINKS " + env_prefix + " " + shell_quote(k_bin) + " " +
+                             args + " --json 2>/dev/null");
   r.exit_code = ran.exit_code;
   r.out = ran.out;
   r.doc = nlohmann::json::parse(ran.out, nullptr, false);

@@ -410,6 +410,10 @@ TEST_F(PlanFix, AfterARealPipUninstallTheMetadataOnlyProviderIsReinstalledFromTh
   EXPECT_THAT(with.doc["steps"][0]["writes"], ::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9"));
   EXPECT_TRUE(with.doc["needs"].empty());
   EXPECT_TRUE(with.doc["remaining"].empty()) << with.doc["remaining"].dump(1);
+  // $PIP_FIND_LINKS stands in for --find-links, as it does for pip.
+  const auto from_env = test::cudafix_json("plan fix --venv " + shell_quote(dir) + k_no_cache + " --ld-library-path ''",
+                                           "PIP_FIND_LINKS=" + shell_quote(links_));
+  EXPECT_EQ(from_env.doc["steps"][0]["wheel"]["file"], with.doc["steps"][0]["wheel"]["file"]);
   // Without a wheel at hand the plan is the same, and says which wheel it needs.
   const auto without = plan_fix(dir);
   EXPECT_EQ(without.exit_code, 0);
