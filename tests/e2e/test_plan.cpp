@@ -336,6 +336,8 @@ class PlanFix : public ::testing::Test {
     build("torch12", "torch12like 2.7.0 torch/lib/libtorch_cuda.so=" + v +
                          "/torch12/libtorch_cuda.so --requires 'nvidia-cudnn-cu12==9.10.2.21'");
     build("jax13", "jaxlike 0.8.0 jaxlib/libcuconsumer.so=" + v + "/libcuconsumer.so");
+    build("cudnn13old", "nvidia-cudnn-cu13 9.13.0.50 nvidia/cudnn/lib/libcudnn.so.9=" + v +
+                            "/cudnn/v91400/libcudnn.so.9 nvidia/cudnn/lib/old_only.txt=" + v + "/../stamp");
     build("cublas13", "nvidia-cublas 13.1.0.3 nvidia/cu13/lib/libcublas.so.13=" + v + "/cublas13/libcublas.so.13");
     build("kit", "cuda-kit 13.0.2 --extra cublas --requires 'nvidia-cublas==13.1.0.3.*; extra == \"cublas\"'");
     build("usekit", "kituser 1.0 --requires 'cuda-kit[cublas]==13.0.2'");
@@ -476,6 +478,24 @@ TEST_F(PlanFix, AMetadataOnlyProviderShadowedByASystemLibraryIsInstalledAndThatI
   EXPECT_EQ(actions(p.doc), std::vector<std::string>({"install nvidia-cudnn-cu13"}));
   expect_every_step_ok(p.doc);
   EXPECT_TRUE(p.doc["remaining"].empty()) << p.doc["remaining"].dump(1);
+}
+
+TEST_F(PlanFix, AnInstalledProviderOfTheWrongVersionIsReplacedByTheOneRequired) {
+  TempDir t;
+  // torchlike pins nvidia-cudnn-cu13==9.19.0.56; 9.13.0.50 is installed.
+  const auto dir = venv(t, {"runtime13", "cudnn13old", "torch13"});
+  const auto p = plan_fix(dir, "--find-links " + shell_quote(links_));
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+  ASSERT_EQ(actions(p.doc), std::vector<std::string>({"install nvidia-cudnn-cu13"}));
+  const auto& step = p.doc["steps"][0];
+  EXPECT_EQ(step["dist"], "nvidia_cudnn_cu13-9.13.0.50.dist-info");
+  EXPECT_EQ(step["version"], "9.19.0.56");
+  EXPECT_THAT(step["why"].get<std::string>(), HasSubstr("(installed: 9.13.0.50)"));
+  // The old version's own files go; the library both versions write stays, rewritten.
+  EXPECT_THAT(step["deletes"], ::testing::Contains("nvidia/cudnn/lib/old_only.txt"));
+  EXPECT_THAT(step["deletes"], ::testing::Not(::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9")));
+  EXPECT_THAT(step["writes"], ::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9"));
+  expect_every_step_ok(p.doc);
 }
 
 TEST_F(PlanFix, ConsumersThatNeedDifferentMajorsStopThePlanUntilOneIsChosen) {
