@@ -51,6 +51,22 @@ def corpus_venv(cudafix, corpus, python, workdir):
     return venv, site
 
 
+def add_venv_arguments(ap, runs):
+    """The arguments every bench that runs on a venv takes."""
+    ap.add_argument("--cudafix", required=True)
+    ap.add_argument("--corpus")
+    ap.add_argument("--venv")
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--runs", type=int, default=runs)
+
+
+def bench_venv(args, workdir):
+    """(venv, site-packages): the corpus materialised into a new venv (--corpus), or --venv."""
+    if args.corpus:
+        return corpus_venv(args.cudafix, args.corpus, args.python, workdir)
+    return args.venv, glob.glob(os.path.join(args.venv, "lib", "python3*", "site-packages"))[0]
+
+
 def hashed_files(site):
     """The files doctor --verify-hashes hashes: RECORD rows with a sha256, present on disk."""
     out = []
@@ -66,22 +82,14 @@ def hashed_files(site):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cudafix", required=True)
-    ap.add_argument("--corpus")
-    ap.add_argument("--venv")
-    ap.add_argument("--python", default="/usr/bin/python3")
+    add_venv_arguments(ap, runs=5)
     ap.add_argument("--uv", default=shutil.which("uv") or "/usr/local/bin/uv")
-    ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     work = tempfile.mkdtemp(prefix="doctor-bench-")
     try:
-        if args.corpus:
-            venv, site = corpus_venv(args.cudafix, args.corpus, args.python, work)
-        else:
-            venv = args.venv
-            site = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))[0]
+        venv, site = bench_venv(args, work)
         py = os.path.join(venv, "bin", "python3")
         row = {"venv": venv, "cores": os.cpu_count()}
         doc, r = timed([args.cudafix, "doctor", "--venv", venv, "--json"], args.runs, env)

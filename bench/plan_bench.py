@@ -22,7 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from doctor_bench import corpus_venv  # noqa: E402
+from doctor_bench import add_venv_arguments, bench_venv  # noqa: E402
 
 
 def break_venv(site):
@@ -46,21 +46,13 @@ def break_venv(site):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cudafix", required=True)
-    ap.add_argument("--corpus")
-    ap.add_argument("--venv")
-    ap.add_argument("--python", default="/usr/bin/python3")
-    ap.add_argument("--runs", type=int, default=7)
+    add_venv_arguments(ap, runs=7)
     args = ap.parse_args()
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     work = tempfile.mkdtemp(prefix="plan-bench-")
     try:
-        if args.corpus:
-            venv, site = corpus_venv(args.cudafix, args.corpus, args.python, work)
-        else:
-            venv = args.venv
-            site = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))[0]
+        venv, site = bench_venv(args, work)
         break_venv(site)
         cmds = {
             "doctor": [args.cudafix, "doctor", "--venv", venv, "--json"],

@@ -411,7 +411,7 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
   std::vector<std::string> names;
   for (int d : plan.removing) {
     const auto& dist = env.dists[static_cast<std::size_t>(d)];
-    names.push_back(fmt::format("{} {}", dist.name, dist.version));
+    names.push_back(r::dist_label(dist));
   }
   std::string out = fmt::format("{} {}\n", st.bold("cudafix plan remove"), fmt::join(names, ", "));
   out += fmt::format("pip uninstall would delete {}; cudafix would delete {}", deletion_summary(plan.pip.deletion),

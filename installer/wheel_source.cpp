@@ -3,7 +3,6 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fmt/format.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,6 +10,7 @@
 #include <memory>
 #include <set>
 
+#include "resolver/provenance.hpp"
 #include "resolver/text.hpp"
 
 namespace cudafix::installer {
@@ -22,25 +22,6 @@ namespace {
 constexpr la_int64_t k_max_elf_member = la_int64_t{4} << 30;
 // METADATA and RECORD: far larger than any real one (torch's RECORD is 2 MB).
 constexpr std::size_t k_max_text_member = std::size_t{256} << 20;
-
-std::string hex_sha256_of_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw r::Error(fmt::format("{}: cannot be read", path));
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    EVP_DigestUpdate(ctx, buf.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", md[i]);
-  return out;
-}
 
 // libarchive's message for the last error; it has none for some damaged inputs.
 std::string error_text(archive* a) {
@@ -133,7 +114,8 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
   if (archive_read_open_filename(a.get(), path.c_str(), 1 << 16) != ARCHIVE_OK)
     throw r::Error(fmt::format("{}: not a readable zip archive: {}", path, error_text(a.get())));
   r::Wheel w = read_members(a.get(), path, supported_tags);
-  w.sha256 = hex_sha256_of_file(path);
+  w.sha256 = r::sha256_of_file(path, r::DigestForm::hex);
+  if (w.sha256.empty()) throw r::Error(fmt::format("{}: cannot be read", path));
   return w;
 }
 

@@ -366,6 +366,8 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
 
 namespace cudafix::resolver {
 
+std::string dist_label(const DistInfo& d) { return d.name + " " + d.version; }
+
 RequirementRef requirement_ref(std::string_view line) {
   RequirementRef out;
   out.name = requirement_name(line);

@@ -105,6 +105,9 @@ struct DistInfo {
   std::vector<RequirementRef> requirements;  // metadata.requires_dist, parsed once
 };
 
+// "torch 2.11.0": a dist as messages name it.
+[[nodiscard]] std::string dist_label(const DistInfo& d);
+
 struct ReadDistInfo {
   DistInfo dist;
   std::vector<Diagnostic> diagnostics;

@@ -1,7 +1,6 @@
 #include "resolver/fix.hpp"
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -31,21 +30,8 @@ std::string_view to_string(StepAction a) {
 
 namespace {
 
-std::string label(const DistInfo& d) { return fmt::format("{} {}", d.name, d.version); }
-
 bool is_meta(const Knowledge& k, const DistInfo& d) {
   return std::find(k.meta_packages.begin(), k.meta_packages.end(), d.normalized) != k.meta_packages.end();
-}
-
-// The CUDA major a provider dist's name says (from the families table, else -cuNN), for dists
-// that are not installed too.
-std::optional<int> major_of_name(const Knowledge& k, const std::string& normalized) {
-  if (auto f = k.family_of_dist(normalized)) return f->second;
-  return cuda_major_of_name(normalized);
-}
-
-bool names_a_provider(const Knowledge& k, const std::string& normalized) {
-  return k.family_of_dist(normalized).has_value() || normalized.rfind("nvidia-", 0) == 0;
 }
 
 // ---- the target major ----------------------------------------------------------------------
@@ -100,7 +86,8 @@ std::vector<Evidence> consumer_evidence(const Environment& env, const Knowledge&
       const int m = *it->second.begin();
       if (!seen.insert({d, m, n}).second) continue;
       out.push_back(
-          {d, m, fmt::format("{}: {} NEEDs {}, which only CUDA {} ships", label(dist), env.display(o.path), n, m)});
+          {d, m,
+           fmt::format("{}: {} NEEDs {}, which only CUDA {} ships", dist_label(dist), env.display(o.path), n, m)});
     }
   }
   for (std::size_t d = 0; d < env.dists.size(); ++d) {
@@ -108,11 +95,11 @@ std::vector<Evidence> consumer_evidence(const Environment& env, const Knowledge&
     if (provider[d] || is_meta(k, dist)) continue;
     for (std::size_t i = 0; i < reqs.lines[d].size(); ++i) {
       const auto& line = reqs.lines[d][i];
-      if (!line.req || !line.applies || !names_a_provider(k, line.req->normalized)) continue;
-      const auto m = major_of_name(k, line.req->normalized);
+      if (!line.req || !line.applies || !is_provider_name(k, line.req->normalized)) continue;
+      const auto m = major_of_provider_name(k, line.req->normalized);
       if (!m) continue;
       out.push_back({static_cast<int>(d), *m,
-                     fmt::format("{} requires {} (CUDA {})", label(dist), dist.metadata.requires_dist[i], *m)});
+                     fmt::format("{} requires {} (CUDA {})", dist_label(dist), dist.metadata.requires_dist[i], *m)});
     }
   }
   if (auto tv = torch_cuda_version(env))
@@ -158,8 +145,8 @@ std::map<std::string, Wanted> wanted_providers(const Environment& env, const Kno
             }
           }
         }
-        if (!names_a_provider(k, req.normalized)) return;
-        const auto m = major_of_name(k, req.normalized);
+        if (!is_provider_name(k, req.normalized)) return;
+        const auto m = major_of_provider_name(k, req.normalized);
         if (m && *m != target) return;
         if (installed) {
           const auto v = Version::parse(env.dists[static_cast<std::size_t>(*installed)].version);
@@ -168,7 +155,7 @@ std::map<std::string, Wanted> wanted_providers(const Environment& env, const Kno
         Wanted& w = out[req.normalized];
         w.name = req.normalized;
         w.specifiers.push_back(req.specifier);
-        w.asked_by.push_back(fmt::format("{} requires {}", label(by), line));
+        w.asked_by.push_back(fmt::format("{} requires {}", dist_label(by), line));
       };
   for (const DistInfo* d : visible_dists(env)) {
     const auto di = static_cast<std::size_t>(d - env.dists.data());
@@ -211,8 +198,8 @@ struct State {
   WhatIf what_if;
 };
 
-const SiteDir* install_site(const Environment& env, const Wheel& w) {
-  (void)w;
+// Where pip installs a wheel's files (platlib; they are one folder in a venv).
+const SiteDir* install_site(const Environment& env) {
   return env.layout.platlib() ? env.layout.platlib() : env.layout.purelib();
 }
 
@@ -272,7 +259,7 @@ void apply_reinstall(const Environment& env, Step& step, State& s) {
 void apply_assumed_install(const Environment& env, const Knowledge& k, Step& step, State& s) {
   step.simulated = false;
   const auto family = k.family_of_dist(step.name);
-  const SiteDir* site = env.layout.platlib() ? env.layout.platlib() : env.layout.purelib();
+  const SiteDir* site = install_site(env);
   if (!family || !site) return;
   const FamilyMajor& fm = family->first->majors.at(family->second);
   if (fm.folders.empty()) return;
@@ -299,7 +286,7 @@ void apply_install(const Environment& env, const Knowledge& k, Step& step, State
     apply_assumed_install(env, k, step, s);
     return;
   }
-  const SiteDir* site = install_site(env, *step.wheel);
+  const SiteDir* site = install_site(env);
   if (!site) return;
   const int index = static_cast<int>(s.what_if.added_dists.size());
   s.what_if.added_dists.push_back(dist_from_wheel(*step.wheel, *site));
@@ -349,7 +336,7 @@ std::vector<std::string> short_of_desired(const Environment& before, const Envir
     if (provider[static_cast<std::size_t>(o.owners.front())]) continue;
     for (const auto& r : o.resolutions) {
       if (!majors.count(r.name) || !seen.insert({dist.normalized, r.name}).second) continue;
-      const std::string who = fmt::format("{} ({}) NEEDs {}", after.display(o.path), label(dist), r.name);
+      const std::string who = fmt::format("{} ({}) NEEDs {}", after.display(o.path), dist_label(dist), r.name);
       if (!r.found()) {
         // What doctor explains (an earlier import provides it, a driver library) is no shortfall.
         if (explain_unresolved(after, k, o, r).kind == UnresolvedKind::unexplained)
@@ -397,7 +384,7 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
   const ParsedRequirements reqs = parse_requirements(env, markers, options.threads);
   plan.evidence = consumer_evidence(env, k, reqs);
   std::map<int, std::set<std::string>> by_major;  // major -> consumers needing it
-  for (const auto& e : plan.evidence) by_major[e.major].insert(label(env.dists[static_cast<std::size_t>(e.dist)]));
+  for (const auto& e : plan.evidence) by_major[e.major].insert(dist_label(env.dists[static_cast<std::size_t>(e.dist)]));
   if (options.cuda_major) {
     plan.target = options.cuda_major;
     plan.target_given = true;
@@ -467,7 +454,7 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
       if (whose.empty() || std::find(whose.begin(), whose.end(), static_cast<int>(d)) != whose.end()) continue;
       if (example.empty())
         example = fmt::format("{} holds {}'s bytes", env.display(path),
-                              label(env.dists[static_cast<std::size_t>(whose.front())]));
+                              dist_label(env.dists[static_cast<std::size_t>(whose.front())]));
       ++foreign;
     }
     if (foreign) reasons.push_back(fmt::format("{} of its files hold another major's bytes ({})", foreign, example));
@@ -481,7 +468,7 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
       const auto have = Version::parse(dist.version);
       return have && v == *have;
     });
-    st.why = fmt::format("{}: {}", label(dist), fmt::join(reasons, "; "));
+    st.why = fmt::format("{}: {}", dist_label(dist), fmt::join(reasons, "; "));
     candidates.push_back(std::move(st));
   }
   for (auto& st : installs) candidates.push_back(std::move(st));
@@ -495,7 +482,7 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     st.dist = static_cast<int>(d);
     st.name = dist.normalized;
     st.version = dist.version;
-    st.why = fmt::format("{} provides CUDA {}; the target is CUDA {}", label(dist), *m, target);
+    st.why = fmt::format("{} provides CUDA {}; the target is CUDA {}", dist_label(dist), *m, target);
     candidates.push_back(std::move(st));
   }
 
@@ -544,13 +531,7 @@ Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan) {
   fp.records.resize(env.dists.size());
   parallel_for(env.dists.size(), 0, [&](std::size_t i) {
     const DistInfo& d = env.dists[i];
-    const std::string& text = d.record_storage ? d.record_storage->text : std::string();
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
-    std::string hex;
-    for (unsigned int b = 0; b < len; ++b) hex += fmt::format("{:02x}", md[b]);
-    fp.records[i] = {d.dir_name, std::move(hex)};
+    fp.records[i] = {d.dir_name, sha256_hex(d.record_storage ? std::string_view(d.record_storage->text) : "")};
   });
   std::set<std::string> touched;
   for (const auto& st : plan.steps) {
@@ -559,13 +540,9 @@ Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan) {
     touched.insert(st.keeps.begin(), st.keeps.end());
     touched.insert(st.writes.begin(), st.writes.end());
   }
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  auto feed = [&](const std::string& s) { EVP_DigestUpdate(ctx, s.data(), s.size() + 1); };  // with its NUL
-  for (const auto& [dist, digest] : fp.records) {
-    feed(dist);
-    feed(digest);
-  }
+  // The digest: every field above, each ended by a NUL.
+  std::string all;
+  for (const auto& [dist, digest] : fp.records) all += dist + '\0' + digest + '\0';
   for (const auto& p : touched) {
     FileStamp f;
     f.path = p;
@@ -577,14 +554,10 @@ Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan) {
       f.size = static_cast<std::uint64_t>(st.st_size);
       f.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     }
-    feed(fmt::format("{}|{}|{}|{}|{}|{}", f.path, f.exists, f.dev, f.ino, f.size, f.mtime_ns));
+    all += fmt::format("{}|{}|{}|{}|{}|{}", f.path, f.exists, f.dev, f.ino, f.size, f.mtime_ns) + '\0';
     fp.files.push_back(std::move(f));
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  for (unsigned int i = 0; i < len; ++i) fp.digest += fmt::format("{:02x}", md[i]);
+  fp.digest = sha256_hex(all);
   return fp;
 }
 

@@ -36,7 +36,7 @@ ProviderId provider_before(const Environment& env, const Knowledge& k, const std
   }
   if (owner >= 0) {
     const auto& d = env.dists[static_cast<std::size_t>(owner)];
-    id.dist = fmt::format("{} {}", d.name, d.version);
+    id.dist = dist_label(d);
     id.version = d.version;
   }
   return id;
@@ -52,7 +52,7 @@ ProviderId provider_after(const Environment& before, const Environment& env, con
   if (o && o->bytes_owner < 0 && before.object(path)) return provider_before(before, k, path);
   if (o && !o->owners.empty()) {
     const auto& d = env.dists[static_cast<std::size_t>(o->bytes_owner >= 0 ? o->bytes_owner : o->owners.front())];
-    id.dist = fmt::format("{} {}", d.name, d.version);
+    id.dist = dist_label(d);
     id.version = d.version;
     id.major = major_of_dist(k, d);
   } else if (const SiteDir* site = env.site_of(path)) {
@@ -65,6 +65,13 @@ std::string describe(const ProviderId& id) {
   std::string s = id.dist.empty() ? "no dist" : id.dist;
   if (id.major) s += fmt::format(", CUDA {}", *id.major);
   return s;
+}
+
+// A move from one provider to another is no worse when it keeps the major and version, or, in a
+// repair toward a target major, when it moves to that major or did not start on it.
+bool no_worse(const ProviderId& was, const ProviderId& now, std::optional<int> target) {
+  if (was.major == now.major && was.version == now.version) return true;
+  return target && (now.major == target || was.major != target);
 }
 
 // Whether `a` is worse than `b` for a required soname, and why; nullopt when it is not.
@@ -99,9 +106,7 @@ std::optional<Break> judge(const Environment& before, const Environment& after, 
     if (!o || o->bytes_owner < 0) return std::nullopt;
     const ProviderId was = provider_before(before, k, b_real);
     const ProviderId now = provider_after(before, after, k, a_real);
-    if (was.major == now.major && was.version == now.version) return std::nullopt;
-    if (target && (now.major == target || was.major != target)) return std::nullopt;
-    if (!target && was.major == now.major) return std::nullopt;
+    if (no_worse(was, now, target)) return std::nullopt;
     out.after = *a.path;
     out.after_version = now.version;
     out.why = fmt::format("{} would hold {}'s bytes ({}) instead of {}'s", before.display(*b.path), now.dist,
@@ -119,11 +124,10 @@ std::optional<Break> judge(const Environment& before, const Environment& after, 
     if (out.after_version) out.why += fmt::format(" (version {})", *out.after_version);
     return out;
   }
+  if (!was_inside) return std::nullopt;  // from outside the environment into it: better
   const ProviderId was = provider_before(before, k, b_real);
   const ProviderId now = provider_after(before, after, k, a_real);
-  if (was_inside && was.major == now.major && was.version == now.version) return std::nullopt;
-  // Toward the target major is the point of a repair; only a move away from it is worse.
-  if (target && (now.major == target || was.major != target)) return std::nullopt;
+  if (no_worse(was, now, target)) return std::nullopt;
   if (!now.version.empty()) out.after_version = now.version;
   out.why = fmt::format("{}; it would resolve to {} ({}) instead of {} ({})", lost, after.display(a_real),
                         describe(now), before.display(b_real), describe(was));

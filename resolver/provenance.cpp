@@ -28,9 +28,26 @@ std::string base64url_nopad(const unsigned char* data, std::size_t n) {
   return out;
 }
 
+std::string hex_of(const unsigned char* data, std::size_t n) {
+  static constexpr char k_digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    out += k_digits[data[i] >> 4];
+    out += k_digits[data[i] & 15];
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes) {
+std::string sha256_hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  return hex_of(md, len);
+}
+
+std::string sha256_of_file(const std::string& path, DigestForm form, std::uint64_t* bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "";
   // One buffer per thread: zeroing a fresh megabyte per file cost more than hashing small files.
@@ -64,13 +81,17 @@ std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes) {
   ::close(fd);
   if (n < 0) return "";
   if (bytes) *bytes = total;
-  return base64url_nopad(md, len);
+  return form == DigestForm::hex ? hex_of(md, len) : base64url_nopad(md, len);
 }
 
 // A dist that ships CUDA libraries: a known family provider, an nvidia-* wheel, or one whose
 // RECORD lists files under nvidia/.
+bool is_provider_name(const Knowledge& k, const std::string& normalized) {
+  return k.family_of_dist(normalized).has_value() || normalized.rfind("nvidia-", 0) == 0;
+}
+
 bool is_cuda_provider(const Knowledge& k, const DistInfo& d) {
-  if (k.family_of_dist(d.normalized) || d.normalized.rfind("nvidia-", 0) == 0) return true;
+  if (is_provider_name(k, d.normalized)) return true;
   return std::any_of(d.record.begin(), d.record.end(),
                      [](const RecordRow& row) { return row.path.substr(0, 7) == "nvidia/"; });
 }
@@ -107,7 +128,7 @@ std::vector<int> whose_bytes(const Environment& env, const std::string& path, co
     if (row && row->size && *row->size == static_cast<std::uint64_t>(st.st_size)) whose.push_back(o);
   }
   if (whose.size() <= 1) return whose;
-  const std::string hash = sha256_urlsafe(path);
+  const std::string hash = sha256_of_file(path, DigestForm::record);
   std::vector<int> by_hash;
   for (int o : whose) {
     const auto* row = row_for(env.dists[static_cast<std::size_t>(o)], path);
@@ -117,9 +138,13 @@ std::vector<int> whose_bytes(const Environment& env, const std::string& path, co
 }
 
 // The CUDA major a dist provides: from the families table, else its -cuNN suffix.
+std::optional<int> major_of_provider_name(const Knowledge& k, const std::string& normalized) {
+  if (auto f = k.family_of_dist(normalized)) return f->second;
+  return cuda_major_of_name(normalized);
+}
+
 std::optional<int> major_of_dist(const Knowledge& k, const DistInfo& d) {
-  if (auto f = k.family_of_dist(d.normalized)) return f->second;
-  return cuda_major_of_name(d.normalized);
+  return major_of_provider_name(k, d.normalized);
 }
 
 // The CUDA major of one library file: its owner's; for a path two majors share, the owner

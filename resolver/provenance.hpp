@@ -13,9 +13,13 @@
 
 namespace cudafix::resolver {
 
-// RECORD's hash form of a file: SHA-256, urlsafe base64 without padding. Empty when the file
-// cannot be read; `bytes` gets the number of bytes hashed.
-[[nodiscard]] std::string sha256_urlsafe(const std::string& path, std::uint64_t* bytes = nullptr);
+// SHA-256 of a file, in RECORD's form (urlsafe base64 without padding) or as hex (pip's
+// --hash, a wheel's digest). Empty when the file cannot be read; `bytes` gets the bytes hashed.
+enum class DigestForm { record, hex };
+[[nodiscard]] std::string sha256_of_file(const std::string& path, DigestForm form = DigestForm::record,
+                                         std::uint64_t* bytes = nullptr);
+// SHA-256 of bytes in memory, as hex.
+[[nodiscard]] std::string sha256_hex(std::string_view data);
 
 // The row of `d`'s RECORD that names `abs` (absolute, normalised), or null.
 [[nodiscard]] const RecordRow* row_for(const DistInfo& d, const std::string& abs);
@@ -25,12 +29,16 @@ namespace cudafix::resolver {
 [[nodiscard]] std::vector<int> whose_bytes(const Environment& env, const std::string& path,
                                            const std::vector<int>& owners);
 
-// A dist that ships CUDA libraries: a known family provider, an nvidia-* wheel, or one whose
-// RECORD lists files under nvidia/.
+// A name (normalised) that names a CUDA provider dist, installed or not: a known family
+// provider or an nvidia-* wheel.
+[[nodiscard]] bool is_provider_name(const Knowledge& k, const std::string& normalized);
+// A dist that ships CUDA libraries: a provider name, or one whose RECORD lists files under nvidia/.
 [[nodiscard]] bool is_cuda_provider(const Knowledge& k, const DistInfo& d);
 // The CUDA major a dist's name says (-cu12 -> 12), if it says one.
 [[nodiscard]] std::optional<int> cuda_major_of_name(std::string_view normalized);
-// The CUDA major a dist provides: from the families table, else its -cuNN suffix.
+// The CUDA major a provider name (normalised) stands for: the families table, else its -cuNN suffix.
+[[nodiscard]] std::optional<int> major_of_provider_name(const Knowledge& k, const std::string& normalized);
+// The same for an installed dist.
 [[nodiscard]] std::optional<int> major_of_dist(const Knowledge& k, const DistInfo& d);
 // The CUDA major of one library file: its owner's; for a path two majors share, the owner
 // whose bytes are on disk (`owner` gets it); for an unowned file, its folder's, where one major

@@ -52,8 +52,6 @@ const std::vector<std::string>& rule_ids() {
 
 namespace {
 
-std::string dist_label(const r::DistInfo& d) { return fmt::format("{} {}", d.name, d.version); }
-
 bool rule_wanted(const DoctorOptions& options, const std::string& id) {
   if (!options.select.empty() && std::find(options.select.begin(), options.select.end(), id) == options.select.end())
     return false;
@@ -150,7 +148,7 @@ void check_requirements(Context& c) {
         Finding f;
         f.rule = "invalid-metadata";
         f.severity = Severity::warning;
-        f.message = fmt::format("{}: Requires-Dist '{}' is not a PEP 508 requirement", dist_label(*d), line);
+        f.message = fmt::format("{}: Requires-Dist '{}' is not a PEP 508 requirement", r::dist_label(*d), line);
         f.evidence = {parsed.error};
         f.dists = {d->dir_name};
         c.add(std::move(f));
@@ -164,7 +162,7 @@ void check_requirements(Context& c) {
       f.severity = Severity::error;
       f.dists = {d->dir_name};
       if (!dep) {
-        f.message = fmt::format("{} requires {}, which is not installed", dist_label(*d), line);
+        f.message = fmt::format("{} requires {}, which is not installed", r::dist_label(*d), line);
         f.remedy = Remedy{"install", {req.name}, fmt::format("pip install '{}'", without_marker(line))};
         c.add(std::move(f));
         continue;
@@ -172,7 +170,7 @@ void check_requirements(Context& c) {
       const auto& version = c.requirements.versions[c.index_of(*dep)];
       if (!version || req.specifier.contains(*version, true)) continue;
       f.message =
-          fmt::format("{} has requirement {}, but you have {} {}", dist_label(*d), line, dep->name, dep->version);
+          fmt::format("{} has requirement {}, but you have {} {}", r::dist_label(*d), line, dep->name, dep->version);
       f.dists.push_back(dep->dir_name);
       f.remedy = Remedy{"install", {dep->name}, "cudafix plan fix"};
       c.add(std::move(f));
@@ -198,8 +196,8 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
     c.add(std::move(f));
   };
   if (!declared) {
-    report(fmt::format("{} asks for {}[{}], but {} has no extra '{}'", dist_label(root), dist.name, extra,
-                       dist_label(dist), extra),
+    report(fmt::format("{} asks for {}[{}], but {} has no extra '{}'", r::dist_label(root), dist.name, extra,
+                       r::dist_label(dist), extra),
            {root.dir_name, dist.dir_name});
     return;
   }
@@ -214,15 +212,15 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
     const std::string link = fmt::format("{} -> {}", chain, without_marker(line));
     const r::DistInfo* dep = installed(c.env, req.normalized);
     if (!dep) {
-      report(fmt::format("{} needs {} through {}[{}], and {} is not installed", dist_label(root), without_marker(line),
-                         dist.name, extra, req.name),
+      report(fmt::format("{} needs {} through {}[{}], and {} is not installed", r::dist_label(root),
+                         without_marker(line), dist.name, extra, req.name),
              {root.dir_name, dist.dir_name});
       continue;
     }
     const auto& version = c.requirements.versions[c.index_of(*dep)];
     if (version && !req.specifier.contains(*version, true)) {
-      report(fmt::format("{} needs {} through {}[{}], but {} {} is installed", dist_label(root), without_marker(line),
-                         dist.name, extra, dep->name, dep->version),
+      report(fmt::format("{} needs {} through {}[{}], but {} {} is installed", r::dist_label(root),
+                         without_marker(line), dist.name, extra, dep->name, dep->version),
              {root.dir_name, dist.dir_name, dep->dir_name});
       continue;
     }
@@ -319,7 +317,7 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
     f.message = fmt::format(
         "{} is installed but {} gone: pip still counts it as installed and will skip `pip install` of it as "
         "already satisfied",
-        dist_label(d),
+        r::dist_label(d),
         g.libraries.size() == 1 ? std::string("its only library is")
                                 : fmt::format("all {} of its libraries are", g.libraries.size()));
     for (const auto& p : g.libraries) f.evidence.push_back(fmt::format("missing: {}", c.env.display(p)));
@@ -342,12 +340,12 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
     const auto& meta = c.knowledge.meta_packages;
     if (std::find(meta.begin(), meta.end(), d->normalized) != meta.end()) {
       f.severity = Severity::info;
-      f.message =
-          fmt::format("{} has no files by design: a meta package whose extras pull in the real wheels", dist_label(*d));
+      f.message = fmt::format("{} has no files by design: a meta package whose extras pull in the real wheels",
+                              r::dist_label(*d));
     } else if (d->normalized.rfind("nvidia-", 0) == 0 && d->version.rfind("0.0.", 0) == 0) {
       f.severity = Severity::warning;
-      f.message =
-          fmt::format("{} is a placeholder wheel with no files: the real package was never installed", dist_label(*d));
+      f.message = fmt::format("{} is a placeholder wheel with no files: the real package was never installed",
+                              r::dist_label(*d));
     } else {
       continue;
     }
@@ -366,7 +364,7 @@ void check_missing(Context& c, const std::vector<MissingGroup>& groups, const st
       f.rule = "missing-files";
       f.severity = libs ? Severity::error : Severity::warning;
       const bool one = paths.size() == 1;
-      f.message = fmt::format("{} lists {} {} that {} not on disk", dist_label(d), paths.size(),
+      f.message = fmt::format("{} lists {} {} that {} not on disk", r::dist_label(d), paths.size(),
                               libs ? (one ? "shared object" : "shared objects") : (one ? "other file" : "other files"),
                               one ? "is" : "are");
       for (std::size_t i = 0; i < paths.size() && i < 20; ++i) f.evidence.push_back(c.env.display(paths[i]));
@@ -399,7 +397,7 @@ void check_shared_paths(Context& c) {
     for (int o : owners) {
       const auto& d = c.env.dists[static_cast<std::size_t>(o)];
       f.dists.push_back(d.dir_name);
-      labels.push_back(dist_label(d));
+      labels.push_back(r::dist_label(d));
       if (auto m = r::major_of_dist(c.knowledge, d)) majors.insert(*m);
     }
     bool libraries = false, differ = false, harmless = true;
@@ -547,7 +545,7 @@ void check_mixed_majors(Context& c) {
       if (!needed.empty() && !needed.count(*major))
         mismatches.push_back(fmt::format(
             "{} => {} ({}, CUDA {})", res.name, c.env.display(*res.path),
-            whose < 0 ? "no dist" : dist_label(c.env.dists[static_cast<std::size_t>(whose)]) + "'s bytes", *major));
+            whose < 0 ? "no dist" : r::dist_label(c.env.dists[static_cast<std::size_t>(whose)]) + "'s bytes", *major));
     }
     if (needed.size() < 2 && mismatches.empty() && loaded.size() < 2) continue;
     Finding f;
@@ -577,7 +575,7 @@ void check_mixed_majors(Context& c) {
     f.rule = "mixed-cuda-major";
     f.severity = Severity::warning;
     f.message = fmt::format("{} provides {} for CUDA {}, which nothing in the environment needs (it needs CUDA {})",
-                            dist_label(d), fam->first->name, fam->second, fmt::join(needed_anywhere, " and "));
+                            r::dist_label(d), fam->first->name, fam->second, fmt::join(needed_anywhere, " and "));
     f.dists = {d.dir_name};
     f.remedy = Remedy{"remove", {d.dir_name}, fmt::format("cudafix plan remove {}", d.name)};
     c.add(std::move(f));
@@ -750,7 +748,7 @@ void check_hashes(Context& c, DoctorReport& report) {
   std::atomic<std::uint64_t> done{0};
   r::parallel_for(jobs.size(), c.options.threads, [&](std::size_t k) {
     std::uint64_t n = 0;
-    digests[k] = r::sha256_urlsafe(jobs[k].path, &n);
+    digests[k] = r::sha256_of_file(jobs[k].path, r::DigestForm::record, &n);
     const auto now = done.fetch_add(n) + n;
     if (c.options.hash_progress) c.options.hash_progress(now, total_bytes);
   });
@@ -768,10 +766,10 @@ void check_hashes(Context& c, DoctorReport& report) {
       if (other == j.dist) continue;
       const auto& od = c.env.dists[static_cast<std::size_t>(other)];
       if (const auto* row = r::row_for(od, j.path); row && row->hash == digests[k])
-        matches = fmt::format(": the content is {}'s (it matches that dist's RECORD)", dist_label(od));
+        matches = fmt::format(": the content is {}'s (it matches that dist's RECORD)", r::dist_label(od));
     }
-    f.message =
-        fmt::format("{} does not match the hash {} recorded for it{}", c.env.display(j.path), dist_label(d), matches);
+    f.message = fmt::format("{} does not match the hash {} recorded for it{}", c.env.display(j.path), r::dist_label(d),
+                            matches);
     f.evidence = {fmt::format("RECORD sha256={}", j.row->hash),
                   fmt::format("on disk sha256={}", digests[k].empty() ? "(unreadable)" : digests[k])};
     f.dists = {d.dir_name};
