@@ -6,10 +6,25 @@ namespace cudafix::resolver {
 namespace {
 const SonameGroup* find_group(const std::map<std::string, SonameGroup>& groups, const std::string& soname) {
   for (const auto& [name, g] : groups)
-    if (std::find(g.sonames.begin(), g.sonames.end(), soname) != g.sonames.end()) return &g;
+    if (g.names(soname)) return &g;
   return nullptr;
 }
 }  // namespace
+
+std::vector<std::string> SonameGroup::sonames_for(std::optional<int> major) const {
+  std::vector<std::string> out = sonames;
+  if (major)
+    if (auto it = sonames_by_major.find(*major); it != sonames_by_major.end())
+      out.insert(out.end(), it->second.begin(), it->second.end());
+  return out;
+}
+
+bool SonameGroup::names(const std::string& soname) const {
+  if (std::find(sonames.begin(), sonames.end(), soname) != sonames.end()) return true;
+  for (const auto& [major, list] : sonames_by_major)
+    if (std::find(list.begin(), list.end(), soname) != list.end()) return true;
+  return false;
+}
 
 const SonameGroup* Knowledge::driver_group(const std::string& soname) const { return find_group(driver, soname); }
 const SonameGroup* Knowledge::optional_group(const std::string& soname) const { return find_group(optional, soname); }

@@ -14,6 +14,14 @@ struct SonameGroup {
   std::vector<std::string> sonames;
   std::string loaded_by;  // dlopen groups: the soname of the library whose dlopen loads them
   std::string since;      // dlopen groups: the loader's version from which it loads them ("9.21")
+  // dlopen groups: names that depend on the CUDA major the loader was built for (cuDNN for CUDA
+  // 13 dlopens libcublasLt.so.13, for CUDA 12 libcublasLt.so.12), by that major.
+  std::map<int, std::vector<std::string>> sonames_by_major;
+
+  // The sonames a loader of `major` opens: `sonames`, plus that major's; none of the per-major
+  // ones when the loader's major is unknown.
+  [[nodiscard]] std::vector<std::string> sonames_for(std::optional<int> major) const;
+  [[nodiscard]] bool names(const std::string& soname) const;
 };
 
 // One CUDA library family (cublas, cudnn, ...) in one CUDA major: what its wheels install.

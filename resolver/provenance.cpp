@@ -167,6 +167,7 @@ std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Know
   const int owner = loader.owners.empty() ? -1 : loader.owners.front();
   std::optional<Process> p;
   int index = -1;
+  std::optional<std::optional<int>> major;  // asked only of groups whose names follow it
   for (const auto& [name, g] : k.dlopen) {
     if (g.loaded_by != *loader.elf.info.soname) continue;
     if (!g.since.empty() && owner >= 0) {
@@ -174,12 +175,15 @@ std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Know
       const auto since = Version::parse(g.since);
       if (have && since && *have < *since) continue;
     }
+    if (!g.sonames_by_major.empty() && !major) major = major_of_file(env, k, loader.path);
+    const auto sonames = g.sonames_for(major.value_or(std::nullopt));
+    if (sonames.empty()) continue;
     if (!p) {
       p = env.process_for(owner);
       index = env.loader->load(*p, loader.path);
     }
     if (index < 0) return out;
-    for (const auto& soname : g.sonames) out.push_back({name, &g, env.loader->resolve(*p, index, soname)});
+    for (const auto& soname : sonames) out.push_back({name, &g, env.loader->resolve(*p, index, soname)});
   }
   return out;
 }

@@ -666,36 +666,71 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
 
 // ---- missing-dlopen-library ---------------------------------------------------------------
 
-void check_dlopen(Context& c) {
+// What brings back a library a dlopen needs: reinstalling the installed dist that lists it (its
+// file is gone), else installing the one dist that provides it for its only CUDA major.
+std::optional<Remedy> remedy_for_missing(const Context& c, const std::vector<MissingGroup>& groups,
+                                         const std::string& soname) {
+  for (const auto& g : groups)
+    for (const auto& p : g.libraries)
+      if (r::base_name(p) == soname) {
+        const auto& d = c.env.dists[static_cast<std::size_t>(g.dist)];
+        return Remedy{"reinstall",
+                      {d.dir_name},
+                      fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+      }
+  const auto& families = c.families(soname);
+  if (families.size() != 1) return std::nullopt;
+  const auto& m = families.front().first->majors.at(families.front().second);
+  if (m.dists.empty()) return std::nullopt;
+  return Remedy{"install", {}, fmt::format("pip install {}", m.dists.front())};
+}
+
+void check_dlopen(Context& c, const std::vector<MissingGroup>& missing_files, const std::map<int, int>& metadata_only) {
+  const auto cause_by_soname = causes_by_soname(missing_files, metadata_only);
   std::set<std::string> loader_sonames;
   for (const auto& [name, g] : c.knowledge.dlopen) loader_sonames.insert(g.loaded_by);
   for (const auto& loader_soname : loader_sonames) {
     for (const auto* loader : c.env.providers(loader_soname)) {
       if (loader->elf.status != r::ElfReadStatus::ok || loader->elf.info.soname != loader_soname) continue;
       // One finding per group, naming the sonames of it that resolve nowhere.
-      std::map<std::string, std::pair<const r::SonameGroup*, std::vector<std::string>>> missing;
+      struct Group {
+        const r::SonameGroup* knowledge = nullptr;
+        std::vector<std::string> loads, missing;
+      };
+      std::map<std::string, Group> groups;
       for (const auto& d : r::resolve_dlopens(c.env, c.knowledge, *loader)) {
-        auto& m = missing[d.group];
-        m.first = d.knowledge;
-        if (!d.resolution.found()) m.second.push_back(d.resolution.name);
+        auto& g = groups[d.group];
+        g.knowledge = d.knowledge;
+        g.loads.push_back(d.resolution.name);
+        if (!d.resolution.found()) g.missing.push_back(d.resolution.name);
       }
-      for (const auto& [group, m] : missing) {
-        if (m.second.empty()) continue;
-        const r::SonameGroup& g = *m.first;
+      for (const auto& [name, g] : groups) {
+        if (g.missing.empty()) continue;
         Finding f;
         f.rule = "missing-dlopen-library";
         f.severity = Severity::error;
         f.message = fmt::format("{} loads {} with dlopen at run time, and {} resolve{} nowhere ({})",
-                                c.env.display(loader->path), fmt::join(g.sonames, ", "), fmt::join(m.second, ", "),
-                                m.second.size() == 1 ? "s" : "", g.why);
+                                c.env.display(loader->path), fmt::join(g.loads, ", "), fmt::join(g.missing, ", "),
+                                g.missing.size() == 1 ? "s" : "", g.knowledge->why);
         f.paths = {loader->path};
-        f.sonames = m.second;
+        f.sonames = g.missing;
+        for (const auto& soname : g.missing)
+          if (auto it = cause_by_soname.find(soname);
+              it != cause_by_soname.end() &&
+              std::find(f.caused_by.begin(), f.caused_by.end(), it->second) == f.caused_by.end())
+            f.caused_by.push_back(it->second);
         if (!loader->owners.empty()) {
           const auto& d = c.env.dists[static_cast<std::size_t>(loader->owners.front())];
           f.dists = {d.dir_name};
           f.remedy = Remedy{"reinstall",
                             {d.dir_name},
                             fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+        }
+        // A library another dist provides (cuBLASLt, NVRTC) comes back from that dist, not the loader's.
+        if (auto remedy = remedy_for_missing(c, missing_files, g.missing.front())) {
+          for (const auto& d : remedy->dists)
+            if (std::find(f.dists.begin(), f.dists.end(), d) == f.dists.end()) f.dists.push_back(d);
+          f.remedy = std::move(*remedy);
         }
         c.add(std::move(f));
       }
@@ -855,7 +890,7 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
   if (wanted("unresolved-library")) check_unresolved(c, groups, metadata_only);
   if (wanted("mixed-cuda-major")) check_mixed_majors(c);
   if (wanted("shadowed-library")) check_shadowed(c, groups, metadata_only);
-  if (wanted("missing-dlopen-library")) check_dlopen(c);
+  if (wanted("missing-dlopen-library")) check_dlopen(c, groups, metadata_only);
   if (wanted("invalid-metadata")) check_invalid_metadata(c);
   if (wanted("hash-mismatch") && options.verify_hashes) check_hashes(c, report);
   sort_and_number(c.found);

@@ -18,38 +18,6 @@ std::string where(const std::string& source, const toml::source_region& region) 
   return fmt::format("{}:{}", source, region.begin.line);
 }
 
-void read_groups(const toml::table& doc, const char* key, const std::string& source,
-                 std::map<std::string, r::SonameGroup>& into) {
-  const auto* node = doc.get(key);
-  if (!node) return;
-  const auto* table = node->as_table();
-  if (!table) throw r::Error(fmt::format("{}: [{}] must be a table of groups", where(source, node->source()), key));
-  for (const auto& [name, value] : *table) {
-    const auto* group = value.as_table();
-    if (!group)
-      throw r::Error(fmt::format("{}: [{}.{}] must be a table with why and sonames", where(source, value.source()), key,
-                                 name.str()));
-    r::SonameGroup g;
-    if (auto why = (*group)["why"].value<std::string>()) g.why = *why;
-    if (auto by = (*group)["by"].value<std::string>()) g.loaded_by = *by;
-    if (auto since = (*group)["since"].value<std::string>()) g.since = *since;
-    if (std::string_view(key) == "dlopen" && g.loaded_by.empty())
-      throw r::Error(fmt::format("{}: [dlopen.{}] needs by = \"SONAME\", the library that dlopens them",
-                                 where(source, group->source()), name.str()));
-    const auto* list = (*group)["sonames"].as_array();
-    if (!list)
-      throw r::Error(
-          fmt::format("{}: [{}.{}] needs sonames = [\"...\"]", where(source, group->source()), key, name.str()));
-    for (const auto& s : *list) {
-      const auto v = s.value<std::string>();
-      if (!v)
-        throw r::Error(fmt::format("{}: [{}.{}] sonames must be strings", where(source, s.source()), key, name.str()));
-      g.sonames.push_back(*v);
-    }
-    into[std::string(name.str())] = std::move(g);
-  }
-}
-
 std::vector<std::string> string_list(const toml::node& node, const std::string& what, const std::string& source) {
   const auto* list = node.as_array();
   if (!list) throw r::Error(fmt::format("{}: {} must be a list of strings", where(source, node.source()), what));
@@ -69,6 +37,46 @@ int major_key(std::string_view key, const toml::node& node, const std::string& w
     throw r::Error(
         fmt::format("{}: {}: '{}' is not a CUDA major (12, 13, ...)", where(source, node.source()), what, key));
   return major;
+}
+
+void read_groups(const toml::table& doc, const char* key, const std::string& source,
+                 std::map<std::string, r::SonameGroup>& into) {
+  const auto* node = doc.get(key);
+  if (!node) return;
+  const auto* table = node->as_table();
+  if (!table) throw r::Error(fmt::format("{}: [{}] must be a table of groups", where(source, node->source()), key));
+  for (const auto& [name, value] : *table) {
+    const auto* group = value.as_table();
+    if (!group)
+      throw r::Error(fmt::format("{}: [{}.{}] must be a table with why and sonames", where(source, value.source()), key,
+                                 name.str()));
+    r::SonameGroup g;
+    if (auto why = (*group)["why"].value<std::string>()) g.why = *why;
+    if (auto by = (*group)["by"].value<std::string>()) g.loaded_by = *by;
+    if (auto since = (*group)["since"].value<std::string>()) g.since = *since;
+    if (std::string_view(key) == "dlopen" && g.loaded_by.empty())
+      throw r::Error(fmt::format("{}: [dlopen.{}] needs by = \"SONAME\", the library that dlopens them",
+                                 where(source, group->source()), name.str()));
+    const std::string what = fmt::format("[{}.{}]", key, name.str());
+    const auto* list = (*group).get("sonames");
+    const auto* by_major = (*group).get("sonames_by_major");
+    if (!list && !by_major)
+      throw r::Error(fmt::format("{}: {} needs sonames = [\"...\"]", where(source, group->source()), what));
+    if (list) g.sonames = string_list(*list, what + " sonames", source);
+    if (by_major) {
+      if (std::string_view(key) != "dlopen")
+        throw r::Error(fmt::format("{}: {} sonames_by_major is for [dlopen.*] groups only",
+                                   where(source, by_major->source()), what));
+      const auto* majors = by_major->as_table();
+      if (!majors)
+        throw r::Error(fmt::format("{}: {} sonames_by_major must be a table: {{ 12 = [...], 13 = [...] }}",
+                                   where(source, by_major->source()), what));
+      for (const auto& [major, names] : *majors)
+        g.sonames_by_major[major_key(major.str(), names, what + " sonames_by_major", source)] =
+            string_list(names, fmt::format("{} sonames_by_major.{}", what, major.str()), source);
+    }
+    into[std::string(name.str())] = std::move(g);
+  }
 }
 
 // [family.NAME.MAJOR] sonames = [...], folders = [...], dists = [...]

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "resolver/dist_info.hpp"
+#include "resolver/elf_writer.hpp"
 #include "resolver/text.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
@@ -329,6 +330,83 @@ TEST(DoctorMixed, AnUnusedCuda12CublasBesideACuda13ConsumerIsAWarning) {
   EXPECT_TRUE(of_rule(doctor(venv).doc, "mixed-cuda-major").empty());
 }
 
+// cuDNN's engine library reaches cuBLASLt and NVRTC only through dlopen, by the sonames of the CUDA
+// major it was built for. Real wheels, installed with pip into a venv without pip of its own:
+//   nvidia-cudnn-cu13   nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9, RUNPATH into cu13/lib
+//   nvidia-cudnn-cu12   the same soname, RUNPATH into nvidia/cublas/lib and nvidia/cuda_nvrtc/lib
+//   nvidia-cublas, nvidia-cuda-nvrtc (CUDA 13) and their -cu12 namesakes
+TEST(DoctorDlopen, CudnnEnginesNeedTheCublasLtAndNvrtcOfTheirOwnCudaMajor) {
+  TempDir tmp;
+  const std::string elf = tmp.path() + "/elf";
+  fs::create_directories(elf);
+  auto object = [&](const std::string& file, const std::string& soname, std::optional<std::string> runpath = {}) {
+    resolver::ElfSpec spec;
+    spec.soname = soname;
+    spec.runpath = std::move(runpath);
+    spec.padding = file.size();  // the two engine builds differ in size, as real ones do
+    resolver::write_shared_object(elf + "/" + file, spec);
+    return elf + "/" + file;
+  };
+  const std::string engines = "nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9";
+  const std::string e13 = object("e13.so", "libcudnn_engines_precompiled.so.9", "$ORIGIN:$ORIGIN/../../cu13/lib");
+  const std::string e12 = object("engines12.so", "libcudnn_engines_precompiled.so.9",
+                                 "$ORIGIN:$ORIGIN/../../cublas/lib:$ORIGIN/../../cuda_nvrtc/lib");
+  std::map<std::string, std::string> wheels;
+  const std::string mk =
+      k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp.path());
+  for (const auto& [key, args] : std::vector<std::pair<std::string, std::string>>{
+           {"cudnn13", "nvidia-cudnn-cu13 9.19.0.56 " + engines + "=" + e13},
+           {"cudnn12", "nvidia-cudnn-cu12 9.10.2.21 " + engines + "=" + e12},
+           {"cublas13",
+            "nvidia-cublas 13.1.0.3 nvidia/cu13/lib/libcublasLt.so.13=" + object("lt13.so", "libcublasLt.so.13")},
+           {"nvrtc13",
+            "nvidia-cuda-nvrtc 13.0.88 nvidia/cu13/lib/libnvrtc.so.13=" + object("rtc13.so", "libnvrtc.so.13")},
+           {"cublas12", "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublasLt.so.12=" +
+                            object("lt12.so", "libcublasLt.so.12")},
+           {"nvrtc12", "nvidia-cuda-nvrtc-cu12 12.8.93 nvidia/cuda_nvrtc/lib/libnvrtc.so.12=" +
+                           object("rtc12.so", "libnvrtc.so.12")}}) {
+    const auto r = run_shell(mk + " " + args);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    wheels[key] = std::string(resolver::trim(r.out));
+  }
+  auto make_venv = [&](const std::string& name, const std::vector<std::string>& keys) {
+    const std::string venv = tmp.path() + "/" + name;
+    EXPECT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv)).exit_code, 0);
+    std::string args = "install -q --no-index --no-deps";
+    for (const auto& k : keys) args += " " + shell_quote(wheels[k]);
+    EXPECT_EQ(test::venv_pip(venv, args).exit_code, 0);
+    return venv;
+  };
+
+  // CUDA 13 cuDNN with CUDA 13 cuBLAS and NVRTC: everything it dlopens is there.
+  const std::string v13 = make_venv("v13", {"cudnn13", "cublas13", "nvrtc13"});
+  EXPECT_TRUE(of_rule(doctor(v13).doc, "missing-dlopen-library").empty()) << doctor(v13).doc["findings"].dump(1);
+  // A real uninstall of cuBLAS: nothing NEEDs it, so only the dlopen table sees the break.
+  ASSERT_EQ(test::venv_pip(v13, "uninstall -y -q nvidia-cublas").exit_code, 0);
+  const auto after = doctor(v13);
+  EXPECT_EQ(after.exit_code, 1);
+  const auto gone = of_rule(after.doc, "missing-dlopen-library");
+  ASSERT_EQ(gone.size(), 1u) << after.doc["findings"].dump(1);
+  EXPECT_EQ(gone[0]["severity"], "error");
+  EXPECT_EQ(gone[0]["sonames"], json({"libcublasLt.so.13"}));
+  EXPECT_EQ(gone[0]["paths"], json({engines}));
+  EXPECT_THAT(gone[0]["message"].get<std::string>(), HasSubstr("loads libcublasLt.so.13, libnvrtc.so.13 with dlopen"));
+  // The library comes back from the dist that provides it, not from reinstalling cuDNN.
+  EXPECT_EQ(gone[0]["remedy"]["command"], "pip install nvidia-cublas");
+
+  // CUDA 12 cuDNN beside CUDA 13 cuBLAS and NVRTC: it asks for the .so.12 names, which nothing provides.
+  const std::string v12 = make_venv("v12", {"cudnn12", "cublas13", "nvrtc13"});
+  const auto wrong = of_rule(doctor(v12).doc, "missing-dlopen-library");
+  ASSERT_EQ(wrong.size(), 1u);
+  EXPECT_EQ(wrong[0]["sonames"], json({"libcublasLt.so.12", "libnvrtc.so.12"}));
+  EXPECT_EQ(wrong[0]["remedy"]["command"], "pip install nvidia-cublas-cu12");
+  ASSERT_EQ(test::venv_pip(v12, "install -q --no-index --no-deps " + shell_quote(wheels["cublas12"]) + " " +
+                                    shell_quote(wheels["nvrtc12"]))
+                .exit_code,
+            0);
+  EXPECT_TRUE(of_rule(doctor(v12).doc, "missing-dlopen-library").empty());
+}
+
 TEST_F(DoctorVenv, HashesNameTheOwnerWhoseRecordTheBytesMatch) {
   const auto d = doctor(venv_, "--verify-hashes");
   const auto mismatches = of_rule(d.doc, "hash-mismatch");
@@ -446,6 +524,12 @@ TEST_F(DoctorVenv, RulesFilesSwitchTuneAndAllowAndABadOneIsAnErrorWithItsLine) {
                                  shell_quote(dir.path() + "/unknown.toml") + " 2>&1");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.out, HasSubstr("unknown.toml:2: unknown rule 'no-such-rule'"));
+  write_file(dir.path() + "/major.toml",
+             "[dlopen.mine]\nwhy = \"x\"\nby = \"libx.so.1\"\nsonames_by_major = { twelve = [\"liby.so.12\"] }\n");
+  const auto major = run_shell(shell_quote(k_bin) + " doctor --venv " + shell_quote(venv_) + " --rules " +
+                               shell_quote(dir.path() + "/major.toml") + " 2>&1");
+  EXPECT_EQ(major.exit_code, 2);
+  EXPECT_THAT(major.out, HasSubstr("major.toml:4: [dlopen.mine] sonames_by_major: 'twelve' is not a CUDA major"));
   const auto select = run_shell(shell_quote(k_bin) + " doctor --venv " + shell_quote(venv_) + " --select nope 2>&1");
   EXPECT_EQ(select.exit_code, 2);
   EXPECT_THAT(select.out, HasSubstr("unknown rule 'nope'"));
