@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -36,6 +37,70 @@ std::optional<GElf_Off> vaddr_to_offset(const std::vector<Load>& loads, GElf_Add
     if (vaddr >= l.vaddr && vaddr - l.vaddr < l.filesz) return l.offset + (vaddr - l.vaddr);
   return std::nullopt;
 }
+
+// The strings of DT_STRTAB the dynamic section names, read in the few ranges that hold them:
+// the whole table is the dynamic symbols' names too, megabytes in libtorch, while SONAME,
+// NEEDED and RPATH are a few hundred bytes, usually side by side.
+class StringReader {
+ public:
+  StringReader(Elf* elf, GElf_Off table, GElf_Xword size) : elf_(elf), table_(table), size_(size) {}
+
+  void want(const std::vector<GElf_Xword>& offsets) {
+    for (auto off : offsets)
+      if (off < size_) wanted_.push_back(off);
+  }
+
+  // Reads every range; false when libelf cannot.
+  bool read() {
+    std::sort(wanted_.begin(), wanted_.end());
+    if (size_ <= k_whole) return add(0, size_);
+    for (std::size_t i = 0; i < wanted_.size();) {
+      const GElf_Xword begin = wanted_[i];
+      GElf_Xword last = begin;
+      while (++i < wanted_.size() && wanted_[i] - last <= k_gap) last = wanted_[i];
+      if (!add(begin, std::min<GElf_Xword>(size_, last + k_tail))) return false;
+    }
+    return true;
+  }
+
+  // The NUL-terminated string at `off`, or nothing when the offset or the terminator is
+  // outside the table. A string longer than its range's tail is read again, whole.
+  std::optional<std::string> at(GElf_Xword off) {
+    if (off >= size_) return std::nullopt;
+    for (const auto& r : ranges_) {
+      if (off < r.begin || off >= r.end) continue;
+      const char* p = r.bytes + (off - r.begin);
+      if (const void* nul = std::memchr(p, 0, r.end - off)) return std::string(p, static_cast<const char*>(nul));
+      if (r.end == size_) return std::nullopt;
+      break;
+    }
+    if (!add(off, size_)) return std::nullopt;
+    return at(off);
+  }
+
+ private:
+  struct Range {
+    GElf_Xword begin, end;
+    const char* bytes;
+  };
+  static constexpr GElf_Xword k_whole = 64 * 1024;  // smaller tables are read in one go
+  static constexpr GElf_Xword k_gap = 16 * 1024;    // offsets this close share a range
+  static constexpr GElf_Xword k_tail = 4096;        // read past the last offset of a range
+
+  bool add(GElf_Xword begin, GElf_Xword end) {
+    Elf_Data* d = elf_getdata_rawchunk(elf_, static_cast<int64_t>(table_ + begin), end - begin, ELF_T_BYTE);
+    if (!d) return false;
+    // Newest first: a re-read of a long string replaces the range that cut it short.
+    ranges_.insert(ranges_.begin(), {begin, end, static_cast<const char*>(d->d_buf)});
+    return true;
+  }
+
+  Elf* elf_;
+  GElf_Off table_;
+  GElf_Xword size_;
+  std::vector<GElf_Xword> wanted_;
+  std::vector<Range> ranges_;
+};
 
 ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
   // Callers checked the magic: anything libelf will not take is a broken ELF file.
@@ -122,22 +187,17 @@ ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
     return invalid(name, *str_off,
                    fmt::format("string table ({} bytes at {:#x}) runs past the end of the file ({} bytes)", strsz,
                                *str_off, file_size));
-  Elf_Data* str = elf_getdata_rawchunk(elf, static_cast<int64_t>(*str_off), strsz, ELF_T_BYTE);
-  if (!str) return invalid(name, *str_off, fmt::format("cannot read the string table: {}", elf_errmsg(-1)));
-  const char* base = static_cast<const char*>(str->d_buf);
-  // A NUL-terminated string inside the table, or nothing when the offset or the terminator is not.
-  auto string_at = [&](GElf_Xword off) -> std::optional<std::string> {
-    if (off >= strsz) return std::nullopt;
-    const void* nul = std::memchr(base + off, 0, strsz - off);
-    if (!nul) return std::nullopt;
-    return std::string(base + off, static_cast<const char*>(nul));
-  };
+  StringReader strings(elf, *str_off, strsz);
+  strings.want(needed_offsets);
+  for (const auto* off : {&soname, &rpath, &runpath})
+    if (*off) strings.want({**off});
+  if (!strings.read()) return invalid(name, *str_off, fmt::format("cannot read the string table: {}", elf_errmsg(-1)));
   auto outside = [&](const char* tag, GElf_Xword off) {
     return invalid(name, *str_off + off,
                    fmt::format("{} string offset {} is outside the string table ({} bytes)", tag, off, strsz));
   };
   for (auto off : needed_offsets) {
-    auto s = string_at(off);
+    auto s = strings.at(off);
     if (!s) return outside("DT_NEEDED", off);
     info.needed.push_back(std::move(*s));
   }
@@ -147,7 +207,7 @@ ElfRead read_elf(Elf* elf, std::size_t file_size, const std::string& name) {
       {"DT_RUNPATH", {&runpath, &info.runpath}}};
   for (const auto& [tag, slots] : named) {
     if (!*slots.first) continue;
-    *slots.second = string_at(**slots.first);
+    *slots.second = strings.at(**slots.first);
     if (!*slots.second) return outside(tag, **slots.first);
   }
   return out;

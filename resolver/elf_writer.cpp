@@ -43,6 +43,7 @@ std::string build(const ElfSpec& spec) {
   // String table: a leading NUL, then every string once.
   std::string dynstr(1, '\0');
   auto add_str = [&](const std::string& s) {
+    for (std::size_t filled = 0; filled < spec.string_gap; filled += 16) dynstr.append("_ZN5other4namev", 16);
     const auto off = dynstr.size();
     dynstr += s;
     dynstr.push_back('\0');

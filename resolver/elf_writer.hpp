@@ -24,6 +24,9 @@ struct ElfSpec {
   std::optional<std::string> runpath;
   std::uint64_t flags_1 = 0;
   std::size_t padding = 0;  // extra zero bytes, to give objects distinct sizes
+  // Bytes of other names before each string, as in a large library whose string table holds
+  // its dynamic symbols' names between SONAME, NEEDED and RPATH.
+  std::size_t string_gap = 0;
 };
 
 [[nodiscard]] std::string make_shared_object(const ElfSpec& spec);

@@ -47,6 +47,27 @@ TEST(ElfReader, RpathIsIgnoredWhenRunpathIsSet) {
   EXPECT_FALSE(r.info.effective_rpath());
 }
 
+// A string table as large as a real libtorch's, its strings far apart and one longer than what is
+// read past each: every name comes out whole, from the file and from memory.
+TEST(ElfReader, ReadsNamesFarApartInALargeStringTable) {
+  test::TempDir tmp;
+  ElfSpec spec;
+  spec.soname = "libtorch_cuda.so";
+  spec.needed = {"libcudnn.so.9", "libcublasLt.so.13", "libc.so.6"};
+  spec.runpath = "$ORIGIN/../../nvidia/cu13/lib:" + std::string(9000, 'r') + ":$ORIGIN";
+  spec.string_gap = 200 * 1024;
+  const std::string path = tmp.path() + "/libbig.so";
+  write_shared_object(path, spec);
+  const std::string bytes = make_shared_object(spec);
+  ASSERT_GT(bytes.size(), 5u * spec.string_gap);
+  for (const auto& r : {read_elf_file(path), read_elf_memory(bytes.data(), bytes.size(), "x")}) {
+    ASSERT_EQ(r.status, ElfReadStatus::ok) << r.diagnostic.to_string();
+    EXPECT_EQ(r.info.soname, spec.soname);
+    EXPECT_EQ(r.info.needed, spec.needed);
+    EXPECT_EQ(r.info.runpath, spec.runpath);
+  }
+}
+
 TEST(ElfWriter, RoundTripsEveryFieldInBothClasses) {
   for (std::uint8_t klass : {std::uint8_t{1}, std::uint8_t{2}}) {
     ElfSpec spec;
