@@ -1,5 +1,7 @@
 #include "resolver/fs_walk.hpp"
 
+#include "resolver/text.hpp"
+
 #include <fmt/format.h>
 
 #include <dirent.h>
@@ -18,12 +20,6 @@
 
 namespace cudafix::resolver {
 namespace {
-
-unsigned thread_count(unsigned requested) {
-  if (requested) return requested;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw ? hw : 1;
-}
 
 // The record getdents64 fills (linux_dirent64).
 struct Dirent64 {
@@ -152,7 +148,8 @@ class TreeWalker {
         if (n[0] == '.' && (n[1] == 0 || (n[1] == '.' && n[2] == 0))) continue;
         const std::string_view path = arena.store(dir, n);
         const EntryType t = type_of(e->d_type, n, fd);
-        out.push_back({path, t, std::hash<std::string_view>{}(path)});
+        out.push_back({path, t, std::hash<std::string_view>{}(path),
+                       t != EntryType::directory && looks_like_shared_object(std::string_view(n))});
         if (t == EntryType::directory && !pruned(n)) subdirs.emplace_back(path, std::strlen(n));
       }
     }
@@ -209,6 +206,12 @@ WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, co
   for (auto& d : diags)
     for (auto& e : d) result.diagnostics.push_back(std::move(e));
   return result;
+}
+
+unsigned thread_count(unsigned requested) {
+  if (requested) return requested;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw ? hw : 1;
 }
 
 void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn) {

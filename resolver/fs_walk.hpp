@@ -17,7 +17,8 @@ enum class EntryType : std::uint8_t { file, symlink, directory, other };
 struct WalkEntry {
   std::string_view path;  // absolute; points into WalkResult::arena
   EntryType type;
-  std::uint64_t hash;  // std::hash of path, computed while it is hot in the walker's cache
+  std::uint64_t hash;       // std::hash of path, computed while it is hot in the walker's cache
+  bool shared_object_name;  // looks_like_shared_object(name), for the same reason
 };
 
 struct WalkResult {
@@ -31,6 +32,9 @@ struct WalkResult {
 // entered. `threads` 0 means one per core.
 [[nodiscard]] WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads = 0,
                                    const std::vector<std::string>& prune = {});
+
+// The threads a request for `requested` means: itself, or 0 for one per core.
+[[nodiscard]] unsigned thread_count(unsigned requested);
 
 // Runs fn(i) for i in [0, n) on up to `threads` threads (0: one per core).
 void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn);

@@ -146,11 +146,12 @@ std::string LoaderModel::expand_tokens(const std::string& entry, const std::stri
 
 const std::string& LoaderModel::real_file(const std::string& path) const {
   return fs_->real_files.get(path, [&] {
-    // Most candidates sit in a folder already made real: only a symlinked last part needs realpath.
-    const std::string dir = parent_dir(path);
-    const auto* known = fs_->real_dirs.find(dir);
+    // The folder's realpath is cached (a venv's 850 objects sit in 150 folders, 10 path parts
+    // deep): only a symlinked last part needs a realpath of its own.
+    const std::string* dir = real_dir(parent_dir(path));
     struct stat st {};
-    if (known && *known == dir && ::lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) return path;
+    if (dir && ::lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode))
+      return (*dir == "/" ? std::string() : *dir) + "/" + std::string(base_name(path));
     return real_path_of(path);
   });
 }

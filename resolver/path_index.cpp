@@ -1,5 +1,10 @@
 #include "resolver/path_index.hpp"
 
+#include <algorithm>
+#include <atomic>
+
+#include "resolver/fs_walk.hpp"
+
 namespace cudafix::resolver {
 
 void PathIndex::reserve(std::size_t n) {
@@ -30,6 +35,31 @@ std::uint32_t PathIndex::insert(std::string_view path, std::uint64_t h) {
     }
     if (s.hash == h && keys_[s.index] == path) return s.index;
   }
+}
+
+void PathIndex::assign_distinct(std::vector<std::string_view> keys, const std::vector<std::uint64_t>& hashes,
+                                unsigned threads) {
+  std::size_t cap = 16;
+  while (cap < keys.size() * 2) cap <<= 1;
+  slots_.assign(cap, Slot{});
+  keys_ = std::move(keys);
+  const std::size_t mask = cap - 1;
+  constexpr std::size_t k_chunk = 8192;
+  const std::size_t chunks = (keys_.size() + k_chunk - 1) / k_chunk;
+  parallel_for(chunks, threads, [&](std::size_t c) {
+    const std::size_t end = std::min(keys_.size(), (c + 1) * k_chunk);
+    for (std::size_t k = c * k_chunk; k < end; ++k) {
+      for (std::size_t i = hashes[k] & mask;; i = (i + 1) & mask) {
+        // The keys are distinct, so a slot another thread took is simply passed over.
+        std::uint32_t empty = UINT32_MAX;
+        if (std::atomic_ref<std::uint32_t>(slots_[i].index)
+                .compare_exchange_strong(empty, static_cast<std::uint32_t>(k), std::memory_order_relaxed)) {
+          slots_[i].hash = hashes[k];
+          break;
+        }
+      }
+    }
+  });
 }
 
 std::optional<std::uint32_t> PathIndex::find(std::string_view path) const {

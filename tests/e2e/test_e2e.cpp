@@ -267,6 +267,12 @@ TEST_F(CorpusVenv, JsonIsTheSameOnEveryRun) {
   const auto a = cudafix("scan --json --venv " + shell_quote(venv_) + k_no_cache);
   const auto b = cudafix("scan --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 1");
   EXPECT_EQ(a.out, b.out);
+  // From 4 threads on, dist-info is read while the tree is walked and ELF while paths are indexed.
+  const auto c = cudafix("scan --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 8");
+  EXPECT_EQ(a.out, c.out);
+  const auto d = cudafix("doctor --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 1");
+  const auto e = cudafix("doctor --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 8");
+  EXPECT_EQ(d.out, e.out);
 }
 
 // --- the demo ----------------------------------------------------------------------------
