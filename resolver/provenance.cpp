@@ -149,8 +149,9 @@ std::optional<int> major_of_dist(const Knowledge& k, const DistInfo& d) {
 
 // The CUDA major of one library file: its owner's; for a path two majors share, the owner
 // whose bytes are on disk; for an unowned file, its folder's, where one major installs there.
-std::optional<int> major_of_file(const Environment& env, const Knowledge& k, const std::string& path, int* owner) {
-  auto owners = env.owners_of(path);
+namespace {
+std::optional<int> major_from_owners(const Environment& env, const Knowledge& k, const std::string& path,
+                                     std::vector<int> owners, int* owner) {
   if (owners.size() > 1) owners = whose_bytes(env, path, owners);
   if (owners.size() == 1) {
     if (owner) *owner = owners.front();
@@ -159,6 +160,15 @@ std::optional<int> major_of_file(const Environment& env, const Knowledge& k, con
   const SiteDir* site = env.site_of(path);
   if (!site) return std::nullopt;
   return k.major_of_folder(relative_to(parent_dir(path), site->real));
+}
+}  // namespace
+
+std::optional<int> major_of_file(const Environment& env, const Knowledge& k, const std::string& path, int* owner) {
+  return major_from_owners(env, k, path, env.owners_of(path), owner);
+}
+
+std::optional<int> major_of_object(const Environment& env, const Knowledge& k, const SharedObject& o) {
+  return major_from_owners(env, k, o.path, o.owners, nullptr);
 }
 
 std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k, const SharedObject& loader) {
@@ -175,7 +185,7 @@ std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Know
       const auto since = Version::parse(g.since);
       if (have && since && *have < *since) continue;
     }
-    if (!g.sonames_by_major.empty() && !major) major = major_of_file(env, k, loader.path);
+    if (!g.sonames_by_major.empty() && !major) major = major_of_object(env, k, loader);
     const auto sonames = g.sonames_for(major.value_or(std::nullopt));
     if (sonames.empty()) continue;
     if (!p) {

@@ -45,6 +45,9 @@ enum class DigestForm { record, hex };
 // installs there.
 [[nodiscard]] std::optional<int> major_of_file(const Environment& env, const Knowledge& k, const std::string& path,
                                                int* owner = nullptr);
+// The same for an object of the model, from the owners it carries: a simulated Environment (a
+// plan's what-if) has its objects and their owners, but no index of a walk for owners_of().
+[[nodiscard]] std::optional<int> major_of_object(const Environment& env, const Knowledge& k, const SharedObject& o);
 
 // The libraries `loader` opens with dlopen (the knowledge's [dlopen.*] groups whose loader's
 // soname it carries, from the group's `since` version of its dist on), each resolved as the

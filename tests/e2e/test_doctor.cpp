@@ -381,6 +381,14 @@ TEST(DoctorDlopen, CudnnEnginesNeedTheCublasLtAndNvrtcOfTheirOwnCudaMajor) {
   // CUDA 13 cuDNN with CUDA 13 cuBLAS and NVRTC: everything it dlopens is there.
   const std::string v13 = make_venv("v13", {"cudnn13", "cublas13", "nvrtc13"});
   EXPECT_TRUE(of_rule(doctor(v13).doc, "missing-dlopen-library").empty()) << doctor(v13).doc["findings"].dump(1);
+  // The dry run of removing NVRTC names that dlopen, and only it: cuBLASLt stays found, by the
+  // major of the loader in the simulated environment too.
+  const auto plan = test::cudafix_json("plan remove nvidia-cuda-nvrtc --venv " + shell_quote(v13) + k_no_cache);
+  EXPECT_EQ(plan.exit_code, 1);
+  ASSERT_EQ(plan.doc["breaks"].size(), 1u) << plan.doc["breaks"].dump(1);
+  EXPECT_EQ(plan.doc["breaks"][0]["kind"], "dlopen");
+  EXPECT_EQ(plan.doc["breaks"][0]["soname"], "libnvrtc.so.13");
+  EXPECT_EQ(plan.doc["breaks"][0]["consumer"], engines);
   // A real uninstall of cuBLAS: nothing NEEDs it, so only the dlopen table sees the break.
   ASSERT_EQ(test::venv_pip(v13, "uninstall -y -q nvidia-cublas").exit_code, 0);
   const auto after = doctor(v13);
