@@ -8,11 +8,8 @@
 #   bench/make_relocatable.sh && (device, carrying .dev/cudafix-dist) bash bench/cudnn_dlopen_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-C=$PWD/.dev/cudafix-dist/cudafix
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-unset VIRTUAL_ENV
-rm -rf /tmp/v && cp -al /opt/torch/.venv /tmp/v
+source bench/gpu_env.sh
+copy_venv /tmp/v
 site=$(echo /tmp/v/lib/python3*/site-packages)
 
 /tmp/v/bin/python3 - "$site" > "$OUT/cudnn_strings.txt" 2>&1 <<'PY'
@@ -49,7 +46,10 @@ LD_DEBUG=files LD_DEBUG_OUTPUT=/tmp/lddebug /tmp/v/bin/python3 /tmp/cudnn_work.p
 echo "rc=$?" >> "$OUT/cudnn_work.txt"
 cat /tmp/lddebug.* | grep -E "file=lib(cudnn|cublas|nvrtc)[^ ]*.*dynamically loaded by" \
   | sed -E 's/^ *[0-9]+: *//; s/ \[[0-9]+\]//g; s/ +/ /g' | sort -u > "$OUT/cudnn_dlopen.txt"
-cat /tmp/lddebug.* | grep -E "file=lib(cublas|nvrtc)" | sed -E 's/^ *[0-9]+: *//' | sort -u > "$OUT/cublas_nvrtc_files.txt"
+# Who loaded cuBLAS and NVRTC: torch, by full path, before cuDNN asks for them by soname (so
+# glibc shows no load of them by cuDNN; the names cuDNN carries are the evidence for those).
+cat /tmp/lddebug.* | grep -E "file=[^ ]*lib(cublas|nvrtc)[^ ]*;" | sed -E 's/^ *[0-9]+: *//' | sort -u \
+  > "$OUT/cublas_nvrtc_files.txt"
 rm -f /tmp/lddebug.*
 
 "$C" doctor --venv /tmp/v --color never > "$OUT/doctor.txt" 2>&1; echo "rc=$?" >> "$OUT/doctor.txt"

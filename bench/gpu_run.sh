@@ -4,12 +4,8 @@
 #   bench/make_relocatable.sh && (device) bash bench/gpu_run.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-D=$PWD/.dev/cudafix-dist
-C=$D/cudafix
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-unset VIRTUAL_ENV
-rm -rf /tmp/v && cp -al /opt/torch/.venv /tmp/v
+source bench/gpu_env.sh
+copy_venv /tmp/v
 {
   nproc; uname -a; ldd --version | head -1; /tmp/v/bin/python3 -V; /usr/local/bin/uv --version
   "$C" --version

@@ -6,13 +6,10 @@
 #   bench/make_relocatable.sh && (device, carrying .dev/cudafix-dist) bash bench/plan_fix_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-C=$PWD/.dev/cudafix-dist/cudafix
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-unset VIRTUAL_ENV
-rm -rf /tmp/v /tmp/v2 /tmp/wheels
-cp -al /opt/torch/.venv /tmp/v
-cp -al /opt/torch/.venv /tmp/v2
+source bench/gpu_env.sh
+rm -rf /tmp/wheels
+copy_venv /tmp/v
+copy_venv /tmp/v2
 log=$OUT/plan_fix.txt
 : > "$log"
 site=$(echo /tmp/v/lib/python3*/site-packages)

@@ -5,13 +5,9 @@
 #   bench/make_relocatable.sh && (device, carrying .dev/cudafix-dist) bash bench/plan_remove_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-C=$PWD/.dev/cudafix-dist/cudafix
-OUT=${OUT:-/tmp/out}
+source bench/gpu_env.sh
 DIST=${DIST:-nvidia-cudnn-cu13}
-mkdir -p "$OUT"
-unset VIRTUAL_ENV
-rm -rf /tmp/v
-cp -al /opt/torch/.venv /tmp/v
+copy_venv /tmp/v
 log=$OUT/plan_remove.txt
 : > "$log"
 

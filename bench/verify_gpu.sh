@@ -4,13 +4,9 @@
 #   bench/make_relocatable.sh && (device, carrying .dev/cudafix-dist) bash bench/verify_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-C=$PWD/.dev/cudafix-dist/cudafix
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-unset VIRTUAL_ENV
-rm -rf /tmp/v /tmp/v2
-cp -al /opt/torch/.venv /tmp/v
-cp -al /opt/torch/.venv /tmp/v2
+source bench/gpu_env.sh
+copy_venv /tmp/v
+copy_venv /tmp/v2
 site=$(echo /tmp/v/lib/python3*/site-packages)
 log=$OUT/verify.txt
 run() {  # name, command...

@@ -7,36 +7,6 @@
 
 namespace cudafix::resolver {
 
-void PathIndex::reserve(std::size_t n) {
-  keys_.reserve(n);
-  std::size_t cap = 16;
-  while (cap < n * 2) cap <<= 1;
-  if (cap > slots_.size()) {
-    std::vector<std::string_view> keys = std::move(keys_);
-    slots_.assign(cap, Slot{});
-    keys_.clear();
-    keys_.reserve(n);
-    for (auto k : keys) insert(k);
-  }
-}
-
-void PathIndex::grow() { reserve(std::max<std::size_t>(keys_.size() * 2, 16)); }
-
-std::uint32_t PathIndex::insert(std::string_view path, std::uint64_t h) {
-  if ((keys_.size() + 1) * 2 > slots_.size()) grow();
-  const std::size_t mask = slots_.size() - 1;
-  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
-    Slot& s = slots_[i];
-    if (s.index == UINT32_MAX) {
-      s.hash = h;
-      s.index = static_cast<std::uint32_t>(keys_.size());
-      keys_.push_back(path);
-      return s.index;
-    }
-    if (s.hash == h && keys_[s.index] == path) return s.index;
-  }
-}
-
 void PathIndex::assign_distinct(std::vector<std::string_view> keys, const std::vector<std::uint64_t>& hashes,
                                 unsigned threads) {
   std::size_t cap = 16;

@@ -12,11 +12,6 @@ namespace cudafix::resolver {
 
 class PathIndex {
  public:
-  void reserve(std::size_t n);
-  // The index of `path`: its insertion order. Inserting a path twice returns the first index.
-  std::uint32_t insert(std::string_view path) { return insert(path, std::hash<std::string_view>{}(path)); }
-  // The same with the path's std::hash computed by the caller.
-  std::uint32_t insert(std::string_view path, std::uint64_t hash);
   // Replaces the contents with `keys`, which must be distinct (one walk's paths are), each
   // indexed by its place there; `hashes` are their std::hash. The table is filled from
   // `threads` threads at once (0: one per core): 70,000 inserts one after another cost 6 ms.
@@ -32,7 +27,6 @@ class PathIndex {
     std::uint64_t hash = 0;
     std::uint32_t index = UINT32_MAX;  // UINT32_MAX: empty
   };
-  void grow();
   std::vector<Slot> slots_;
   std::vector<std::string_view> keys_;
 };

@@ -60,6 +60,12 @@ bool rule_wanted(const DoctorOptions& options, const std::string& id) {
   return it == options.settings.end() || it->second.enabled;
 }
 
+// Reinstalling a dist as it is: what brings back files it lists.
+Remedy reinstall(const r::DistInfo& d) {
+  return Remedy{
+      "reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+}
+
 struct Context {
   const r::Environment& env;
   const r::Knowledge& knowledge;
@@ -323,10 +329,8 @@ std::map<int, int> check_metadata_only(Context& c, const std::vector<MissingGrou
     for (const auto& p : g.libraries) f.evidence.push_back(fmt::format("missing: {}", c.env.display(p)));
     f.dists = {d.dir_name};
     f.paths = g.libraries;
-    f.remedy = Remedy{
-        "reinstall",
-        {d.dir_name},
-        fmt::format("pip install --force-reinstall --no-deps {}=={}   (or: cudafix plan fix)", d.name, d.version)};
+    f.remedy = reinstall(d);
+    f.remedy->command += "   (or: cudafix plan fix)";
     ids[g.dist] = c.add(std::move(f));
   }
   if (!report) return ids;
@@ -373,8 +377,7 @@ void check_missing(Context& c, const std::vector<MissingGroup>& groups, const st
       f.paths = paths;
       if (auto it = metadata_only.find(g.dist); it != metadata_only.end() && it->second >= 0)
         f.caused_by = {it->second};
-      f.remedy = Remedy{
-          "reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+      f.remedy = reinstall(d);
       c.add(std::move(f));
     }
   }
@@ -672,12 +675,7 @@ std::optional<Remedy> remedy_for_missing(const Context& c, const std::vector<Mis
                                          const std::string& soname) {
   for (const auto& g : groups)
     for (const auto& p : g.libraries)
-      if (r::base_name(p) == soname) {
-        const auto& d = c.env.dists[static_cast<std::size_t>(g.dist)];
-        return Remedy{"reinstall",
-                      {d.dir_name},
-                      fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
-      }
+      if (r::base_name(p) == soname) return reinstall(c.env.dists[static_cast<std::size_t>(g.dist)]);
   const auto& families = c.families(soname);
   if (families.size() != 1) return std::nullopt;
   const auto& m = families.front().first->majors.at(families.front().second);
@@ -719,19 +717,15 @@ void check_dlopen(Context& c, const std::vector<MissingGroup>& missing_files, co
               it != cause_by_soname.end() &&
               std::find(f.caused_by.begin(), f.caused_by.end(), it->second) == f.caused_by.end())
             f.caused_by.push_back(it->second);
-        if (!loader->owners.empty()) {
-          const auto& d = c.env.dists[static_cast<std::size_t>(loader->owners.front())];
-          f.dists = {d.dir_name};
-          f.remedy = Remedy{"reinstall",
-                            {d.dir_name},
-                            fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
-        }
-        // A library another dist provides (cuBLASLt, NVRTC) comes back from that dist, not the loader's.
-        if (auto remedy = remedy_for_missing(c, missing_files, g.missing.front())) {
-          for (const auto& d : remedy->dists)
+        if (!loader->owners.empty()) f.dists = {c.env.dists[static_cast<std::size_t>(loader->owners.front())].dir_name};
+        // A library another dist provides (cuBLASLt, NVRTC) comes back from that dist; the
+        // loader's own sub-libraries from reinstalling the loader's dist.
+        f.remedy = remedy_for_missing(c, missing_files, g.missing.front());
+        if (!f.remedy && !loader->owners.empty())
+          f.remedy = reinstall(c.env.dists[static_cast<std::size_t>(loader->owners.front())]);
+        if (f.remedy)
+          for (const auto& d : f.remedy->dists)
             if (std::find(f.dists.begin(), f.dists.end(), d) == f.dists.end()) f.dists.push_back(d);
-          f.remedy = std::move(*remedy);
-        }
         c.add(std::move(f));
       }
     }
@@ -809,8 +803,7 @@ void check_hashes(Context& c, DoctorReport& report) {
                   fmt::format("on disk sha256={}", digests[k].empty() ? "(unreadable)" : digests[k])};
     f.dists = {d.dir_name};
     f.paths = {j.path};
-    f.remedy = Remedy{
-        "reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+    f.remedy = reinstall(d);
     c.add(std::move(f));
   }
 }

@@ -1,11 +1,13 @@
-// What the end-to-end tests share: where the binary, the fixtures and the sources are, and
-// running the binary for its JSON.
+// What the end-to-end tests share: where the binary, the fixtures and the sources are, running
+// the binary for its JSON, and real wheels and venvs made for a test.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tests/support/process.hpp"
 
@@ -53,6 +55,24 @@ inline std::string make_wheel(const std::string& dir, const std::string& args) {
 inline RunResult venv_pip(const std::string& venv, const std::string& args) {
   return run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") + " -m pip --disable-pip-version-check " +
                    args);
+}
+
+// A venv made by `python3 -m venv` at `dir`, with `wheels` installed by its own pip one at a time,
+// in order, so a later wheel's bytes are the ones on disk where two write the same path. A
+// failure is fatal to the caller under ASSERT_NO_FATAL_FAILURE.
+inline void make_venv(const std::string& dir, const std::vector<std::string>& wheels) {
+  const auto made = run_shell(k_python + " -m venv " + shell_quote(dir));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  for (const auto& w : wheels) {
+    const auto r = venv_pip(dir, "install -q --no-index --no-deps " + shell_quote(w));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+}
+
+// The site-packages folder of a venv made by make_venv (lib/python3.X/site-packages).
+inline std::string site_packages(const std::string& venv) {
+  for (const auto& e : std::filesystem::directory_iterator(venv + "/lib")) return e.path().string() + "/site-packages";
+  return "";
 }
 
 }  // namespace cudafix::test

@@ -66,7 +66,6 @@ class DoctorVenv : public ::testing::Test {
   static void SetUpTestSuite() {
     tmp_ = new TempDir();
     venv_ = tmp_->path() + "/venv";
-    ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv_)).exit_code, 0);
     const std::string v = k_fixtures + "/verify";
     std::vector<std::string> wheels;
     auto build = [&](const std::string& args) { wheels.push_back(test::make_wheel(tmp_->path(), args)); };
@@ -84,13 +83,8 @@ class DoctorVenv : public ::testing::Test {
         "oldpin 1.0 --requires 'nvidia-cuda-runtime<13' --requires 'not-installed-anywhere>=1' "
         "--requires 'winonly; sys_platform == \"win32\"' --requires 'cuda-kit[cublas]'");
     // One install per wheel, in order: the cu12 cuDNN overwrites the cu13 one's files.
-    for (const auto& w : wheels) {
-      const auto r = test::venv_pip(venv_, "install -q --no-index --no-deps " + shell_quote(w));
-      ASSERT_EQ(r.exit_code, 0) << r.out;
-    }
-    site_ = venv_ + "/lib/python3." +
-            std::string(resolver::trim(run_shell(k_python + " -c 'import sys; print(sys.version_info[1])'").out)) +
-            "/site-packages";
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(venv_, wheels));
+    site_ = test::site_packages(venv_);
   }
   static void TearDownTestSuite() { delete tmp_; }
 
@@ -233,24 +227,18 @@ TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause)
 TEST(DoctorCu12Torch, BothCudnnMajorsInOneFolderThenARealUninstallOfTheCu13One) {
   TempDir tmp;
   const std::string venv = tmp.path() + "/venv";
-  ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv)).exit_code, 0);
   const std::string py = shell_quote(venv + "/bin/python3");
   const std::string v = k_fixtures + "/verify";
-  const std::string mk =
-      k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp.path());
+  std::vector<std::string> wheels;
   for (const std::string& args :
        {"nvidia-cuda-runtime-cu12 12.8.90 nvidia/cuda_runtime/lib/libcudart.so.12=" + v + "/cu12/libcudart.so.12",
         "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9",
         "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9",
         "torch 2.7.0 torch/lib/libtorch_cuda.so=" + v +
             "/torch12/libtorch_cuda.so torch/_C.cpython-311-x86_64-linux-gnu.so=" + v +
-            "/torch12/_C.so --requires nvidia-cudnn-cu12==9.10.2.21 --requires nvidia-cuda-runtime-cu12==12.8.90"}) {
-    const auto r = run_shell(mk + " " + args);
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-    const auto pip = run_shell("env -u VIRTUAL_ENV " + py + " -m pip install -q --no-index --no-deps " +
-                               "--disable-pip-version-check " + shell_quote(std::string(resolver::trim(r.out))));
-    ASSERT_EQ(pip.exit_code, 0) << pip.out;
-  }
+            "/torch12/_C.so --requires nvidia-cudnn-cu12==9.10.2.21 --requires nvidia-cuda-runtime-cu12==12.8.90"})
+    wheels.push_back(test::make_wheel(tmp.path(), args));
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(venv, wheels));
   auto pip_check = [&] { return run_shell("env -u VIRTUAL_ENV " + py + " -m pip check --disable-pip-version-check"); };
   EXPECT_EQ(pip_check().exit_code, 0) << "pip check sees nothing wrong";
   auto d = doctor(venv);
@@ -293,23 +281,15 @@ TEST(DoctorMixed, AnUnusedCuda12CublasBesideACuda13ConsumerIsAWarning) {
   const std::string venv = tmp.path() + "/venv";
   ASSERT_EQ(run_shell(k_python + " -m venv --without-pip " + shell_quote(venv)).exit_code, 0);
   const std::string v = k_fixtures + "/verify";
-  const std::string mk =
-      k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp.path());
   std::vector<std::string> wheels;
   for (const std::string& args :
        {"nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13",
         "nvidia-cublas 13.1.0.3 nvidia/cu13/lib/libcublas.so.13=" + v + "/cublas13/libcublas.so.13",
         "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublas.so.12=" + v + "/cublas12/libcublas.so.12",
-        "cuapp 1.0 cuapp/libcuconsumer.so=" + v + "/libcuconsumer.so"}) {
-    const auto r = run_shell(mk + " " + args);
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-    wheels.emplace_back(resolver::trim(r.out));
-  }
+        "cuapp 1.0 cuapp/libcuconsumer.so=" + v + "/libcuconsumer.so"})
+    wheels.push_back(test::make_wheel(tmp.path(), args));
   // pip of the build machine installs into the venv's site-packages (the venv has none of its own).
-  const std::string site =
-      venv + "/lib/python3." +
-      std::string(resolver::trim(run_shell(k_python + " -c 'import sys; print(sys.version_info[1])'").out)) +
-      "/site-packages";
+  const std::string site = test::site_packages(venv);
   for (const auto& w : wheels)
     ASSERT_EQ(run_shell(k_python + " -m pip install -q --no-index --no-deps --disable-pip-version-check --target " +
                         shell_quote(site) + " " + shell_quote(w))
@@ -352,8 +332,6 @@ TEST(DoctorDlopen, CudnnEnginesNeedTheCublasLtAndNvrtcOfTheirOwnCudaMajor) {
   const std::string e12 = object("engines12.so", "libcudnn_engines_precompiled.so.9",
                                  "$ORIGIN:$ORIGIN/../../cublas/lib:$ORIGIN/../../cuda_nvrtc/lib");
   std::map<std::string, std::string> wheels;
-  const std::string mk =
-      k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp.path());
   for (const auto& [key, args] : std::vector<std::pair<std::string, std::string>>{
            {"cudnn13", "nvidia-cudnn-cu13 9.19.0.56 " + engines + "=" + e13},
            {"cudnn12", "nvidia-cudnn-cu12 9.10.2.21 " + engines + "=" + e12},
@@ -364,17 +342,13 @@ TEST(DoctorDlopen, CudnnEnginesNeedTheCublasLtAndNvrtcOfTheirOwnCudaMajor) {
            {"cublas12", "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublasLt.so.12=" +
                             object("lt12.so", "libcublasLt.so.12")},
            {"nvrtc12", "nvidia-cuda-nvrtc-cu12 12.8.93 nvidia/cuda_nvrtc/lib/libnvrtc.so.12=" +
-                           object("rtc12.so", "libnvrtc.so.12")}}) {
-    const auto r = run_shell(mk + " " + args);
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-    wheels[key] = std::string(resolver::trim(r.out));
-  }
+                           object("rtc12.so", "libnvrtc.so.12")}})
+    wheels[key] = test::make_wheel(tmp.path(), args);
   auto make_venv = [&](const std::string& name, const std::vector<std::string>& keys) {
     const std::string venv = tmp.path() + "/" + name;
-    EXPECT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv)).exit_code, 0);
-    std::string args = "install -q --no-index --no-deps";
-    for (const auto& k : keys) args += " " + shell_quote(wheels[k]);
-    EXPECT_EQ(test::venv_pip(venv, args).exit_code, 0);
+    std::vector<std::string> chosen;
+    for (const auto& k : keys) chosen.push_back(wheels.at(k));
+    test::make_venv(venv, chosen);
     return venv;
   };
 

@@ -77,25 +77,16 @@ class RealVenv : public ::testing::Test {
   static void SetUpTestSuite() {
     tmp_ = new TempDir();
     venv_ = tmp_->path() + "/venv";
-    const auto made = run_shell(k_python + " -m venv " + shell_quote(venv_));
-    ASSERT_EQ(made.exit_code, 0) << made.out;
     const std::string w = k_fixtures + "/wheel";
-    const std::string mk =
-        k_python + " " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " + shell_quote(tmp_->path());
-    const auto a = run_shell(mk + " gpulib 1.0 gpulib/__init__.py=" + w +
-                             "/gpulib/__init__.py gpulib/_ext.cpython-311-x86_64-linux-gnu.so=" + w +
-                             "/gpulib/_ext.so gpulib.libs/libvend.so.1=" + w + "/gpulib.libs/libvend.so.1");
-    ASSERT_EQ(a.exit_code, 0) << a.out;
-    const auto b = run_shell(mk + " gpuplugin 2.0 gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so=" + w +
-                             "/gpuplugin/_plugin.so --requires gpulib");
-    ASSERT_EQ(b.exit_code, 0) << b.out;
-    const auto pip = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv_ + "/bin/python3") +
-                               " -m pip install -q --no-index --disable-pip-version-check " +
-                               std::string(resolver::trim(a.out)) + " " + std::string(resolver::trim(b.out)));
-    ASSERT_EQ(pip.exit_code, 0) << pip.out;
-    site_ = venv_ + "/lib/python3." +
-            std::string(resolver::trim(run_shell(k_python + " -c 'import sys; print(sys.version_info[1])'").out)) +
-            "/site-packages";
+    const std::string gpulib = test::make_wheel(
+        tmp_->path(), "gpulib 1.0 gpulib/__init__.py=" + w +
+                          "/gpulib/__init__.py gpulib/_ext.cpython-311-x86_64-linux-gnu.so=" + w +
+                          "/gpulib/_ext.so gpulib.libs/libvend.so.1=" + w + "/gpulib.libs/libvend.so.1");
+    const std::string plugin =
+        test::make_wheel(tmp_->path(), "gpuplugin 2.0 gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so=" + w +
+                                           "/gpuplugin/_plugin.so --requires gpulib");
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(venv_, {gpulib, plugin}));
+    site_ = test::site_packages(venv_);
   }
   static void TearDownTestSuite() { delete tmp_; }
 

@@ -28,10 +28,7 @@ using test::shell_quote;
 using test::TempDir;
 using ::testing::HasSubstr;
 
-std::string site_packages(const std::string& venv) {
-  for (const auto& e : fs::directory_iterator(venv + "/lib")) return e.path().string() + "/site-packages";
-  return "";
-}
+using test::site_packages;
 
 // A venv shaped like a torch install, from real wheels, installed by pip in this order:
 //   nvidia-cuda-runtime 13.0.96      nvidia/cu13/lib/libcudart.so.13
@@ -48,7 +45,6 @@ class PlanVenv : public ::testing::Test {
   static void SetUpTestSuite() {
     tmp_ = new TempDir();
     venv_ = tmp_->path() + "/venv";
-    ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv_)).exit_code, 0);
     const std::string v = k_fixtures + "/verify";
     const std::string py = tmp_->path() + "/empty.py";
     test::write_file(py, "def main():\n    pass\n");
@@ -70,10 +66,7 @@ class PlanVenv : public ::testing::Test {
     build("nsdist 1.0 nsdist_ns/inner/lib/x.txt=" + text + " nsdist_ns/inner/include/y.h=" + text);
     build("shareda 1.0 common_ns/a.txt=" + text + " common_ns/deep/a2.txt=" + text);
     build("sharedb 1.0 common_ns/b.txt=" + text);
-    for (const auto& w : wheels) {
-      const auto r = test::venv_pip(venv_, "install -q --no-index --no-deps " + shell_quote(w));
-      ASSERT_EQ(r.exit_code, 0) << r.out;
-    }
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(venv_, wheels));
     // A hostile RECORD: rows that climb out of the environment, an absolute path, and a row
     // through a symlinked folder that leads outside. Neither pip nor cudafix may touch those files.
     outside_ = tmp_->path() + "/outside";
@@ -289,9 +282,7 @@ TEST(PlanRemoveDlopen, RemovingWhatADispatcherLoadsWithDlopenIsABreakOfKindDlope
     subs += fmt::format(" nvidia/cudnn/lib/libcudnn_{}.so.9={}/cu13/libcudart.so.13", s, v);
   const std::string sub_wheel = test::make_wheel(t.path(), subs);
   const std::string venv = t.path() + "/venv";
-  ASSERT_EQ(run_shell(k_python + " -m venv " + shell_quote(venv)).exit_code, 0);
-  for (const auto& w : {core, sub_wheel})
-    ASSERT_EQ(test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(w)).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(venv, {core, sub_wheel}));
   const auto plan =
       test::cudafix_json("plan remove cudnn-subs --venv " + shell_quote(venv) + k_no_cache + " --ld-library-path ''");
   EXPECT_EQ(plan.exit_code, 1);
@@ -352,11 +343,9 @@ class PlanFix : public ::testing::Test {
   // A venv with the wheels installed by its own pip, in this order.
   static std::string venv(const TempDir& into, const std::vector<std::string>& keys) {
     const std::string dir = into.path() + "/venv";
-    EXPECT_EQ(run_shell(k_python + " -m venv " + shell_quote(dir)).exit_code, 0);
-    for (const auto& key : keys) {
-      const auto r = test::venv_pip(dir, "install -q --no-index --no-deps " + shell_quote(wheels_.at(key)));
-      EXPECT_EQ(r.exit_code, 0) << r.out;
-    }
+    std::vector<std::string> wheels;
+    for (const auto& key : keys) wheels.push_back(wheels_.at(key));
+    test::make_venv(dir, wheels);
     return dir;
   }
   static std::string site(const std::string& venv) { return site_packages(venv); }
