@@ -12,6 +12,7 @@
 #include <set>
 
 #include "resolver/fs_walk.hpp"
+#include "resolver/parallel.hpp"
 #include "resolver/text.hpp"
 
 namespace cudafix::resolver {

@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "resolver/fs_walk.hpp"
+#include "resolver/parallel.hpp"
 #include "resolver/provenance.hpp"
 #include "resolver/requirements.hpp"
 #include "resolver/text.hpp"

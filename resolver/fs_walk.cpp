@@ -1,5 +1,6 @@
 #include "resolver/fs_walk.hpp"
 
+#include "resolver/parallel.hpp"
 #include "resolver/text.hpp"
 
 #include <fmt/format.h>
@@ -12,9 +13,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
+#include <chrono>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -60,7 +60,7 @@ class PathArena {
     const std::size_t need = dir.size() + (slash ? 1 : 0) + n;
     if (used_ + need > size_) {
       size_ = std::max<std::size_t>(k_block, need);
-      blocks_.push_back(std::make_unique<char[]>(size_));
+      blocks_.push_back(std::make_unique_for_overwrite<char[]>(size_));
       used_ = 0;
     }
     char* p = blocks_.back().get() + used_;
@@ -80,51 +80,67 @@ class PathArena {
 };
 
 // Workers walk their subtree depth-first, opening folders relative to their parent (no path
-// lookup from /), and hand folders to the shared queue only while other workers are idle.
+// lookup from /), and keep the shared queue topped up to one folder per worker so that a worker
+// that runs dry finds work at once. Idle workers poll the queue's length rather than sleep on a
+// condition variable: folders are handed over thousands of times a walk, and a futex wake for
+// each cost more than the walk itself on 16 cores.
 class TreeWalker {
  public:
   TreeWalker(const std::vector<std::string>& roots, unsigned workers, const std::vector<std::string>& prune)
       : workers_(workers), prune_(prune) {
     for (const auto& r : roots) queue_.push_back(r);
+    queued_ = queue_.size();
   }
 
   void run_worker(PathArena& arena, std::vector<WalkEntry>& out, std::vector<Diagnostic>& diags) {
+    unsigned polls = 0;
     while (true) {
       std::string dir;
-      {
-        std::unique_lock lock(mutex_);
-        ++idle_;
-        cv_.wait(lock, [&] { return !queue_.empty() || idle_ == workers_; });
-        if (queue_.empty()) {
-          cv_.notify_all();
-          return;  // every worker idle and nothing queued: done
-        }
-        --idle_;
-        dir = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (fd < 0) {
-        diags.push_back({dir, std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+      if (!take(dir)) {
+        if (active_.load() == 0 && queued_.load() == 0) return;  // nothing queued, nobody to queue more
+        pause(++polls);
         continue;
       }
-      walk(fd, dir, arena, out, diags);
+      polls = 0;
+      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) {
+        diags.push_back({dir, std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+      } else {
+        walk(fd, dir, arena, out, diags);
+      }
+      --active_;
     }
   }
 
  private:
-  bool others_hungry() {
-    if (idle_.load(std::memory_order_relaxed) == 0) return false;
+  // Takes a queued folder, counting its worker active before the queue shrinks, so that an
+  // empty queue with no active worker means the walk is over.
+  bool take(std::string& dir) {
+    if (queued_.load(std::memory_order_relaxed) == 0) return false;
     std::lock_guard lock(mutex_);
-    return queue_.size() < workers_;
+    if (queue_.empty()) return false;
+    ++active_;
+    dir = std::move(queue_.back());
+    queue_.pop_back();
+    queued_ = queue_.size();
+    return true;
   }
 
   void share(std::string_view dir) {
-    {
-      std::lock_guard lock(mutex_);
-      queue_.emplace_back(dir);
+    std::lock_guard lock(mutex_);
+    queue_.emplace_back(dir);
+    queued_ = queue_.size();
+  }
+
+  // Idle: spin briefly, then give the core away, then sleep, so that more threads than cores
+  // (--threads 16 on 2 cores) cost little.
+  static void pause(unsigned polls) {
+    if (polls < 64) return;
+    if (polls < 1024) {
+      std::this_thread::yield();
+      return;
     }
-    cv_.notify_one();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 
   // Lists the folder open as `fd` (closed here) and everything below it. getdents64 with a
@@ -154,7 +170,7 @@ class TreeWalker {
       }
     }
     for (const auto& [path, name_len] : subdirs) {
-      if (others_hungry()) {
+      if (queued_.load(std::memory_order_relaxed) < workers_) {
         share(path);
         continue;
       }
@@ -179,9 +195,9 @@ class TreeWalker {
   const unsigned workers_;
   const std::vector<std::string>& prune_;
   std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::string> queue_;
-  std::atomic<unsigned> idle_{0};
+  std::vector<std::string> queue_;      // a stack: the deepest folder first, as a walk would
+  std::atomic<std::size_t> queued_{0};  // queue_.size(), read without the lock
+  std::atomic<unsigned> active_{0};     // workers listing a folder taken from the queue
 };
 
 }  // namespace
@@ -192,10 +208,7 @@ WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, co
   std::vector<PathArena> arenas(n);
   std::vector<std::vector<WalkEntry>> outs(n);
   std::vector<std::vector<Diagnostic>> diags(n);
-  {
-    std::vector<std::jthread> pool;
-    for (unsigned i = 0; i < n; ++i) pool.emplace_back([&, i] { walker.run_worker(arenas[i], outs[i], diags[i]); });
-  }
+  parallel_for(n, n, [&](std::size_t i) { walker.run_worker(arenas[i], outs[i], diags[i]); });
   WalkResult result;
   for (auto& a : arenas)
     for (auto& b : a.blocks()) result.arena.push_back(std::move(b));
@@ -206,26 +219,6 @@ WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, co
   for (auto& d : diags)
     for (auto& e : d) result.diagnostics.push_back(std::move(e));
   return result;
-}
-
-unsigned thread_count(unsigned requested) {
-  if (requested) return requested;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw ? hw : 1;
-}
-
-void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn) {
-  const auto t = static_cast<unsigned>(std::min<std::size_t>(thread_count(threads), std::max<std::size_t>(n, 1)));
-  if (t <= 1) {
-    for (std::size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<std::size_t> next{0};
-  std::vector<std::jthread> pool;
-  for (unsigned k = 0; k < t; ++k)
-    pool.emplace_back([&] {
-      for (std::size_t i = next++; i < n; i = next++) fn(i);
-    });
 }
 
 }  // namespace cudafix::resolver

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,11 +31,5 @@ struct WalkResult {
 // entered. `threads` 0 means one per core.
 [[nodiscard]] WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads = 0,
                                    const std::vector<std::string>& prune = {});
-
-// The threads a request for `requested` means: itself, or 0 for one per core.
-[[nodiscard]] unsigned thread_count(unsigned requested);
-
-// Runs fn(i) for i in [0, n) on up to `threads` threads (0: one per core).
-void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn);
 
 }  // namespace cudafix::resolver

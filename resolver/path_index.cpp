@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "resolver/fs_walk.hpp"
+#include "resolver/parallel.hpp"
 
 namespace cudafix::resolver {
 

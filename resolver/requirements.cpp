@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "resolver/fs_walk.hpp"
+#include "resolver/parallel.hpp"
 
 namespace cudafix::resolver {
 

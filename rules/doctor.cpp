@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "resolver/diagnostic.hpp"
-#include "resolver/fs_walk.hpp"
+#include "resolver/parallel.hpp"
 #include "resolver/pep508.hpp"
 #include "resolver/provenance.hpp"
 #include "resolver/requirements.hpp"

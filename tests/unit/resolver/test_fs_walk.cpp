@@ -1,0 +1,99 @@
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "resolver/fs_walk.hpp"
+#include "resolver/parallel.hpp"
+#include "tests/support/process.hpp"
+
+namespace cudafix::resolver {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A tree shaped like a site-packages: many small folders, a few deep chains, one wide folder,
+// a symlinked folder, a FIFO and a __pycache__ whose contents must not be listed.
+std::string make_tree(const std::string& root) {
+  for (int p = 0; p < 60; ++p) {
+    const std::string pkg = root + "/pkg" + std::to_string(p);
+    for (int s = 0; s < 5; ++s) test::write_file(pkg + "/sub" + std::to_string(s) + "/m.py", "");
+    test::write_file(pkg + "/lib" + std::to_string(p) + ".so.1", "");
+    test::write_file(pkg + "/__pycache__/m.cpython-312.pyc", "");
+  }
+  std::string deep = root + "/deep";
+  for (int d = 0; d < 40; ++d) deep += "/d" + std::to_string(d);
+  test::write_file(deep + "/leaf.txt", "");
+  for (int f = 0; f < 3000; ++f) test::write_file(root + "/wide/f" + std::to_string(f), "");
+  fs::create_directory_symlink(root + "/pkg0", root + "/linked");
+  ::mkfifo((root + "/fifo").c_str(), 0600);
+  return root;
+}
+
+std::map<std::string, EntryType> listed(const WalkResult& w) {
+  std::map<std::string, EntryType> out;
+  for (const auto& e : w.entries) EXPECT_TRUE(out.emplace(std::string(e.path), e.type).second) << e.path;
+  return out;
+}
+
+TEST(WalkTree, EveryThreadCountListsTheSameEntriesOnce) {
+  test::TempDir t;
+  const std::string root = make_tree(t.path() + "/site");
+  const auto one = listed(walk_tree({root}, 1, {"__pycache__"}));
+  // 60 packages x (itself, 5 sub folders, 5 files, the .so, __pycache__) + 41 deep folders and a
+  // leaf + the wide folder and its 3000 files + the symlink + the FIFO.
+  EXPECT_EQ(one.size(), 60u * 13 + 42 + 3001 + 2);
+  EXPECT_EQ(one.at(root + "/linked"), EntryType::symlink);
+  EXPECT_EQ(one.count(root + "/linked/sub0"), 0u) << "a symlinked folder is not followed";
+  EXPECT_EQ(one.at(root + "/pkg3/__pycache__"), EntryType::directory);
+  EXPECT_EQ(one.count(root + "/pkg3/__pycache__/m.cpython-312.pyc"), 0u) << "a pruned folder is not entered";
+  EXPECT_EQ(one.at(root + "/fifo"), EntryType::other);
+  EXPECT_EQ(one.at(root + "/wide/f2999"), EntryType::file);
+  for (unsigned threads : {2u, 3u, 8u, 16u}) {
+    const auto w = walk_tree({root}, threads, {"__pycache__"});
+    EXPECT_EQ(listed(w), one) << threads << " threads";
+    for (const auto& e : w.entries) {
+      EXPECT_EQ(e.hash, std::hash<std::string_view>{}(e.path));
+      EXPECT_EQ(e.shared_object_name, e.path.ends_with(".so.1"));
+    }
+  }
+}
+
+TEST(WalkTree, AnUnreadableRootIsADiagnosticNotACrash) {
+  test::TempDir t;
+  const auto w = walk_tree({t.path() + "/absent"}, 4);
+  EXPECT_TRUE(w.entries.empty());
+  ASSERT_EQ(w.diagnostics.size(), 1u);
+  EXPECT_EQ(w.diagnostics[0].file, t.path() + "/absent");
+  EXPECT_NE(w.diagnostics[0].message.find("cannot list"), std::string::npos);
+}
+
+TEST(ParallelFor, RunsEveryItemOnceAndNestsWithoutDeadlock) {
+  std::vector<std::atomic<int>> hits(5000);
+  parallel_for(50, 8, [&](std::size_t i) { parallel_for(100, 8, [&](std::size_t j) { ++hits[i * 100 + j]; }); });
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ParallelFor, AnExceptionReachesTheCallerAfterTheOtherCallsReturn) {
+  std::atomic<int> running{0};
+  std::atomic<int> finished{0};
+  EXPECT_THROW(parallel_for(64, 8,
+                            [&](std::size_t i) {
+                              ++running;
+                              if (i == 5) throw std::runtime_error("item 5");
+                              ++finished;
+                              --running;
+                            }),
+               std::runtime_error);
+  EXPECT_EQ(running.load(), 1) << "only the throwing call is left unfinished, none still runs";
+  EXPECT_LT(finished.load(), 64);
+}
+
+}  // namespace
+}  // namespace cudafix::resolver
