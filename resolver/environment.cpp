@@ -432,11 +432,12 @@ void resolve_objects(Environment& env, unsigned threads) {
   std::vector<std::vector<LoadedObject>> imported(env.dists.size());
   std::vector<std::vector<Learned>> learned(env.dists.size());
   for (const auto& level : by_depth) {
-    const std::vector<int>& dists = level.second;  // a named reference: lambdas cannot capture bindings
+    std::vector<int> dists;  // those with something to import
+    for (int d : level.second)
+      if (entry_points.count(d)) dists.push_back(d);
     parallel_for(dists.size(), threads, [&](std::size_t k) {
       const int d = dists[k];
-      auto eps = entry_points.find(d);
-      if (eps == entry_points.end()) return;
+      const auto eps = entry_points.find(d);
       Process p = env.process_for(d);
       for (auto i : eps->second) {
         env.loader->load(p, env.objects[i].path);
@@ -469,12 +470,21 @@ void resolve_objects(Environment& env, unsigned threads) {
   for (const auto& [level, dists] : by_depth)
     for (int d : dists) apply(learned[static_cast<std::size_t>(d)]);
 
-  // What no import maps is dlopened alone, after its dist's requirements.
+  // What no import maps is dlopened alone, after its dist's requirements. Each object starts
+  // from the same process, so a dist's objects are split into groups of a few that run in
+  // parallel (nvshmem's 11 in one group were the longest task of the process model).
   std::map<int, std::vector<std::size_t>> alone;
   for (std::size_t i = 0; i < env.objects.size(); ++i)
     if (!assigned[i] && env.objects[i].elf.status == ElfReadStatus::ok)
       alone[env.objects[i].owners.empty() ? -1 : env.objects[i].owners.front()].push_back(i);
-  std::vector<std::pair<int, std::vector<std::size_t>>> groups(alone.begin(), alone.end());
+  constexpr std::size_t k_alone_group = 3;
+  std::vector<std::pair<int, std::vector<std::size_t>>> groups;
+  for (const auto& [owner, objects] : alone)
+    for (std::size_t b = 0; b < objects.size(); b += k_alone_group) {
+      const auto first = objects.begin() + static_cast<std::ptrdiff_t>(b);
+      const auto last = first + static_cast<std::ptrdiff_t>(std::min(k_alone_group, objects.size() - b));
+      groups.emplace_back(owner, std::vector<std::size_t>(first, last));
+    }
   std::vector<std::vector<Learned>> dlopened(groups.size());
   parallel_for(groups.size(), threads, [&](std::size_t k) {
     const int owner = groups[k].first;
