@@ -95,10 +95,11 @@ Located locate(const GlobalOptions& g) {
   return {std::move(layout), std::move(config)};
 }
 
-Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth) {
+Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth, bool parse_requirements) {
   r::ScanOptions opts;
   opts.threads = g.threads;
   opts.depth = depth;
+  opts.parse_requirements = parse_requirements;
   opts.ld_library_path =
       r::split_search_path(g.ld_library_path ? *g.ld_library_path : env_var("LD_LIBRARY_PATH").value_or(""));
   const std::string ld_preload = env_var("LD_PRELOAD").value_or("");  // split() returns views into it
@@ -112,9 +113,10 @@ Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth) {
 
 // The model of a large venv is 100,000 small allocations; freeing them one by one at exit costs
 // more than some phases of the scan, so commands that end the process keep it.
-const Scanned& scan_kept(const GlobalOptions& g, Located located, r::ScanDepth depth = r::ScanDepth::full) {
+const Scanned& scan_kept(const GlobalOptions& g, Located located, r::ScanDepth depth = r::ScanDepth::full,
+                         bool parse_requirements = false) {
   static auto* kept = new std::vector<std::unique_ptr<Scanned>>();
-  kept->push_back(std::make_unique<Scanned>(scan(g, std::move(located), depth)));
+  kept->push_back(std::make_unique<Scanned>(scan(g, std::move(located), depth, parse_requirements)));
   return *kept->back();
 }
 
@@ -220,7 +222,7 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   opts.threads = g.threads;
   opts.settings = located.config.rule_settings;
   const auto depth = rules::scan_depth_for(opts);
-  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), depth);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), depth, rules::parses_requirements(opts));
   if (!g.json) opts.hash_progress = hash_progress_bar();
   const auto rules_start = std::chrono::steady_clock::now();
   const auto report = rules::run_doctor(env, knowledge, opts);

@@ -13,6 +13,7 @@
 
 #include "resolver/fs_walk.hpp"
 #include "resolver/parallel.hpp"
+#include "resolver/requirements.hpp"
 #include "resolver/text.hpp"
 
 namespace cudafix::resolver {
@@ -567,10 +568,19 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   phase("index the walk");
   add_dists(env, dists_read.get());
   phase("read dist-info");
+  // Reads env.dists and env.layout only, which nothing below changes.
+  auto requirements_parsed = std::async(options.parse_requirements ? launch : std::launch::deferred, [&] {
+    return std::make_shared<const ParsedRequirements>(
+        parse_requirements(env, marker_environment_of(env.layout), options.threads));
+  });
+  auto keep_requirements = [&] {
+    if (options.parse_requirements) env.requirements = requirements_parsed.get();
+  };
   index_ownership(env, symlinks, options.threads);
   phase("ownership");
   auto elf_reads = elf_read.get();
   if (!wants_elf) {
+    keep_requirements();
     sort_diagnostics(env.diagnostics);
     return env;
   }
@@ -592,6 +602,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   phase("host and ld.so.cache");
   if (options.resolve) resolve_objects(env, options.threads);
   phase("process model");
+  keep_requirements();
   sort_diagnostics(env.diagnostics);
   return env;
 }

@@ -48,7 +48,12 @@ struct ScanOptions {
   std::optional<HostInfo> host;              // default: detect_host()
   std::optional<std::string> ld_so_cache;    // default: the host's /etc/ld.so.cache
   bool resolve = true;                       // run the process model
+  // Also parse every Requires-Dist (doctor's requirement rules) while the files and libraries
+  // are modelled, when there are cores to spare for it (4 or more threads).
+  bool parse_requirements = false;
 };
+
+struct ParsedRequirements;  // resolver/requirements.hpp
 
 class Environment {
  public:
@@ -83,6 +88,8 @@ class Environment {
   std::optional<Process> base_process;
   std::vector<std::vector<LoadedObject>> imported;
   std::vector<std::vector<int>> closures;  // per dist: requirement_closure, computed once
+  // Every Requires-Dist parsed with this environment's markers, when the scan was asked to.
+  std::shared_ptr<const ParsedRequirements> requirements;
   std::shared_ptr<ElfCache> elf_cache;
   std::vector<std::pair<std::string, double>> timings;  // scan phases, milliseconds (for --timings)
 

@@ -73,8 +73,7 @@ struct Context {
   r::MarkerEnvironment markers;
   std::vector<Finding> found;
   // Every dist's Requires-Dist, parsed once (in parallel) for both requirement rules.
-  r::ParsedRequirements requirements;
-  bool requirements_parsed = false;
+  std::shared_ptr<const r::ParsedRequirements> requirements;
   // soname -> the families and majors that ship it (libcudnn.so.9: cudnn 12 and 13); asked once
   // per NEEDED of every object, so indexed once here.
   std::unordered_map<std::string, std::vector<std::pair<const r::CudaFamily*, int>>> soname_index;
@@ -91,10 +90,13 @@ struct Context {
   }
   [[nodiscard]] bool is_cuda(const std::string& soname) const { return soname_index.count(soname) > 0; }
 
+  // The scan's, when it parsed them while modelling the libraries.
   void parse_requirements() {
-    if (requirements_parsed) return;
-    requirements = r::parse_requirements(env, markers, options.threads);
-    requirements_parsed = true;
+    if (requirements) return;
+    requirements =
+        env.requirements
+            ? env.requirements
+            : std::make_shared<const r::ParsedRequirements>(r::parse_requirements(env, markers, options.threads));
   }
   [[nodiscard]] std::size_t index_of(const r::DistInfo& d) const {
     return static_cast<std::size_t>(&d - env.dists.data());
@@ -146,7 +148,7 @@ std::string without_marker(const std::string& line) {
 void check_requirements(Context& c) {
   c.parse_requirements();
   for (const auto* d : r::visible_dists(c.env)) {
-    const auto& lines = c.requirements.lines[c.index_of(*d)];
+    const auto& lines = c.requirements->lines[c.index_of(*d)];
     for (std::size_t k = 0; k < lines.size(); ++k) {
       const std::string& line = d->metadata.requires_dist[k];
       const auto& parsed = lines[k];
@@ -173,7 +175,7 @@ void check_requirements(Context& c) {
         c.add(std::move(f));
         continue;
       }
-      const auto& version = c.requirements.versions[c.index_of(*dep)];
+      const auto& version = c.requirements->versions[c.index_of(*dep)];
       if (!version || req.specifier.contains(*version, true)) continue;
       f.message =
           fmt::format("{} has requirement {}, but you have {} {}", r::dist_label(*d), line, dep->name, dep->version);
@@ -209,7 +211,7 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
   }
   r::MarkerEnvironment env = c.markers;
   env["extra"] = extra;
-  const auto& lines = c.requirements.lines[c.index_of(dist)];
+  const auto& lines = c.requirements->lines[c.index_of(dist)];
   for (std::size_t k = 0; k < lines.size(); ++k) {
     if (!lines[k].req) continue;  // reported as invalid-metadata by the requirement check
     const r::Requirement& req = *lines[k].req;
@@ -223,7 +225,7 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
              {root.dir_name, dist.dir_name});
       continue;
     }
-    const auto& version = c.requirements.versions[c.index_of(*dep)];
+    const auto& version = c.requirements->versions[c.index_of(*dep)];
     if (version && !req.specifier.contains(*version, true)) {
       report(fmt::format("{} needs {} through {}[{}], but {} {} is installed", r::dist_label(root),
                          without_marker(line), dist.name, extra, dep->name, dep->version),
@@ -237,7 +239,7 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
 void check_extras(Context& c) {
   c.parse_requirements();
   for (const auto* d : r::visible_dists(c.env)) {
-    const auto& lines = c.requirements.lines[c.index_of(*d)];
+    const auto& lines = c.requirements->lines[c.index_of(*d)];
     for (std::size_t k = 0; k < lines.size(); ++k) {
       if (!lines[k].req || !lines[k].applies || lines[k].req->extras.empty()) continue;
       const r::Requirement& req = *lines[k].req;
@@ -606,7 +608,7 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
       const auto& families = c.families(res.name);
       std::string required, required_dist;
       for (int owner : o.owners) {
-        const auto& lines = c.requirements.lines[static_cast<std::size_t>(owner)];
+        const auto& lines = c.requirements->lines[static_cast<std::size_t>(owner)];
         for (std::size_t k = 0; k < lines.size() && required.empty(); ++k) {
           if (!lines[k].req || !lines[k].applies) continue;
           const auto fam = c.knowledge.family_of_dist(lines[k].req->normalized);
@@ -865,10 +867,15 @@ r::ScanDepth scan_depth_for(const DoctorOptions& options) {
   return depth;
 }
 
+bool parses_requirements(const DoctorOptions& options) {
+  return rule_wanted(options, "unsatisfied-requirement") || rule_wanted(options, "unsatisfied-extra") ||
+         rule_wanted(options, "shadowed-library");
+}
+
 DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge, const DoctorOptions& options) {
   check_rule_names(options);
   auto wanted = [&](const std::string& id) { return rule_wanted(options, id); };
-  Context c{env, knowledge, options, r::marker_environment_of(env.layout), {}, {}, false, {}};
+  Context c{env, knowledge, options, r::marker_environment_of(env.layout), {}, {}, {}};
   c.index_sonames();
   DoctorReport report;
   const bool files_scanned = scan_depth_for(options) != r::ScanDepth::dists;

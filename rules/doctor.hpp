@@ -69,6 +69,8 @@ struct DoctorReport {
 
 // How much of the environment the rules that will run need scanned.
 [[nodiscard]] resolver::ScanDepth scan_depth_for(const DoctorOptions& options);
+// Whether the rules that will run read every Requires-Dist (the scan can parse them early).
+[[nodiscard]] bool parses_requirements(const DoctorOptions& options);
 
 // Throws resolver::Error for an unknown rule id in select/ignore.
 [[nodiscard]] DoctorReport run_doctor(const resolver::Environment& env, const resolver::Knowledge& knowledge,
