@@ -207,6 +207,8 @@ class Doc {
 std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge) {
   Doc d(env, knowledge);
   auto& w = d.w;
+  // The corpus's model is 1 MB of JSON: 1 KB a dist and 2 KB an object leave room for it.
+  w.reserve(4096 + env.dists.size() * 1024 + env.objects.size() * 2048);
   d.header("scan");
   w.key("layout").begin_object();
   w.key("python");

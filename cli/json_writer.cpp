@@ -59,19 +59,26 @@ bool JsonWriter::string(std::string_view s) {
 
 bool JsonWriter::write_string(std::string_view s) {
   bool lossy = false;
-  // Most strings are plain ASCII paths: check once, copy once.
-  bool plain = true;
-  for (unsigned char c : s)
-    if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') {
-      plain = false;
-      break;
-    }
+  // Most strings are plain ASCII paths: check once, copy once. Markers hold quotes: copy the
+  // runs between escapes whole.
+  bool ascii = true;
+  std::size_t escapes = 0;
+  for (unsigned char c : s) {
+    ascii &= c < 0x80;
+    escapes += c < 0x20 || c == '"' || c == '\\';
+  }
   out_.push_back('"');
-  if (plain) {
+  if (ascii && escapes == 0) {
     out_.append(s);
   } else {
-    const std::string valid = resolver::to_valid_utf8(s, &lossy);
-    for (unsigned char c : valid) {
+    const std::string repaired = ascii ? std::string() : resolver::to_valid_utf8(s, &lossy);
+    const std::string_view valid = ascii ? s : std::string_view(repaired);
+    std::size_t run = 0;
+    for (std::size_t i = 0; i < valid.size(); ++i) {
+      const auto c = static_cast<unsigned char>(valid[i]);
+      if (c >= 0x20 && c != '"' && c != '\\') continue;
+      out_.append(valid.substr(run, i - run));
+      run = i + 1;
       switch (c) {
         case '"':
           out_ += "\\\"";
@@ -89,12 +96,10 @@ bool JsonWriter::write_string(std::string_view s) {
           out_ += "\\t";
           break;
         default:
-          if (c < 0x20)
-            out_ += fmt::format("\\u{:04x}", c);
-          else
-            out_.push_back(static_cast<char>(c));
+          out_ += fmt::format("\\u{:04x}", c);
       }
     }
+    out_.append(valid.substr(run));
   }
   out_.push_back('"');
   if (lossy)

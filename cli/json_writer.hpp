@@ -32,6 +32,8 @@ class JsonWriter {
   // Text already valid JSON (a value produced by another writer).
   JsonWriter& raw(std::string_view json);
 
+  // Room for `bytes` of output, so that a large document is not copied as it grows.
+  void reserve(std::size_t bytes) { out_.reserve(bytes); }
   [[nodiscard]] const std::string& str() const { return out_; }
   [[nodiscard]] std::string take() { return std::move(out_); }
 
