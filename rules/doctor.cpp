@@ -188,6 +188,21 @@ void check_requirements(Context& c) {
 
 // ---- unsatisfied-extra: the extras chains pip check does not follow ----------------------
 
+// The Requires-Dist lines (indexes) that asking `dist` for `extra` adds: those whose marker
+// mentions an extra and holds with this one.
+std::vector<std::size_t> lines_of_extra(const Context& c, const r::DistInfo& dist, const std::string& extra) {
+  r::MarkerEnvironment env = c.markers;
+  env["extra"] = extra;
+  std::vector<std::size_t> out;
+  const auto& lines = c.requirements->lines[c.index_of(dist)];
+  for (std::size_t k = 0; k < lines.size(); ++k) {
+    if (!lines[k].req) continue;  // reported as invalid-metadata by the requirement check
+    const auto& marker = lines[k].req->marker;
+    if (marker && marker->mentions_extra() && marker->evaluate(env).value_or(false)) out.push_back(k);
+  }
+  return out;
+}
+
 void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain, const r::DistInfo& dist,
                   const std::string& extra, std::set<std::pair<std::string, std::string>>& seen) {
   if (!seen.insert({dist.normalized, extra}).second) return;
@@ -209,14 +224,9 @@ void follow_extra(Context& c, const r::DistInfo& root, const std::string& chain,
            {root.dir_name, dist.dir_name});
     return;
   }
-  r::MarkerEnvironment env = c.markers;
-  env["extra"] = extra;
-  const auto& lines = c.requirements->lines[c.index_of(dist)];
-  for (std::size_t k = 0; k < lines.size(); ++k) {
-    if (!lines[k].req) continue;  // reported as invalid-metadata by the requirement check
-    const r::Requirement& req = *lines[k].req;
+  for (const std::size_t k : lines_of_extra(c, dist, extra)) {
+    const r::Requirement& req = *c.requirements->lines[c.index_of(dist)][k].req;
     const std::string& line = dist.metadata.requires_dist[k];
-    if (!req.marker || !req.marker->mentions_extra() || !req.marker->evaluate(env).value_or(false)) continue;
     const std::string link = fmt::format("{} -> {}", chain, without_marker(line));
     const r::DistInfo* dep = installed(c.env, req.normalized);
     if (!dep) {
@@ -589,43 +599,85 @@ void check_mixed_majors(Context& c) {
 
 // ---- shadowed-library ---------------------------------------------------------------------
 
+// A dist's way to a dist it depends on: a requirement of its own, or else one an extra it asks
+// for brings in (torch -> cuda-toolkit[nvrtc] -> nvidia-cuda-nvrtc).
+struct Route {
+  std::string chain;           // "torch requires cuda-toolkit[nvrtc]==13.0.2 -> nvidia-cuda-nvrtc==13.0.88.*"
+  const r::Requirement* last;  // the requirement that names the dist at the end
+};
+
+void add_routes_through_extras(const Context& c, const r::Requirement& req, const std::string& chain,
+                               std::set<std::pair<std::string, std::string>>& seen, std::vector<Route>& out) {
+  const r::DistInfo* dep = installed(c.env, req.normalized);
+  if (!dep) return;
+  for (const auto& extra : req.extras) {
+    if (!seen.insert({dep->normalized, extra}).second) continue;
+    for (const std::size_t k : lines_of_extra(c, *dep, extra)) {
+      const r::Requirement& next = *c.requirements->lines[c.index_of(*dep)][k].req;
+      out.push_back({fmt::format("{} -> {}", chain, without_marker(dep->metadata.requires_dist[k])), &next});
+      add_routes_through_extras(c, next, out.back().chain, seen, out);
+    }
+  }
+}
+
+std::vector<Route> routes_from(const Context& c, const r::DistInfo& dist) {
+  std::vector<Route> out;
+  std::set<std::pair<std::string, std::string>> seen;
+  const auto& lines = c.requirements->lines[c.index_of(dist)];
+  for (std::size_t k = 0; k < lines.size(); ++k)
+    if (lines[k].req && lines[k].applies)
+      out.push_back(
+          {fmt::format("{} requires {}", dist.name, without_marker(dist.metadata.requires_dist[k])), &*lines[k].req});
+  for (std::size_t direct = out.size(), i = 0; i < direct; ++i) {
+    const Route step = out[i];  // a copy: the vector grows below
+    add_routes_through_extras(c, *step.last, step.chain, seen, out);
+  }
+  return out;
+}
+
+// The release in a library's real file name (libcublas.so.13.1.0.3 -> 13.1.0.3), or "".
+std::string release_in_file_name(const std::string& real) {
+  const std::string base(r::base_name(real));
+  const auto so = base.find(".so.");
+  const std::string version = so == std::string::npos ? "" : base.substr(so + 4);
+  return version.find('.') == std::string::npos ? "" : version;
+}
+
 void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const std::map<int, int>& metadata_only) {
   c.parse_requirements();
   const auto cause_by_soname = causes_by_soname(groups, metadata_only);
   struct Group {
     std::string outside;
-    std::string required;
-    std::string required_dist;  // normalised
+    std::string required;               // the route to a provider
+    const r::Requirement* requirement;  // its last step
     std::vector<std::string> consumers;
     bool all_lone = true;  // no consumer is imported or NEEDed by anything: only a direct dlopen loads them
     std::set<std::string> dists;
   };
   std::map<std::string, Group> by_soname;
+  std::map<int, std::vector<Route>> routes_of;  // per owner, found when first asked
   for (const auto& o : c.env.objects) {
     for (const auto& res : o.resolutions) {
       if (!res.found() || c.env.site_of(*res.path) || !c.is_cuda(res.name)) continue;
-      // Which of the consumer's dists requires an in-environment provider of this soname?
+      // Does one of the consumer's dists require an in-environment provider of this soname,
+      // directly or through extras?
       const auto& families = c.families(res.name);
-      std::string required, required_dist;
+      const Route* route = nullptr;
       for (int owner : o.owners) {
-        const auto& lines = c.requirements->lines[static_cast<std::size_t>(owner)];
-        for (std::size_t k = 0; k < lines.size() && required.empty(); ++k) {
-          if (!lines[k].req || !lines[k].applies) continue;
-          const auto fam = c.knowledge.family_of_dist(lines[k].req->normalized);
+        const auto& routes = routes_of[owner];
+        if (routes.empty()) routes_of[owner] = routes_from(c, c.env.dists[static_cast<std::size_t>(owner)]);
+        for (const auto& candidate : routes_of[owner]) {
+          const auto fam = c.knowledge.family_of_dist(candidate.last->normalized);
           for (const auto& [family, major] : families)
-            if (fam && fam->first == family && required.empty()) {
-              required_dist = lines[k].req->normalized;
-              required =
-                  fmt::format("{} requires {}", c.env.dists[static_cast<std::size_t>(owner)].name,
-                              without_marker(c.env.dists[static_cast<std::size_t>(owner)].metadata.requires_dist[k]));
-            }
+            if (fam && fam->first == family && !route) route = &candidate;
         }
+        if (route) break;
       }
-      if (required.empty()) continue;
+      if (!route) continue;
       auto& g = by_soname[res.name];
       g.outside = *res.path;
-      g.required = required;
-      g.required_dist = required_dist;
+      g.required = route->chain;
+      g.requirement = route->last;
       g.consumers.push_back(o.path);
       const bool lone = !o.entry_point && o.elf.status == r::ElfReadStatus::ok && o.elf.info.soname &&
                         c.env.consumers(*o.elf.info.soname).empty();
@@ -637,23 +689,25 @@ void check_shadowed(Context& c, const std::vector<MissingGroup>& groups, const s
     Finding f;
     f.rule = "shadowed-library";
     const std::string real = r::real_path_of(g.outside);
-    // The outside copy's version, from its real file name (libcublas.so.13.1.0.3 -> 13.1.0.3),
-    // against the installed provider's: the same release loaded from elsewhere is a warning,
-    // another one (or none installed) an error.
-    const std::string base(r::base_name(real));
-    const auto so = base.find(".so.");
-    const std::string file_version = so == std::string::npos ? "" : base.substr(so + 4);
-    const r::DistInfo* provider = installed(c.env, g.required_dist);
+    // The outside copy's release, from its real file name, against the installed provider's,
+    // or, with none installed, against what the requirement asks for: the same release loaded
+    // from elsewhere is a warning, another one (or one of unknown release) an error.
+    const std::string file_version = release_in_file_name(real);
+    const r::DistInfo* provider = installed(c.env, g.requirement->normalized);
     const bool same_release =
-        provider && !file_version.empty() && file_version.find('.') != std::string::npos &&
+        provider && !file_version.empty() &&
         (provider->version == file_version || provider->version.rfind(file_version + ".", 0) == 0);
-    f.severity = same_release || g.all_lone ? Severity::warning : Severity::error;
+    const auto parsed = file_version.empty() ? std::nullopt : r::Version::parse(file_version);
+    const bool asked_release = !provider && parsed && g.requirement->specifier.contains(*parsed, true);
+    f.severity = same_release || asked_release || g.all_lone ? Severity::warning : Severity::error;
     f.message = fmt::format(
         "{} resolves outside the environment, to {}{}, though {}{}", soname, g.outside,
-        real != g.outside ? fmt::format(" ({})", base) : "", g.required,
-        same_release ? fmt::format(" (the same release as the installed {} {})", provider->name, provider->version)
-        : provider   ? fmt::format(" ({} {} is installed)", provider->name, provider->version)
-                     : fmt::format(" ({} is not installed)", g.required_dist));
+        real != g.outside ? fmt::format(" ({})", r::base_name(real)) : "", g.required,
+        same_release    ? fmt::format(" (the same release as the installed {} {})", provider->name, provider->version)
+        : provider      ? fmt::format(" ({} {} is installed)", provider->name, provider->version)
+        : asked_release ? fmt::format(" ({} is not installed; the outside copy is {}, a release it allows)",
+                                      g.requirement->name, file_version)
+                        : fmt::format(" ({} is not installed)", g.requirement->normalized));
     if (g.all_lone)
       f.message +=
           "; nothing in the environment NEEDs or imports the object that asks for it, so only a direct dlopen of "

@@ -221,6 +221,46 @@ TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause)
               HasSubstr("the same release as the installed nvidia-cudnn-cu13 9.19.0.56"));
 }
 
+// torch reaches most NVIDIA wheels only through cuda-toolkit's extras; uninstalling one of those
+// lets the loader fall through to a system copy, which doctor must name with that chain.
+TEST_F(DoctorVenv, ALibraryOnlyAnExtrasChainRequiresIsShadowedWhenItsProviderIsUninstalled) {
+  TempDir dir;
+  const std::string venv = copy_venv(dir);
+  ASSERT_EQ(run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
+                      " -m pip uninstall -y -q --disable-pip-version-check nvidia-cuda-runtime")
+                .exit_code,
+            0);
+  const std::string chain = "torchlike requires cuda-kit[cudart]==13.0.2 -> nvidia-cuda-runtime==13.0.96";
+  // A copy of unknown release on the library path: an error.
+  TempDir outside;
+  fs::copy_file(k_fixtures + "/verify/cu13/libcudart.so.13", outside.path() + "/libcudart.so.13");
+  const auto d = doctor(venv, "--ld-library-path " + shell_quote(outside.path()));
+  const auto shadowed = of_rule(d.doc, "shadowed-library");
+  ASSERT_EQ(shadowed.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(shadowed[0]["severity"], "error");
+  EXPECT_EQ(shadowed[0]["sonames"], json({"libcudart.so.13"}));
+  EXPECT_THAT(shadowed[0]["message"].get<std::string>(), HasSubstr(outside.path() + "/libcudart.so.13"));
+  EXPECT_THAT(shadowed[0]["message"].get<std::string>(), HasSubstr(chain + " (nvidia-cuda-runtime is not installed)"));
+  EXPECT_THAT(joined_evidence(shadowed[0]), HasSubstr("needed by torch/lib/libtorch_cuda.so"));
+  // The broken chain itself is still its own warning.
+  bool chain_reported = false;
+  for (const auto& f : of_rule(d.doc, "unsatisfied-extra"))
+    chain_reported |= f["message"].get<std::string>().find("cuda-kit[cudart]") != std::string::npos;
+  EXPECT_TRUE(chain_reported) << d.doc["findings"].dump(1);
+  // The release the chain pins, by its real file name: a warning.
+  TempDir pinned;
+  fs::copy_file(k_fixtures + "/verify/cu13/libcudart.so.13", pinned.path() + "/libcudart.so.13.0.96");
+  fs::create_symlink("libcudart.so.13.0.96", pinned.path() + "/libcudart.so.13");
+  const auto s2 = of_rule(doctor(venv, "--ld-library-path " + shell_quote(pinned.path())).doc, "shadowed-library");
+  ASSERT_EQ(s2.size(), 1u);
+  EXPECT_EQ(s2[0]["severity"], "warning");
+  EXPECT_THAT(s2[0]["message"].get<std::string>(),
+              HasSubstr("nvidia-cuda-runtime is not installed; the outside copy is 13.0.96, a release it allows"));
+  // With the runtime installed nothing falls through, whatever the library path holds.
+  EXPECT_TRUE(
+      of_rule(doctor(venv_, "--ld-library-path " + shell_quote(pinned.path())).doc, "shadowed-library").empty());
+}
+
 // The scenario users hit: a CUDA 12 torch with nvidia-cudnn-cu12 and nvidia-cudnn-cu13 both
 // installed into nvidia/cudnn/lib (cu13 last, so its bytes are there), then a real
 // `pip uninstall nvidia-cudnn-cu13`, which deletes the file cu12 still lists.
