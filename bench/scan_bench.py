@@ -7,7 +7,8 @@ same run, and prints the ratios. Not run by CI: timings depend on the machine.
 
 Each command runs once to warm the page cache, then --runs times in fresh processes; the
 median is reported. ldd runs once per shared object, one after another, as `find | xargs -n1
-ldd` would.
+ldd` would. Where a C compiler is found, bench/walk_floor.c also lists the same site-packages
+with getdents64 alone on one thread per core: the part of the scan no tool can avoid.
 """
 import argparse
 import gzip
@@ -45,6 +46,26 @@ def ldd_all(paths):
     return time.perf_counter() - t
 
 
+def build_walk_floor(tmp):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    exe = os.path.join(tmp, "walk_floor")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "walk_floor.c")
+    subprocess.run([cc, "-O2", "-pthread", "-o", exe, src], check=True)
+    return exe
+
+
+def walk_floor(exe, site, runs):
+    """Median milliseconds of the bare listing, from the program's own clock."""
+    subprocess.run([exe, site, str(os.cpu_count())], stdout=subprocess.DEVNULL, check=True)
+    times = []
+    for _ in range(runs):
+        out = subprocess.run([exe, site, str(os.cpu_count())], capture_output=True, check=True).stdout.decode()
+        times.append(float(out.split()[-2]) / 1000)
+    return statistics.median(times)
+
+
 def bench_venv(args, venv, python, label, env):
     doc = scan_json(args.cudafix, venv, env)
     site = doc["layout"]["sites"][0]["path"]
@@ -57,6 +78,8 @@ def bench_venv(args, venv, python, label, env):
         row["uv pip list"] = timed([args.uv, "pip", "list", "--python", os.path.join(venv, "bin", "python3")], args.runs, env)
     if not args.skip_ldd:
         row["ldd every .so"] = ldd_all(objects)
+    if args.floor_exe:
+        row["getdents64 alone"] = walk_floor(args.floor_exe, site, args.runs)
     return row
 
 
@@ -72,6 +95,8 @@ def main():
     ap.add_argument("--skip-ldd", action="store_true")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    floor_dir = tempfile.mkdtemp(prefix="cudafix-floor-")
+    args.floor_exe = build_walk_floor(floor_dir)
     rows = []
     if args.venv:
         python = os.path.join(args.venv, "bin", "python3")
@@ -91,11 +116,12 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
     for row in rows:
         print(f"\n{row['env']}: {row['dists']} dists, {row['files']} files, {row['objects']} ELF objects")
-        for k in ("cudafix", "pip list", "uv pip list", "ldd every .so"):
+        for k in ("cudafix", "pip list", "uv pip list", "ldd every .so", "getdents64 alone"):
             if k in row:
                 ratio = "" if k == "cudafix" else f"   cudafix is {row[k] / row['cudafix']:.1f}x faster" if row[k] > row["cudafix"] else f"   cudafix is {row['cudafix'] / row[k]:.1f}x slower"
                 print(f"  {k:15s} {row[k] * 1000:9.1f} ms{ratio}")
     print(json.dumps(rows))
+    shutil.rmtree(floor_dir, ignore_errors=True)
 
 
 main()
