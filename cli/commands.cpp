@@ -134,7 +134,7 @@ int run_scan(const GlobalOptions& g, std::ostream& out) {
   const auto& [env, knowledge, settings] = scan_kept(g);
   const auto scanned = std::chrono::steady_clock::now();
   if (g.json)
-    out << scan_json(env, knowledge) << '\n';
+    out << scan_json(env, knowledge, g.threads) << '\n';
   else if (!g.quiet)
     out << scan_text(env, knowledge, style_for(g));
   out.flush();

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "cli/json_writer.hpp"
+#include "resolver/parallel.hpp"
 #include "resolver/text.hpp"
 #include "resolver/unresolved.hpp"
 
@@ -204,7 +206,7 @@ class Doc {
 
 }  // namespace
 
-std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge) {
+std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge, unsigned threads) {
   Doc d(env, knowledge);
   auto& w = d.w;
   // The corpus's model is 1 MB of JSON: 1 KB a dist and 2 KB an object leave room for it.
@@ -256,17 +258,24 @@ std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge) 
   }
   w.end_array();
 
-  std::size_t unresolved = 0;
-  std::size_t unexplained = 0;
-  w.key("objects").begin_array();
-  for (const auto& so : env.objects) {
+  // Each object's JSON stands alone (a third of the document's time on 16 cores when written one
+  // after another): written on every core, then put in order.
+  std::vector<std::string> objects(env.objects.size());
+  std::atomic<std::size_t> unresolved = 0;
+  std::atomic<std::size_t> unexplained = 0;
+  r::parallel_for(env.objects.size(), threads, [&](std::size_t i) {
+    const auto& so = env.objects[i];
     for (const auto& res : so.resolutions) {
       if (res.found()) continue;
       ++unresolved;
       unexplained += r::explain_unresolved(env, knowledge, so, res).kind == r::UnresolvedKind::unexplained;
     }
-    d.object(so);
-  }
+    Doc one(env, knowledge);
+    one.object(so);
+    objects[i] = one.w.take();
+  });
+  w.key("objects").begin_array();
+  for (const auto& o : objects) w.raw(o);
   w.end_array();
   d.diagnostics();
   w.key("summary").begin_object();
@@ -274,8 +283,8 @@ std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge) 
   w.key("record_rows").value(static_cast<std::uint64_t>(rows));
   w.key("files_walked").value(static_cast<std::uint64_t>(env.on_disk.size()));
   w.key("objects").value(static_cast<std::uint64_t>(env.objects.size()));
-  w.key("unresolved_needed").value(static_cast<std::uint64_t>(unresolved));
-  w.key("unexplained_needed").value(static_cast<std::uint64_t>(unexplained));
+  w.key("unresolved_needed").value(static_cast<std::uint64_t>(unresolved.load()));
+  w.key("unexplained_needed").value(static_cast<std::uint64_t>(unexplained.load()));
   w.key("diagnostics").value(static_cast<std::uint64_t>(env.diagnostics.size()));
   w.end_object();
   w.end_object();

@@ -16,7 +16,9 @@
 
 namespace cudafix::cli {
 
-[[nodiscard]] std::string scan_json(const resolver::Environment& env, const resolver::Knowledge& knowledge);
+// `threads` (0: one per core) write the objects.
+[[nodiscard]] std::string scan_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                    unsigned threads = 0);
 [[nodiscard]] std::string why_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                    const resolver::WhyReport& report);
 [[nodiscard]] std::string verify_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
