@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -113,6 +114,10 @@ class Environment {
   [[nodiscard]] std::vector<int> requirement_closure(int dist) const;
   // A process that has imported the requirements of `dist` (or of nothing, for -1).
   [[nodiscard]] Process process_for(int dist) const;
+  // The same, with what each dist of the closure imported given by `imported_of`: its objects,
+  // put in place as that import left them, or null for a dist to import afresh.
+  [[nodiscard]] Process process_for(int dist,
+                                    const std::function<const std::vector<LoadedObject>*(int)>& imported_of) const;
 };
 
 // A what-if for the planner: some dists uninstalled and some files deleted; some dists added and
