@@ -95,6 +95,14 @@ class DoctorVenv : public ::testing::Test {
     return dest;
   }
   static std::string site_of(const std::string& venv) { return venv + site_.substr(venv_.size()); }
+  // `library` copied into `dir` as SONAME.RELEASE with SONAME linked to it, as toolkits install
+  // them: the release doctor reads from the real file name. Returns the folder.
+  static std::string release_named_copy(const TempDir& dir, const std::string& library, const std::string& soname,
+                                        const std::string& release) {
+    fs::copy_file(library, dir.path() + "/" + soname + "." + release);
+    fs::create_symlink(soname + "." + release, dir.path() + "/" + soname);
+    return dir.path();
+  }
 
   // `pip check`'s verdicts as (dist, requirement name, kind) triples.
   static std::set<std::string> pip_check(const std::string& venv) {
@@ -192,10 +200,7 @@ TEST_F(DoctorVenv, TwoCudaMajorsWritingOneLibraryIsASharedPathErrorNamingWhoseBy
 TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause) {
   TempDir dir;
   const std::string venv = copy_venv(dir);
-  ASSERT_EQ(run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
-                      " -m pip uninstall -y -q --disable-pip-version-check nvidia-cudnn-cu12")
-                .exit_code,
-            0);
+  ASSERT_EQ(test::venv_pip(venv, "uninstall -y -q nvidia-cudnn-cu12").exit_code, 0);
   // A cuDNN outside the environment on the library path: the loader falls through to it.
   const std::string outside = k_fixtures + "/verify/cudnn/v91400";
   const auto d = doctor(venv, "--ld-library-path " + shell_quote(outside));
@@ -212,8 +217,7 @@ TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause)
   EXPECT_TRUE(of_rule(doctor(venv).doc, "shadowed-library").empty());
   // The same release from outside (its real name says 9.19.0) is a warning, not an error.
   TempDir same;
-  fs::copy_file(outside + "/libcudnn.so.9", same.path() + "/libcudnn.so.9.19.0");
-  fs::create_symlink("libcudnn.so.9.19.0", same.path() + "/libcudnn.so.9");
+  release_named_copy(same, outside + "/libcudnn.so.9", "libcudnn.so.9", "19.0");
   const auto s2 = of_rule(doctor(venv, "--ld-library-path " + shell_quote(same.path())).doc, "shadowed-library");
   ASSERT_EQ(s2.size(), 1u);
   EXPECT_EQ(s2[0]["severity"], "warning");
@@ -226,10 +230,7 @@ TEST_F(DoctorVenv, ASystemLibraryShadowingTheMissingOneIsNamedUnderItsRootCause)
 TEST_F(DoctorVenv, ALibraryOnlyAnExtrasChainRequiresIsShadowedWhenItsProviderIsUninstalled) {
   TempDir dir;
   const std::string venv = copy_venv(dir);
-  ASSERT_EQ(run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
-                      " -m pip uninstall -y -q --disable-pip-version-check nvidia-cuda-runtime")
-                .exit_code,
-            0);
+  ASSERT_EQ(test::venv_pip(venv, "uninstall -y -q nvidia-cuda-runtime").exit_code, 0);
   const std::string chain = "torchlike requires cuda-kit[cudart]==13.0.2 -> nvidia-cuda-runtime==13.0.96";
   // A copy of unknown release on the library path: an error.
   TempDir outside;
@@ -249,8 +250,7 @@ TEST_F(DoctorVenv, ALibraryOnlyAnExtrasChainRequiresIsShadowedWhenItsProviderIsU
   EXPECT_TRUE(chain_reported) << d.doc["findings"].dump(1);
   // The release the chain pins, by its real file name: a warning.
   TempDir pinned;
-  fs::copy_file(k_fixtures + "/verify/cu13/libcudart.so.13", pinned.path() + "/libcudart.so.13.0.96");
-  fs::create_symlink("libcudart.so.13.0.96", pinned.path() + "/libcudart.so.13");
+  release_named_copy(pinned, k_fixtures + "/verify/cu13/libcudart.so.13", "libcudart.so.13", "0.96");
   const auto s2 = of_rule(doctor(venv, "--ld-library-path " + shell_quote(pinned.path())).doc, "shadowed-library");
   ASSERT_EQ(s2.size(), 1u);
   EXPECT_EQ(s2[0]["severity"], "warning");
@@ -456,8 +456,7 @@ TEST_F(DoctorVenv, HashingShowsAProgressBarOnATerminalAndNoneOtherwise) {
 TEST_F(DoctorVenv, AfterARealPipUninstallOfOneOwnerTheSurvivorIsMetadataOnlyAndOneRootExplainsIt) {
   TempDir dir;
   const std::string venv = copy_venv(dir);
-  const auto un = run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") +
-                            " -m pip uninstall -y -q --disable-pip-version-check nvidia-cudnn-cu12");
+  const auto un = test::venv_pip(venv, "uninstall -y -q nvidia-cudnn-cu12");
   ASSERT_EQ(un.exit_code, 0) << un.out;
   ASSERT_FALSE(fs::exists(site_of(venv) + "/nvidia/cudnn/lib/libcudnn.so.9")) << "pip deleted the shared file";
   // pip check sees nothing new: nvidia-cudnn-cu13 is still "installed".
