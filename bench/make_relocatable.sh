@@ -10,8 +10,11 @@ mkdir -p "$out/lib"
 cp build/cudafix build/cudafix-probe "$out/"
 # Debug information stays here: the copy only has to run.
 strip --strip-debug "$out/cudafix" "$out/cudafix-probe"
-# Everything ldd resolves except glibc's own objects, which must come from the host.
-ldd build/cudafix | awk '/=> \// {print $3}' | while read -r lib; do
+# Everything ldd resolves except glibc's own objects, which must come from the host; and
+# libarchive with what it needs, which cudafix dlopens (found through the same RUNPATH).
+libarchive=$(ldconfig -p | awk '/libarchive\.so\.13 .*x86-64/ {print $NF; exit}')
+{ ldd build/cudafix; echo "libarchive.so.13 => $libarchive (0)"; ldd "$libarchive"; } | awk '/=> \// {print $3}' | sort -u |
+while read -r lib; do
   case "$(basename "$lib")" in
     libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*) ;;
     *) cp -L "$lib" "$out/lib/" ;;

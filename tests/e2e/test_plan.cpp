@@ -420,6 +420,27 @@ TEST_F(PlanFix, AfterARealPipUninstallTheMetadataOnlyProviderIsReinstalledFromTh
   EXPECT_FALSE(without.doc["needs"][0]["tags"].empty());
 }
 
+// libarchive is loaded only when a wheel is read; one that cannot be used makes each wheel a
+// warning that says why, and the plan goes on as if no wheel were at hand.
+TEST_F(PlanFix, WithoutAUsableLibarchiveEachWheelIsAWarningAndThePlanSaysWhatItNeeds) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});
+  ASSERT_EQ(test::venv_pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+  // Searched before the ld.so.cache: a libarchive.so.13 with none of libarchive's functions.
+  const std::string env = "LD_LIBRARY_PATH=" + shell_quote(k_fixtures + "/nolibarchive");
+  const std::string args =
+      "plan fix --venv " + shell_quote(dir) + k_no_cache + " --ld-library-path '' --find-links " + shell_quote(links_);
+  const auto warnings =
+      test::run_shell("env -u VIRTUAL_ENV " + env + " " + shell_quote(test::k_bin) + " " + args + " 2>&1 >/dev/null");
+  EXPECT_THAT(warnings.out,
+              HasSubstr(wheels_.at("cudnn12") + ": cannot read wheels: libarchive.so.13 has no archive_read_new"));
+  const auto p = test::cudafix_json(args, env);
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+  EXPECT_EQ(actions(p.doc), std::vector<std::string>({"reinstall nvidia-cudnn-cu12"}));
+  ASSERT_EQ(p.doc["needs"].size(), 1u) << p.doc.dump(1);
+  EXPECT_EQ(p.doc["needs"][0]["name"], "nvidia-cudnn-cu12");
+}
+
 TEST_F(PlanFix, AnUnusedCuda12CublasBesideACuda13ConsumerIsRemoved) {
   TempDir t;
   const auto dir = venv(t, {"runtime13", "cudnn13", "cublas12", "torch13"});
