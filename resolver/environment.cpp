@@ -6,12 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <exception>
 #include <filesystem>
 #include <future>
 #include <map>
-#include <mutex>
 #include <set>
 
 #include "resolver/fs_walk.hpp"
@@ -442,55 +439,6 @@ std::vector<int> requirement_depths(const Environment& env) {
   return depth;
 }
 
-// Runs `run(d)` for every task d once the tasks it waits for (`waits_for[d]`) have run, on up to
-// `threads` threads, lowest priority value first among those ready.
-void run_in_dependency_order(const std::vector<int>& tasks, const std::map<int, std::vector<int>>& waits_for,
-                             const std::function<std::pair<int, int>(int)>& priority, unsigned threads,
-                             const std::function<void(int)>& run) {
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::map<int, std::size_t> waiting;
-  std::map<int, std::vector<int>> dependents;
-  std::set<std::pair<std::pair<int, int>, int>> ready;
-  for (int t : tasks) {
-    const auto it = waits_for.find(t);
-    waiting[t] = it == waits_for.end() ? 0 : it->second.size();
-    if (it != waits_for.end())
-      for (int w : it->second) dependents[w].push_back(t);
-    if (waiting[t] == 0) ready.insert({priority(t), t});
-  }
-  std::size_t left = tasks.size();
-  std::exception_ptr failure;  // the first task that threw; the others still queued do not run
-  const auto workers = std::min<std::size_t>(thread_count(threads), std::max<std::size_t>(tasks.size(), 1));
-  parallel_for(workers, threads, [&](std::size_t) {
-    std::unique_lock lock(mutex);
-    while (true) {
-      changed.wait(lock, [&] { return !ready.empty() || left == 0; });
-      if (ready.empty()) return;
-      const int t = ready.begin()->second;
-      ready.erase(ready.begin());
-      lock.unlock();
-      try {
-        run(t);
-      } catch (...) {
-        lock.lock();
-        if (!failure) failure = std::current_exception();
-        ready.clear();
-        left = 0;
-        changed.notify_all();
-        return;
-      }
-      lock.lock();
-      if (left == 0) return;  // another task failed
-      --left;
-      for (int d : dependents[t])
-        if (--waiting[d] == 0) ready.insert({priority(d), d});
-      changed.notify_all();
-    }
-  });
-  if (failure) std::rethrow_exception(failure);
-}
-
 // Runs the process model: each dist's extension modules are imported in a process that already
 // imported its requirements; every object keeps the resolutions of the first import that maps
 // it, in import order (by depth, then by name). What each import mapped is remembered, so a
@@ -513,40 +461,39 @@ void resolve_objects(Environment& env, unsigned threads) {
   std::map<int, std::vector<int>> by_depth;
   for (std::size_t d = 0; d < env.dists.size(); ++d) by_depth[depth[d]].push_back(static_cast<int>(d));
 
-  std::vector<int> tasks;  // the dists with something to import
-  std::map<int, std::vector<int>> waits_for;
-  for (const auto& [d, eps] : entry_points) {
-    tasks.push_back(d);
-    for (int c : env.closures[static_cast<std::size_t>(d)])
-      if (depth_of(c) < depth_of(d) && entry_points.count(c)) waits_for[d].push_back(c);
-  }
+  // The dists with something to import, by depth then index: the order tasks are started in.
+  std::vector<int> tasks;
+  for (const auto& [level, dists] : by_depth)
+    for (int d : dists)
+      if (entry_points.count(d)) tasks.push_back(d);
+  std::map<int, std::size_t> task_of;
+  for (std::size_t t = 0; t < tasks.size(); ++t) task_of[tasks[t]] = t;
+  std::vector<std::vector<std::size_t>> waits_for(tasks.size());
+  for (std::size_t t = 0; t < tasks.size(); ++t)
+    for (int c : env.closures[static_cast<std::size_t>(tasks[t])])
+      if (depth_of(c) < depth_of(tasks[t]) && task_of.count(c)) waits_for[t].push_back(task_of.at(c));
   std::vector<std::vector<LoadedObject>> imported(env.dists.size());
   std::vector<std::vector<Learned>> learned(env.dists.size());
   const std::vector<LoadedObject> nothing;
-  run_in_dependency_order(
-      tasks, waits_for,
-      [&](int d) {
-        return std::pair{depth_of(d), d};
-      },
-      threads,
-      [&](int d) {
-        Process p = env.process_for(d, [&](int c) -> const std::vector<LoadedObject>* {
-          if (depth_of(d) == 0) return nullptr;
-          return depth_of(c) < depth_of(d) ? &imported[static_cast<std::size_t>(c)] : &nothing;
-        });
-        for (auto i : entry_points.at(d)) {
-          env.loader->load(p, env.objects[i].path);
-          const std::string context = fmt::format("import of {} ({})", env.dists[static_cast<std::size_t>(d)].name,
-                                                  env.display(env.objects[i].path));
-          for (std::size_t j = p.load_start; j < p.objects.size(); ++j) {
-            const auto& lo = p.objects[j];
-            LoadedObject kept{lo.path, lo.real, lo.names, lo.elf, -1, {}, {}, true};
-            imported[static_cast<std::size_t>(d)].push_back(std::move(kept));
-            if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
-              learned[static_cast<std::size_t>(d)].push_back({it->second, lo.needed, context});
-          }
-        }
-      });
+  run_in_dependency_order(waits_for, threads, [&](std::size_t t) {
+    const int d = tasks[t];
+    Process p = env.process_for(d, [&](int c) -> const std::vector<LoadedObject>* {
+      if (depth_of(d) == 0) return nullptr;
+      return depth_of(c) < depth_of(d) ? &imported[static_cast<std::size_t>(c)] : &nothing;
+    });
+    for (auto i : entry_points.at(d)) {
+      env.loader->load(p, env.objects[i].path);
+      const std::string context = fmt::format("import of {} ({})", env.dists[static_cast<std::size_t>(d)].name,
+                                              env.display(env.objects[i].path));
+      for (std::size_t j = p.load_start; j < p.objects.size(); ++j) {
+        const auto& lo = p.objects[j];
+        LoadedObject kept{lo.path, lo.real, lo.names, lo.elf, -1, {}, {}, true};
+        imported[static_cast<std::size_t>(d)].push_back(std::move(kept));
+        if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
+          learned[static_cast<std::size_t>(d)].push_back({it->second, lo.needed, context});
+      }
+    }
+  });
   env.imported = std::move(imported);
 
   std::vector<bool> assigned(env.objects.size(), false);

@@ -8,6 +8,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace cudafix::resolver {
@@ -130,6 +131,55 @@ void parallel_for(std::size_t n, unsigned threads, const std::function<void(std:
     return;
   }
   Pool::instance().run(n, t, fn);
+}
+
+}  // namespace cudafix::resolver
+
+namespace cudafix::resolver {
+
+void run_in_dependency_order(const std::vector<std::vector<std::size_t>>& waits_for, unsigned threads,
+                             const std::function<void(std::size_t)>& run) {
+  const std::size_t n = waits_for.size();
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::size_t> waiting(n);
+  std::vector<std::vector<std::size_t>> dependents(n);
+  std::set<std::size_t> ready;
+  for (std::size_t t = 0; t < n; ++t) {
+    waiting[t] = waits_for[t].size();
+    for (std::size_t w : waits_for[t]) dependents[w].push_back(t);
+    if (waiting[t] == 0) ready.insert(t);
+  }
+  std::size_t left = n;
+  std::exception_ptr failure;
+  const auto workers = std::min<std::size_t>(thread_count(threads), std::max<std::size_t>(n, 1));
+  parallel_for(workers, threads, [&](std::size_t) {
+    std::unique_lock lock(mutex);
+    while (true) {
+      changed.wait(lock, [&] { return !ready.empty() || left == 0; });
+      if (ready.empty()) return;
+      const std::size_t t = *ready.begin();
+      ready.erase(ready.begin());
+      lock.unlock();
+      try {
+        run(t);
+      } catch (...) {
+        lock.lock();
+        if (!failure) failure = std::current_exception();
+        ready.clear();
+        left = 0;
+        changed.notify_all();
+        return;
+      }
+      lock.lock();
+      if (left == 0) return;  // another task failed
+      --left;
+      for (std::size_t d : dependents[t])
+        if (--waiting[d] == 0) ready.insert(d);
+      changed.notify_all();
+    }
+  });
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace cudafix::resolver

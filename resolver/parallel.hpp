@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 namespace cudafix::resolver {
 
@@ -15,5 +16,11 @@ namespace cudafix::resolver {
 // 0: one per core); returns when every call has returned. fn may itself call parallel_for: the
 // caller always works on its own items, so a busy pool slows it but never blocks it.
 void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn);
+
+// Runs run(t) for t in [0, waits_for.size()), each only after run(w) has returned for every w in
+// waits_for[t] (no cycles), on up to `threads` threads; among the tasks ready, the lowest t
+// starts first. The first exception stops the tasks not yet started and reaches the caller.
+void run_in_dependency_order(const std::vector<std::vector<std::size_t>>& waits_for, unsigned threads,
+                             const std::function<void(std::size_t)>& run);
 
 }  // namespace cudafix::resolver

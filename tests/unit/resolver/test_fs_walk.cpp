@@ -95,5 +95,30 @@ TEST(ParallelFor, AnExceptionReachesTheCallerAfterTheOtherCallsReturn) {
   EXPECT_LT(finished.load(), 64);
 }
 
+TEST(RunInDependencyOrder, EachTaskStartsOnlyAfterThoseItWaitsFor) {
+  // A diamond repeated: task 4k+3 waits for 4k+1 and 4k+2, which wait for 4k, which waits for 4k-1.
+  constexpr std::size_t n = 200;
+  std::vector<std::vector<std::size_t>> waits_for(n);
+  for (std::size_t k = 0; k < n / 4; ++k) {
+    if (k > 0) waits_for[4 * k] = {4 * k - 1};
+    waits_for[4 * k + 1] = {4 * k};
+    waits_for[4 * k + 2] = {4 * k};
+    waits_for[4 * k + 3] = {4 * k + 1, 4 * k + 2};
+  }
+  std::vector<std::atomic<bool>> done(n);
+  std::atomic<int> early{0};
+  run_in_dependency_order(waits_for, 8, [&](std::size_t t) {
+    for (std::size_t w : waits_for[t]) early += !done[w].load();
+    done[t] = true;
+  });
+  EXPECT_EQ(early.load(), 0);
+  for (const auto& d : done) EXPECT_TRUE(d.load());
+  EXPECT_THROW(run_in_dependency_order(waits_for, 8,
+                                       [&](std::size_t t) {
+                                         if (t == 7) throw std::runtime_error("task 7");
+                                       }),
+               std::runtime_error);
+}
+
 }  // namespace
 }  // namespace cudafix::resolver
