@@ -2,6 +2,11 @@
 
 #include "resolver/text.hpp"
 
+#include <sys/stat.h>
+
+#include "resolver/diagnostic.hpp"
+#include "tests/support/process.hpp"
+
 namespace cudafix::resolver {
 
 TEST(NormalizeName, FollowsPep503) {
@@ -45,6 +50,30 @@ TEST(LooksLikeSharedObject, KnowsVersionedAndExtensionNames) {
   EXPECT_TRUE(looks_like_shared_object("libcrypto-5409cd36.so.1.1.1k"));  // auditwheel-vendored OpenSSL
   EXPECT_FALSE(looks_like_shared_object("libfoo.so.py"));
   EXPECT_FALSE(looks_like_shared_object("README.sources"));
+}
+
+TEST(ReadFile, ReadsWholeFilesOfAnySizeAndFilesThatReportNoSize) {
+  test::TempDir t;
+  std::string big;
+  for (int i = 0; big.size() < 3'000'000; ++i) big += "torch/lib/file" + std::to_string(i) + ".py,sha256=abc,12\n";
+  test::write_file(t.path() + "/RECORD", big);
+  EXPECT_EQ(read_file(t.path() + "/RECORD"), big);
+  EXPECT_EQ(try_read_file(t.path() + "/RECORD"), big);
+  test::write_file(t.path() + "/empty", "");
+  EXPECT_EQ(try_read_file(t.path() + "/empty"), "");
+  // /proc files say their size is 0 and still have text.
+  const auto status = try_read_file("/proc/self/status");
+  ASSERT_TRUE(status);
+  EXPECT_NE(status->find("Name:"), std::string::npos);
+}
+
+TEST(TryReadFile, RefusesAFifoAFolderAndAMissingFileWithoutWaiting) {
+  test::TempDir t;
+  ASSERT_EQ(::mkfifo((t.path() + "/METADATA").c_str(), 0600), 0);
+  EXPECT_FALSE(try_read_file(t.path() + "/METADATA"));  // would block forever if opened to read
+  EXPECT_FALSE(try_read_file(t.path()));
+  EXPECT_FALSE(try_read_file(t.path() + "/absent"));
+  EXPECT_THROW((void)read_file(t.path() + "/absent"), Error);
 }
 
 }  // namespace cudafix::resolver
