@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -278,8 +279,6 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
   // In parallel over chunks of rows (torch alone lists 15,000 files): each row's place in the
   // walk (read-only lookups), or its path when the walk did not see it. Then owners are
   // recorded in one pass, in dist order.
-  constexpr std::uint32_t k_unwalked = UINT32_MAX;
-  constexpr std::uint32_t k_ignored = UINT32_MAX - 1;
   constexpr std::size_t k_chunk = 1024;  // small enough to spread torch over 16 cores
   struct Chunk {
     std::size_t dist, begin, end;
@@ -301,43 +300,52 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
       if (s.real == d.site_dir) site = &s;
     const std::string bound = site ? site->bound : env.layout.root_real;
     const std::string record_file = d.site_dir + "/" + d.dir_name + "/RECORD";
-    std::string abs;
-    for (std::size_t k = chunk.begin; k < chunk.end; ++k) {
-      const auto& row = d.record[k];
-      std::uint32_t w = k_ignored;
-      join_normal(d.site_dir, row.path, abs);
-      if (!is_within(abs, bound)) {
-        chunk.diagnostics.push_back(
-            {record_file, row.line, std::nullopt,
-             fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
-        w = k_ignored;
-        continue;
+    // Rows go in batches: a batch's paths are joined and hashed first, their slots in the walk's
+    // index prefetched, and then looked up, so that the lookups' cache misses overlap.
+    constexpr std::size_t k_batch = 16;
+    std::array<std::string, k_batch> paths;
+    std::array<std::uint64_t, k_batch> hashes{};
+    for (std::size_t b = chunk.begin; b < chunk.end; b += k_batch) {
+      const std::size_t n = std::min(k_batch, chunk.end - b);
+      for (std::size_t i = 0; i < n; ++i) {
+        join_normal(d.site_dir, d.record[b + i].path, paths[i]);
+        hashes[i] = std::hash<std::string_view>{}(paths[i]);
+        env.on_disk.prefetch(hashes[i]);
       }
-      if (auto index = env.on_disk.find(abs)) {
-        w = *index;
-        // Most paths have one owner: claim it without a lock; a second owner is sorted out below.
-        int expected = -1;
-        const int dist = static_cast<int>(chunk.dist);
-        if (!std::atomic_ref<int>(env.first_owner[w]).compare_exchange_strong(expected, dist) && expected != dist)
-          chunk.shared.push_back(w);
-        continue;
-      }
-      w = k_unwalked;
-      chunk.unwalked.push_back(
-          {std::hash<std::string_view>{}(abs), static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
-      if (in_pycache(abs)) continue;  // not walked, and never a finding
-      if (env.site_of(abs)) {
-        if (auto link = symlinked_ancestor(abs, d.site_dir, symlinks)) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t k = b + i;
+        const auto& row = d.record[k];
+        const std::string& abs = paths[i];
+        if (!is_within(abs, bound)) {
           chunk.diagnostics.push_back(
               {record_file, row.line, std::nullopt,
-               fmt::format("path '{}' goes through the symlinked folder {}", to_valid_utf8(row.path), *link)});
+               fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
+          continue;
         }
-        chunk.missing.push_back(abs);
-        continue;
+        if (auto index = env.on_disk.find(abs, hashes[i])) {
+          // Most paths have one owner: claim it without a lock; a second owner is sorted out below.
+          int expected = -1;
+          const int dist = static_cast<int>(chunk.dist);
+          if (!std::atomic_ref<int>(env.first_owner[*index]).compare_exchange_strong(expected, dist) &&
+              expected != dist)
+            chunk.shared.push_back(*index);
+          continue;
+        }
+        chunk.unwalked.push_back({hashes[i], static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
+        if (in_pycache(abs)) continue;  // not walked, and never a finding
+        if (env.site_of(abs)) {
+          if (auto link = symlinked_ancestor(abs, d.site_dir, symlinks)) {
+            chunk.diagnostics.push_back(
+                {record_file, row.line, std::nullopt,
+                 fmt::format("path '{}' goes through the symlinked folder {}", to_valid_utf8(row.path), *link)});
+          }
+          chunk.missing.push_back(abs);
+          continue;
+        }
+        // Outside the walked folders (bin/ scripts): few rows, one lstat each.
+        std::error_code ec;
+        if (!std::filesystem::exists(std::filesystem::symlink_status(abs, ec))) chunk.missing.push_back(abs);
       }
-      // Outside the walked folders (bin/ scripts): few rows, one lstat each.
-      std::error_code ec;
-      if (!std::filesystem::exists(std::filesystem::symlink_status(abs, ec))) chunk.missing.push_back(abs);
     }
   });
   for (auto& chunk : chunks) {

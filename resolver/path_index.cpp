@@ -33,8 +33,11 @@ void PathIndex::assign_distinct(std::vector<std::string_view> keys, const std::v
 }
 
 std::optional<std::uint32_t> PathIndex::find(std::string_view path) const {
+  return find(path, std::hash<std::string_view>{}(path));
+}
+
+std::optional<std::uint32_t> PathIndex::find(std::string_view path, std::uint64_t h) const {
   if (slots_.empty()) return std::nullopt;
-  const std::uint64_t h = std::hash<std::string_view>{}(path);
   const std::size_t mask = slots_.size() - 1;
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
