@@ -88,12 +88,33 @@ const std::string* LoaderModel::real_dir(const std::string& dir) const {
     const auto it = config_.added_dirs->find(lexically_normal(dir));
     if (it != config_.added_dirs->end()) return &*it;
   }
-  const auto& real = fs_->real_dirs.get(dir, [&]() -> std::optional<std::string> {
+  const auto& real = fs_->real_dirs.get(dir, [&] { return find_real_dir(dir); });
+  return real ? &*real : nullptr;
+}
+
+// A folder's realpath from its parent's, which is cached: realpath(3) reads every part of the
+// path again, a readlink each, and the process model asks for some 300 folders ten parts deep.
+// Only a symlinked last part, or a path with "." or ".." parts, takes realpath(3).
+std::optional<std::string> LoaderModel::find_real_dir(const std::string& dir) const {
+  auto by_realpath = [&]() -> std::optional<std::string> {
     char buf[PATH_MAX];
     if (::realpath(dir.c_str(), buf)) return std::string(buf);
     return std::nullopt;
-  });
-  return real ? &*real : nullptr;
+  };
+  if (dir == "/") return dir;
+  const auto slash = dir.rfind('/');
+  if (dir.empty() || dir.front() != '/' || slash == std::string::npos) return by_realpath();
+  const std::string name = dir.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..") return by_realpath();
+  const std::string* parent = real_dir(slash == 0 ? std::string("/") : dir.substr(0, slash));
+  if (!parent) return std::nullopt;
+  std::string candidate = (*parent == "/" ? std::string() : *parent) + "/" + name;
+  struct stat st {};
+  if (::lstat(candidate.c_str(), &st) != 0) return std::nullopt;
+  if (!S_ISLNK(st.st_mode)) return candidate;
+  char buf[PATH_MAX];
+  if (::realpath(candidate.c_str(), buf)) return std::string(buf);
+  return std::nullopt;
 }
 
 bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {

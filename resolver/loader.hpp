@@ -150,6 +150,7 @@ class LoaderModel {
                 const std::unordered_set<std::string>& gone, Resolution& out, bool record) const;
   [[nodiscard]] std::string expand_tokens(const std::string& entry, const std::string& origin) const;
   [[nodiscard]] const std::string* real_dir(const std::string& dir) const;
+  [[nodiscard]] std::optional<std::string> find_real_dir(const std::string& dir) const;
   [[nodiscard]] const std::string& real_file(const std::string& path) const;
   [[nodiscard]] bool dir_has(const std::string& real, const std::string& name) const;
   int add_object(Process& process, const std::string& path, const std::string& name, int loader) const;
