@@ -22,6 +22,18 @@ TEST(LexicallyNormal, ResolvesDotDotWithoutTouchingDisk) {
   EXPECT_EQ(lexically_normal("../x"), "../x");
 }
 
+TEST(JoinNormal, EqualsTheLexicalNormalOfTheJoinedPath) {
+  for (const std::string rel :
+       {"torch/lib/libc10.so", "a/.hidden/b", "a/..b/c", "a/b..", ".x", "..x/y", "a/./b", "./a", "a/.", "a/../b",
+        "../../../bin/pip", "..", ".", "a//b", "a/b/", "a/b/..", "x.py", "a/...", "a/.../b"}) {
+    EXPECT_EQ(join_normal("/v/site", rel), lexically_normal("/v/site/" + rel)) << rel;
+    EXPECT_EQ(join_normal("/v/site/", rel), lexically_normal("/v/site/" + rel)) << rel;
+  }
+  EXPECT_EQ(join_normal("/v/site", "../../../bin/pip"), "/bin/pip");
+  EXPECT_EQ(join_normal("/v/site", "/abs/../x"), "/x");  // an absolute row stands alone
+  EXPECT_EQ(join_normal("/v/lib/site", "a/.hidden/b"), "/v/lib/site/a/.hidden/b");
+}
+
 TEST(IsWithin, RejectsSiblingPrefixes) {
   EXPECT_TRUE(is_within("/v/lib/x", "/v"));
   EXPECT_TRUE(is_within("/v", "/v"));
