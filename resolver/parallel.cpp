@@ -53,7 +53,12 @@ class Pool {
     job.seats = threads - 1;
     {
       std::lock_guard lock(mutex_);
-      while (threads_started_ < threads - 1) {
+      // Enough threads for every seat of the jobs running at once (the walk and the dist-info
+      // reads run side by side, each with its share of the cores), though never more than twice
+      // the cores however deeply calls nest.
+      seats_wanted_ += threads - 1;
+      const unsigned cap = std::max(threads - 1, 2 * thread_count(0));
+      while (threads_started_ < std::min(seats_wanted_, cap)) {
         std::thread([this] { serve(); }).detach();
         ++threads_started_;
       }
@@ -67,6 +72,7 @@ class Pool {
       // No pool thread takes a seat from here on; wait for those that did.
       if (const auto it = std::find(jobs_.begin(), jobs_.end(), &job); it != jobs_.end()) jobs_.erase(it);
       done_.wait(lock, [&] { return job.helpers == 0; });
+      seats_wanted_ -= threads - 1;
     }
     if (job.error) std::rethrow_exception(job.error);
   }
@@ -114,6 +120,7 @@ class Pool {
   std::deque<Job*> jobs_;
   std::atomic<std::uint64_t> posted_{0};
   unsigned threads_started_ = 0;
+  unsigned seats_wanted_ = 0;  // pool threads the running jobs asked for, together
 };
 
 }  // namespace
