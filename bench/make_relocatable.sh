@@ -10,10 +10,17 @@ mkdir -p "$out/lib"
 cp build/cudafix build/cudafix-probe "$out/"
 # Debug information stays here: the copy only has to run.
 strip --strip-debug "$out/cudafix" "$out/cudafix-probe"
-# Everything ldd resolves except glibc's own objects, which must come from the host; and
-# libarchive with what it needs, which cudafix dlopens (found through the same RUNPATH).
-libarchive=$(ldconfig -p | awk '/libarchive\.so\.13 .*x86-64/ {print $NF; exit}')
-{ ldd build/cudafix; echo "libarchive.so.13 => $libarchive (0)"; ldd "$libarchive"; } | awk '/=> \// {print $3}' | sort -u |
+# Everything ldd resolves except glibc's own objects, which must come from the host; and the
+# libraries cudafix dlopens (libarchive, libcrypto) with what they need, found through the same
+# RUNPATH.
+{
+  ldd build/cudafix
+  for soname in libarchive.so.13 libcrypto.so.3; do
+    path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ {print $NF; exit}')
+    echo "$soname => $path (0)"
+    ldd "$path"
+  done
+} | awk '/=> \// {print $3}' | sort -u |
 while read -r lib; do
   case "$(basename "$lib")" in
     libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*) ;;

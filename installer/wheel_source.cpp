@@ -2,7 +2,6 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,9 +9,9 @@
 #include <fstream>
 #include <memory>
 #include <set>
-#include <type_traits>
 
 #include "resolver/provenance.hpp"
+#include "resolver/shared_library.hpp"
 #include "resolver/text.hpp"
 
 namespace cudafix::installer {
@@ -25,9 +24,7 @@ constexpr la_int64_t k_max_elf_member = la_int64_t{4} << 30;
 // METADATA and RECORD: far larger than any real one (torch's RECORD is 2 MB).
 constexpr std::size_t k_max_text_member = std::size_t{256} << 20;
 
-// libarchive, loaded the first time a wheel is read. Linked in, it brought libxml2 and ICU into
-// every run of cudafix, scan and doctor included: 2.5 ms at each start on the 2-core machine (a C
-// program linked only against it starts in 3.2 ms, one without it in 0.7 ms).
+// libarchive, loaded the first time a wheel is read (resolver/shared_library.hpp says why).
 struct LibArchive {
   decltype(&::archive_read_new) read_new;
   decltype(&::archive_read_free) read_free;
@@ -46,25 +43,19 @@ struct LibArchive {
 const LibArchive& libarchive() {
   static const LibArchive lib = [] {
     // Every libarchive 3 has this SONAME; the headers the calls are checked against are 3's.
-    void* handle = ::dlopen("libarchive.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!handle) throw r::Error(fmt::format("cannot read wheels: {}", ::dlerror()));
-    auto symbol = [&](auto& slot, const char* name) {
-      void* p = ::dlsym(handle, name);
-      if (!p) throw r::Error(fmt::format("cannot read wheels: libarchive.so.13 has no {}", name));
-      slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(p);
-    };
+    const r::SharedLibrary so("libarchive.so.13", "read wheels");
     LibArchive l{};
-    symbol(l.read_new, "archive_read_new");
-    symbol(l.read_free, "archive_read_free");
-    symbol(l.support_format_zip, "archive_read_support_format_zip");
-    symbol(l.open_filename, "archive_read_open_filename");
-    symbol(l.open_memory, "archive_read_open_memory");
-    symbol(l.next_header, "archive_read_next_header");
-    symbol(l.read_data, "archive_read_data");
-    symbol(l.error_string, "archive_error_string");
-    symbol(l.entry_pathname, "archive_entry_pathname");
-    symbol(l.entry_size, "archive_entry_size");
-    symbol(l.entry_size_is_set, "archive_entry_size_is_set");
+    so.bind(l.read_new, "archive_read_new");
+    so.bind(l.read_free, "archive_read_free");
+    so.bind(l.support_format_zip, "archive_read_support_format_zip");
+    so.bind(l.open_filename, "archive_read_open_filename");
+    so.bind(l.open_memory, "archive_read_open_memory");
+    so.bind(l.next_header, "archive_read_next_header");
+    so.bind(l.read_data, "archive_read_data");
+    so.bind(l.error_string, "archive_error_string");
+    so.bind(l.entry_pathname, "archive_entry_pathname");
+    so.bind(l.entry_size, "archive_entry_size");
+    so.bind(l.entry_size_is_set, "archive_entry_size_is_set");
     return l;
   }();
   return lib;

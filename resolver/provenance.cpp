@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "resolver/pep440.hpp"
+#include "resolver/shared_library.hpp"
 #include "resolver/text.hpp"
 
 namespace cudafix::resolver {
@@ -38,16 +39,48 @@ std::string hex_of(const unsigned char* data, std::size_t n) {
   return out;
 }
 
+// libcrypto, loaded the first time something is hashed (resolver/shared_library.hpp says why):
+// only --verify-hashes, plans and wheels hash; scan and doctor without it do not.
+struct LibCrypto {
+  decltype(&::EVP_sha256) sha256;
+  decltype(&::EVP_Digest) digest;
+  decltype(&::EVP_MD_CTX_new) ctx_new;
+  decltype(&::EVP_MD_CTX_free) ctx_free;
+  decltype(&::EVP_DigestInit_ex) init;
+  decltype(&::EVP_DigestUpdate) update;
+  decltype(&::EVP_DigestFinal_ex) final;
+};
+
+// Throws Error when libcrypto cannot be loaded (and tries again on the next call).
+const LibCrypto& libcrypto() {
+  static const LibCrypto lib = [] {
+    // OpenSSL 3's SONAME; the headers the calls are checked against are 3's.
+    const SharedLibrary so("libcrypto.so.3", "compute SHA-256");
+    LibCrypto l{};
+    so.bind(l.sha256, "EVP_sha256");
+    so.bind(l.digest, "EVP_Digest");
+    so.bind(l.ctx_new, "EVP_MD_CTX_new");
+    so.bind(l.ctx_free, "EVP_MD_CTX_free");
+    so.bind(l.init, "EVP_DigestInit_ex");
+    so.bind(l.update, "EVP_DigestUpdate");
+    so.bind(l.final, "EVP_DigestFinal_ex");
+    return l;
+  }();
+  return lib;
+}
+
 }  // namespace
 
 std::string sha256_hex(std::string_view data) {
+  const LibCrypto& c = libcrypto();
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  c.digest(data.data(), data.size(), md, &len, c.sha256(), nullptr);
   return hex_of(md, len);
 }
 
 std::string sha256_of_file(const std::string& path, DigestForm form, std::uint64_t* bytes) {
+  const LibCrypto& c = libcrypto();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "";
   // One buffer per thread: zeroing a fresh megabyte per file cost more than hashing small files.
@@ -66,17 +99,17 @@ std::string sha256_of_file(const std::string& path, DigestForm form, std::uint64
   if (n >= 0 && static_cast<std::size_t>(n) < buf.size()) {
     // Most files fit in one read: hash them in one call, without a digest context.
     total = static_cast<std::uint64_t>(n);
-    EVP_Digest(buf.data(), static_cast<std::size_t>(n), md, &len, EVP_sha256(), nullptr);
+    c.digest(buf.data(), static_cast<std::size_t>(n), md, &len, c.sha256(), nullptr);
   } else {
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    EVP_MD_CTX* ctx = c.ctx_new();
+    c.init(ctx, c.sha256(), nullptr);
     while (n > 0) {
-      EVP_DigestUpdate(ctx, buf.data(), static_cast<std::size_t>(n));
+      c.update(ctx, buf.data(), static_cast<std::size_t>(n));
       total += static_cast<std::uint64_t>(n);
       n = read_some();
     }
-    EVP_DigestFinal_ex(ctx, md, &len);
-    EVP_MD_CTX_free(ctx);
+    c.final(ctx, md, &len);
+    c.ctx_free(ctx);
   }
   ::close(fd);
   if (n < 0) return "";

@@ -441,6 +441,20 @@ TEST_F(DoctorVenv, HashesNameTheOwnerWhoseRecordTheBytesMatch) {
   EXPECT_TRUE(of_rule(doctor(venv_).doc, "hash-mismatch").empty());
 }
 
+TEST_F(DoctorVenv, WithoutAUsableLibcryptoHashingFailsSayingWhyAndAScanDoesNotNeedIt) {
+  // Searched before the ld.so.cache: a libcrypto.so.3 with none of OpenSSL's functions.
+  const std::string env = "LD_LIBRARY_PATH=" + shell_quote(k_fixtures + "/nolibcrypto");
+  const std::string where = " --venv " + shell_quote(venv_) + k_no_cache + " --ld-library-path ''";
+  const auto hashed =
+      run_shell("env -u VIRTUAL_ENV " + env + " " + shell_quote(k_bin) + " doctor --verify-hashes" + where + " 2>&1");
+  EXPECT_EQ(hashed.exit_code, 2);
+  EXPECT_THAT(hashed.out, HasSubstr("cannot compute SHA-256: libcrypto.so.3 has no EVP_sha256"));
+  // A scan hashes nothing, so it never loads libcrypto (linked, it loaded at every start).
+  const auto scan = test::cudafix_json("scan" + where, env);
+  EXPECT_EQ(scan.exit_code, 0) << scan.out;
+  EXPECT_EQ(scan.doc["command"], "scan");
+}
+
 TEST_F(DoctorVenv, HashingShowsAProgressBarOnATerminalAndNoneOtherwise) {
   const std::string cmd = "env -u VIRTUAL_ENV " + shell_quote(k_bin) +
                           " doctor --verify-hashes --select hash-mismatch --venv " + shell_quote(venv_) + k_no_cache;
