@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -375,20 +376,26 @@ std::vector<ElfRead> read_elf_files(const std::vector<std::string>& candidates, 
 }
 
 // The shared objects among the candidates, with their owners (so after ownership).
+// `candidates` are in path order, so the objects are made in the order they are kept in: each on
+// its own core (its owners looked up, its ELF facts copied into the cache), then gathered.
 void add_objects(Environment& env, const std::vector<std::string>& candidates, std::vector<ElfRead> reads,
-                 const std::vector<std::string>& symlink_candidates) {
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (reads[i].status == ElfReadStatus::not_elf) continue;
-    if (reads[i].status == ElfReadStatus::invalid) env.diagnostics.push_back(reads[i].diagnostic);
+                 const std::vector<std::string>& symlink_candidates, unsigned threads) {
+  std::vector<std::optional<SharedObject>> made(candidates.size());
+  parallel_for(candidates.size(), threads, [&](std::size_t i) {
+    if (reads[i].status == ElfReadStatus::not_elf) return;
     SharedObject o;
     o.path = candidates[i];
     o.owners = env.owners_of(o.path);
     o.elf = reads[i];
     o.entry_point = o.elf.status == ElfReadStatus::ok && !o.elf.info.soname;
     env.elf_cache->put(o.path, std::move(reads[i]));
-    env.objects.push_back(std::move(o));
+    made[i] = std::move(o);
+  });
+  for (auto& o : made) {
+    if (!o) continue;
+    if (o->elf.status == ElfReadStatus::invalid) env.diagnostics.push_back(o->elf.diagnostic);
+    env.objects.push_back(std::move(*o));
   }
-  std::sort(env.objects.begin(), env.objects.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
   for (std::size_t i = 0; i < env.objects.size(); ++i) env.object_by_path[env.objects[i].path] = i;
   for (const auto& link : symlink_candidates) {
     const std::string target = real_path_of(link);
@@ -608,27 +615,48 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   phase("walk");
   env.diagnostics = std::move(walk.diagnostics);
 
+  // Each worker's share of the walk sorted out on its own core: the files that go into the index,
+  // copied to their place in it, and the shared objects and symlinks found.
+  struct Found {
+    std::vector<std::string> objects, linked_objects, symlinks;
+    std::size_t files = 0, at = 0;
+  };
+  std::vector<Found> found(walk.parts.size());
+  parallel_for(walk.parts.size(), threads, [&](std::size_t p) {
+    for (const auto& e : walk.parts[p]) {
+      if (e.type == EntryType::directory) continue;
+      ++found[p].files;
+      if (e.type != EntryType::file && e.type != EntryType::symlink) continue;
+      if (e.type == EntryType::symlink) found[p].symlinks.emplace_back(e.path);
+      if (e.shared_object_name)
+        (e.type == EntryType::file ? found[p].objects : found[p].linked_objects).emplace_back(e.path);
+    }
+  });
   std::vector<std::string> candidates;
   std::vector<std::string> symlink_candidates;
   std::unordered_set<std::string> symlinks;
-  for (const auto& e : walk.entries) {
-    if (e.type != EntryType::file && e.type != EntryType::symlink) continue;
-    if (e.type == EntryType::symlink) symlinks.emplace(e.path);
-    if (!e.shared_object_name) continue;
-    (e.type == EntryType::file ? candidates : symlink_candidates).emplace_back(e.path);
+  std::size_t files = 0;
+  for (auto& f : found) {
+    f.at = files;
+    files += f.files;
+    std::move(f.objects.begin(), f.objects.end(), std::back_inserter(candidates));
+    std::move(f.linked_objects.begin(), f.linked_objects.end(), std::back_inserter(symlink_candidates));
+    for (auto& l : f.symlinks) symlinks.insert(std::move(l));
   }
+  std::sort(candidates.begin(), candidates.end());  // the order objects are kept in
   const bool wants_elf = options.depth != ScanDepth::files;
   auto elf_read = std::async(
       launch, [&] { return wants_elf ? read_elf_files(candidates, options.threads) : std::vector<ElfRead>{}; });
-  std::vector<std::string_view> paths;
-  std::vector<std::uint64_t> hashes;
-  paths.reserve(walk.entries.size());
-  hashes.reserve(walk.entries.size());
-  for (const auto& e : walk.entries)
-    if (e.type != EntryType::directory) {
-      paths.push_back(e.path);
-      hashes.push_back(e.hash);
+  std::vector<std::string_view> paths(files);
+  std::vector<std::uint64_t> hashes(files);
+  parallel_for(walk.parts.size(), threads, [&](std::size_t p) {
+    std::size_t k = found[p].at;
+    for (const auto& e : walk.parts[p]) {
+      if (e.type == EntryType::directory) continue;
+      paths[k] = e.path;
+      hashes[k++] = e.hash;
     }
+  });
   env.on_disk.assign_distinct(std::move(paths), hashes, options.threads);
   env.path_arena = std::move(walk.arena);
   phase("index the walk");
@@ -650,7 +678,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
     sort_diagnostics(env.diagnostics);
     return env;
   }
-  add_objects(env, candidates, std::move(elf_reads), symlink_candidates);
+  add_objects(env, candidates, std::move(elf_reads), symlink_candidates, options.threads);
   phase("read ELF");
 
   HostModel host = host_read.get();

@@ -216,10 +216,7 @@ WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, co
   WalkResult result;
   for (auto& a : arenas)
     for (auto& b : a.blocks()) result.arena.push_back(std::move(b));
-  std::size_t total = 0;
-  for (auto& o : outs) total += o.size();
-  result.entries.reserve(total);
-  for (auto& o : outs) result.entries.insert(result.entries.end(), o.begin(), o.end());
+  result.parts = std::move(outs);
   for (auto& d : diags)
     for (auto& e : d) result.diagnostics.push_back(std::move(e));
   return result;

@@ -22,8 +22,21 @@ struct WalkEntry {
 
 struct WalkResult {
   std::vector<std::unique_ptr<char[]>> arena;  // the bytes of every path, in large blocks
-  std::vector<WalkEntry> entries;              // every entry below the roots (roots excluded), unordered
-  std::vector<Diagnostic> diagnostics;         // unreadable folders
+  // Every entry below the roots (roots excluded), unordered, as each worker listed them: kept
+  // apart so that what reads them can take a worker's share each, in parallel, with no copy.
+  std::vector<std::vector<WalkEntry>> parts;
+  std::vector<Diagnostic> diagnostics;  // unreadable folders
+
+  [[nodiscard]] std::size_t size() const {
+    std::size_t n = 0;
+    for (const auto& p : parts) n += p.size();
+    return n;
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& p : parts)
+      for (const auto& e : p) f(e);
+  }
 };
 
 // Walks every root; symlinks are listed, never followed, so a symlinked folder cannot take the

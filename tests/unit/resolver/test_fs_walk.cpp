@@ -38,7 +38,7 @@ std::string make_tree(const std::string& root) {
 
 std::map<std::string, EntryType> listed(const WalkResult& w) {
   std::map<std::string, EntryType> out;
-  for (const auto& e : w.entries) EXPECT_TRUE(out.emplace(std::string(e.path), e.type).second) << e.path;
+  w.for_each([&](const WalkEntry& e) { EXPECT_TRUE(out.emplace(std::string(e.path), e.type).second) << e.path; });
   return out;
 }
 
@@ -58,17 +58,18 @@ TEST(WalkTree, EveryThreadCountListsTheSameEntriesOnce) {
   for (unsigned threads : {2u, 3u, 8u, 16u}) {
     const auto w = walk_tree({root}, threads, {"__pycache__"});
     EXPECT_EQ(listed(w), one) << threads << " threads";
-    for (const auto& e : w.entries) {
+    EXPECT_EQ(w.size(), one.size());
+    w.for_each([](const WalkEntry& e) {
       EXPECT_EQ(e.hash, std::hash<std::string_view>{}(e.path));
       EXPECT_EQ(e.shared_object_name, e.path.ends_with(".so.1"));
-    }
+    });
   }
 }
 
 TEST(WalkTree, AnUnreadableRootIsADiagnosticNotACrash) {
   test::TempDir t;
   const auto w = walk_tree({t.path() + "/absent"}, 4);
-  EXPECT_TRUE(w.entries.empty());
+  EXPECT_EQ(w.size(), 0u);
   ASSERT_EQ(w.diagnostics.size(), 1u);
   EXPECT_EQ(w.diagnostics[0].file, t.path() + "/absent");
   EXPECT_NE(w.diagnostics[0].message.find("cannot list"), std::string::npos);
