@@ -1,5 +1,6 @@
 // cudafix: keeps Python GPU environments working. The command line; see ../shared/DESIGN.md.
 #include <fmt/format.h>
+#include <malloc.h>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -15,7 +16,22 @@ constexpr int k_exit_usage = 2;
 
 }  // namespace
 
+namespace {
+
+// A run lasts milliseconds and allocates some 40 MB, much of it in blocks glibc would map and
+// unmap one by one (each unmap a TLB shootdown across the scan's threads, each fresh page a
+// fault). Kept in the heap instead, freed memory is reused: a scan on the 16-core machine took
+// 27.7 ms instead of 29.4 (median of 15, interleaved). Untouched padding costs no memory.
+void tune_malloc_for_a_short_run() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TOP_PAD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  tune_malloc_for_a_short_run();
   using namespace cudafix::cli;
   CLI::App app{"cudafix: finds and repairs broken CUDA libraries in Python environments"};
   app.require_subcommand(1);
