@@ -96,25 +96,22 @@ const std::string* LoaderModel::real_dir(const std::string& dir) const {
 // path again, a readlink each, and the process model asks for some 300 folders ten parts deep.
 // Only a symlinked last part, or a path with "." or ".." parts, takes realpath(3).
 std::optional<std::string> LoaderModel::find_real_dir(const std::string& dir) const {
-  auto by_realpath = [&]() -> std::optional<std::string> {
+  auto by_realpath = [](const std::string& path) -> std::optional<std::string> {
     char buf[PATH_MAX];
-    if (::realpath(dir.c_str(), buf)) return std::string(buf);
+    if (::realpath(path.c_str(), buf)) return std::string(buf);
     return std::nullopt;
   };
   if (dir == "/") return dir;
   const auto slash = dir.rfind('/');
-  if (dir.empty() || dir.front() != '/' || slash == std::string::npos) return by_realpath();
+  if (dir.empty() || dir.front() != '/' || slash == std::string::npos) return by_realpath(dir);
   const std::string name = dir.substr(slash + 1);
-  if (name.empty() || name == "." || name == "..") return by_realpath();
+  if (name.empty() || name == "." || name == "..") return by_realpath(dir);
   const std::string* parent = real_dir(slash == 0 ? std::string("/") : dir.substr(0, slash));
   if (!parent) return std::nullopt;
   std::string candidate = (*parent == "/" ? std::string() : *parent) + "/" + name;
   struct stat st {};
   if (::lstat(candidate.c_str(), &st) != 0) return std::nullopt;
-  if (!S_ISLNK(st.st_mode)) return candidate;
-  char buf[PATH_MAX];
-  if (::realpath(candidate.c_str(), buf)) return std::string(buf);
-  return std::nullopt;
+  return S_ISLNK(st.st_mode) ? by_realpath(candidate) : candidate;
 }
 
 bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {

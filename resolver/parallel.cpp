@@ -140,10 +140,6 @@ void parallel_for(std::size_t n, unsigned threads, const std::function<void(std:
   Pool::instance().run(n, t, fn);
 }
 
-}  // namespace cudafix::resolver
-
-namespace cudafix::resolver {
-
 void run_in_dependency_order(const std::vector<std::vector<std::size_t>>& waits_for, unsigned threads,
                              const std::function<void(std::size_t)>& run) {
   const std::size_t n = waits_for.size();

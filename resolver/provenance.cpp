@@ -40,7 +40,8 @@ std::string hex_of(const unsigned char* data, std::size_t n) {
 }
 
 // libcrypto, loaded the first time something is hashed (resolver/shared_library.hpp says why):
-// only --verify-hashes, plans and wheels hash; scan and doctor without it do not.
+// a scan never hashes; doctor does for --verify-hashes and for shared files whose owners' sizes
+// tie (whose_bytes); plans and wheels do.
 struct LibCrypto {
   decltype(&::EVP_sha256) sha256;
   decltype(&::EVP_Digest) digest;

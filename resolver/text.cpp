@@ -204,12 +204,12 @@ std::string to_valid_utf8(std::string_view s, bool* lossy) {
 
 namespace {
 
-// Reads all of `fd` into `out`, or returns the errno that stopped it. A regular file is read
-// into a string of its size in one go (growing a string 64 KB at a time copied torch's 1.5 MB
-// RECORD many times over); one that reports no size (a pipe, /proc) is read to end of input.
-int read_all(int fd, std::string& out) {
-  struct stat st {};
-  const std::size_t size = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) : 0;
+// Reads all of `fd` into `out`, or returns the errno that stopped it. A regular file (`st`, the
+// caller's fstat of it) is read into a string of its size in one go (growing a string 64 KB at a
+// time copied torch's 1.5 MB RECORD many times over); one that reports no size (a pipe, /proc) is
+// read to end of input.
+int read_all(int fd, const struct stat& st, std::string& out) {
+  const std::size_t size = S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) : 0;
   out.resize(size);
   std::size_t have = 0;
   while (size == 0 || have < size) {
@@ -231,8 +231,9 @@ int read_all(int fd, std::string& out) {
 std::string read_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
+  struct stat st {};
   std::string out;
-  const int err = read_all(fd, out);
+  const int err = ::fstat(fd, &st) != 0 ? errno : read_all(fd, st, out);
   ::close(fd);
   if (err != 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(err)));
   return out;
@@ -247,7 +248,7 @@ std::optional<std::string> try_read_file(const std::filesystem::path& path) {
   std::optional<std::string> out;
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     out.emplace();
-    if (read_all(fd, *out) != 0) out.reset();
+    if (read_all(fd, st, *out) != 0) out.reset();
   }
   ::close(fd);
   return out;
