@@ -3,7 +3,8 @@
   doctor (every rule)                     vs  <venv>/bin/python3 -m pip check
   doctor --select unsatisfied-requirement  vs  uv pip check (where uv is installed)
   doctor --verify-hashes                   vs  sha256sum over the same files, xargs -P$(nproc)
-Medians of --runs alternated runs; prints ratios and one JSON line.
+Each pair runs alternately (bench/timing.py), after the venv is written back to disk; medians
+of --runs rounds; prints ratios and one JSON line.
 
   bench/doctor_bench.py --cudafix build/cudafix --corpus tests/data/good_torch_cu130_venv.json.gz
   bench/doctor_bench.py --cudafix .dev/cudafix-dist/cudafix --venv /tmp/v        (GPU machine)
@@ -15,20 +16,11 @@ import gzip
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-
-def timed(cmd, runs, env, **kw):
-    times = []
-    for _ in range(runs):
-        s = time.perf_counter()
-        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
-        times.append(time.perf_counter() - s)
-    return statistics.median(times), r
+from timing import alternated, settle
 
 
 def corpus_venv(cudafix, corpus, python, workdir):
@@ -48,6 +40,8 @@ def corpus_venv(cudafix, corpus, python, workdir):
     staged = os.path.join(workdir, "staged")
     subprocess.run([cudafix, "materialize", desc_path, staged], check=True, stdout=subprocess.DEVNULL)
     shutil.copytree(os.path.join(staged, desc["site_packages"]), site, dirs_exist_ok=True)
+    shutil.rmtree(staged)
+    settle()
     return venv, site
 
 
@@ -85,6 +79,7 @@ def main():
     add_venv_arguments(ap, runs=5)
     ap.add_argument("--uv", default=shutil.which("uv") or "/usr/local/bin/uv")
     args = ap.parse_args()
+    args.cudafix = os.path.abspath(args.cudafix)  # pip check runs in the work folder
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     work = tempfile.mkdtemp(prefix="doctor-bench-")
@@ -92,36 +87,40 @@ def main():
         venv, site = bench_venv(args, work)
         py = os.path.join(venv, "bin", "python3")
         row = {"venv": venv, "cores": os.cpu_count()}
-        doc, r = timed([args.cudafix, "doctor", "--venv", venv, "--json"], args.runs, env)
-        summary = json.loads(r.stdout)["summary"]
-        row["doctor"] = doc
-        row["doctor summary"] = summary
-        pip, r = timed([py, "-m", "pip", "check", "--disable-pip-version-check"], args.runs, env, cwd=work)
-        row["pip check"] = pip
-        row["pip check says"] = r.stdout.decode().strip().splitlines()[:3]
+        med, out = alternated({"doctor": [args.cudafix, "doctor", "--venv", venv, "--json"],
+                               "pip check": [py, "-m", "pip", "check", "--disable-pip-version-check"]},
+                              args.runs, env, cwd=work)
+        doc, pip = med["doctor"], med["pip check"]
+        summary = json.loads(out["doctor"].stdout)["summary"]
+        row.update({"doctor": doc, "doctor summary": summary, "pip check": pip,
+                    "pip check says": out["pip check"].stdout.decode().strip().splitlines()[:3]})
         print(f"doctor (every rule)       {doc*1000:8.1f} ms   {summary}")
         print(f"pip check                 {pip*1000:8.1f} ms   doctor is {pip/doc:.1f}x faster")
-        sel, r = timed([args.cudafix, "doctor", "--venv", venv, "--select", "unsatisfied-requirement", "--json"],
-                       args.runs, env)
-        row["doctor --select unsatisfied-requirement"] = sel
-        verdicts = sorted(f["message"] for f in json.loads(r.stdout)["findings"])
-        print(f"doctor --select unsatisfied-requirement {sel*1000:8.1f} ms   {len(verdicts)} findings")
+        cmds = {"select": [args.cudafix, "doctor", "--venv", venv, "--select", "unsatisfied-requirement", "--json"]}
         if os.path.exists(args.uv):
-            uv, r = timed([args.uv, "pip", "check", "--python", py], args.runs, env)
+            cmds["uv"] = [args.uv, "pip", "check", "--python", py]
+        med, out = alternated(cmds, args.runs, env)
+        sel = med["select"]
+        row["doctor --select unsatisfied-requirement"] = sel
+        verdicts = sorted(f["message"] for f in json.loads(out["select"].stdout)["findings"])
+        print(f"doctor --select unsatisfied-requirement {sel*1000:8.1f} ms   {len(verdicts)} findings")
+        if "uv" in med:
+            uv = med["uv"]
             row["uv pip check"] = uv
-            row["uv pip check says"] = (r.stdout + r.stderr).decode().strip().splitlines()[-3:]
+            row["uv pip check says"] = (out["uv"].stdout + out["uv"].stderr).decode().strip().splitlines()[-3:]
             print(f"uv pip check              {uv*1000:8.1f} ms   full doctor is {doc/uv:.1f}x uv's time; "
                   f"the requirement rule alone {sel/uv:.2f}x")
         files = hashed_files(site)
         listing = os.path.join(work, "files.txt")
         with open(listing, "wb") as f:
             f.write(b"\0".join(p.encode() for p in files))
-        hashes, r = timed([args.cudafix, "doctor", "--venv", venv, "--verify-hashes", "--select", "hash-mismatch",
-                           "--json"], args.runs, env)
+        med, out = alternated(
+            {"hashes": [args.cudafix, "doctor", "--venv", venv, "--verify-hashes", "--select", "hash-mismatch", "--json"],
+             "sha256sum": ["sh", "-c", f"xargs -0 -P{os.cpu_count()} -n 64 sha256sum < {listing} > /dev/null"]},
+            args.runs, env)
+        hashes, sha = med["hashes"], med["sha256sum"]
         row["doctor --verify-hashes"] = hashes
-        row["hashed files"] = json.loads(r.stdout).get("hashed", {})
-        sha, _ = timed(["sh", "-c", f"xargs -0 -P{os.cpu_count()} -n 64 sha256sum < {listing} > /dev/null"],
-                       args.runs, env)
+        row["hashed files"] = json.loads(out["hashes"].stdout).get("hashed", {})
         row["sha256sum"] = sha
         print(f"doctor --verify-hashes    {hashes*1000:8.1f} ms   {row['hashed files']}")
         print(f"xargs -P{os.cpu_count()} sha256sum     {sha*1000:8.1f} ms   ({len(files)} files) doctor takes "

@@ -15,14 +15,12 @@ import glob
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from doctor_bench import add_venv_arguments, bench_venv  # noqa: E402
+from timing import alternated  # noqa: E402
 
 
 def break_venv(site):
@@ -59,15 +57,7 @@ def main():
             "plan fix": [args.cudafix, "plan", "fix", "--venv", venv, "--json"],
             "plan remove": [args.cudafix, "plan", "remove", "nvidia-cudnn-cu12", "--venv", venv, "--json"],
         }
-        times = {k: [] for k in cmds}
-        out = {}
-        for _ in range(args.runs):
-            for name, cmd in cmds.items():
-                s = time.perf_counter()
-                r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                times[name].append(time.perf_counter() - s)
-                out[name] = r
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med, out = alternated(cmds, args.runs, env)
         plan = json.loads(out["plan fix"].stdout)
         steps = [f'{s["action"]} {s["name"]}' for s in plan["steps"]]
         for name in cmds:

@@ -5,8 +5,8 @@ same run, and prints the ratios. Not run by CI: timings depend on the machine.
   bench/scan_bench.py --cudafix build/cudafix --corpus tests/data/good_torch_cu130_venv.json.gz --scales 1,4,16
   bench/scan_bench.py --cudafix DIR/cudafix --venv /tmp/v --uv /usr/local/bin/uv      (a real venv)
 
-Each command runs once to warm the page cache, then --runs times in fresh processes; the
-median is reported. ldd runs once per shared object, one after another, as `find | xargs -n1
+Each command runs once to warm the page cache, then --runs rounds in fresh processes, the
+commands in turn (bench/timing.py); the median is reported. ldd runs once per shared object, one after another, as `find | xargs -n1
 ldd` would. Where a C compiler is found, bench/walk_floor.c also lists the same site-packages
 with getdents64 alone on one thread per core: the part of the scan no tool can avoid.
 """
@@ -17,21 +17,10 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
-
-def timed(cmd, runs, env=None):
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
-        times.append(time.perf_counter() - t)
-        if r.returncode != 0:
-            sys.exit(f"{' '.join(cmd)} failed: {r.stderr.decode()[-500:]}")
-    return statistics.median(times)
+from timing import alternated, settle
 
 
 def scan_json(cudafix, venv, env):
@@ -72,10 +61,11 @@ def bench_venv(args, venv, python, label, env):
     objects = [os.path.join(site, o["path"]) if isinstance(o["path"], str) else o["path"]["path"] for o in doc["objects"]]
     row = {"env": label, "dists": doc["summary"]["dists"], "files": doc["summary"]["files_walked"],
            "objects": len(objects)}
-    row["cudafix"] = timed([args.cudafix, "scan", "--json", "--venv", venv], args.runs, env)
-    row["pip list"] = timed([python, "-m", "pip", "list", "--path", site, "--disable-pip-version-check"], args.runs, env)
+    cmds = {"cudafix": [args.cudafix, "scan", "--json", "--venv", venv],
+            "pip list": [python, "-m", "pip", "list", "--path", site, "--disable-pip-version-check"]}
     if args.uv:
-        row["uv pip list"] = timed([args.uv, "pip", "list", "--python", os.path.join(venv, "bin", "python3")], args.runs, env)
+        cmds["uv pip list"] = [args.uv, "pip", "list", "--python", os.path.join(venv, "bin", "python3")]
+    row.update(alternated(cmds, args.runs, env, check=True)[0])
     if not args.skip_ldd:
         row["ldd every .so"] = ldd_all(objects)
     if args.floor_exe:
@@ -110,6 +100,7 @@ def main():
                     description = f.read()
                 subprocess.run([args.cudafix, "materialize", "-", venv, "--copies", str(scale)], input=description,
                                stdout=subprocess.DEVNULL, check=True)
+                settle()
                 rows.append(bench_venv(args, venv, args.python, f"corpus x{scale}", env))
                 shutil.rmtree(venv)
         finally:

@@ -1,0 +1,31 @@
+"""How every bench times commands: all the commands being compared run in turn, round after round,
+so that a machine that slows down for a while (a noisy VM, write-back of a venv just written)
+slows each of them alike instead of whichever happened to run then."""
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def settle():
+    """Writes back what materialising a venv left dirty, so that no bench pays for it."""
+    os.sync()
+
+
+def alternated(cmds, runs, env=None, cwd=None, check=False):
+    """Runs each command of `cmds` (name -> argv) once to warm the page cache, capturing what it
+    prints, then `runs` timed rounds of one run each, in turn, printing to /dev/null: the time
+    is the command's own, not that of Python reading its output. Returns (median seconds by name,
+    the warm-up's CompletedProcess by name). With `check`, a command that fails ends the bench."""
+    times = {name: [] for name in cmds}
+    warm = {name: subprocess.run(cmd, env=env, cwd=cwd, capture_output=True) for name, cmd in cmds.items()}
+    for name, r in warm.items():
+        if check and r.returncode != 0:
+            sys.exit(f"{' '.join(cmds[name])} failed: {r.stderr.decode()[-500:]}")
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            start = time.perf_counter()
+            subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}, warm
