@@ -85,7 +85,7 @@ std::vector<int> Environment::owners_of(const std::string& path) const {
     return {};
   }
   std::vector<int> out;
-  const std::uint64_t h = std::hash<std::string_view>{}(path);
+  const std::uint64_t h = path_hash(path);
   auto it = std::lower_bound(unwalked.begin(), unwalked.end(), h,
                              [](const UnwalkedRow& u, std::uint64_t x) { return u.hash < x; });
   for (; it != unwalked.end() && it->hash == h; ++it)
@@ -301,29 +301,44 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
       if (s.real == d.site_dir) site = &s;
     const std::string bound = site ? site->bound : env.layout.root_real;
     const std::string record_file = d.site_dir + "/" + d.dir_name + "/RECORD";
-    // Rows go in batches: a batch's paths are joined and hashed first, their slots in the walk's
-    // index prefetched, and then looked up, so that the lookups' cache misses overlap.
+    // A clean relative row (nearly all of them) is looked up as the site dir, hashed once per
+    // chunk, followed by the row as written: no joined path unless the walk did not see it.
+    const std::string prefix = d.site_dir.ends_with('/') ? d.site_dir : d.site_dir + "/";
+    PathHash prefix_hash;
+    prefix_hash.add(prefix);
+    // Such a row stays within the site dir, so within its bound when the site dir is.
+    const bool site_within_bound = is_within(std::string_view(prefix).substr(0, prefix.size() - 1), bound);
+    // Rows go in batches: a batch's paths are hashed first, their slots in the walk's index
+    // prefetched, and then looked up, so that the lookups' cache misses overlap.
     constexpr std::size_t k_batch = 16;
-    std::array<std::string, k_batch> paths;
+    std::array<bool, k_batch> clean{};
+    std::array<std::string, k_batch> paths;  // joined: rows that are not clean
     std::array<std::uint64_t, k_batch> hashes{};
     for (std::size_t b = chunk.begin; b < chunk.end; b += k_batch) {
       const std::size_t n = std::min(k_batch, chunk.end - b);
       for (std::size_t i = 0; i < n; ++i) {
-        join_normal(d.site_dir, d.record[b + i].path, paths[i]);
-        hashes[i] = std::hash<std::string_view>{}(paths[i]);
+        const std::string_view rel = d.record[b + i].path;
+        clean[i] = site_within_bound && is_clean_relative(rel);
+        if (clean[i]) {
+          hashes[i] = PathHash(prefix_hash).add(rel).value();
+        } else {
+          join_normal(d.site_dir, rel, paths[i]);
+          hashes[i] = path_hash(paths[i]);
+        }
         env.on_disk.prefetch(hashes[i]);
       }
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t k = b + i;
         const auto& row = d.record[k];
-        const std::string& abs = paths[i];
-        if (!is_within(abs, bound)) {
+        if (!clean[i] && !is_within(paths[i], bound)) {
           chunk.diagnostics.push_back(
               {record_file, row.line, std::nullopt,
                fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
           continue;
         }
-        if (auto index = env.on_disk.find(abs, hashes[i])) {
+        const auto index =
+            clean[i] ? env.on_disk.find(prefix, row.path, hashes[i]) : env.on_disk.find(paths[i], hashes[i]);
+        if (index) {
           // Most paths have one owner: claim it without a lock; a second owner is sorted out below.
           int expected = -1;
           const int dist = static_cast<int>(chunk.dist);
@@ -333,6 +348,13 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
           continue;
         }
         chunk.unwalked.push_back({hashes[i], static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
+        if (clean[i]) {
+          // Bytecode rows, a third of all rows, are settled without their path.
+          if (row.path.starts_with("__pycache__/") || in_pycache(row.path) || in_pycache(prefix)) continue;
+          paths[i] = prefix;
+          paths[i] += row.path;
+        }
+        const std::string& abs = paths[i];
         if (in_pycache(abs)) continue;  // not walked, and never a finding
         if (env.site_of(abs)) {
           if (auto link = symlinked_ancestor(abs, d.site_dir, symlinks)) {

@@ -54,8 +54,8 @@ EntryType type_of(unsigned char d_type, const char* name, int dir_fd) {
 // Paths go into large blocks rather than one allocation each: a venv has 70,000 of them.
 class PathArena {
  public:
-  std::string_view store(std::string_view dir, const char* name) {
-    const std::size_t n = std::strlen(name);
+  std::string_view store(std::string_view dir, std::string_view name) {
+    const std::size_t n = name.size();
     const bool slash = dir.empty() || dir.back() != '/';
     const std::size_t need = dir.size() + (slash ? 1 : 0) + n;
     if (used_ + need > size_) {
@@ -66,7 +66,7 @@ class PathArena {
     char* p = blocks_.back().get() + used_;
     std::memcpy(p, dir.data(), dir.size());
     if (slash) p[dir.size()] = '/';
-    std::memcpy(p + dir.size() + (slash ? 1 : 0), name, n);
+    std::memcpy(p + dir.size() + (slash ? 1 : 0), name.data(), n);
     used_ += need;
     return {p, need};
   }
@@ -152,6 +152,9 @@ class TreeWalker {
             std::vector<Diagnostic>& diags) {
     alignas(8) static thread_local char buf[1 << 16];
     std::vector<std::pair<std::string_view, std::size_t>> subdirs;  // (path, length of its name)
+    PathHash dir_hash;  // of the folder and its slash, what every entry's path starts with
+    dir_hash.add(dir);
+    if (dir.empty() || dir.back() != '/') dir_hash.add("/");
     while (true) {
       const long r = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
       if (r < 0) {
@@ -165,11 +168,12 @@ class TreeWalker {
         off += e->d_reclen;
         const char* n = e->d_name;
         if (n[0] == '.' && (n[1] == 0 || (n[1] == '.' && n[2] == 0))) continue;
-        const std::string_view path = arena.store(dir, n);
+        const std::string_view name(n);
+        const std::string_view path = arena.store(dir, name);
         const EntryType t = type_of(e->d_type, n, fd);
-        out.push_back({path, t, std::hash<std::string_view>{}(path),
-                       t != EntryType::directory && looks_like_shared_object(std::string_view(n))});
-        if (t == EntryType::directory && !pruned(n)) subdirs.emplace_back(path, std::strlen(n));
+        out.push_back({path, t, PathHash(dir_hash).add(name).value(),
+                       t != EntryType::directory && looks_like_shared_object(name)});
+        if (t == EntryType::directory && !pruned(n)) subdirs.emplace_back(path, name.size());
       }
     }
     for (const auto& [path, name_len] : subdirs) {

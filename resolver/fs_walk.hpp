@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "resolver/diagnostic.hpp"
+#include "resolver/path_index.hpp"
 
 namespace cudafix::resolver {
 
@@ -16,7 +17,7 @@ enum class EntryType : std::uint8_t { file, symlink, directory, other };
 struct WalkEntry {
   std::string_view path;  // absolute; points into WalkResult::arena
   EntryType type;
-  std::uint64_t hash;       // std::hash of path, computed while it is hot in the walker's cache
+  std::uint64_t hash;       // path_hash of path, from its folder's hash computed once
   bool shared_object_name;  // looks_like_shared_object(name), for the same reason
 };
 

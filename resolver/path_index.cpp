@@ -32,17 +32,17 @@ void PathIndex::assign_distinct(std::vector<std::string_view> keys, const std::v
   });
 }
 
-std::optional<std::uint32_t> PathIndex::find(std::string_view path) const {
-  return find(path, std::hash<std::string_view>{}(path));
-}
+std::optional<std::uint32_t> PathIndex::find(std::string_view path) const { return find(path, path_hash(path)); }
 
-std::optional<std::uint32_t> PathIndex::find(std::string_view path, std::uint64_t h) const {
+std::optional<std::uint32_t> PathIndex::find(std::string_view head, std::string_view tail, std::uint64_t h) const {
   if (slots_.empty()) return std::nullopt;
   const std::size_t mask = slots_.size() - 1;
   for (std::size_t i = h & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
     if (s.index == UINT32_MAX) return std::nullopt;
-    if (s.hash == h && keys_[s.index] == path) return s.index;
+    if (s.hash != h) continue;
+    const std::string_view key = keys_[s.index];
+    if (key.size() == head.size() + tail.size() && key.starts_with(head) && key.ends_with(tail)) return s.index;
   }
 }
 

@@ -102,19 +102,24 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out) {
     out = lexically_normal(rel);
     return;
   }
-  bool clean = !rel.empty() && rel.back() != '/';
-  for (std::size_t i = 0; clean && i < rel.size(); ++i) {
-    if (rel[i] != '.' || (i > 0 && rel[i - 1] != '/')) continue;
-    // A component starting with '.': only "." and ".." need work.
-    const std::size_t end = rel.find('/', i);
-    const auto comp = rel.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i);
-    clean = comp != "." && comp != "..";
-  }
-  if (clean && rel.find("//") != std::string_view::npos) clean = false;
   out.assign(dir);
   if (out.empty() || out.back() != '/') out.push_back('/');
   out.append(rel);
-  if (!clean) out = lexically_normal(out);
+  if (!is_clean_relative(rel)) out = lexically_normal(out);
+}
+
+bool is_clean_relative(std::string_view rel) {
+  const std::size_t n = rel.size();
+  if (n == 0 || rel.front() == '/' || rel.back() == '/') return false;
+  // One pass, looking only where a part starts: an empty part, ".", or "..".
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0 && rel[i - 1] != '/') continue;
+    if (rel[i] == '/') return false;
+    if (rel[i] != '.') continue;
+    const std::size_t after = i + 1 < n && rel[i + 1] == '.' ? i + 2 : i + 1;
+    if (after == n || rel[after] == '/') return false;
+  }
+  return true;
 }
 
 bool is_within(std::string_view path, std::string_view dir) {

@@ -20,6 +20,9 @@ namespace cudafix::resolver {
 
 // Lexical normalisation without touching the disk: removes "." and "x/..", keeps leading "..".
 [[nodiscard]] std::string lexically_normal(std::string_view path);
+// True when `rel` is relative and already normal: no "." or ".." part, no empty part, no
+// trailing slash. Joined to a folder such a path needs no normalisation.
+[[nodiscard]] bool is_clean_relative(std::string_view rel);
 // `rel` joined to the absolute folder `dir`, lexically normalised (an absolute `rel` stands alone).
 // Clean relative paths, the common case in RECORD, skip the normalisation.
 [[nodiscard]] std::string join_normal(std::string_view dir, std::string_view rel);

@@ -60,7 +60,7 @@ TEST(WalkTree, EveryThreadCountListsTheSameEntriesOnce) {
     EXPECT_EQ(listed(w), one) << threads << " threads";
     EXPECT_EQ(w.size(), one.size());
     w.for_each([](const WalkEntry& e) {
-      EXPECT_EQ(e.hash, std::hash<std::string_view>{}(e.path));
+      EXPECT_EQ(e.hash, path_hash(e.path));
       EXPECT_EQ(e.shared_object_name, e.path.ends_with(".so.1"));
     });
   }

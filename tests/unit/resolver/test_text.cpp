@@ -34,6 +34,19 @@ TEST(JoinNormal, EqualsTheLexicalNormalOfTheJoinedPath) {
   EXPECT_EQ(join_normal("/v/lib/site", "a/.hidden/b"), "/v/lib/site/a/.hidden/b");
 }
 
+// The ownership pass looks a clean row up without joining it: clean must mean that joining
+// changes nothing, and anything else must be called unclean.
+TEST(IsCleanRelative, IsTrueExactlyWhenJoiningNeedsNoNormalisation) {
+  for (const std::string rel : {"torch/lib/libc10.so", "a/.hidden/b", "a/..b/c", "a/b..", ".x", "..x/y", "x.py",
+                                "a/...", "a/.../b", "__pycache__/x.pyc"}) {
+    EXPECT_TRUE(is_clean_relative(rel)) << rel;
+    EXPECT_EQ(lexically_normal("/v/site/" + rel), "/v/site/" + rel) << rel;
+  }
+  for (const std::string rel : {"", "/abs", "a/./b", "./a", "a/.", "a/../b", "../../../bin/pip", "..", ".", "a//b",
+                                "a/b/", "a/b/..", "//a", "a/..", "../x"})
+    EXPECT_FALSE(is_clean_relative(rel)) << rel;
+}
+
 TEST(IsWithin, RejectsSiblingPrefixes) {
   EXPECT_TRUE(is_within("/v/lib/x", "/v"));
   EXPECT_TRUE(is_within("/v", "/v"));
