@@ -111,13 +111,26 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out) {
 bool is_clean_relative(std::string_view rel) {
   const std::size_t n = rel.size();
   if (n == 0 || rel.front() == '/' || rel.back() == '/') return false;
-  // One pass, looking only where a part starts: an empty part, ".", or "..".
-  for (std::size_t i = 0; i < n; ++i) {
+  // Nearly every row has no part that starts with '.' or '/'. That is checked 8 character pairs
+  // at a time, without a branch per character (one mispredicted at every slash cost more than
+  // the rest of the ownership pass's work on a row); only the rest are looked at closely.
+  const char* p = rel.data();
+  std::uint64_t suspect = p[0] == '.' ? 1U : 0U;
+  std::size_t i = 1;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t cur = 0, prev = 0;
+    std::memcpy(&cur, p + i, 8);
+    std::memcpy(&prev, p + i - 1, 8);
+    suspect |= zero_bytes(prev ^ bytes_of('/')) & (zero_bytes(cur ^ bytes_of('.')) | zero_bytes(cur ^ bytes_of('/')));
+  }
+  for (; i < n; ++i) suspect |= static_cast<std::uint64_t>(p[i - 1] == '/' && (p[i] == '.' || p[i] == '/'));
+  if (suspect == 0) return true;
+  for (i = 0; i < n; ++i) {
     if (i > 0 && rel[i - 1] != '/') continue;
-    if (rel[i] == '/') return false;
+    if (rel[i] == '/') return false;  // an empty part
     if (rel[i] != '.') continue;
     const std::size_t after = i + 1 < n && rel[i + 1] == '.' ? i + 2 : i + 1;
-    if (after == n || rel[after] == '/') return false;
+    if (after == n || rel[after] == '/') return false;  // "." or ".."
   }
   return true;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -20,6 +21,14 @@ namespace cudafix::resolver {
 
 // Lexical normalisation without touching the disk: removes "." and "x/..", keeps leading "..".
 [[nodiscard]] std::string lexically_normal(std::string_view path);
+// Eight bytes at a time ("Bit Twiddling Hacks"): `c` in every byte of a word, and the high bit of
+// each byte of `v` that is zero, and of no other byte.
+[[nodiscard]] constexpr std::uint64_t bytes_of(unsigned char c) { return 0x0101010101010101ULL * c; }
+[[nodiscard]] constexpr std::uint64_t zero_bytes(std::uint64_t v) {
+  constexpr std::uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL;
+  return ~(((v & low7) + low7) | v | low7);
+}
+
 // True when `rel` is relative and already normal: no "." or ".." part, no empty part, no
 // trailing slash. Joined to a folder such a path needs no normalisation.
 [[nodiscard]] bool is_clean_relative(std::string_view rel);

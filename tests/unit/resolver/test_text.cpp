@@ -45,6 +45,22 @@ TEST(IsCleanRelative, IsTrueExactlyWhenJoiningNeedsNoNormalisation) {
   for (const std::string rel : {"", "/abs", "a/./b", "./a", "a/.", "a/../b", "../../../bin/pip", "..", ".", "a//b",
                                 "a/b/", "a/b/..", "//a", "a/..", "../x"})
     EXPECT_FALSE(is_clean_relative(rel)) << rel;
+  // Every path of up to 11 characters from 'a', '.' and '/': long enough for a "/." or "//" to
+  // fall at each place of the 8-character steps the check takes.
+  std::string rel;
+  std::size_t checked = 0;
+  for (std::size_t len = 1; len <= 11; ++len) {
+    std::size_t count = 1;
+    for (std::size_t i = 0; i < len; ++i) count *= 3;
+    rel.assign(len, 'a');
+    for (std::size_t k = 0; k < count; ++k) {
+      for (std::size_t i = 0, v = k; i < len; ++i, v /= 3) rel[i] = "a./"[v % 3];
+      const bool joined_is_normal = lexically_normal("/v/site/" + rel) == "/v/site/" + rel;
+      if (is_clean_relative(rel) != joined_is_normal) ADD_FAILURE() << rel;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 265719U);
 }
 
 TEST(IsWithin, RejectsSiblingPrefixes) {
