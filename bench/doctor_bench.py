@@ -65,17 +65,24 @@ def bench_venv(args, workdir):
     return args.venv, glob.glob(os.path.join(args.venv, "lib", "python3*", "site-packages"))[0]
 
 
-def hashed_files(site):
-    """The files doctor --verify-hashes hashes: RECORD rows with a sha256, present on disk."""
-    out = []
+def sha256_rows(site):
+    """(RECORD file, its rows, [(row, path on disk)] for rows with a sha256 whose file is
+    present), for each RECORD in the site: the files doctor --verify-hashes hashes."""
     for record in glob.glob(os.path.join(site, "*.dist-info", "RECORD")):
         with open(record, newline="") as f:
-            for row in csv.reader(f):
-                if len(row) >= 2 and row[1].startswith("sha256="):
-                    p = os.path.normpath(os.path.join(site, row[0]))
-                    if os.path.isfile(p):
-                        out.append(p)
-    return out
+            rows = list(csv.reader(f))
+        hashed = []
+        for row in rows:
+            if len(row) >= 2 and row[1].startswith("sha256="):
+                p = os.path.normpath(os.path.join(site, row[0]))
+                if os.path.isfile(p):
+                    hashed.append((row, p))
+        yield record, rows, hashed
+
+
+def hashed_files(site):
+    """The files doctor --verify-hashes hashes: RECORD rows with a sha256, present on disk."""
+    return [p for _, _, hashed in sha256_rows(site) for _, p in hashed]
 
 
 def record_the_bytes_on_disk(site):
@@ -83,15 +90,11 @@ def record_the_bytes_on_disk(site):
     materialised files are placeholders, not the bytes their RECORDs hash, so without this every
     file is a hash mismatch and --verify-hashes would be timed writing 47,000 findings (27 MB of
     JSON) rather than hashing a healthy venv, as it is on the GPU machine's real one."""
-    for record in glob.glob(os.path.join(site, "*.dist-info", "RECORD")):
-        with open(record, newline="") as f:
-            rows = list(csv.reader(f))
-        for row in rows:
-            p = os.path.normpath(os.path.join(site, row[0])) if row else ""
-            if len(row) >= 2 and row[1].startswith("sha256=") and os.path.isfile(p):
-                with open(p, "rb") as data:
-                    digest = hashlib.sha256(data.read()).digest()
-                row[1] = "sha256=" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    for record, rows, hashed in sha256_rows(site):
+        for row, p in hashed:
+            with open(p, "rb") as data:
+                digest = hashlib.sha256(data.read()).digest()
+            row[1] = "sha256=" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
         with open(record + ".new", "w", newline="") as f:
             csv.writer(f, lineterminator="\n").writerows(rows)
         os.replace(record + ".new", record)

@@ -6,8 +6,8 @@ same run, and prints the ratios. Not run by CI: timings depend on the machine.
   bench/scan_bench.py --cudafix DIR/cudafix --venv /tmp/v --uv /usr/local/bin/uv      (a real venv)
 
 Each command runs once to warm the page cache, then --runs rounds in fresh processes, the
-commands in turn (bench/timing.py); the median is reported. ldd runs once per shared object, one after another, as `find | xargs -n1
-ldd` would. Where a C compiler is found, bench/walk_floor.c also lists the same site-packages
+commands in turn (bench/timing.py); the median is reported. ldd runs once per shared object, one
+after another, as `find | xargs -n1 ldd` would. Where a C compiler is found, bench/walk_floor.c also lists the same site-packages
 with getdents64 alone on one thread per core: the part of the scan no tool can avoid.
 """
 import argparse

@@ -306,8 +306,10 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
     const std::string prefix = d.site_dir.ends_with('/') ? d.site_dir : d.site_dir + "/";
     PathHash prefix_hash;
     prefix_hash.add(prefix);
-    // Such a row stays within the site dir, so within its bound when the site dir is.
+    // Such a row stays within the site dir, so within its bound when the site dir is; and it is
+    // bytecode when its joined path is: when the site dir is in a __pycache__, or the row is.
     const bool site_within_bound = is_within(std::string_view(prefix).substr(0, prefix.size() - 1), bound);
+    const bool site_in_pycache = in_pycache(prefix);
     // Rows go in batches: a batch's paths are hashed first, their slots in the walk's index
     // prefetched, and then looked up, so that the lookups' cache misses overlap.
     constexpr std::size_t k_batch = 16;
@@ -350,9 +352,8 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
         chunk.unwalked.push_back({hashes[i], static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
         if (clean[i]) {
           // Bytecode rows, a third of all rows, are settled without their path.
-          if (row.path.starts_with("__pycache__/") || in_pycache(row.path) || in_pycache(prefix)) continue;
-          paths[i] = prefix;
-          paths[i] += row.path;
+          if (site_in_pycache || row.path.starts_with("__pycache__/") || in_pycache(row.path)) continue;
+          join_normal(d.site_dir, row.path, paths[i]);
         }
         const std::string& abs = paths[i];
         if (in_pycache(abs)) continue;  // not walked, and never a finding

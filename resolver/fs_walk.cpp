@@ -1,6 +1,7 @@
 #include "resolver/fs_walk.hpp"
 
 #include "resolver/parallel.hpp"
+#include "resolver/path_index.hpp"
 #include "resolver/text.hpp"
 
 #include <fmt/format.h>

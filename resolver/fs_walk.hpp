@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "resolver/diagnostic.hpp"
-#include "resolver/path_index.hpp"
 
 namespace cudafix::resolver {
 

@@ -11,6 +11,7 @@
 
 #include "resolver/fs_walk.hpp"
 #include "resolver/parallel.hpp"
+#include "resolver/path_index.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {
