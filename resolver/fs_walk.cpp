@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -80,60 +81,91 @@ class PathArena {
   std::size_t used_ = 0;
 };
 
-// Workers walk their subtree depth-first, opening folders relative to their parent (no path
-// lookup from /), and keep the shared queue topped up to one folder per worker so that a worker
-// that runs dry finds work at once. With 8 or more workers every folder goes through the queue
-// instead: a worker deep in one subtree no longer holds the siblings it has yet to list, and on
-// 16 cores that balance is worth more than the relative opens (walk 14.2 -> 12.5 ms there; with
-// 2 workers it measured slower). Idle workers poll the queue's length rather than sleep on a
-// condition variable: folders are handed over thousands of times a walk, and a futex wake for
-// each cost more than the walk itself on 16 cores.
+// A worker's folders listed but not yet walked, oldest first. The worker takes from the back (the
+// folder it listed last, as a depth-first walk would) and opens it relative to its parent; an
+// idle worker steals from the front, the shallowest folder left, usually the largest subtree.
+// Sharing only the front keeps the workers busy: a queue topped up with the next folder each
+// worker met handed over small leaf folders, and on 2 cores one worker idled for a third of the
+// walk waiting for the other to reach another folder with subfolders.
+struct Pending {
+  std::string_view path;  // in an arena, which outlives the walk
+  std::size_t name_len;
+  std::uint64_t seq;  // the owner's count when it was pushed: a listing's folders are >= its first
+};
+
+struct WorkerQueue {
+  std::mutex mutex;
+  std::deque<Pending> items;
+  std::atomic<std::size_t> size{0};  // items.size(), read without the lock
+};
+
 class TreeWalker {
  public:
   TreeWalker(const std::vector<std::string>& roots, unsigned workers, const std::vector<std::string>& prune)
-      : workers_(workers), share_all_(workers >= 8), prune_(prune) {
-    for (const auto& r : roots) queue_.push_back(r);
-    queued_ = queue_.size();
+      : queues_(workers), prune_(prune) {
+    for (const auto& r : roots) roots_.push_back(r);
+    for (const auto& r : roots_) queues_[0].items.push_back({r, 0, next_seq_[0]++});
+    queues_[0].size = queues_[0].items.size();
   }
 
-  void run_worker(PathArena& arena, std::vector<WalkEntry>& out, std::vector<Diagnostic>& diags) {
+  void run_worker(unsigned self, PathArena& arena, std::vector<WalkEntry>& out, std::vector<Diagnostic>& diags) {
     unsigned polls = 0;
     while (true) {
-      std::string dir;
-      if (!take(dir)) {
-        if (active_.load() == 0 && queued_.load() == 0) return;  // nothing queued, nobody to queue more
+      Pending p;
+      if (!take(self, p)) {
+        // Emptiness first, then activity: a taker counts itself active before the item leaves
+        // its queue, so empty queues and no active worker mean the walk is over.
+        if (all_empty() && active_.load() == 0) return;
         pause(++polls);
         continue;
       }
       polls = 0;
+      const std::string dir(p.path);
       const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
       if (fd < 0) {
         diags.push_back({dir, std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
       } else {
-        walk(fd, dir, arena, out, diags);
+        walk(self, fd, p.path, arena, out, diags);
       }
       --active_;
     }
   }
 
  private:
-  // Takes a queued folder, counting its worker active before the queue shrinks, so that an
-  // empty queue with no active worker means the walk is over.
-  bool take(std::string& dir) {
-    if (queued_.load(std::memory_order_relaxed) == 0) return false;
-    std::lock_guard lock(mutex_);
-    if (queue_.empty()) return false;
-    ++active_;
-    dir = std::move(queue_.back());
-    queue_.pop_back();
-    queued_ = queue_.size();
+  // The worker's own folders first (the roots are queued with worker 0), then the front of
+  // another worker's queue.
+  bool take(unsigned self, Pending& p) {
+    const auto n = static_cast<unsigned>(queues_.size());
+    for (unsigned k = 0; k < n; ++k) {
+      auto& q = queues_[(self + k) % n];
+      if (q.size.load(std::memory_order_relaxed) == 0) continue;
+      std::lock_guard lock(q.mutex);
+      if (q.items.empty()) continue;
+      ++active_;
+      p = q.items.front();
+      q.items.pop_front();
+      q.size = q.items.size();
+      return true;
+    }
+    return false;
+  }
+
+  bool all_empty() const {
+    for (const auto& q : queues_)
+      if (q.size.load() != 0) return false;
     return true;
   }
 
-  void share(std::string_view dir) {
-    std::lock_guard lock(mutex_);
-    queue_.emplace_back(dir);
-    queued_ = queue_.size();
+  // The newest folder of the worker's queue if the listing that started at `first` pushed it;
+  // none when that listing's folders are walked or stolen.
+  bool take_own(unsigned self, std::uint64_t first, Pending& p) {
+    auto& q = queues_[self];
+    std::lock_guard lock(q.mutex);
+    if (q.items.empty() || q.items.back().seq < first) return false;
+    p = q.items.back();
+    q.items.pop_back();
+    q.size = q.items.size();
+    return true;
   }
 
   // Idle: spin briefly, then give the core away, then sleep, so that more threads than cores
@@ -147,12 +179,15 @@ class TreeWalker {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 
-  // Lists the folder open as `fd` (closed here) and everything below it. getdents64 with a
-  // large buffer: readdir's smaller one costs twice the system calls on big folders.
-  void walk(int fd, std::string_view dir, PathArena& arena, std::vector<WalkEntry>& out,
+  // Lists the folder open as `fd` (closed here) and everything below it that no other worker
+  // steals. getdents64 with a large buffer: readdir's smaller one costs twice the system calls on
+  // big folders.
+  void walk(unsigned self, int fd, std::string_view dir, PathArena& arena, std::vector<WalkEntry>& out,
             std::vector<Diagnostic>& diags) {
     alignas(8) static thread_local char buf[1 << 16];
-    std::vector<std::pair<std::string_view, std::size_t>> subdirs;  // (path, length of its name)
+    static thread_local std::vector<Pending> subdirs;
+    subdirs.clear();
+    const std::uint64_t first = next_seq_[self];
     PathHash dir_hash;  // of the folder and its slash, what every entry's path starts with
     dir_hash.add(dir);
     if (dir.empty() || dir.back() != '/') dir_hash.add("/");
@@ -174,22 +209,25 @@ class TreeWalker {
         const EntryType t = type_of(e->d_type, n, fd);
         out.push_back({path, t, PathHash(dir_hash).add(name).value(),
                        t != EntryType::directory && looks_like_shared_object(name)});
-        if (t == EntryType::directory && !pruned(n)) subdirs.emplace_back(path, name.size());
+        if (t == EntryType::directory && !pruned(n)) subdirs.push_back({path, name.size(), next_seq_[self]++});
       }
     }
-    for (const auto& [path, name_len] : subdirs) {
-      if (share_all_ || queued_.load(std::memory_order_relaxed) < workers_) {
-        share(path);
-        continue;
-      }
-      const std::string child(path.substr(path.size() - name_len));
+    if (!subdirs.empty()) {
+      auto& q = queues_[self];
+      std::lock_guard lock(q.mutex);
+      q.items.insert(q.items.end(), subdirs.begin(), subdirs.end());
+      q.size = q.items.size();
+    }
+    Pending p;
+    while (take_own(self, first, p)) {
+      const std::string child(p.path.substr(p.path.size() - p.name_len));
       const int child_fd = ::openat(fd, child.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
       if (child_fd < 0) {
         diags.push_back(
-            {std::string(path), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+            {std::string(p.path), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
         continue;
       }
-      walk(child_fd, path, arena, out, diags);
+      walk(self, child_fd, p.path, arena, out, diags);
     }
     ::close(fd);
   }
@@ -200,13 +238,11 @@ class TreeWalker {
     return false;
   }
 
-  const unsigned workers_;
-  const bool share_all_;
+  std::deque<WorkerQueue> queues_;  // one per worker (a deque: WorkerQueue cannot move)
+  std::vector<std::uint64_t> next_seq_ = std::vector<std::uint64_t>(queues_.size(), 0);  // each worker's own
+  std::vector<std::string> roots_;
   const std::vector<std::string>& prune_;
-  std::mutex mutex_;
-  std::vector<std::string> queue_;      // a stack: the deepest folder first, as a walk would
-  std::atomic<std::size_t> queued_{0};  // queue_.size(), read without the lock
-  std::atomic<unsigned> active_{0};     // workers listing a folder taken from the queue
+  std::atomic<unsigned> active_{0};  // workers walking a folder they took
 };
 
 }  // namespace
@@ -217,7 +253,7 @@ WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, co
   std::vector<PathArena> arenas(n);
   std::vector<std::vector<WalkEntry>> outs(n);
   std::vector<std::vector<Diagnostic>> diags(n);
-  parallel_for(n, n, [&](std::size_t i) { walker.run_worker(arenas[i], outs[i], diags[i]); });
+  parallel_for(n, n, [&](std::size_t i) { walker.run_worker(static_cast<unsigned>(i), arenas[i], outs[i], diags[i]); });
   WalkResult result;
   for (auto& a : arenas)
     for (auto& b : a.blocks()) result.arena.push_back(std::move(b));

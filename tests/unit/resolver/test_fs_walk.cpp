@@ -67,6 +67,20 @@ TEST(WalkTree, EveryThreadCountListsTheSameEntriesOnce) {
   }
 }
 
+TEST(WalkTree, EveryRootIsWalkedWhateverTheThreadCount) {
+  test::TempDir t;
+  const std::string purelib = make_tree(t.path() + "/lib/site");
+  const std::string platlib = t.path() + "/lib64/site";
+  test::write_file(platlib + "/only/here.so", "");
+  const auto one = listed(walk_tree({purelib}, 1, {"__pycache__"}));
+  for (unsigned threads : {1u, 2u, 5u}) {
+    const auto both = listed(walk_tree({purelib, platlib}, threads, {"__pycache__"}));
+    EXPECT_EQ(both.size(), one.size() + 2) << threads << " threads";
+    EXPECT_EQ(both.at(platlib + "/only/here.so"), EntryType::file) << threads << " threads";
+    EXPECT_EQ(both.count(purelib + "/wide/f0"), 1u) << threads << " threads";
+  }
+}
+
 TEST(WalkTree, AnUnreadableRootIsADiagnosticNotACrash) {
   test::TempDir t;
   const auto w = walk_tree({t.path() + "/absent"}, 4);
