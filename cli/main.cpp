@@ -3,11 +3,16 @@
 #include <malloc.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <string>
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
 #include "resolver/diagnostic.hpp"
+#include "resolver/text.hpp"
 
 namespace {
 
@@ -28,9 +33,46 @@ void tune_malloc_for_a_short_run() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
+// The caller's GLIBC_TUNABLES across the rerun below: "=" and its value, or "-" when it had none.
+constexpr const char* k_caller_tunables = "CUDAFIX_CALLER_GLIBC_TUNABLES";
+
+// glibc's malloc asks the kernel for transparent huge pages only when GLIBC_TUNABLES says so
+// (glibc.malloc.hugetlb=1), which it reads once, as the process starts. A scan of the corpus
+// touches some 35 MB on 4 KB pages: 7,800 page faults, each 2-3 us on a VM, taken by two threads
+// at once, and as many pages to free at exit. So where the kernel gives huge pages to those who
+// ask (transparent_hugepage "madvise"), a run starts itself again once with the tunable added:
+// on 2 cores a scan took 91.1 ms instead of 97.3 (median of 41 runs, interleaved) and 1,400 page
+// faults instead of 7,800.
+// The rerun puts the caller's GLIBC_TUNABLES back before anything else, so that nothing it
+// starts (the probe, ld.so, pip) runs with a changed environment.
+void rerun_with_huge_pages(char** argv) {
+  if (const char* caller = std::getenv(k_caller_tunables)) {
+    const std::string was = caller;
+    if (was.starts_with("="))
+      ::setenv("GLIBC_TUNABLES", was.c_str() + 1, 1);
+    else
+      ::unsetenv("GLIBC_TUNABLES");
+    ::unsetenv(k_caller_tunables);
+    return;
+  }
+  const auto mode = cudafix::resolver::try_read_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (!mode || mode->find("[madvise]") == std::string::npos) return;
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const std::string was = tunables ? tunables : "";
+  if (was.find("glibc.malloc.hugetlb") != std::string::npos) return;  // the caller chose
+  ::setenv(k_caller_tunables, tunables ? ("=" + was).c_str() : "-", 1);
+  ::setenv("GLIBC_TUNABLES", (was.empty() ? "" : was + ":").append("glibc.malloc.hugetlb=1").c_str(), 1);
+  // The binary's own path rather than /proc/self/exe, which would rename the process "exe".
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) ::execv(self.c_str(), argv);
+  rerun_with_huge_pages(argv);  // no rerun (no /proc, or the binary is gone): put the environment back
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  rerun_with_huge_pages(argv);
   tune_malloc_for_a_short_run();
   using namespace cudafix::cli;
   CLI::App app{"cudafix: finds and repairs broken CUDA libraries in Python environments"};

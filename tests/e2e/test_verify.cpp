@@ -7,6 +7,7 @@
 
 #include <glob.h>
 #include <filesystem>
+#include <fstream>
 
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
@@ -332,6 +333,23 @@ TEST(Verify, TheToolkitsRealStubLibcudaReports34AndItsPath) {
   const json* d = likely_cause(v.doc, "stub libcuda");
   ASSERT_NE(d, nullptr);
   EXPECT_THAT((*d)["result"].get<std::string>(), HasSubstr(fs::canonical(stub).string()));
+}
+
+// cudafix may start itself again with glibc's malloc tuned (cli/main.cpp); the probe it runs must
+// still see exactly the GLIBC_TUNABLES the user gave, or none.
+TEST(Verify, TheProbeRunsWithTheCallersGlibcTunables) {
+  FakeVenv venv;
+  TempDir out;
+  const std::string file = out.path() + "/env";
+  for (const std::string tunables : {"", "glibc.malloc.check=0", "glibc.malloc.hugetlb=0"}) {
+    const std::string env =
+        (tunables.empty() ? "-u GLIBC_TUNABLES" : "GLIBC_TUNABLES=" + tunables) + " FAKE_ENV_FILE=" + shell_quote(file);
+    const auto v = verify(venv, fake_cuda("record_env"), "", env);
+    EXPECT_EQ(v.exit_code, 0) << v.text;
+    std::ifstream in(file);
+    const std::string seen((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(seen, tunables.empty() ? "(unset)" : tunables);
+  }
 }
 
 TEST(Verify, TheProbeLinksNothingButLibc) {
