@@ -46,6 +46,9 @@ constexpr const char* k_caller_tunables = "CUDAFIX_CALLER_GLIBC_TUNABLES";
 // The rerun puts the caller's GLIBC_TUNABLES back before anything else, so that nothing it
 // starts (the probe, ld.so, pip) runs with a changed environment.
 void rerun_with_huge_pages(char** argv) {
+#if defined(__SANITIZE_ADDRESS__)
+  return;  // ASan's allocator replaces glibc's: a rerun would only start ASan twice
+#endif
   if (const char* caller = std::getenv(k_caller_tunables)) {
     const std::string was = caller;
     if (was.starts_with("="))
