@@ -716,6 +716,9 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
     config.main_executable = env.main_executable;
   }
   env.loader = std::make_shared<LoaderModel>(std::move(config), env.elf_cache, std::move(host.ld_cache));
+  // The walk starts at each site's realpath and follows no symlink: the objects it found as
+  // regular files are real, and so are their folders.
+  env.loader->know_real_files(candidates);
   phase("host and ld.so.cache");
   if (options.resolve) resolve_objects(env, options.threads);
   phase("process model");

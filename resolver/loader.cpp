@@ -114,6 +114,14 @@ std::optional<std::string> LoaderModel::find_real_dir(const std::string& dir) co
   return S_ISLNK(st.st_mode) ? by_realpath(candidate) : candidate;
 }
 
+void LoaderModel::know_real_files(const std::vector<std::string>& paths) const {
+  for (const auto& path : paths) {
+    fs_->real_files.put(path, path);
+    const std::string dir = parent_dir(path);
+    if (!dir.empty()) fs_->real_dirs.put(dir, dir);
+  }
+}
+
 bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {
   if (config_.added && config_.added->count(real + "/" + name)) return true;
   const auto& names = fs_->dir_entries.get(real, [&] {

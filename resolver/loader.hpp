@@ -135,6 +135,11 @@ class LoaderModel {
   [[nodiscard]] Resolution resolve(const Process& process, int requester, const std::string& name,
                                    const std::unordered_set<std::string>& gone = {}) const;
 
+  // Regular files already known to be their own realpath, as is each one's folder: what a walk
+  // finds that starts at a realpath and follows no symlink. The model then takes no lstat for
+  // them (one per object, each a lookup of a path ten parts deep).
+  void know_real_files(const std::vector<std::string>& paths) const;
+
   [[nodiscard]] const LoaderConfig& config() const { return config_; }
   [[nodiscard]] ElfCache& elf_cache() const { return *elf_cache_; }
   [[nodiscard]] const std::shared_ptr<ElfCache>& shared_elf_cache() const { return elf_cache_; }
