@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -321,8 +324,20 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
   d.site_dir = site_dir;
   d.root = root;
   const std::filesystem::path dir = std::filesystem::path(site_dir) / dir_name;
+  // Its files are opened relative to the folder, looked up once (a venv's dist-info folders
+  // are six or more parts deep, and each has five files to read).
+  const int dir_fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  const struct CloseFolder {
+    int fd;
+    ~CloseFolder() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_folder{dir_fd};
+  auto read = [&](const char* name) {
+    return dir_fd >= 0 ? try_read_file_at(dir_fd, name) : try_read_file(dir / name);
+  };
 
-  if (auto text = try_read_file(dir / "METADATA")) {
+  if (auto text = read("METADATA")) {
     auto parsed = parse_metadata(*text, (dir / "METADATA").string());
     d.metadata = std::move(parsed.metadata);
     for (auto& diag : parsed.diagnostics) out.diagnostics.push_back(std::move(diag));
@@ -338,7 +353,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
 
   if (with_record == ReadRecord::no) {
     // Not asked for: neither read nor reported missing.
-  } else if (auto text = try_read_file(dir / "RECORD")) {
+  } else if (auto text = read("RECORD")) {
     auto parsed = parse_record(std::move(*text), (dir / "RECORD").string());
     d.record = std::move(parsed.rows);
     d.record_storage = std::move(parsed.storage);
@@ -348,17 +363,18 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
     out.diagnostics.push_back(
         {(dir / "RECORD").string(), std::nullopt, std::nullopt, "missing or unreadable; the dist's files are unknown"});
   }
-  if (auto text = try_read_file(dir / "INSTALLER")) d.installer = std::string(trim(split(*text, '\n').front()));
-  std::error_code ec;
-  d.requested = std::filesystem::exists(dir / "REQUESTED", ec);
-  if (auto text = try_read_file(dir / "WHEEL")) {
+  if (auto text = read("INSTALLER")) d.installer = std::string(trim(split(*text, '\n').front()));
+  struct stat st {};
+  d.requested =
+      dir_fd >= 0 ? ::fstatat(dir_fd, "REQUESTED", &st, 0) == 0 : ::stat((dir / "REQUESTED").c_str(), &st) == 0;
+  if (auto text = read("WHEEL")) {
     d.wheel_generator = header_value(*text, "Generator");
     if (auto v = header_value(*text, "Root-Is-Purelib")) d.root_is_purelib = (*v == "true");
     for_each_header(*text, "", nullptr, [&](const std::string& k, std::string v, std::size_t) {
       if (iequals(k, "Tag")) d.wheel_tags.push_back(std::move(v));
     });
   }
-  if (auto text = try_read_file(dir / "direct_url.json")) {
+  if (auto text = read("direct_url.json")) {
     auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("url") && j["url"].is_string()) {
       d.direct_url = j["url"].get<std::string>();

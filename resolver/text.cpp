@@ -258,9 +258,13 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 std::optional<std::string> try_read_file(const std::filesystem::path& path) {
+  return try_read_file_at(AT_FDCWD, path.c_str());
+}
+
+std::optional<std::string> try_read_file_at(int dir_fd, const char* name) {
   // O_NONBLOCK: a FIFO in the file's place must not hang the open; it is then refused as not a
   // regular file. One open and one fstat, where a stat first would look the path up twice.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
   struct stat st {};
   std::optional<std::string> out;

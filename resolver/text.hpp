@@ -53,6 +53,8 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out);
 [[nodiscard]] std::string read_file(const std::filesystem::path& path);
 // The same, or nullopt when it is no regular file or cannot be read (/proc files count).
 [[nodiscard]] std::optional<std::string> try_read_file(const std::filesystem::path& path);
+// The same for `name` in the folder open as `dir_fd` (openat(2): no lookup of the folder again).
+[[nodiscard]] std::optional<std::string> try_read_file_at(int dir_fd, const char* name);
 
 // The whole of `s` as a decimal number, or nullopt (empty, trailing junk, out of range).
 template <typename T>
