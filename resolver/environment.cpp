@@ -316,6 +316,8 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
     std::array<bool, k_batch> clean{};
     std::array<std::string, k_batch> paths;  // joined: rows that are not clean
     std::array<std::uint64_t, k_batch> hashes{};
+    std::array<bool, k_batch> escapes{};
+    std::array<std::optional<std::uint32_t>, k_batch> found{};
     for (std::size_t b = chunk.begin; b < chunk.end; b += k_batch) {
       const std::size_t n = std::min(k_batch, chunk.end - b);
       for (std::size_t i = 0; i < n; ++i) {
@@ -329,17 +331,25 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
         }
         env.on_disk.prefetch(hashes[i]);
       }
+      // Then each found row's owner slot, a random write into the walk's order, prefetched in
+      // turn before the rows are claimed.
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& row = d.record[b + i];
+        escapes[i] = !clean[i] && !is_within(paths[i], bound);
+        if (escapes[i]) continue;
+        found[i] = clean[i] ? env.on_disk.find(prefix, row.path, hashes[i]) : env.on_disk.find(paths[i], hashes[i]);
+        if (found[i]) __builtin_prefetch(&env.first_owner[*found[i]], 1);
+      }
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t k = b + i;
         const auto& row = d.record[k];
-        if (!clean[i] && !is_within(paths[i], bound)) {
+        if (escapes[i]) {
           chunk.diagnostics.push_back(
               {record_file, row.line, std::nullopt,
                fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
           continue;
         }
-        const auto index =
-            clean[i] ? env.on_disk.find(prefix, row.path, hashes[i]) : env.on_disk.find(paths[i], hashes[i]);
+        const auto index = found[i];
         if (index) {
           // Most paths have one owner: claim it without a lock; a second owner is sorted out below.
           int expected = -1;
