@@ -9,6 +9,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace cudafix::resolver {
@@ -20,10 +21,11 @@ class ShardedMap {
   // it; the first inserted wins).
   template <class Make>
   const V& get(const std::string& key, Make&& make) {
-    Shard& s = shard(key);
+    const Hashed k{key, std::hash<std::string_view>{}(key)};
+    Shard& s = shards_[k.hash % shards_.size()];
     {
       std::shared_lock lock(s.mutex);
-      if (auto it = s.map.find(key); it != s.map.end()) return it->second;
+      if (auto it = s.map.find(k); it != s.map.end()) return it->second;
     }
     V value = make();
     std::unique_lock lock(s.mutex);
@@ -31,25 +33,41 @@ class ShardedMap {
   }
 
   [[nodiscard]] const V* find(const std::string& key) const {
-    const Shard& s = shard(key);
+    const Hashed k{key, std::hash<std::string_view>{}(key)};
+    const Shard& s = shards_[k.hash % shards_.size()];
     std::shared_lock lock(s.mutex);
-    auto it = s.map.find(key);
+    auto it = s.map.find(k);
     return it == s.map.end() ? nullptr : &it->second;
   }
 
   void put(const std::string& key, V value) {
-    Shard& s = shard(key);
+    Shard& s = shards_[std::hash<std::string_view>{}(key) % shards_.size()];
     std::unique_lock lock(s.mutex);
     s.map.insert_or_assign(key, std::move(value));
   }
 
  private:
+  // A key with its hash, computed once for both the shard and the shard's table (lookups are
+  // most of the process model's work, and hashing a 100-byte path twice was a tenth of it).
+  struct Hashed {
+    std::string_view key;
+    std::size_t hash;
+  };
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(const std::string& s) const { return std::hash<std::string_view>{}(s); }
+    std::size_t operator()(const Hashed& h) const { return h.hash; }
+  };
+  struct Equal {
+    using is_transparent = void;
+    bool operator()(const std::string& a, const std::string& b) const { return a == b; }
+    bool operator()(const Hashed& a, const std::string& b) const { return a.key == b; }
+    bool operator()(const std::string& a, const Hashed& b) const { return a == b.key; }
+  };
   struct Shard {
     mutable std::shared_mutex mutex;
-    std::unordered_map<std::string, V> map;
+    std::unordered_map<std::string, V, Hash, Equal> map;
   };
-  Shard& shard(const std::string& key) { return shards_[std::hash<std::string>{}(key) % shards_.size()]; }
-  const Shard& shard(const std::string& key) const { return shards_[std::hash<std::string>{}(key) % shards_.size()]; }
   std::array<Shard, 64> shards_;
 };
 
