@@ -333,9 +333,9 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
       if (fd >= 0) ::close(fd);
     }
   } close_folder{dir_fd};
-  auto read = [&](const char* name) {
-    return dir_fd >= 0 ? try_read_file_at(dir_fd, name) : try_read_file(dir / name);
-  };
+  // A folder that cannot be opened has no readable files: each read below then fails (EBADF)
+  // and is reported missing or unreadable, as it would be by path.
+  auto read = [&](const char* name) { return try_read_file_at(dir_fd, name); };
 
   if (auto text = read("METADATA")) {
     auto parsed = parse_metadata(*text, (dir / "METADATA").string());
@@ -365,8 +365,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
   }
   if (auto text = read("INSTALLER")) d.installer = std::string(trim(split(*text, '\n').front()));
   struct stat st {};
-  d.requested =
-      dir_fd >= 0 ? ::fstatat(dir_fd, "REQUESTED", &st, 0) == 0 : ::stat((dir / "REQUESTED").c_str(), &st) == 0;
+  d.requested = ::fstatat(dir_fd, "REQUESTED", &st, 0) == 0;
   if (auto text = read("WHEEL")) {
     d.wheel_generator = header_value(*text, "Generator");
     if (auto v = header_value(*text, "Root-Is-Purelib")) d.root_is_purelib = (*v == "true");
