@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -89,7 +91,7 @@ class PathIndex {
   // Starts loading the slot a find of this hash reads first. A lookup is one cache miss into a
   // 2 MB table: hashing a batch of paths and prefetching their slots lets the misses overlap.
   void prefetch(std::uint64_t hash) const {
-    if (!slots_.empty()) __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]);
+    if (capacity_ > 0) __builtin_prefetch(&slots_[hash & (capacity_ - 1)]);
   }
   [[nodiscard]] bool contains(std::string_view path) const { return find(path).has_value(); }
   [[nodiscard]] std::size_t size() const { return keys_.size(); }
@@ -97,11 +99,19 @@ class PathIndex {
   [[nodiscard]] const std::vector<std::string_view>& keys() const { return keys_; }
 
  private:
+  // All zero when empty, so that a fresh table needs no pass to fill it: calloc's pages come
+  // zeroed from the kernel, on first touch, in whichever thread inserts there. (Filling 2 MB of
+  // slots with an "empty" mark took a millisecond on one core while the others waited.)
   struct Slot {
-    std::uint64_t hash = 0;
-    std::uint32_t index = UINT32_MAX;  // UINT32_MAX: empty
+    std::uint32_t tag;         // the hash's top half; the bottom half picks the slot
+    std::uint32_t index_next;  // index + 1; 0: empty
   };
-  std::vector<Slot> slots_;
+  struct Free {
+    void operator()(Slot* p) const { std::free(p); }
+  };
+  static std::uint32_t tag_of(std::uint64_t hash) { return static_cast<std::uint32_t>(hash >> 32); }
+  std::unique_ptr<Slot[], Free> slots_;
+  std::size_t capacity_ = 0;  // a power of two, or 0
   std::vector<std::string_view> keys_;
 };
 
