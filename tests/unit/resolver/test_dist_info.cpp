@@ -57,6 +57,68 @@ TEST(ParseRecord, ReportsUnterminatedQuote) {
   EXPECT_EQ(r.rows.size(), 1u);
 }
 
+// RECORD is split 64 bytes at a time and hashes are checked 16 characters at a time: every kind
+// of row must read the same wherever its commas, quotes, CRs, NULs and bad characters fall.
+TEST(ParseRecord, EveryKindOfRowReadsTheSameWhereverItFallsInTheText) {
+  struct Expected {
+    std::size_t line;
+    std::string path, hash;  // path empty: no row; hash empty: none kept
+    std::string diagnostic;  // part of the message, or empty
+  };
+  std::string text;
+  std::vector<Expected> expected;
+  std::size_t line = 0;
+  const std::string b64 = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcde";  // 43 characters
+  for (std::size_t pad = 0; pad < 70; ++pad) {
+    const std::string name = "pkg/" + std::string(pad, 'x') + ".py";
+    std::string bad = b64;
+    bad[pad % bad.size()] = '+';
+    text += name + ",sha256=" + b64 + "," + std::to_string(pad) + "\n";
+    expected.push_back({++line, name, b64, ""});
+    text += name + ",sha256=" + bad + ",1\n";
+    expected.push_back({++line, name, "", "malformed hash"});
+    text += name + ",sha256=" + b64 + "==,2\r\n";
+    expected.push_back({++line, name, b64, ""});
+    text += "\"" + name + ",q\",,\n";
+    expected.push_back({++line, name + ",q", "", ""});
+    text += "\"" + name + "\",,\n";
+    expected.push_back({++line, name, "", ""});
+    text += name + std::string(1, '\0') + ",,\n";
+    expected.push_back({++line, "", "", "NUL byte"});
+    text += name + ",only-two\n";
+    expected.push_back({++line, "", "", "found 2"});
+    text += name + ",,,\n";
+    expected.push_back({++line, "", "", "found 4"});
+    text += "\n";
+    ++line;
+  }
+  // The last row, without a newline, ending exactly at a 64-byte boundary.
+  const std::string last = std::string(64 - (text.size() + 2) % 64, 'z');
+  text += last + ",,";
+  expected.push_back({++line, last, "", ""});
+  ASSERT_EQ(text.size() % 64, 0u);
+
+  const auto r = parse_record(text, "RECORD");
+  std::size_t row = 0, diag = 0;
+  for (const auto& e : expected) {
+    if (!e.diagnostic.empty()) {
+      ASSERT_LT(diag, r.diagnostics.size());
+      EXPECT_EQ(r.diagnostics[diag].line, e.line);
+      EXPECT_NE(r.diagnostics[diag].message.find(e.diagnostic), std::string::npos)
+          << "line " << e.line << ": " << r.diagnostics[diag].message;
+      ++diag;
+    }
+    if (e.path.empty()) continue;
+    ASSERT_LT(row, r.rows.size());
+    EXPECT_EQ(r.rows[row].line, e.line);
+    EXPECT_EQ(r.rows[row].path, e.path);
+    EXPECT_EQ(r.rows[row].hash, e.hash) << "line " << e.line;
+    ++row;
+  }
+  EXPECT_EQ(row, r.rows.size());
+  EXPECT_EQ(diag, r.diagnostics.size());
+}
+
 TEST(ParseMetadata, UnfoldsContinuationLinesAndStopsAtBody) {
   const auto m = parse_metadata(
       "Metadata-Version: 2.4\nName: nvidia-cudnn-cu13\nVersion: 9.19.0.56\n"
