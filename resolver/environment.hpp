@@ -21,6 +21,7 @@
 #include "resolver/dist_info.hpp"
 #include "resolver/loader.hpp"
 #include "resolver/path_index.hpp"
+#include "resolver/text.hpp"
 #include "resolver/venv.hpp"
 
 namespace cudafix::resolver {
@@ -78,11 +79,11 @@ class Environment {
   [[nodiscard]] std::string unwalked_path(const UnwalkedRow& u) const;
   std::vector<SharedObject> objects;  // sorted by path
   std::unordered_map<std::string, std::size_t> object_by_path;
-  std::unordered_map<std::string, std::vector<std::size_t>> objects_by_name;  // SONAME, file and alias names
-  std::unordered_map<std::string, std::vector<std::size_t>> objects_needing;  // DT_NEEDED -> consumers
-  std::unordered_map<std::string, int> dist_by_name;                          // normalised name -> first dist
-  std::vector<Diagnostic> diagnostics;                                        // sorted by file, then line
-  std::optional<std::string> main_executable;                                 // the interpreter the model runs
+  std::unordered_map<std::string, std::vector<std::size_t>> objects_by_name;       // SONAME, file and alias names
+  std::unordered_map<std::string, std::vector<std::size_t>> objects_needing;       // DT_NEEDED -> consumers
+  std::unordered_map<std::string, int, StringHash, std::equal_to<>> dist_by_name;  // normalised name -> first dist
+  std::vector<Diagnostic> diagnostics;                                             // sorted by file, then line
+  std::optional<std::string> main_executable;                                      // the interpreter the model runs
   std::shared_ptr<LoaderModel> loader;
   // The process model's memory: the interpreter with its NEEDED tree and LD_PRELOAD loaded, and
   // per dist, the objects importing it mapped, in order (their resolutions left out).

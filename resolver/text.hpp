@@ -66,6 +66,13 @@ template <typename T>
 }
 
 // Compiled bytecode's folder: listed in RECORDs, never walked, never a finding.
+// For unordered containers keyed by std::string and looked up by string_view, with no string
+// made per lookup.
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
 [[nodiscard]] inline bool in_pycache(std::string_view path) {
   return path.find("/__pycache__/") != std::string_view::npos;
 }
