@@ -68,7 +68,10 @@ int Process::find_real(const std::string& real) const {
 
 LoaderModel::LoaderModel(LoaderConfig config, std::shared_ptr<ElfCache> elf_cache,
                          std::shared_ptr<const LdCache> ld_cache)
-    : config_(std::move(config)), elf_cache_(std::move(elf_cache)), ld_cache_(std::move(ld_cache)) {}
+    : config_(std::move(config)), elf_cache_(std::move(elf_cache)), ld_cache_(std::move(ld_cache)) {
+  for (const auto& h : config_.host.hwcaps_subdirs) search_subdirs_.push_back("/glibc-hwcaps/" + h);
+  search_subdirs_.emplace_back();
+}
 
 std::shared_ptr<LoaderModel> LoaderModel::what_if(const LoaderConfig& changes) const {
   LoaderConfig config = config_;
@@ -184,7 +187,7 @@ const std::string& LoaderModel::real_file(const std::string& path) const {
 
 bool LoaderModel::try_file(const std::string& file, ReasonKind source, const std::string& via, const ElfInfo* want,
                            const std::unordered_set<std::string>& gone, Resolution& out, bool record) const {
-  const std::string real = real_file(file);
+  const std::string& real = real_file(file);
   if (gone.count(real) || (config_.deleted && config_.deleted->count(real))) {
     if (record) out.searched.push_back({file, source, via, "deleted (what-if)"});
     return false;
@@ -220,10 +223,7 @@ std::optional<std::string> LoaderModel::try_dir(const std::string& dir, const st
                                                 const std::string& via, const ElfInfo* want,
                                                 const std::unordered_set<std::string>& gone, Resolution& out,
                                                 bool record) const {
-  std::vector<std::string> subdirs;
-  for (const auto& h : config_.host.hwcaps_subdirs) subdirs.push_back("/glibc-hwcaps/" + h);
-  subdirs.emplace_back();
-  for (const auto& sub : subdirs) {
+  for (const auto& sub : search_subdirs_) {
     const std::string candidate_dir = (dir.empty() ? std::string(".") : dir) + sub;
     const std::string* real = real_dir(candidate_dir);
     if (!real || !dir_has(*real, name)) {
@@ -336,7 +336,7 @@ Resolution LoaderModel::resolve(const Process& p, int requester, const std::stri
 }
 
 int LoaderModel::add_object(Process& p, const std::string& path, const std::string& name, int loader) const {
-  const std::string real = real_file(path);
+  const std::string& real = real_file(path);
   if (const int existing = p.find_real(real); existing >= 0) {
     auto& names = p.objects[static_cast<std::size_t>(existing)].names;
     if (std::find(names.begin(), names.end(), name) == names.end()) {
@@ -391,7 +391,8 @@ void LoaderModel::map_dependencies(Process& p, std::size_t from) const {
   for (std::size_t i = from; i < p.objects.size(); ++i) {
     if (p.objects[i].mapped_deps) continue;
     p.objects[i].mapped_deps = true;
-    const std::vector<std::string> wanted = p.objects[i].elf->needed;
+    // In the ELF cache, which outlives the process: add_object may move p.objects, not this.
+    const std::vector<std::string>& wanted = p.objects[i].elf->needed;
     for (const auto& name : wanted) {
       Resolution r = resolve(p, static_cast<int>(i), name);
       const int idx = r.found() ? add_object(p, *r.path, name, static_cast<int>(i)) : -1;

@@ -163,6 +163,7 @@ class LoaderModel {
   void add_dynamic_loader(Process& process) const;
 
   LoaderConfig config_;
+  std::vector<std::string> search_subdirs_;  // in each search folder: its glibc-hwcaps folders, best first, then itself
   std::shared_ptr<ElfCache> elf_cache_;
   std::shared_ptr<const LdCache> ld_cache_;
   // What the file system answered (realpaths, folder listings): shared with the what-if models
