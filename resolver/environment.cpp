@@ -559,16 +559,21 @@ void resolve_objects(Environment& env, unsigned threads) {
       if (depth_of(d) == 0) return nullptr;
       return depth_of(c) < depth_of(d) ? &imported[static_cast<std::size_t>(c)] : &nothing;
     });
+    // What each import mapped, kept once every import has run: until then the process needs it.
+    std::vector<std::pair<std::size_t, std::size_t>> mapped;
     for (auto i : entry_points.at(d)) {
       env.loader->load(p, env.objects[i].path);
+      mapped.emplace_back(p.load_start, p.objects.size());
+    }
+    for (std::size_t e = 0; e < mapped.size(); ++e) {
       const std::string context = fmt::format("import of {} ({})", env.dists[static_cast<std::size_t>(d)].name,
-                                              env.display(env.objects[i].path));
-      for (std::size_t j = p.load_start; j < p.objects.size(); ++j) {
-        const auto& lo = p.objects[j];
-        LoadedObject kept{lo.path, lo.real, lo.names, lo.elf, -1, {}, {}, true};
-        imported[static_cast<std::size_t>(d)].push_back(std::move(kept));
+                                              env.display(env.objects[entry_points.at(d)[e]].path));
+      for (std::size_t j = mapped[e].first; j < mapped[e].second; ++j) {
+        auto& lo = p.objects[j];
         if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
-          learned[static_cast<std::size_t>(d)].push_back({it->second, lo.needed, context});
+          learned[static_cast<std::size_t>(d)].push_back({it->second, std::move(lo.needed), context});
+        imported[static_cast<std::size_t>(d)].push_back(
+            LoadedObject{std::move(lo.path), std::move(lo.real), std::move(lo.names), lo.elf, -1, {}, {}, true});
       }
     }
   });
