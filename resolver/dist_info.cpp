@@ -111,23 +111,23 @@ class SpecialChars {
   std::uint64_t mask_ = 0;
 };
 
-// The usual row: three fields and a newline (or the end), with no quote, CR or NUL in it. Fills
-// `fields` and returns true, or returns false without moving when another parser must take it.
-// The views are made from pointers: through a vector of fields and substr, each row paid for
-// three bounds checks and three stalled store-to-load forwards.
-bool next_plain_row(std::string_view text, SpecialChars& special, std::size_t& pos,
-                    std::array<std::string_view, 3>& fields) {
+// Where the usual row's three fields lie: [begin, first), (first, second) and (second, stop).
+struct FieldBounds {
+  std::size_t begin, first, second, stop;
+};
+
+// The usual row: three fields and a newline (or the end), with no quote, CR or NUL in it. Sets
+// `bounds` and returns true, or returns false without moving when another parser must take it.
+// Offsets rather than views: views written to an array and read back whole stalled the store
+// forwarding of every field, a quarter of parsing RECORD.
+bool next_plain_row(std::string_view text, SpecialChars& special, std::size_t& pos, FieldBounds& bounds) {
   const std::size_t first = special.next(pos);
   if (first == std::string_view::npos || text[first] != ',') return false;
   const std::size_t second = special.next(first + 1);
   if (second == std::string_view::npos || text[second] != ',') return false;
   const std::size_t end = special.next(second + 1);
   if (end != std::string_view::npos && text[end] != '\n') return false;
-  const std::size_t stop = end == std::string_view::npos ? text.size() : end;
-  const char* p = text.data();
-  fields[0] = std::string_view(p + pos, first - pos);
-  fields[1] = std::string_view(p + first + 1, second - first - 1);
-  fields[2] = std::string_view(p + second + 1, stop - second - 1);
+  bounds = {pos, first, second, end == std::string_view::npos ? text.size() : end};
   pos = end == std::string_view::npos ? text.size() : end + 1;
   return true;
 }
@@ -244,19 +244,25 @@ ParsedRecord parse_record(std::string text_in, const std::string& file) {
   std::size_t pos = 0;
   std::size_t line = 1;
   std::vector<std::string_view> fields;
-  std::array<std::string_view, 3> row_fields;
   std::string error;
   SpecialChars special(text);
   out.rows.reserve(text.size() / 64 + 1);
   while (true) {
     const std::size_t row_line = line;
-    const bool plain = pos < text.size() && next_plain_row(text, special, pos, row_fields);
+    FieldBounds bounds{};
+    const bool plain = pos < text.size() && next_plain_row(text, special, pos, bounds);
     if (!plain && !next_csv_fast(text, pos, fields) &&
         !next_csv_row(text, pos, line, fields, storage->unescaped, error))
       break;
     ++line;
     auto diag = [&](std::string msg) { out.diagnostics.push_back({file, row_line, std::nullopt, std::move(msg)}); };
-    if (!plain) {
+    std::string_view path, hash, size;
+    if (plain) {
+      const char* p = text.data();
+      path = std::string_view(p + bounds.begin, bounds.first - bounds.begin);
+      hash = std::string_view(p + bounds.first + 1, bounds.second - bounds.first - 1);
+      size = std::string_view(p + bounds.second + 1, bounds.stop - bounds.second - 1);
+    } else {
       if (!error.empty()) {
         diag(error);
         break;
@@ -266,20 +272,21 @@ ParsedRecord parse_record(std::string text_in, const std::string& file) {
         diag(fmt::format("expected 3 fields (path,hash,size), found {}", fields.size()));
         continue;
       }
-      std::copy(fields.begin(), fields.end(), row_fields.begin());
+      path = fields[0];
+      hash = fields[1];
+      size = fields[2];
     }
-    RecordRow row;
-    row.line = row_line;
-    row.path = row_fields[0];
-    if (row.path.empty()) {
+    if (path.empty()) {
       diag("empty path");
       continue;
     }
-    if (!plain && row.path.find('\0') != std::string_view::npos) {
+    if (!plain && path.find('\0') != std::string_view::npos) {
       diag("path contains a NUL byte");
       continue;
     }
-    const std::string_view hash = row_fields[1];
+    RecordRow& row = out.rows.emplace_back();  // in place: copying a whole row stalled on its fields
+    row.line = row_line;
+    row.path = path;
     if (!hash.empty()) {
       const auto eq = hash.find('=');
       if (eq == std::string_view::npos || eq == 0 || !is_urlsafe_b64(hash.substr(eq + 1))) {
@@ -290,7 +297,6 @@ ParsedRecord parse_record(std::string text_in, const std::string& file) {
         while (!row.hash.empty() && row.hash.back() == '=') row.hash.remove_suffix(1);
       }
     }
-    const std::string_view size = row_fields[2];
     if (!size.empty()) {
       std::uint64_t v = 0;
       const auto [p, ec] = std::from_chars(size.data(), size.data() + size.size(), v);
@@ -300,7 +306,6 @@ ParsedRecord parse_record(std::string text_in, const std::string& file) {
         row.size = v;
       }
     }
-    out.rows.push_back(row);
   }
   out.storage = std::move(storage);
   return out;
