@@ -88,7 +88,7 @@ class SpecialChars {
     const char* p = text_.data() + block;
 #if defined(__SSE2__)
     std::uint64_t m = 0;
-    for (int part = 0; part < 4; ++part) {
+    for (std::size_t part = 0; part < 4; ++part) {
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * part));
       const __m128i hit = _mm_or_si128(
           _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(',')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
