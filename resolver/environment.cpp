@@ -656,10 +656,11 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   // own end. With 2 or 3 cores each phase already keeps them busy, and overlapping measured
   // slower (144 ms against 106 ms on the corpus, 2 cores): there they run one after another.
   //
-  // Side by side, the dist-info reads get a quarter of the cores and the walk the rest. Given all
-  // of them each, the walk's workers held every pool thread until it ended, the reads ran on one
-  // thread and finished 2 ms after the walk (16 cores), and the walk itself was no faster on 16
-  // workers than on 12.
+  // Side by side, the dist-info reads get a quarter of the cores, but two from 5 to 7, and the
+  // walk the rest. Given all of them each, the walk's workers held every pool thread until it
+  // ended, the reads ran on one thread and finished 2 ms after the walk (16 cores), and the walk
+  // itself was no faster on 16 workers than on 12. On one thread of 6 or 7 the reads ended 10 ms
+  // after the walk (GPU machine's venv, --threads 6: 44.3-46.5 ms against 33.2-36.2 with two).
   const unsigned threads = thread_count(options.threads);
   const auto launch = threads >= 4 ? std::launch::async : std::launch::deferred;
   // The host's loader (a run of ld.so --help, 0.8 ms) and its ld.so.cache are learnt while the
@@ -677,7 +678,8 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
     m.ld_cache = std::make_shared<LdCache>(LdCache::load(options.ld_so_cache.value_or(m.host.ld_so_cache)));
     return m;
   });
-  const unsigned read_threads = launch == std::launch::async ? std::max(1U, threads / 4) : threads;
+  const unsigned read_threads =
+      launch == std::launch::async ? std::max(threads / 4, std::min(2U, (threads + 1) / 3)) : threads;
   const unsigned walk_threads = launch == std::launch::async ? threads - read_threads : threads;
   auto dists_read = std::async(launch, [&, dist_infos = list_dist_infos(sites, FollowLinks::no)] {
     return read_dist_infos(dist_infos, read_threads, ReadRecord::yes);
