@@ -116,43 +116,25 @@ struct FieldBounds {
   std::size_t begin, first, second, stop;
 };
 
-// The usual row: three fields and a newline (or the end), with no quote, CR or NUL in it. Sets
-// `bounds` and returns true, or returns false without moving when another parser must take it.
-// Offsets rather than views: views written to an array and read back whole stalled the store
-// forwarding of every field, a quarter of parsing RECORD.
+// The usual row: three fields and a newline, a CR LF or the end, with no quote, other CR or NUL
+// in it. Sets `bounds` and returns true, or returns false without moving when the CSV parser
+// must take it. Offsets rather than views: views written to an array and read back whole stalled
+// the store forwarding of every field, a quarter of parsing RECORD.
 bool next_plain_row(std::string_view text, SpecialChars& special, std::size_t& pos, FieldBounds& bounds) {
   const std::size_t first = special.next(pos);
   if (first == std::string_view::npos || text[first] != ',') return false;
   const std::size_t second = special.next(first + 1);
   if (second == std::string_view::npos || text[second] != ',') return false;
   const std::size_t end = special.next(second + 1);
-  if (end != std::string_view::npos && text[end] != '\n') return false;
-  bounds = {pos, first, second, end == std::string_view::npos ? text.size() : end};
-  pos = end == std::string_view::npos ? text.size() : end + 1;
-  return true;
-}
-
-// Any other row with no quote on the line. Splits it with memchr (vectorised) and returns true, or
-// returns false without moving when the general parser must take the line.
-bool next_csv_fast(std::string_view text, std::size_t& pos, std::vector<std::string_view>& fields) {
-  if (pos >= text.size()) return false;
-  const char* begin = text.data() + pos;
-  const std::size_t left = text.size() - pos;
-  const auto* nl = static_cast<const char*>(std::memchr(begin, '\n', left));
-  std::size_t len = nl ? static_cast<std::size_t>(nl - begin) : left;
-  if (std::memchr(begin, '"', len)) return false;
-  const std::size_t consumed = nl ? len + 1 : len;
-  if (len && begin[len - 1] == '\r') --len;
-  if (std::memchr(begin, '\r', len)) return false;  // a bare CR ends a row too: the slow path knows
-  fields.clear();
-  std::string_view line(begin, len);
-  while (true) {
-    const auto comma = line.find(',');
-    fields.push_back(line.substr(0, comma));
-    if (comma == std::string_view::npos) break;
-    line.remove_prefix(comma + 1);
+  if (end == std::string_view::npos) {
+    bounds = {pos, first, second, text.size()};
+    pos = text.size();
+    return true;
   }
-  pos += consumed;
+  const bool crlf = text[end] == '\r' && end + 1 < text.size() && text[end + 1] == '\n';
+  if (text[end] != '\n' && !crlf) return false;
+  bounds = {pos, first, second, end};
+  pos = end + (crlf ? 2 : 1);
   return true;
 }
 
@@ -251,9 +233,7 @@ ParsedRecord parse_record(std::string text_in, const std::string& file) {
     const std::size_t row_line = line;
     FieldBounds bounds{};
     const bool plain = pos < text.size() && next_plain_row(text, special, pos, bounds);
-    if (!plain && !next_csv_fast(text, pos, fields) &&
-        !next_csv_row(text, pos, line, fields, storage->unescaped, error))
-      break;
+    if (!plain && !next_csv_row(text, pos, line, fields, storage->unescaped, error)) break;
     ++line;
     auto diag = [&](std::string msg) { out.diagnostics.push_back({file, row_line, std::nullopt, std::move(msg)}); };
     std::string_view path, hash, size;

@@ -142,7 +142,7 @@ std::vector<const SharedObject*> Environment::consumers(const std::string& sonam
 }
 
 std::vector<int> Environment::requirement_closure(int dist) const {
-  // Breadth-first over (dist, extras asked of it); then ordered deps-first for import. Flat
+  // A search over (dist, extras asked of it); then ordered deps-first for import. Flat
   // arrays by dist index: the process model asks this of all 197 dists of a venv, and sets of
   // (dist, extra) strings were a tenth of its time.
   std::vector<char> reached(dists.size(), 0);

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "resolver/text.hpp"
+
 namespace cudafix::resolver {
 
 template <class V>
@@ -21,7 +23,7 @@ class ShardedMap {
   // it; the first inserted wins).
   template <class Make>
   const V& get(const std::string& key, Make&& make) {
-    const Hashed k{key, std::hash<std::string_view>{}(key)};
+    const Hashed k = hashed(key);
     Shard& s = shards_[k.hash % shards_.size()];
     {
       std::shared_lock lock(s.mutex);
@@ -33,7 +35,7 @@ class ShardedMap {
   }
 
   [[nodiscard]] const V* find(const std::string& key) const {
-    const Hashed k{key, std::hash<std::string_view>{}(key)};
+    const Hashed k = hashed(key);
     const Shard& s = shards_[k.hash % shards_.size()];
     std::shared_lock lock(s.mutex);
     auto it = s.map.find(k);
@@ -41,7 +43,7 @@ class ShardedMap {
   }
 
   void put(const std::string& key, V value) {
-    Shard& s = shards_[std::hash<std::string_view>{}(key) % shards_.size()];
+    Shard& s = shards_[hashed(key).hash % shards_.size()];
     std::unique_lock lock(s.mutex);
     s.map.insert_or_assign(key, std::move(value));
   }
@@ -53,11 +55,11 @@ class ShardedMap {
     std::string_view key;
     std::size_t hash;
   };
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(const std::string& s) const { return std::hash<std::string_view>{}(s); }
+  struct Hash : StringHash {
+    using StringHash::operator();
     std::size_t operator()(const Hashed& h) const { return h.hash; }
   };
+  static Hashed hashed(std::string_view key) { return {key, StringHash{}(key)}; }
   struct Equal {
     using is_transparent = void;
     bool operator()(const std::string& a, const std::string& b) const { return a == b; }

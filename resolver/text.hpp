@@ -65,7 +65,6 @@ template <typename T>
   return v;
 }
 
-// Compiled bytecode's folder: listed in RECORDs, never walked, never a finding.
 // For unordered containers keyed by std::string and looked up by string_view, with no string
 // made per lookup.
 struct StringHash {
@@ -73,6 +72,7 @@ struct StringHash {
   std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };
 
+// Compiled bytecode's folder: listed in RECORDs, never walked, never a finding.
 [[nodiscard]] inline bool in_pycache(std::string_view path) {
   return path.find("/__pycache__/") != std::string_view::npos;
 }
