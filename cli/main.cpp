@@ -34,6 +34,20 @@ void tune_malloc_for_a_short_run() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
+// The heap starts where the kernel put the program break, anywhere in a 2 MB block, and a huge
+// page must fill a whole aligned block of the heap: with glibc.malloc.hugetlb=1 (below), the
+// heap's first 2 to 4 MB still came on 4 KB pages, 850 page faults of the 1,070 left in a scan
+// on 2 cores (10 us each on a VM). Moving the break to the next 2 MB boundary before malloc
+// first asks for memory costs only address space. Priority 101: before the C++ library's own
+// static constructors, which allocate.
+__attribute__((constructor(101))) void align_heap_to_huge_pages() {
+  constexpr std::uintptr_t k_huge = 2u << 20;
+  const auto brk = reinterpret_cast<std::uintptr_t>(::sbrk(0));
+  if (brk == static_cast<std::uintptr_t>(-1)) return;
+  const std::uintptr_t gap = (k_huge - brk % k_huge) % k_huge;
+  if (gap != 0) ::sbrk(static_cast<intptr_t>(gap));
+}
+
 // The caller's GLIBC_TUNABLES across the rerun below: "=" and its value, or "-" when it had none.
 constexpr const char* k_caller_tunables = "CUDAFIX_CALLER_GLIBC_TUNABLES";
 
