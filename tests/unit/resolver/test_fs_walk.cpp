@@ -90,6 +90,28 @@ TEST(WalkTree, AnUnreadableRootIsADiagnosticNotACrash) {
   EXPECT_NE(w.diagnostics[0].message.find("cannot list"), std::string::npos);
 }
 
+// The walk stops reading a folder at a getdents64 that left room for more only where the
+// filesystem is known to fill the buffer; FUSE and NFS may answer a part at a time, and one
+// mounted anywhere below a root makes the walk read every folder to the end.
+TEST(WalkTree, AShortListingEndsAFolderOnlyWhereTheFilesystemFillsTheBuffer) {
+  const std::string mountinfo =
+      "21 26 0:20 / /proc rw,relatime - proc proc rw\n"
+      "26 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n"
+      "30 26 0:40 / /home/u/nfs rw - nfs4 srv:/x rw\n"
+      "31 26 0:41 / /opt/venv/lib/python3.12/site-packages/big rw - fuse.sshfs h:/p rw\n"
+      "32 26 0:42 / /mnt/my\\040disk rw,relatime shared:5 - xfs /dev/sdb rw\n";
+  EXPECT_TRUE(short_read_ends_listing({"/srv/venv/lib/python3.12/site-packages"}, mountinfo));
+  EXPECT_FALSE(short_read_ends_listing({"/home/u/nfs/venv/site-packages"}, mountinfo)) << "on NFS";
+  EXPECT_FALSE(short_read_ends_listing({"/opt/venv/lib/python3.12/site-packages"}, mountinfo)) << "FUSE below";
+  EXPECT_TRUE(short_read_ends_listing({"/opt/venv/lib/python3.12/site-packages/big2"}, mountinfo))
+      << "a sibling's name is not a folder below";
+  EXPECT_TRUE(short_read_ends_listing({"/mnt/my disk/venv"}, mountinfo)) << "an escaped mount point";
+  EXPECT_FALSE(short_read_ends_listing({"/mnt/my disk/venv", "/home/u/nfs/site"}, mountinfo)) << "every root counts";
+  EXPECT_TRUE(short_read_ends_listing({"/home/u/nfs/site"}, mountinfo + "40 30 0:50 / /home/u/nfs rw - tmpfs t rw\n"))
+      << "a later mount on the same point hides the earlier";
+  EXPECT_FALSE(short_read_ends_listing({"/srv/site"}, "")) << "no mount table, no shortcut";
+}
+
 TEST(ParallelFor, RunsEveryItemOnceAndNestsWithoutDeadlock) {
   std::vector<std::atomic<int>> hits(5000);
   parallel_for(50, 8, [&](std::size_t i) { parallel_for(100, 8, [&](std::size_t j) { ++hits[i * 100 + j]; }); });
