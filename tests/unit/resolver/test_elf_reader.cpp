@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <elf.h>
+#include <sys/stat.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "resolver/elf_reader.hpp"
@@ -111,43 +113,92 @@ struct Broken {
   const char* expect;   // in the diagnostic
 };
 
-class ElfReaderRejects : public ::testing::TestWithParam<Broken> {};
-
-TEST_P(ElfReaderRejects, HostileObjectsWithAPreciseMessage) {
+// An object read from a file takes the path a scan takes: its first 16 KB in one read, the rest
+// by range. `large` pushes the dynamic segment and the strings past that head.
+ElfSpec hostile_spec(bool large) {
   ElfSpec spec;
   spec.soname = "libx.so";
   spec.needed = {"liby.so"};
-  std::string bytes = make_shared_object(spec);
-  const auto& b = GetParam();
-  std::memcpy(bytes.data() + b.offset, &b.value, sizeof b.value);
-  const auto r = read_elf_memory(bytes.data(), bytes.size(), "hostile.so");
-  ASSERT_EQ(r.status, ElfReadStatus::invalid);
-  EXPECT_NE(r.diagnostic.message.find(b.expect), std::string::npos) << r.diagnostic.message;
-  EXPECT_EQ(r.diagnostic.file, "hostile.so");
+  if (large) spec.string_gap = 12 * 1024;
+  return spec;
+}
+
+ElfRead read_as_file(const std::string& bytes, const std::string& name) {
+  test::TempDir t;
+  test::write_file(t.path() + "/" + name, bytes);
+  ElfRead r = read_elf_file(t.path() + "/" + name);
+  if (r.diagnostic.file == t.path() + "/" + name) r.diagnostic.file = name;
+  return r;
+}
+
+class ElfReaderRejects : public ::testing::TestWithParam<Broken> {};
+
+TEST_P(ElfReaderRejects, HostileObjectsWithAPreciseMessage) {
+  for (bool large : {false, true}) {
+    std::string bytes = make_shared_object(hostile_spec(large));
+    ASSERT_EQ(bytes.size() > 16 * 1024, large);
+    const auto& b = GetParam();
+    std::memcpy(bytes.data() + b.offset, &b.value, sizeof b.value);
+    for (const auto& r :
+         {read_elf_memory(bytes.data(), bytes.size(), "hostile.so"), read_as_file(bytes, "hostile.so")}) {
+      ASSERT_EQ(r.status, ElfReadStatus::invalid) << (large ? "large" : "small");
+      EXPECT_NE(r.diagnostic.message.find(b.expect), std::string::npos) << r.diagnostic.message;
+      EXPECT_EQ(r.diagnostic.file, "hostile.so");
+    }
+  }
 }
 
 // Offsets into the writer's ELF64 layout: program headers at 64 (56 bytes each; PT_DYNAMIC is
-// the second: p_offset at +8, p_filesz at +32); e_phoff at 32.
+// the second: p_offset at +8, p_filesz at +32); e_phoff at 32; e_phentsize at 54.
 INSTANTIATE_TEST_SUITE_P(Cases, ElfReaderRejects,
                          ::testing::Values(Broken{"DynamicPastEnd", 64 + 56 + 8, 1u << 30, "outside the file"},
                                            Broken{"HugeDynamicSize", 64 + 56 + 32, ~0ull >> 1, "outside the file"},
-                                           Broken{"ProgramHeadersPastEnd", 32, 1u << 20, "past the end"}),
+                                           Broken{"ProgramHeadersPastEnd", 32, 1u << 20, "past the end"},
+                                           Broken{"ProgramHeaderSize", 54, 0x0003'0040ull, "not 56"}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
+// Whatever the length a file is cut to, from memory or from a file, small or past the head that
+// is read first: never a crash, never an object read as whole.
 TEST(ElfReader, TruncatedAtEveryLengthNeverCrashes) {
-  ElfSpec spec;
-  spec.soname = "libx.so";
-  spec.needed = {"a", "b"};
-  spec.runpath = "$ORIGIN";
-  const std::string bytes = make_shared_object(spec);
-  for (std::size_t n = 0; n < bytes.size(); ++n) {
-    std::string cut = bytes.substr(0, n);
-    const auto r = read_elf_memory(cut.data(), cut.size(), "cut.so");
-    if (n < 4)
-      EXPECT_EQ(r.status, ElfReadStatus::not_elf);
-    else
-      EXPECT_EQ(r.status, ElfReadStatus::invalid) << "at " << n;
+  for (bool large : {false, true}) {
+    ElfSpec spec = hostile_spec(large);
+    spec.runpath = "$ORIGIN";
+    const std::string bytes = make_shared_object(spec);
+    const std::size_t step = large ? 97 : 1;
+    for (std::size_t n = 0; n < bytes.size(); n += step) {
+      std::string cut = bytes.substr(0, n);
+      for (const auto& r : {read_elf_memory(cut.data(), cut.size(), "cut.so"), read_as_file(cut, "cut.so")}) {
+        if (n < 4)
+          EXPECT_EQ(r.status, ElfReadStatus::not_elf);
+        else
+          EXPECT_EQ(r.status, ElfReadStatus::invalid) << "at " << n;
+      }
+    }
   }
+}
+
+// ld.so never reads section headers, so a broken section header table does not stop it loading
+// the object, and does not make the object unreadable here.
+TEST(ElfReader, SectionHeadersAreIgnoredAsTheLoaderIgnoresThem) {
+  for (bool large : {false, true}) {
+    std::string bytes = make_shared_object(hostile_spec(large));
+    const std::uint64_t shoff = 0xdeadbeef;
+    const std::uint16_t shnum = 7;
+    std::memcpy(bytes.data() + offsetof(Elf64_Ehdr, e_shoff), &shoff, sizeof shoff);
+    std::memcpy(bytes.data() + offsetof(Elf64_Ehdr, e_shnum), &shnum, sizeof shnum);
+    for (const auto& r : {read_elf_memory(bytes.data(), bytes.size(), "x.so"), read_as_file(bytes, "x.so")}) {
+      ASSERT_EQ(r.status, ElfReadStatus::ok) << r.diagnostic.to_string();
+      EXPECT_EQ(r.info.soname, "libx.so");
+      EXPECT_EQ(r.info.needed, (std::vector<std::string>{"liby.so"}));
+    }
+  }
+}
+
+// A FIFO named like a library (no writer on the other end) is passed over, not waited on.
+TEST(ElfReader, AFifoNamedLikeALibraryDoesNotHang) {
+  test::TempDir t;
+  ASSERT_EQ(::mkfifo((t.path() + "/libfifo.so").c_str(), 0600), 0);
+  EXPECT_EQ(read_elf_file(t.path() + "/libfifo.so").status, ElfReadStatus::not_elf);
 }
 
 }  // namespace
