@@ -105,7 +105,9 @@ constexpr long k_room_for_one_more = 512;
 // The filesystems whose readdir fills the caller's buffer until it is full or the folder ends
 // (ext2/3/4, XFS, Btrfs, tmpfs, and overlayfs as the layers under it do), so that a getdents64
 // that left room for another record has listed the whole folder. FUSE, NFS and others may
-// answer a part at a time: there the walk reads on until getdents64 returns 0.
+// answer a part at a time: there the walk reads on until getdents64 returns 0. (A disk error
+// part-way through a folder on these also returns the records before it; the call after, which
+// would have reported the error, is the one skipped.)
 bool fills_whole_buffer(std::string_view fs_type) {
   for (std::string_view t : {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay"})
     if (fs_type == t) return true;

@@ -149,12 +149,14 @@ TEST_P(ElfReaderRejects, HostileObjectsWithAPreciseMessage) {
 }
 
 // Offsets into the writer's ELF64 layout: program headers at 64 (56 bytes each; PT_DYNAMIC is
-// the second: p_offset at +8, p_filesz at +32); e_phoff at 32; e_phentsize at 54.
+// the second: p_offset at +8, p_filesz at +32; PT_LOAD is the first); e_phoff at 32; e_phentsize
+// at 54.
 INSTANTIATE_TEST_SUITE_P(Cases, ElfReaderRejects,
                          ::testing::Values(Broken{"DynamicPastEnd", 64 + 56 + 8, 1u << 30, "outside the file"},
                                            Broken{"HugeDynamicSize", 64 + 56 + 32, ~0ull >> 1, "outside the file"},
                                            Broken{"ProgramHeadersPastEnd", 32, 1u << 20, "past the end"},
-                                           Broken{"ProgramHeaderSize", 54, 0x0003'0040ull, "not 56"}),
+                                           Broken{"ProgramHeaderSize", 54, 0x0003'0040ull, "not 56"},
+                                           Broken{"LoadOffsetWrapsAround", 64 + 8, ~0ull - 100, "no loaded segment"}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // Whatever the length a file is cut to, from memory or from a file, small or past the head that
