@@ -75,24 +75,18 @@ class Image {
 };
 
 // The ELF types of one class and libelf's translation of them from the file's byte order.
-struct Elf32Class {
-  using Ehdr = Elf32_Ehdr;
-  using Phdr = Elf32_Phdr;
-  using Shdr = Elf32_Shdr;
-  using Dyn = Elf32_Dyn;
+template <class E, class P, class S, class D, Elf_Data* (*Translate)(Elf_Data*, const Elf_Data*, unsigned)>
+struct ElfClass {
+  using Ehdr = E;
+  using Phdr = P;
+  using Shdr = S;
+  using Dyn = D;
   static Elf_Data* to_memory(Elf_Data* dst, const Elf_Data* src, unsigned encoding) {
-    return elf32_xlatetom(dst, src, encoding);
+    return Translate(dst, src, encoding);
   }
 };
-struct Elf64Class {
-  using Ehdr = Elf64_Ehdr;
-  using Phdr = Elf64_Phdr;
-  using Shdr = Elf64_Shdr;
-  using Dyn = Elf64_Dyn;
-  static Elf_Data* to_memory(Elf_Data* dst, const Elf_Data* src, unsigned encoding) {
-    return elf64_xlatetom(dst, src, encoding);
-  }
-};
+using Elf32Class = ElfClass<Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr, Elf32_Dyn, elf32_xlatetom>;
+using Elf64Class = ElfClass<Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr, Elf64_Dyn, elf64_xlatetom>;
 
 // `count` records of `type` at `offset`, in this host's byte order; false when the bytes are
 // not all in the file. The file and memory sizes of these types are the same.
