@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 
+#include "resolver/elf_class.hpp"
+
 namespace cudafix::resolver {
 namespace {
 
@@ -74,20 +76,6 @@ class Image {
   std::vector<std::unique_ptr<char[]>> chunks_;
 };
 
-// The ELF types of one class and libelf's translation of them from the file's byte order.
-template <class E, class P, class S, class D, Elf_Data* (*Translate)(Elf_Data*, const Elf_Data*, unsigned)>
-struct ElfClass {
-  using Ehdr = E;
-  using Phdr = P;
-  using Shdr = S;
-  using Dyn = D;
-  static Elf_Data* to_memory(Elf_Data* dst, const Elf_Data* src, unsigned encoding) {
-    return Translate(dst, src, encoding);
-  }
-};
-using Elf32Class = ElfClass<Elf32_Ehdr, Elf32_Phdr, Elf32_Shdr, Elf32_Dyn, elf32_xlatetom>;
-using Elf64Class = ElfClass<Elf64_Ehdr, Elf64_Phdr, Elf64_Shdr, Elf64_Dyn, elf64_xlatetom>;
-
 // `count` records of `type` at `offset`, in this host's byte order; false when the bytes are
 // not all in the file. The file and memory sizes of these types are the same.
 template <class C, class T>
@@ -106,7 +94,9 @@ bool decode(Image& image, Elf_Type type, std::uint64_t offset, std::size_t count
   src.d_size = n;
   Elf_Data dst = src;
   dst.d_buf = out.data();
-  return C::to_memory(&dst, &src, encoding) != nullptr;
+  // libelf's translation from the file's class and byte order to this host's.
+  const auto translate = C::klass == ELFCLASS64 ? elf64_xlatetom : elf32_xlatetom;
+  return translate(&dst, &src, encoding) != nullptr;
 }
 
 struct Load {
@@ -185,7 +175,8 @@ class StringReader {
 };
 
 // Reads what the dynamic loader reads: the ELF header, the program headers, the PT_DYNAMIC
-// segment and the strings it names. Section headers, which ld.so never looks at, are ignored.
+// segment and the strings it names. Section headers, which ld.so never looks at, are ignored (but
+// for section 0 when it holds the count of program headers).
 template <class C>
 ElfRead read_elf(Image& image, unsigned encoding, const std::string& name) {
   std::vector<typename C::Ehdr> ehdrs;
@@ -312,8 +303,8 @@ ElfRead read_elf(Image& image, const std::string& name) {
     return invalid(name, EI_DATA, fmt::format("unknown ELF byte order {} (e_ident[EI_DATA])", data));
   if (version != EV_CURRENT)
     return invalid(name, EI_VERSION, fmt::format("unknown ELF version {} (e_ident[EI_VERSION])", version));
-  if (klass == ELFCLASS64) return read_elf<Elf64Class>(image, data, name);
-  if (klass == ELFCLASS32) return read_elf<Elf32Class>(image, data, name);
+  if (klass == ELFCLASS64) return read_elf<Elf64Types>(image, data, name);
+  if (klass == ELFCLASS32) return read_elf<Elf32Types>(image, data, name);
   return invalid(name, EI_CLASS, fmt::format("unknown ELF class {} (e_ident[EI_CLASS])", klass));
 }
 

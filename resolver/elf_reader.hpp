@@ -1,6 +1,7 @@
 // Reading the dynamic section of an ELF shared object as the dynamic loader does, touching only
 // the ELF header, the program headers, the PT_DYNAMIC segment and the strings it names (section
-// headers are ignored, as ld.so ignores them); libelf translates each from the file's class and
+// headers are ignored, as ld.so ignores them, but for section 0 when e_phnum is PN_XNUM and the
+// count of program headers is there); libelf translates each from the file's class and
 // byte order. A 1 GB libtorch_cuda.so costs a read of its first 16 KB and two or three small
 // ranges, not a read of the file; an object under 16 KB costs one read.
 #pragma once

@@ -9,26 +9,10 @@
 #include <cstring>
 
 #include "resolver/diagnostic.hpp"
+#include "resolver/elf_class.hpp"
 
 namespace cudafix::resolver {
 namespace {
-
-struct Elf64Types {
-  using Ehdr = Elf64_Ehdr;
-  using Phdr = Elf64_Phdr;
-  using Dyn = Elf64_Dyn;
-  using Sym = Elf64_Sym;
-  using Addr = Elf64_Addr;
-  static constexpr unsigned char klass = ELFCLASS64;
-};
-struct Elf32Types {
-  using Ehdr = Elf32_Ehdr;
-  using Phdr = Elf32_Phdr;
-  using Dyn = Elf32_Dyn;
-  using Sym = Elf32_Sym;
-  using Addr = Elf32_Addr;
-  static constexpr unsigned char klass = ELFCLASS32;
-};
 
 std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
