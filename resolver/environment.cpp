@@ -17,6 +17,7 @@
 #include "resolver/parallel.hpp"
 #include "resolver/requirements.hpp"
 #include "resolver/text.hpp"
+#include "resolver/walk_cache.hpp"
 
 namespace cudafix::resolver {
 namespace {
@@ -684,9 +685,11 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   auto dists_read = std::async(launch, [&, dist_infos = list_dist_infos(sites, FollowLinks::no)] {
     return read_dist_infos(dist_infos, read_threads, ReadRecord::yes);
   });
-  WalkResult walk = walk_tree(roots, walk_threads, {"__pycache__"});
+  WalkResult walk = walk_tree(roots, walk_threads, {"__pycache__"},
+                              options.cache_dir.empty() ? std::string() : walk_cache_file(options.cache_dir, roots));
   phase("walk");
   env.diagnostics = std::move(walk.diagnostics);
+  env.walk_cache = std::move(walk.cache);
 
   // Each worker's share of the walk sorted out on its own core: the files that go into the index,
   // copied to their place in it, and the shared objects and symlinks found.
