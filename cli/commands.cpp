@@ -140,6 +140,11 @@ void print_timings(const r::Environment& env) {
   std::cerr << fmt::format("{:>22}: {} of {} folders unchanged{} ({})\n", "walk cache", c.reused, c.folders,
                            c.written ? ", written again" : "", c.file);
   if (!c.problem.empty()) std::cerr << fmt::format("{:>22}: {}\n", "walk cache problem", c.problem);
+  const auto& e = env.elf_store;
+  if (e.file.empty()) return;
+  std::cerr << fmt::format("{:>22}: {} of {} objects unchanged{} ({})\n", "ELF store", e.reused, e.objects,
+                           e.written ? ", written again" : "", e.file);
+  if (!e.problem.empty()) std::cerr << fmt::format("{:>22}: {}\n", "ELF store problem", e.problem);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The files cudafix keeps between runs in its cache folder ($CUDAFIX_CACHE_DIR, else
-// $XDG_CACHE_HOME/cudafix, else ~/.cache/cudafix), such as what the walk listed in each folder
-// (walk_cache.hpp). Each kind says what it keeps and when a kept answer still holds; this header
-// owns what they share.
+// $XDG_CACHE_HOME/cudafix, else ~/.cache/cudafix): what the walk listed in each folder
+// (walk_cache.hpp) and the dynamic sections read from each ELF object (elf_store.hpp). Each kind
+// says what it keeps and when a kept answer still holds; this header owns what they share.
 //
 // Every cache file is:
 //   8 bytes of magic (the kind and its version); u32 0x01020304 (the byte order: native); u32 0;

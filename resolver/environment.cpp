@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "resolver/elf_store.hpp"
 #include "resolver/fs_walk.hpp"
 #include "resolver/parallel.hpp"
 #include "resolver/requirements.hpp"
@@ -411,12 +412,6 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
 
 void index_objects(Environment& env);
 
-std::vector<ElfRead> read_elf_files(const std::vector<std::string>& candidates, unsigned threads) {
-  std::vector<ElfRead> reads(candidates.size());
-  parallel_for(candidates.size(), threads, [&](std::size_t i) { reads[i] = read_elf_file(candidates[i]); });
-  return reads;
-}
-
 // The shared objects among the candidates, with their owners (so after ownership).
 // `candidates` are in path order, so the objects are made in the order they are kept in: each on
 // its own core (its owners looked up, its ELF facts copied into the cache), then gathered.
@@ -721,8 +716,10 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   }
   std::sort(candidates.begin(), candidates.end());  // the order objects are kept in
   const bool wants_elf = options.depth != ScanDepth::files;
-  auto elf_read = std::async(
-      launch, [&] { return wants_elf ? read_elf_files(candidates, options.threads) : std::vector<ElfRead>{}; });
+  const std::string elf_store = options.cache_dir.empty() ? std::string() : elf_store_file(options.cache_dir, roots);
+  auto elf_read = std::async(launch, [&] {
+    return wants_elf ? read_elf_files(candidates, options.threads, elf_store, env.elf_store) : std::vector<ElfRead>{};
+  });
   std::vector<std::string_view> paths(files);
   std::vector<std::uint64_t> hashes(files);
   parallel_for(walk.parts.size(), threads, [&](std::size_t p) {
