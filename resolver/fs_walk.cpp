@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -277,7 +278,7 @@ class TreeWalker {
       replay(self, p.root, *kept, dir, dir_hash, out);
       ++out.reused;
     } else {
-      fd = ::openat(at, where.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+      fd = open_folder(at, where, parent_fd >= 0);
       if (fd < 0) {
         out.diagnostics.push_back(
             {std::string(dir), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
@@ -300,6 +301,23 @@ class TreeWalker {
     Pending child;
     while (take_own(self, first_seq, child)) walk(self, fd, child, out);
     if (fd >= 0) ::close(fd);
+  }
+
+  // Opens a folder for listing, following no symlink: `where` is one name below an open parent,
+  // or, below a root, a path whose every folder this walk has seen as a folder, and which a
+  // symlink put in place of one meanwhile must not lead out of the root (openat2's
+  // RESOLVE_NO_SYMLINKS; where the kernel or a seccomp filter refuses openat2, plain openat,
+  // which follows no symlink in the last name only).
+  static int open_folder(int at, const std::string& where, bool one_name) {
+    constexpr int k_flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
+    if (!one_name && at != AT_FDCWD) {
+      open_how how{};
+      how.flags = k_flags;
+      how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH;
+      const long fd = ::syscall(SYS_openat2, at, where.c_str(), &how, sizeof how);
+      if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return static_cast<int>(fd);
+    }
+    return ::openat(at, where.c_str(), k_flags);
   }
 
   // A directory's stamp, or none when it is not one (any more) or cannot be read.
