@@ -114,7 +114,11 @@ ElfStore ElfStore::load(const std::string& file) {
   };
   CacheReader r(mapped.payload);
   std::uint32_t count = 0, zero = 0;
-  if (!r.get(count) || !r.get(zero)) return reject("its size does not match its counts");
+  // The count is checked against the smallest record (a stamp and two empty strings) before
+  // anything is reserved for it.
+  constexpr std::size_t k_smallest = k_stamp_bytes + 2 * sizeof(std::uint32_t);
+  if (!r.get(count) || !r.get(zero) || count > r.rest().size() / k_smallest)
+    return reject("its size does not match its counts");
   store.kept_.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
     Kept k;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "resolver/elf_store.hpp"
+#include "resolver/path_index.hpp"
+#include "resolver/walk_cache.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {
@@ -137,6 +139,31 @@ TEST(ElfStore, ABrokenStoreIsReportedIgnoredAndWrittenAgain) {
   std::string walk = good;
   walk.replace(0, 8, "cfxwalk3");
   expect_ignored(walk, "not a cache file of this version");
+}
+
+// Inputs the fuzzer once crashed on (tests/fuzz/regressions/cache-*), made into cache files as
+// fuzz_cache makes them: the first byte picks the kind, the rest is the payload.
+TEST(CacheFiles, FuzzerRegressionsAreReportedNotCrashes) {
+  test::TempDir t;
+  int seen = 0;
+  for (const auto& e : fs::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
+    if (!e.path().filename().string().starts_with("cache-")) continue;
+    ++seen;
+    const std::string input = slurp(e.path());
+    ASSERT_FALSE(input.empty());
+    const std::string payload = input.substr(1);
+    const bool walk = (input[0] & 1) == 0;
+    const std::uint32_t order = 0x01020304, zero = 0;
+    const std::uint64_t hash = PathHash().add(payload).value();
+    std::string file = walk ? "cfxwalk3" : "cfxelf01";
+    file.append(reinterpret_cast<const char*>(&order), 4).append(reinterpret_cast<const char*>(&zero), 4);
+    file.append(payload).append(reinterpret_cast<const char*>(&hash), 8);
+    const std::string path = t.path() + "/" + e.path().filename().string();
+    spill(path, file);
+    const std::string problem = walk ? WalkCache::load(path, 1).problem() : ElfStore::load(path).problem();
+    EXPECT_NE(problem.find(path), std::string::npos) << e.path() << ": " << problem;
+  }
+  EXPECT_GT(seen, 0);
 }
 
 }  // namespace
