@@ -7,13 +7,13 @@
 // is the one it had when it was listed, and kept only when the folder had been still for
 // k_settle when the walk started.
 //
-// The payload of the cache file (cache_file.hpp; magic "cfxwalk3"), one per set of walked roots:
-//   u32 folder count F; u32 0; u64 entry count E; u64 name bytes S;
+// The payload of the cache file (cache_file.hpp; magic "cfxwalk4"), one per set of walked roots:
+//   u32 folder count F; u32 path bytes P; u64 entry count E; u64 name bytes S;
 //   F folder records of 72 bytes: the stamp (48 bytes), u64 PathHash of its path and a slash,
 //     u32 path offset, u32 path length (into the names), u32 first entry, u32 entry count;
 //   E entry records of 8 bytes: u32 name offset, u16 name length, u8 EntryType, u8 1 when the
 //     name looks like a shared object;
-//   S bytes of names: the folders' paths, then the entries' names.
+//   S bytes of names: the folders' paths (the first P), then the entries' names.
 // A file that fails any check (its hash, a count, a range, a name holding '/' or NUL or being
 // "." or "..", a folder path not absolute) is not used at all: the walk lists every folder and
 // writes the file again.

@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
     const std::uint32_t order = 0x01020304, zero = 0;
     const std::uint64_t hash = PathHash().add(payload).value();
-    out << (walk ? "cfxwalk3" : "cfxelf01");
+    out << (walk ? "cfxwalk4" : "cfxelf01");
     out.write(reinterpret_cast<const char*>(&order), 4).write(reinterpret_cast<const char*>(&zero), 4);
     out << payload;
     out.write(reinterpret_cast<const char*>(&hash), 8);

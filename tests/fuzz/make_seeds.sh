@@ -21,7 +21,7 @@ python3 - "$OUT/cache" <<'PY'
 import struct, sys
 stamp = struct.pack("<QQQqqII", 2049, 42, 4096, 1700000000, 1700000000, 5, 6)
 names = b"/s/" + b"a.py" + b"libx.so"
-walk = struct.pack("<IIQQ", 1, 0, 2, len(names)) + stamp + struct.pack("<QIIII", 7, 0, 3, 0, 2)
+walk = struct.pack("<IIQQ", 1, 3, 2, len(names)) + stamp + struct.pack("<QIIII", 7, 0, 3, 0, 2)
 walk += struct.pack("<IHBB", 3, 4, 0, 0) + struct.pack("<IHBB", 7, 7, 0, 1) + names
 def s(b): return struct.pack("<I", len(b)) + b
 answer = struct.pack("<BBHHQ", 0, 2, 62, 3, 0) + b"\x01" + s(b"libx.so") + b"\x00" + b"\x01" + s(b"$ORIGIN")

@@ -137,7 +137,7 @@ TEST(ElfStore, ABrokenStoreIsReportedIgnoredAndWrittenAgain) {
   expect_ignored(std::string(good.size(), 'x'), "not a cache file");
   // A walk cache where the ELF store should be: the magic says which kind a file is.
   std::string walk = good;
-  walk.replace(0, 8, "cfxwalk3");
+  walk.replace(0, 8, "cfxwalk4");
   expect_ignored(walk, "not a cache file of this version");
 }
 
@@ -155,7 +155,7 @@ TEST(CacheFiles, FuzzerRegressionsAreReportedNotCrashes) {
     const bool walk = (input[0] & 1) == 0;
     const std::uint32_t order = 0x01020304, zero = 0;
     const std::uint64_t hash = PathHash().add(payload).value();
-    std::string file = walk ? "cfxwalk3" : "cfxelf01";
+    std::string file = walk ? "cfxwalk4" : "cfxelf01";
     file.append(reinterpret_cast<const char*>(&order), 4).append(reinterpret_cast<const char*>(&zero), 4);
     file.append(payload).append(reinterpret_cast<const char*>(&hash), 8);
     const std::string path = t.path() + "/" + e.path().filename().string();

@@ -151,7 +151,7 @@ TEST(WalkCache, ABrokenCacheFileIsReportedIgnoredAndWrittenAgain) {
   hostile[trailer - 2] = '/';
   const std::uint64_t h = PathHash().add(std::string_view(hostile).substr(16, trailer - 16)).value();
   std::memcpy(hostile.data() + trailer, &h, sizeof h);
-  expect_ignored(hostile, "is not a name");
+  expect_ignored(hostile, "holds '/'");
 }
 
 TEST(WalkCache, AnUnwritableCacheFolderIsReportedAndTheWalkIsWhole) {
