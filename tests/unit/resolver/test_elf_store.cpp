@@ -3,13 +3,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "resolver/elf_store.hpp"
 #include "resolver/path_index.hpp"
+#include "resolver/text.hpp"
 #include "resolver/walk_cache.hpp"
 #include "tests/support/process.hpp"
 
@@ -35,15 +35,6 @@ void expect_same(const ElfRead& a, const ElfRead& b, const std::string& what) {
   EXPECT_EQ(a.diagnostic.message, b.diagnostic.message) << what;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-void spill(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
 // Real objects built by the compiler, a linker script named like a library, an object cut short,
 // and a name whose file is gone.
 struct Objects {
@@ -57,7 +48,7 @@ struct Objects {
     fs::copy_file(k_fixtures + "/reader/libflags.so", candidates[0]);
     fs::copy_file(k_fixtures + "/chain/libtop.so", candidates[1]);
     test::write_file(candidates[2], "INPUT(libc.so.6)\n");
-    test::write_file(candidates[3], slurp(candidates[0]).substr(0, 40));
+    test::write_file(candidates[3], read_file(candidates[0]).substr(0, 40));
   }
   std::vector<ElfRead> read(ElfStoreReport& report, unsigned threads = 2) const {
     return read_elf_files(candidates, threads, store, report);
@@ -118,9 +109,9 @@ TEST(ElfStore, ABrokenStoreIsReportedIgnoredAndWrittenAgain) {
   ElfStoreReport first;
   (void)o.read(first);
   ASSERT_TRUE(first.written);
-  const std::string good = slurp(o.store);
+  const std::string good = read_file(o.store);
   auto expect_ignored = [&](const std::string& bytes, const std::string& why) {
-    spill(o.store, bytes);
+    test::write_file(o.store, bytes);
     ElfStoreReport r;
     o.expect_as_read_from_disk(o.read(r));
     EXPECT_EQ(r.reused, 0u) << why;
@@ -149,7 +140,7 @@ TEST(CacheFiles, FuzzerRegressionsAreReportedNotCrashes) {
   for (const auto& e : fs::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
     if (!e.path().filename().string().starts_with("cache-")) continue;
     ++seen;
-    const std::string input = slurp(e.path());
+    const std::string input = read_file(e.path().string());
     ASSERT_FALSE(input.empty());
     const std::string payload = input.substr(1);
     const bool walk = (input[0] & 1) == 0;
@@ -159,7 +150,7 @@ TEST(CacheFiles, FuzzerRegressionsAreReportedNotCrashes) {
     file.append(reinterpret_cast<const char*>(&order), 4).append(reinterpret_cast<const char*>(&zero), 4);
     file.append(payload).append(reinterpret_cast<const char*>(&hash), 8);
     const std::string path = t.path() + "/" + e.path().filename().string();
-    spill(path, file);
+    test::write_file(path, file);
     const std::string problem = walk ? WalkCache::load(path, 1).problem() : ElfStore::load(path).problem();
     EXPECT_NE(problem.find(path), std::string::npos) << e.path() << ": " << problem;
   }

@@ -6,14 +6,13 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
 
 #include "resolver/fs_walk.hpp"
 #include "resolver/path_index.hpp"
+#include "resolver/text.hpp"
 #include "resolver/walk_cache.hpp"
 #include "tests/support/process.hpp"
 
@@ -45,15 +44,6 @@ constexpr std::size_t k_folders = 1 + 20 * 4;
 // Waits until every folder written so far is older than the settle time, so that a walk keeps
 // its listing (a folder changed within k_settle of a walk is listed again next time).
 void let_settle() { std::this_thread::sleep_for(k_settle + std::chrono::milliseconds(100)); }
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-void spill(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
 
 struct Site {
   test::TempDir t;
@@ -124,10 +114,10 @@ TEST(WalkCache, ABrokenCacheFileIsReportedIgnoredAndWrittenAgain) {
   Site s;
   let_settle();
   ASSERT_TRUE(s.walk().cache.written);
-  const std::string good = slurp(s.cache);
+  const std::string good = read_file(s.cache);
   ASSERT_GT(good.size(), 200u);
   auto expect_ignored = [&](const std::string& bytes, const std::string& why) {
-    spill(s.cache, bytes);
+    test::write_file(s.cache, bytes);
     const auto w = s.walk();
     EXPECT_EQ(w.cache.reused, 0u) << why;
     EXPECT_NE(w.cache.problem.find(why), std::string::npos) << w.cache.problem;
