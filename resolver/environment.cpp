@@ -716,7 +716,8 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   }
   std::sort(candidates.begin(), candidates.end());  // the order objects are kept in
   const bool wants_elf = options.depth != ScanDepth::files;
-  const std::string elf_store = options.cache_dir.empty() ? std::string() : elf_store_file(options.cache_dir, roots);
+  // Kept where the walk kept its listings: on file systems whose ctime the cache trusts.
+  const std::string elf_store = env.walk_cache.trusted ? elf_store_file(options.cache_dir, roots) : std::string();
   auto elf_read = std::async(launch, [&] {
     return wants_elf ? read_elf_files(candidates, options.threads, elf_store, env.elf_store) : std::vector<ElfRead>{};
   });

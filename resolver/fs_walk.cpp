@@ -155,10 +155,10 @@ struct WorkerOutput {
 class TreeWalker {
  public:
   TreeWalker(const std::vector<std::string>& roots, unsigned workers, const std::vector<std::string>& prune,
-             const WalkCache* cache)
+             bool known_file_systems, const WalkCache* cache)
       : queues_(workers),
         prune_(prune),
-        short_read_is_end_(short_read_ends_listing_here(roots)),
+        short_read_is_end_(known_file_systems),
         cache_(cache),
         start_(std::chrono::system_clock::now()) {
     for (const auto& r : roots) roots_.push_back(r);
@@ -428,13 +428,19 @@ WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, co
                      const std::string& cache_file) {
   const unsigned n = thread_count(threads);
   WalkResult result;
+  const bool known_file_systems = short_read_ends_listing_here(roots);
   std::optional<WalkCache> cache;
   if (!cache_file.empty()) {
-    cache = WalkCache::load(cache_file, n);
     result.cache.file = cache_file;
-    result.cache.problem = cache->problem();
+    result.cache.trusted = known_file_systems;
+    if (known_file_systems) {
+      cache = WalkCache::load(cache_file, n);
+      result.cache.problem = cache->problem();
+    } else {
+      result.cache.problem = "not used: a file system at or below the roots is not one whose ctime the cache trusts";
+    }
   }
-  TreeWalker walker(roots, n, prune, cache ? &*cache : nullptr);
+  TreeWalker walker(roots, n, prune, known_file_systems, cache ? &*cache : nullptr);
   std::vector<WorkerOutput> outs(n);
   parallel_for(n, n, [&](std::size_t i) { walker.run_worker(static_cast<unsigned>(i), outs[i]); });
   std::vector<ListedFolder> folders;

@@ -26,7 +26,11 @@ struct WalkCacheReport {
   std::size_t folders = 0;  // folders walked
   std::size_t reused = 0;   // of those, listings taken from the cache
   bool written = false;     // the file was written again
-  std::string problem;      // why the file was not read or not written, when so
+  // Whether the file systems at and below the roots are ones the cache trusts (the list of
+  // short_read_ends_listing, whose ctime every local change moves); on others (NFS, whose
+  // attributes a client caches; FUSE) no cache is read or written.
+  bool trusted = false;
+  std::string problem;  // why the file was not read or not written, when so
 };
 
 struct WalkResult {
@@ -53,7 +57,7 @@ struct WalkResult {
 // folder below `real_roots` (realpaths), given the mount table (/proc/self/mountinfo): true when
 // the filesystem holding each root, and every one mounted below a root, is one whose readdir
 // fills the buffer until it is full or the folder ends (ext2/3/4, XFS, Btrfs, tmpfs, overlayfs).
-// The walk then skips the last, empty getdents64 of each folder.
+// The walk then skips the last, empty getdents64 of each folder, and may use its cache.
 [[nodiscard]] bool short_read_ends_listing(const std::vector<std::string>& real_roots, std::string_view mountinfo);
 
 // Walks every root; symlinks are listed, never followed, so a symlinked folder cannot take the
