@@ -137,6 +137,10 @@ void print_timings(const r::Environment& env) {
   for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
   const auto& c = env.walk_cache;
   if (c.file.empty()) return;
+  if (!c.trusted) {
+    std::cerr << fmt::format("{:>22}: {}\n", "walk cache", c.problem);
+    return;
+  }
   std::cerr << fmt::format("{:>22}: {} of {} folders unchanged{} ({})\n", "walk cache", c.reused, c.folders,
                            c.written ? ", written again" : "", c.file);
   if (!c.problem.empty()) std::cerr << fmt::format("{:>22}: {}\n", "walk cache problem", c.problem);

@@ -250,6 +250,28 @@ TEST(WalkCache, AnswersAsAFullListingWouldAfterRealPipInstallsAndUninstalls) {
   EXPECT_TRUE(fs::is_directory(t.path() + "/xdg/cudafix"));
 }
 
+// A file system whose ctime the cache does not trust (ramfs stands in for NFS and FUSE, which a
+// test cannot mount): the scan reads everything, says why under --timings, and keeps nothing.
+TEST(WalkCache, IsNotUsedWhereTheFileSystemIsNotOneItTrusts) {
+  const auto probe = run_shell("unshare -m true");
+  if (probe.exit_code != 0) GTEST_SKIP() << "no mount namespaces here: " << probe.out;
+  TempDir t;
+  const std::string mnt = t.path() + "/mnt", cache = t.path() + "/cache";
+  fs::create_directories(mnt);
+  const std::string site = mnt + "/site", meta = site + "/foo-1.0.dist-info/METADATA";
+  const std::string inner =
+      "mount -t ramfs ramfs " + shell_quote(mnt) + " && mkdir -p " + shell_quote(site + "/foo-1.0.dist-info") +
+      " && printf 'Name: foo\\nVersion: 1.0\\n' > " + shell_quote(meta) +
+      " && sleep 2.1 && for i in 1 2; do env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(cache) + " " +
+      shell_quote(k_bin) + " scan --venv " + shell_quote(site) + " --json --timings >/dev/null; done";
+  const auto r = run_shell("unshare -m sh -c " + shell_quote(inner));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("walk cache: not used: a file system at or below the roots is not one whose "
+                               "ctime the cache trusts"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("unchanged")));
+  EXPECT_FALSE(fs::exists(cache)) << "nothing kept";
+}
+
 // --- the corpus: a real CUDA 13 torch venv, materialised ------------------------------------
 
 class CorpusVenv : public ::testing::Test {
