@@ -9,7 +9,8 @@
 //   u64 PathHash of the payload.
 // A file is written whole to a temporary name and renamed over the old one (no fsync: a file torn
 // by a crash fails its hash), never written in place, so that a reader's mapping of it cannot
-// shrink. A file whose magic, byte order or hash is wrong is reported and not used.
+// shrink (only a file truncated in place by hand while a scan maps it would make the scan
+// fault). A file whose magic, byte order or hash is wrong is reported and not used.
 #pragma once
 
 #include <sys/stat.h>

@@ -1,7 +1,7 @@
 // What the walk saw in each folder, kept between runs, so that a folder unchanged since is not
 // listed again: its stamp is read (one statx) instead of opening, reading and closing it. git's
-// untracked cache does the same. On a 2-core VM, listing a venv's 5,300 folders cost 35 ms and a
-// statx each 6 ms.
+// untracked cache does the same. On a 2-core VM, listing a venv's 5,300 folders cost 35 ms, and
+// a statx of each 6 ms (2 threads).
 //
 // A folder's listing is reused when its stamp (cache_file.hpp: device, inode, size, ctime, mtime)
 // is the one it had when it was listed, and kept only when the folder had been still for
