@@ -77,8 +77,8 @@ Configuration load_configuration(const GlobalOptions& g, const r::EnvLayout& lay
   return c;
 }
 
-// Where the walk keeps its listings: $CUDAFIX_CACHE_DIR, else $XDG_CACHE_HOME/cudafix, else
-// ~/.cache/cudafix; "" (no cache) when none of them is set.
+// Where scans keep what they read (resolver/cache_file.hpp): $CUDAFIX_CACHE_DIR, else
+// $XDG_CACHE_HOME/cudafix, else ~/.cache/cudafix; "" (no cache) when none of them is set.
 std::string cache_dir() {
   if (auto d = env_var("CUDAFIX_CACHE_DIR"); d && !d->empty()) return *d;
   if (auto d = env_var("XDG_CACHE_HOME"); d && !d->empty()) return *d + "/cudafix";
