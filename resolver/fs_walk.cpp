@@ -3,13 +3,11 @@
 #include "resolver/parallel.hpp"
 #include "resolver/path_index.hpp"
 #include "resolver/text.hpp"
-#include "resolver/walk_cache.hpp"
 
 #include <fmt/format.h>
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -92,8 +90,7 @@ class PathArena {
 struct Pending {
   std::string_view path;  // in an arena, which outlives the walk
   std::size_t name_len;
-  std::uint64_t seq;   // the owner's count when it was pushed: a listing's folders are >= its first
-  std::uint32_t root;  // index of the root it is below
+  std::uint64_t seq;  // the owner's count when it was pushed: a listing's folders are >= its first
 };
 
 struct WorkerQueue {
@@ -142,44 +139,16 @@ bool short_read_ends_listing_here(const std::vector<std::string>& roots) {
   return short_read_ends_listing(real, *mountinfo);
 }
 
-// What one worker gathers.
-struct WorkerOutput {
-  PathArena arena;
-  std::vector<WalkEntry> entries;
-  std::vector<Diagnostic> diagnostics;
-  std::vector<ListedFolder> folders;  // for the next cache: each folder walked, with its stamp
-  std::size_t walked = 0;             // folders listed, from the disk or the cache
-  std::size_t reused = 0;             // of those, from the cache
-};
-
 class TreeWalker {
  public:
-  TreeWalker(const std::vector<std::string>& roots, unsigned workers, const std::vector<std::string>& prune,
-             bool known_file_systems, const WalkCache* cache)
-      : queues_(workers),
-        prune_(prune),
-        short_read_is_end_(known_file_systems),
-        cache_(cache),
-        start_(std::chrono::system_clock::now()) {
+  TreeWalker(const std::vector<std::string>& roots, unsigned workers, const std::vector<std::string>& prune)
+      : queues_(workers), prune_(prune), short_read_is_end_(short_read_ends_listing_here(roots)) {
     for (const auto& r : roots) roots_.push_back(r);
-    for (std::uint32_t i = 0; i < roots_.size(); ++i) {
-      queues_[0].items.push_back({roots_[i], 0, next_seq_[0]++, i});
-      // Cached folders are looked up from their root: a third fewer names to resolve than
-      // from / in a venv's site-packages (2.3 us a statx instead of 2.8 on a VM).
-      const int fd = cache_ ? ::open(roots_[i].c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
-      root_fds_.push_back(fd);
-    }
+    for (const auto& r : roots_) queues_[0].items.push_back({r, 0, next_seq_[0]++});
     queues_[0].size = queues_[0].items.size();
   }
 
-  ~TreeWalker() {
-    for (const int fd : root_fds_)
-      if (fd >= 0) ::close(fd);
-  }
-  TreeWalker(const TreeWalker&) = delete;
-  TreeWalker& operator=(const TreeWalker&) = delete;
-
-  void run_worker(unsigned self, WorkerOutput& out) {
+  void run_worker(unsigned self, PathArena& arena, std::vector<WalkEntry>& out, std::vector<Diagnostic>& diags) {
     unsigned polls = 0;
     while (true) {
       Pending p;
@@ -191,7 +160,13 @@ class TreeWalker {
         continue;
       }
       polls = 0;
-      walk(self, -1, p, out);
+      const std::string dir(p.path);
+      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) {
+        diags.push_back({dir, std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+      } else {
+        walk(self, fd, p.path, arena, out, diags);
+      }
       --active_;
     }
   }
@@ -244,98 +219,22 @@ class TreeWalker {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 
-  // Lists the folder `p` (relative to `parent_fd` when that is open, else by its path) and
-  // everything below it that no other worker steals: from the cache when its stamp is the one
-  // kept there, else from the disk.
-  void walk(unsigned self, int parent_fd, const Pending& p, WorkerOutput& out) {
-    auto& subdirs = subdirs_listed();
-    subdirs.clear();
-    const std::string_view dir = p.path;
-    const std::string_view tail = dir.ends_with('/') ? "" : "/";
-    PathHash dir_hash;  // of the folder and its slash, what every entry's path starts with
-    dir_hash.add(dir).add(tail);
-    const std::uint64_t first_seq = next_seq_[self];
-    const auto first = static_cast<std::uint32_t>(out.entries.size());
-    // Folders are opened relative to their parent where it is open (a path lookup of one name),
-    // else to their root.
-    int at = AT_FDCWD;
-    std::string where;
-    if (parent_fd >= 0) {
-      at = parent_fd;
-      where = dir.substr(dir.size() - p.name_len);
-    } else if (p.name_len > 0 && root_fds_[p.root] >= 0) {
-      at = root_fds_[p.root];
-      const std::string_view root = roots_[p.root];
-      where = dir.substr(root.size() + (root.ends_with('/') ? 0 : 1));
-    } else {
-      where = dir;
-    }
-    std::optional<Stamp> stamp;
-    int fd = -1;
-    const WalkCache::Folder* kept = cache_ ? cache_->find(dir, tail, dir_hash.value()) : nullptr;
-    if (kept) stamp = stamp_at(at, where.c_str(), AT_SYMLINK_NOFOLLOW);
-    if (kept && stamp == kept->stamp) {
-      replay(self, p.root, *kept, dir, dir_hash, out);
-      ++out.reused;
-    } else {
-      fd = open_folder(at, where, parent_fd >= 0);
-      if (fd < 0) {
-        out.diagnostics.push_back(
-            {std::string(dir), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
-        return;
-      }
-      // The stamp is taken before the listing, so that a change during it shows next time.
-      if (cache_ && !stamp) stamp = stamp_at(fd, "", AT_EMPTY_PATH);
-      list(self, p.root, fd, dir, dir_hash, out);
-    }
-    ++out.walked;
-    if (stamp && settled(*stamp, start_))
-      out.folders.push_back(
-          {dir, dir_hash.value(), *stamp, self, first, static_cast<std::uint32_t>(out.entries.size()) - first});
-    if (!subdirs.empty()) {
-      auto& q = queues_[self];
-      std::lock_guard lock(q.mutex);
-      q.items.insert(q.items.end(), subdirs.begin(), subdirs.end());
-      q.size = q.items.size();
-    }
-    Pending child;
-    while (take_own(self, first_seq, child)) walk(self, fd, child, out);
-    if (fd >= 0) ::close(fd);
-  }
-
-  // Opens a folder for listing, following no symlink: `where` is one name below an open parent,
-  // or, below a root, a path whose every folder this walk has seen as a folder, and which a
-  // symlink put in place of one meanwhile must not lead out of the root (openat2's
-  // RESOLVE_NO_SYMLINKS; where the kernel or a seccomp filter refuses openat2, plain openat,
-  // which follows no symlink in the last name only).
-  static int open_folder(int at, const std::string& where, bool one_name) {
-    constexpr int k_flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
-    if (!one_name && at != AT_FDCWD) {
-      open_how how{};
-      how.flags = k_flags;
-      how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH;
-      const long fd = ::syscall(SYS_openat2, at, where.c_str(), &how, sizeof how);
-      if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return static_cast<int>(fd);
-    }
-    return ::openat(at, where.c_str(), k_flags);
-  }
-
-  // A directory's stamp, or none when it is not one (any more) or cannot be read.
-  static std::optional<Stamp> stamp_at(int dir_fd, const char* name, int flags) {
-    struct statx st {};
-    if (::statx(dir_fd, name, flags, k_stamp_mask, &st) != 0 || !S_ISDIR(st.stx_mode)) return std::nullopt;
-    return stamp_of(st);
-  }
-
-  // The entries of the folder open as `fd`, read with getdents64 and a large buffer: readdir's
-  // smaller one costs twice the system calls on big folders.
-  void list(unsigned self, std::uint32_t root, int fd, std::string_view dir, const PathHash& dir_hash,
-            WorkerOutput& out) {
+  // Lists the folder open as `fd` (closed here) and everything below it that no other worker
+  // steals. getdents64 with a large buffer: readdir's smaller one costs twice the system calls on
+  // big folders.
+  void walk(unsigned self, int fd, std::string_view dir, PathArena& arena, std::vector<WalkEntry>& out,
+            std::vector<Diagnostic>& diags) {
     alignas(8) static thread_local char buf[1 << 16];
+    static thread_local std::vector<Pending> subdirs;
+    subdirs.clear();
+    const std::uint64_t first = next_seq_[self];
+    PathHash dir_hash;  // of the folder and its slash, what every entry's path starts with
+    dir_hash.add(dir);
+    if (dir.empty() || dir.back() != '/') dir_hash.add("/");
     while (true) {
       const long r = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
       if (r < 0) {
-        out.diagnostics.push_back(
+        diags.push_back(
             {std::string(dir), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
         break;
       }
@@ -346,38 +245,35 @@ class TreeWalker {
         const char* n = e->d_name;
         if (n[0] == '.' && (n[1] == 0 || (n[1] == '.' && n[2] == 0))) continue;
         const std::string_view name(n);
+        const std::string_view path = arena.store(dir, name);
         const EntryType t = type_of(e->d_type, n, fd);
-        add(self, root, dir, dir_hash, name, t, t != EntryType::directory && looks_like_shared_object(name), out);
+        out.push_back({path, t, PathHash(dir_hash).add(name).value(),
+                       t != EntryType::directory && looks_like_shared_object(name)});
+        if (t == EntryType::directory && !pruned(n)) subdirs.push_back({path, name.size(), next_seq_[self]++});
       }
       if (short_read_is_end_ && r <= static_cast<long>(sizeof buf) - k_room_for_one_more) break;
     }
-  }
-
-  // The entries the cache kept for a folder whose stamp has not changed since.
-  void replay(unsigned self, std::uint32_t root, const WalkCache::Folder& kept, std::string_view dir,
-              const PathHash& dir_hash, WorkerOutput& out) {
-    for (std::uint32_t i = kept.first_entry; i < kept.first_entry + kept.entry_count; ++i) {
-      const auto e = cache_->entry(i);
-      add(self, root, dir, dir_hash, e.name, e.type, e.shared_object_name, out);
+    if (!subdirs.empty()) {
+      auto& q = queues_[self];
+      std::lock_guard lock(q.mutex);
+      q.items.insert(q.items.end(), subdirs.begin(), subdirs.end());
+      q.size = q.items.size();
     }
+    Pending p;
+    while (take_own(self, first, p)) {
+      const std::string child(p.path.substr(p.path.size() - p.name_len));
+      const int child_fd = ::openat(fd, child.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+      if (child_fd < 0) {
+        diags.push_back(
+            {std::string(p.path), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+        continue;
+      }
+      walk(self, child_fd, p.path, arena, out, diags);
+    }
+    ::close(fd);
   }
 
-  void add(unsigned self, std::uint32_t root, std::string_view dir, const PathHash& dir_hash, std::string_view name,
-           EntryType type, bool shared_object_name, WorkerOutput& out) {
-    const std::string_view path = out.arena.store(dir, name);
-    out.entries.push_back({path, type, PathHash(dir_hash).add(name).value(), shared_object_name});
-    if (type == EntryType::directory && !pruned(name))
-      subdirs_listed().push_back({path, name.size(), next_seq_[self]++, root});
-  }
-
-  // The folders the listing in progress found, queued when it ends; one per thread, since a
-  // listing ends before the walk goes down into what it found.
-  static std::vector<Pending>& subdirs_listed() {
-    static thread_local std::vector<Pending> subdirs;
-    return subdirs;
-  }
-
-  bool pruned(std::string_view name) const {
+  bool pruned(const char* name) const {
     for (const auto& p : prune_)
       if (p == name) return true;
     return false;
@@ -386,11 +282,8 @@ class TreeWalker {
   std::deque<WorkerQueue> queues_;  // one per worker (a deque: WorkerQueue cannot move)
   std::vector<std::uint64_t> next_seq_ = std::vector<std::uint64_t>(queues_.size(), 0);  // each worker's own
   std::vector<std::string> roots_;
-  std::vector<int> root_fds_;  // O_PATH, with a cache; -1: none
   const std::vector<std::string>& prune_;
-  const bool short_read_is_end_;  // see short_read_ends_listing
-  const WalkCache* cache_;        // null: none
-  const std::chrono::system_clock::time_point start_;
+  const bool short_read_is_end_;     // see short_read_ends_listing
   std::atomic<unsigned> active_{0};  // workers walking a folder they took
 };
 
@@ -424,40 +317,19 @@ bool short_read_ends_listing(const std::vector<std::string>& real_roots, std::st
   return true;
 }
 
-WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, const std::vector<std::string>& prune,
-                     const std::string& cache_file) {
+WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, const std::vector<std::string>& prune) {
   const unsigned n = thread_count(threads);
+  TreeWalker walker(roots, n, prune);
+  std::vector<PathArena> arenas(n);
+  std::vector<std::vector<WalkEntry>> outs(n);
+  std::vector<std::vector<Diagnostic>> diags(n);
+  parallel_for(n, n, [&](std::size_t i) { walker.run_worker(static_cast<unsigned>(i), arenas[i], outs[i], diags[i]); });
   WalkResult result;
-  const bool known_file_systems = short_read_ends_listing_here(roots);
-  std::optional<WalkCache> cache;
-  if (!cache_file.empty()) {
-    result.cache.file = cache_file;
-    result.cache.trusted = known_file_systems;
-    if (known_file_systems) {
-      cache = WalkCache::load(cache_file, n);
-      result.cache.problem = cache->problem();
-    } else {
-      result.cache.problem = "not used: a file system at or below the roots is not one whose ctime the cache trusts";
-    }
-  }
-  TreeWalker walker(roots, n, prune, known_file_systems, cache ? &*cache : nullptr);
-  std::vector<WorkerOutput> outs(n);
-  parallel_for(n, n, [&](std::size_t i) { walker.run_worker(static_cast<unsigned>(i), outs[i]); });
-  std::vector<ListedFolder> folders;
-  for (auto& o : outs) {
-    for (auto& b : o.arena.blocks()) result.arena.push_back(std::move(b));
-    result.parts.push_back(std::move(o.entries));
-    for (auto& e : o.diagnostics) result.diagnostics.push_back(std::move(e));
-    result.cache.reused += o.reused;
-    result.cache.folders += o.walked;
-    folders.insert(folders.end(), o.folders.begin(), o.folders.end());
-  }
-  // Rewritten when a folder was listed from the disk, or one the cache kept was not walked.
-  if (cache && (result.cache.reused != result.cache.folders || cache->folders() != folders.size())) {
-    const std::string problem = store_walk_cache(cache_file, folders, result.parts);
-    result.cache.written = problem.empty();
-    if (!problem.empty()) result.cache.problem = problem;
-  }
+  for (auto& a : arenas)
+    for (auto& b : a.blocks()) result.arena.push_back(std::move(b));
+  result.parts = std::move(outs);
+  for (auto& d : diags)
+    for (auto& e : d) result.diagnostics.push_back(std::move(e));
   return result;
 }
 
