@@ -99,50 +99,10 @@ struct WorkerQueue {
   std::atomic<std::size_t> size{0};  // items.size(), read without the lock
 };
 
-// Room for one more record in a getdents64 buffer: a name of NAME_MAX bytes takes 280.
-constexpr long k_room_for_one_more = 512;
-
-// The filesystems whose readdir fills the caller's buffer until it is full or the folder ends
-// (ext2/3/4, XFS, Btrfs, tmpfs, and overlayfs as the layers under it do), so that a getdents64
-// that left room for another record has listed the whole folder. FUSE, NFS and others may
-// answer a part at a time: there the walk reads on until getdents64 returns 0. (A disk error
-// part-way through a folder on these also returns the records before it; the call after, which
-// would have reported the error, is the one skipped.)
-bool fills_whole_buffer(std::string_view fs_type) {
-  for (std::string_view t : {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay"})
-    if (fs_type == t) return true;
-  return false;
-}
-
-// A mount point as /proc/self/mountinfo writes it, with its octal escapes (space, tab, newline,
-// backslash) undone.
-std::string unescape_mount_point(std::string_view s) {
-  auto octal = [](char c) { return c >= '0' && c <= '7'; };
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && octal(s[i + 1]) && octal(s[i + 2]) && octal(s[i + 3])) {
-      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
-      i += 3;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-bool short_read_ends_listing_here(const std::vector<std::string>& roots) {
-  const auto mountinfo = try_read_file("/proc/self/mountinfo");
-  if (!mountinfo) return false;
-  std::vector<std::string> real;
-  real.reserve(roots.size());
-  for (const auto& r : roots) real.push_back(real_path_of(r));
-  return short_read_ends_listing(real, *mountinfo);
-}
-
 class TreeWalker {
  public:
   TreeWalker(const std::vector<std::string>& roots, unsigned workers, const std::vector<std::string>& prune)
-      : queues_(workers), prune_(prune), short_read_is_end_(short_read_ends_listing_here(roots)) {
+      : queues_(workers), prune_(prune) {
     for (const auto& r : roots) roots_.push_back(r);
     for (const auto& r : roots_) queues_[0].items.push_back({r, 0, next_seq_[0]++});
     queues_[0].size = queues_[0].items.size();
@@ -221,7 +181,9 @@ class TreeWalker {
 
   // Lists the folder open as `fd` (closed here) and everything below it that no other worker
   // steals. getdents64 with a large buffer: readdir's smaller one costs twice the system calls on
-  // big folders.
+  // big folders. Only a call that returns 0 ends a folder: one that left room in the buffer may
+  // still have stopped early, because a signal arrived (the kernel's filldir64 stops at a pending
+  // one), and taking that for the end once cost doctor 6,425 of torch's files.
   void walk(unsigned self, int fd, std::string_view dir, PathArena& arena, std::vector<WalkEntry>& out,
             std::vector<Diagnostic>& diags) {
     alignas(8) static thread_local char buf[1 << 16];
@@ -233,6 +195,7 @@ class TreeWalker {
     if (dir.empty() || dir.back() != '/') dir_hash.add("/");
     while (true) {
       const long r = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+      if (r < 0 && errno == EINTR) continue;
       if (r < 0) {
         diags.push_back(
             {std::string(dir), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
@@ -251,7 +214,6 @@ class TreeWalker {
                        t != EntryType::directory && looks_like_shared_object(name)});
         if (t == EntryType::directory && !pruned(n)) subdirs.push_back({path, name.size(), next_seq_[self]++});
       }
-      if (short_read_is_end_ && r <= static_cast<long>(sizeof buf) - k_room_for_one_more) break;
     }
     if (!subdirs.empty()) {
       auto& q = queues_[self];
@@ -283,39 +245,10 @@ class TreeWalker {
   std::vector<std::uint64_t> next_seq_ = std::vector<std::uint64_t>(queues_.size(), 0);  // each worker's own
   std::vector<std::string> roots_;
   const std::vector<std::string>& prune_;
-  const bool short_read_is_end_;     // see short_read_ends_listing
   std::atomic<unsigned> active_{0};  // workers walking a folder they took
 };
 
 }  // namespace
-
-bool short_read_ends_listing(const std::vector<std::string>& real_roots, std::string_view mountinfo) {
-  if (real_roots.empty()) return false;
-  // Per root: the length of the longest mount point holding it and whether its type fills the
-  // buffer (the last of equal ones: a later mount on the same point hides the earlier).
-  std::vector<std::pair<std::size_t, bool>> holder(real_roots.size(), {0, false});
-  for (auto line : split(mountinfo, '\n')) {
-    // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw": the mount point is the
-    // fifth field, the type the first after " - ".
-    const auto dash = line.find(" - ");
-    if (dash == std::string_view::npos) continue;
-    const auto fields = split(line.substr(0, dash), ' ');
-    if (fields.size() < 5) continue;
-    const std::string point = unescape_mount_point(fields[4]);
-    const auto type = line.substr(dash + 3);
-    const bool fills = fills_whole_buffer(type.substr(0, type.find(' ')));
-    for (std::size_t i = 0; i < real_roots.size(); ++i) {
-      if (is_within(real_roots[i], point)) {
-        if (point.size() >= holder[i].first) holder[i] = {point.size(), fills};
-      } else if (!fills && is_within(point, real_roots[i])) {
-        return false;  // a folder below the root answers in parts
-      }
-    }
-  }
-  for (const auto& [length, fills] : holder)
-    if (length == 0 || !fills) return false;
-  return true;
-}
 
 WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, const std::vector<std::string>& prune) {
   const unsigned n = thread_count(threads);

@@ -39,13 +39,6 @@ struct WalkResult {
   }
 };
 
-// Whether a getdents64 that left room for another record has listed the whole folder, for every
-// folder below `real_roots` (realpaths), given the mount table (/proc/self/mountinfo): true when
-// the filesystem holding each root, and every one mounted below a root, is one whose readdir
-// fills the buffer until it is full or the folder ends (ext2/3/4, XFS, Btrfs, tmpfs, overlayfs).
-// The walk then skips the last, empty getdents64 of each folder.
-[[nodiscard]] bool short_read_ends_listing(const std::vector<std::string>& real_roots, std::string_view mountinfo);
-
 // Walks every root; symlinks are listed, never followed, so a symlinked folder cannot take the
 // walk outside the environment or round a loop. Folders named in `prune` are listed but not
 // entered. `threads` 0 means one per core.
