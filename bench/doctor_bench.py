@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-from timing import alternated, settle
+from timing import alternated, settle, with_walk_cache
 
 
 def corpus_venv(cudafix, corpus, python, workdir):
@@ -110,11 +110,14 @@ def main():
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     work = tempfile.mkdtemp(prefix="doctor-bench-")
+    env = with_walk_cache(env, os.path.join(work, "cache"))
     try:
         venv, site = bench_venv(args, work)
+        settle()
         py = os.path.join(venv, "bin", "python3")
         row = {"venv": venv, "cores": os.cpu_count()}
         med, out = alternated({"doctor": [args.cudafix, "doctor", "--venv", venv, "--json"],
+                               "doctor --no-cache": [args.cudafix, "doctor", "--venv", venv, "--json", "--no-cache"],
                                "pip check": [py, "-m", "pip", "check", "--disable-pip-version-check"]},
                               args.runs, env, cwd=work)
         doc, pip = med["doctor"], med["pip check"]
@@ -122,6 +125,8 @@ def main():
         row.update({"doctor": doc, "doctor summary": summary, "pip check": pip,
                     "pip check says": out["pip check"].stdout.decode().strip().splitlines()[:3]})
         print(f"doctor (every rule)       {doc*1000:8.1f} ms   {summary}")
+        row["doctor --no-cache"] = med["doctor --no-cache"]
+        print(f"doctor --no-cache         {med['doctor --no-cache']*1000:8.1f} ms   (every folder listed)")
         print(f"pip check                 {pip*1000:8.1f} ms   doctor is {pip/doc:.1f}x faster")
         cmds = {"select": [args.cudafix, "doctor", "--venv", venv, "--select", "unsatisfied-requirement", "--json"]}
         if os.path.exists(args.uv):

@@ -5,7 +5,8 @@ same run, and prints the ratios. Not run by CI: timings depend on the machine.
   bench/scan_bench.py --cudafix build/cudafix --corpus tests/data/good_torch_cu130_venv.json.gz --scales 1,4,16
   bench/scan_bench.py --cudafix DIR/cudafix --venv /tmp/v --uv /usr/local/bin/uv      (a real venv)
 
-Each command runs once to warm the page cache, then --runs rounds in fresh processes, the
+Each command runs once to warm the page cache (and cudafix's walk cache, in a folder of the
+bench's own; "cudafix --no-cache" lists every folder), then --runs rounds in fresh processes, the
 commands in turn (bench/timing.py); the median is reported. ldd runs once per shared object, one
 after another, as `find | xargs -n1 ldd` would. Where a C compiler is found, bench/walk_floor.c also lists the same site-packages
 with getdents64 alone on one thread per core: the part of the scan no tool can avoid.
@@ -20,7 +21,7 @@ import subprocess
 import tempfile
 import time
 
-from timing import alternated, settle
+from timing import alternated, settle, with_walk_cache
 
 
 def scan_json(cudafix, venv, env):
@@ -56,12 +57,14 @@ def walk_floor(exe, site, runs):
 
 
 def bench_venv(args, venv, python, label, env):
-    doc = scan_json(args.cudafix, venv, env)
+    settle()
+    doc = scan_json(args.cudafix, venv, env)  # also fills the walk cache, as any earlier scan would
     site = doc["layout"]["sites"][0]["path"]
     objects = [os.path.join(site, o["path"]) if isinstance(o["path"], str) else o["path"]["path"] for o in doc["objects"]]
     row = {"env": label, "dists": doc["summary"]["dists"], "files": doc["summary"]["files_walked"],
            "objects": len(objects)}
     cmds = {"cudafix": [args.cudafix, "scan", "--json", "--venv", venv],
+            "cudafix --no-cache": [args.cudafix, "scan", "--json", "--venv", venv, "--no-cache"],
             "pip list": [python, "-m", "pip", "list", "--path", site, "--disable-pip-version-check"]}
     if args.uv:
         cmds["uv pip list"] = [args.uv, "pip", "list", "--python", os.path.join(venv, "bin", "python3")]
@@ -84,8 +87,9 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--skip-ldd", action="store_true")
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     floor_dir = tempfile.mkdtemp(prefix="cudafix-floor-")
+    env = with_walk_cache({k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
+                          os.path.join(floor_dir, "cache"))
     args.floor_exe = build_walk_floor(floor_dir)
     rows = []
     if args.venv:
@@ -100,17 +104,16 @@ def main():
                     description = f.read()
                 subprocess.run([args.cudafix, "materialize", "-", venv, "--copies", str(scale)], input=description,
                                stdout=subprocess.DEVNULL, check=True)
-                settle()
                 rows.append(bench_venv(args, venv, args.python, f"corpus x{scale}", env))
                 shutil.rmtree(venv)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     for row in rows:
         print(f"\n{row['env']}: {row['dists']} dists, {row['files']} files, {row['objects']} ELF objects")
-        for k in ("cudafix", "pip list", "uv pip list", "ldd every .so", "getdents64 alone"):
+        for k in ("cudafix", "cudafix --no-cache", "pip list", "uv pip list", "ldd every .so", "getdents64 alone"):
             if k in row:
                 ratio = "" if k == "cudafix" else f"   cudafix is {row[k] / row['cudafix']:.1f}x faster" if row[k] > row["cudafix"] else f"   cudafix is {row['cudafix'] / row[k]:.1f}x slower"
-                print(f"  {k:15s} {row[k] * 1000:9.1f} ms{ratio}")
+                print(f"  {k:18s} {row[k] * 1000:9.1f} ms{ratio}")
     print(json.dumps(rows))
     shutil.rmtree(floor_dir, ignore_errors=True)
 

@@ -9,8 +9,16 @@ import time
 
 
 def settle():
-    """Writes back what materialising a venv left dirty, so that no bench pays for it."""
+    """Writes back what materialising a venv left dirty, so that no bench pays for it, and waits
+    out the 2 s within which cudafix's walk cache does not keep a folder's listing
+    (resolver/walk_cache.hpp), so that a venv just written is cached like any other."""
     os.sync()
+    time.sleep(2.1)
+
+
+def with_walk_cache(env, folder):
+    """`env` with cudafix's walk cache in `folder`, a bench's own, not the user's ~/.cache."""
+    return dict(env, CUDAFIX_CACHE_DIR=folder)
 
 
 def alternated(cmds, runs, env=None, cwd=None, check=False):

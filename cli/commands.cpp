@@ -77,6 +77,15 @@ Configuration load_configuration(const GlobalOptions& g, const r::EnvLayout& lay
   return c;
 }
 
+// Where scans keep what they read (resolver/cache_file.hpp): $CUDAFIX_CACHE_DIR, else
+// $XDG_CACHE_HOME/cudafix, else ~/.cache/cudafix; "" (no cache) when none of them is set.
+std::string cache_dir() {
+  if (auto d = env_var("CUDAFIX_CACHE_DIR"); d && !d->empty()) return *d;
+  if (auto d = env_var("XDG_CACHE_HOME"); d && !d->empty()) return *d + "/cudafix";
+  if (auto d = env_var("HOME"); d && !d->empty()) return *d + "/.cache/cudafix";
+  return {};
+}
+
 struct Scanned {
   r::Environment env;
   r::Knowledge knowledge;
@@ -107,6 +116,7 @@ Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth, bool p
     for (auto q : r::split(p, ':'))
       if (!q.empty()) opts.preload.emplace_back(q);
   opts.ld_so_cache = g.ld_so_cache;
+  if (!g.no_cache) opts.cache_dir = cache_dir();
   return {r::scan_environment(located.layout, opts), std::move(located.config.knowledge),
           std::move(located.config.rule_settings)};
 }
@@ -125,6 +135,20 @@ const Scanned& scan_kept(const GlobalOptions& g) { return scan_kept(g, locate(g)
 // --timings: each phase of the scan, on standard error.
 void print_timings(const r::Environment& env) {
   for (const auto& [name, ms] : env.timings) std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", name, ms);
+  const auto& c = env.walk_cache;
+  if (c.file.empty()) return;
+  if (!c.trusted) {
+    std::cerr << fmt::format("{:>22}: {}\n", "walk cache", c.problem);
+    return;
+  }
+  std::cerr << fmt::format("{:>22}: {} of {} folders unchanged{} ({})\n", "walk cache", c.reused, c.folders,
+                           c.written ? ", written again" : "", c.file);
+  if (!c.problem.empty()) std::cerr << fmt::format("{:>22}: {}\n", "walk cache problem", c.problem);
+  const auto& e = env.elf_store;
+  if (e.file.empty()) return;
+  std::cerr << fmt::format("{:>22}: {} of {} objects unchanged{} ({})\n", "ELF store", e.reused, e.objects,
+                           e.written ? ", written again" : "", e.file);
+  if (!e.problem.empty()) std::cerr << fmt::format("{:>22}: {}\n", "ELF store problem", e.problem);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ struct GlobalOptions {
   std::vector<std::string> rules;       // --rules files, in order
   bool timings = false;                 // --timings: phase durations on stderr
   std::vector<std::string> find_links;  // --find-links folders (then $PIP_FIND_LINKS)
+  bool no_cache = false;                // --no-cache: read everything afresh, keep nothing
 };
 
 int run_scan(const GlobalOptions& g, std::ostream& out);

@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   app.add_option("--ld-so-cache", g.ld_so_cache, "read this ld.so.cache instead of the host's");
   app.add_option("--threads", g.threads, "worker threads (default: one per core)");
   app.add_flag("--timings", g.timings, "print how long each phase of the scan took (stderr)");
+  app.add_flag("--no-cache", g.no_cache, "read every folder and library afresh, and keep nothing for the next run");
   app.add_option("--find-links", g.find_links, "a folder of wheels to plan with (repeatable; default $PIP_FIND_LINKS)")
       ->check(CLI::ExistingDirectory);
   app.add_option("--rules", g.rules, "a knowledge/rules TOML file on top of the built-in one (repeatable)")

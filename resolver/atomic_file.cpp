@@ -38,16 +38,22 @@ void AtomicFile::write(std::string_view data) {
 
 void AtomicFile::commit() {
   if (::fsync(fd_) != 0) throw Error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
-  ::close(fd_);
-  fd_ = -1;
-  if (::rename(temp_.c_str(), path_.c_str()) != 0)
-    throw Error(fmt::format("cannot replace {}: {}", path_, std::strerror(errno)));
-  committed_ = true;
+  rename_into_place();
   const std::string dir = path_.find('/') == std::string::npos ? "." : parent_dir(path_);
   if (const int d = ::open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
     ::fsync(d);
     ::close(d);
   }
+}
+
+void AtomicFile::commit_unsynced() { rename_into_place(); }
+
+void AtomicFile::rename_into_place() {
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(temp_.c_str(), path_.c_str()) != 0)
+    throw Error(fmt::format("cannot replace {}: {}", path_, std::strerror(errno)));
+  committed_ = true;
 }
 
 }  // namespace cudafix::resolver

@@ -20,8 +20,13 @@ class AtomicFile {
   void write(std::string_view data);
   // fsync, rename over the target, fsync of the folder. Throws Error.
   void commit();
+  // Rename over the target without waiting for the disk: for a cache, whose reader checks what
+  // it reads (a crash may leave the renamed file empty or torn). Throws Error.
+  void commit_unsynced();
 
  private:
+  void rename_into_place();
+
   std::string path_;
   std::string temp_;
   int fd_ = -1;

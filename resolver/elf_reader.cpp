@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 
+#include "resolver/cache_file.hpp"
 #include "resolver/elf_class.hpp"
 
 namespace cudafix::resolver {
@@ -324,10 +325,16 @@ ElfRead read_elf_memory(const void* data, std::size_t size, const std::string& n
 // The first bytes of a file, read in one go: the headers of any object, all of a small one.
 constexpr std::size_t k_elf_head = std::size_t{16} * 1024;
 
-ElfRead read_elf_file(const std::string& path) {
+ElfRead read_elf_file(const std::string& path) { return read_elf_file(path, nullptr); }
+
+ElfRead read_elf_file(const std::string& path, std::optional<Stamp>* stamp) {
   // O_NONBLOCK: a FIFO named like a library must not hang the scan; its read then fails.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return invalid(path, std::nullopt, fmt::format("cannot open: {}", std::strerror(errno)));
+  if (stamp) {
+    struct statx st {};
+    if (::statx(fd, "", AT_EMPTY_PATH, k_stamp_mask, &st) == 0 && S_ISREG(st.stx_mode)) *stamp = stamp_of(st);
+  }
   // The head holds the headers, and the whole of a small object. On the heap, reused by the
   // thread: on a thread's stack its pages would be faulted in anew by every thread.
   static thread_local const std::unique_ptr<char[]> head = std::make_unique_for_overwrite<char[]>(k_elf_head);

@@ -43,6 +43,10 @@ struct ElfRead {
 // Reads a file. A file that does not start with the ELF magic is `not_elf` (a linker script
 // named libfoo.so is normal); a file that does but cannot be read safely is `invalid`.
 [[nodiscard]] ElfRead read_elf_file(const std::string& path);
+struct Stamp;
+// The same, also stamping the file (cache_file.hpp) once it is open, before it is read, when
+// `stamp` is not null; it stays empty when the file cannot be opened.
+[[nodiscard]] ElfRead read_elf_file(const std::string& path, std::optional<Stamp>* stamp);
 // The same over bytes in memory (fuzzing, tests). `name` labels diagnostics.
 [[nodiscard]] ElfRead read_elf_memory(const void* data, std::size_t size, const std::string& name);
 

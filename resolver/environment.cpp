@@ -13,10 +13,12 @@
 #include <map>
 #include <set>
 
+#include "resolver/elf_store.hpp"
 #include "resolver/fs_walk.hpp"
 #include "resolver/parallel.hpp"
 #include "resolver/requirements.hpp"
 #include "resolver/text.hpp"
+#include "resolver/walk_cache.hpp"
 
 namespace cudafix::resolver {
 namespace {
@@ -410,12 +412,6 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
 
 void index_objects(Environment& env);
 
-std::vector<ElfRead> read_elf_files(const std::vector<std::string>& candidates, unsigned threads) {
-  std::vector<ElfRead> reads(candidates.size());
-  parallel_for(candidates.size(), threads, [&](std::size_t i) { reads[i] = read_elf_file(candidates[i]); });
-  return reads;
-}
-
 // The shared objects among the candidates, with their owners (so after ownership).
 // `candidates` are in path order, so the objects are made in the order they are kept in: each on
 // its own core (its owners looked up, its ELF facts copied into the cache), then gathered.
@@ -684,9 +680,11 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   auto dists_read = std::async(launch, [&, dist_infos = list_dist_infos(sites, FollowLinks::no)] {
     return read_dist_infos(dist_infos, read_threads, ReadRecord::yes);
   });
-  WalkResult walk = walk_tree(roots, walk_threads, {"__pycache__"});
+  WalkResult walk = walk_tree(roots, walk_threads, {"__pycache__"},
+                              options.cache_dir.empty() ? std::string() : walk_cache_file(options.cache_dir, roots));
   phase("walk");
   env.diagnostics = std::move(walk.diagnostics);
+  env.walk_cache = std::move(walk.cache);
 
   // Each worker's share of the walk sorted out on its own core: the files that go into the index,
   // copied to their place in it, and the shared objects and symlinks found.
@@ -718,8 +716,11 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   }
   std::sort(candidates.begin(), candidates.end());  // the order objects are kept in
   const bool wants_elf = options.depth != ScanDepth::files;
-  auto elf_read = std::async(
-      launch, [&] { return wants_elf ? read_elf_files(candidates, options.threads) : std::vector<ElfRead>{}; });
+  // Kept where the walk kept its listings: on file systems whose ctime the cache trusts.
+  const std::string elf_store = env.walk_cache.trusted ? elf_store_file(options.cache_dir, roots) : std::string();
+  auto elf_read = std::async(launch, [&] {
+    return wants_elf ? read_elf_files(candidates, options.threads, elf_store, env.elf_store) : std::vector<ElfRead>{};
+  });
   std::vector<std::string_view> paths(files);
   std::vector<std::uint64_t> hashes(files);
   parallel_for(walk.parts.size(), threads, [&](std::size_t p) {

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "resolver/dist_info.hpp"
+#include "resolver/elf_store.hpp"
+#include "resolver/fs_walk.hpp"
 #include "resolver/loader.hpp"
 #include "resolver/path_index.hpp"
 #include "resolver/text.hpp"
@@ -53,6 +55,9 @@ struct ScanOptions {
   // Also parse every Requires-Dist (doctor's requirement rules) while the files and libraries
   // are modelled, when there are cores to spare for it (4 or more threads).
   bool parse_requirements = false;
+  // Where the walk keeps its listings and the ELF reads their answers between runs
+  // (walk_cache.hpp, elf_store.hpp); empty: nowhere.
+  std::string cache_dir;
 };
 
 struct ParsedRequirements;  // resolver/requirements.hpp
@@ -94,6 +99,8 @@ class Environment {
   std::shared_ptr<const ParsedRequirements> requirements;
   std::shared_ptr<ElfCache> elf_cache;
   std::vector<std::pair<std::string, double>> timings;  // scan phases, milliseconds (for --timings)
+  WalkCacheReport walk_cache;                           // how the walk used its cache
+  ElfStoreReport elf_store;                             // how the ELF reads used theirs
 
   // On disk: from the walk, or for __pycache__ contents, from the file system.
   [[nodiscard]] bool present(std::string_view path) const;

@@ -20,12 +20,26 @@ struct WalkEntry {
   bool shared_object_name;  // looks_like_shared_object(name), for the same reason
 };
 
+// How the walk used its cache (walk_cache.hpp).
+struct WalkCacheReport {
+  std::string file;         // empty: the walk had no cache
+  std::size_t folders = 0;  // folders walked
+  std::size_t reused = 0;   // of those, listings taken from the cache
+  bool written = false;     // the file was written again
+  // Whether the file systems at and below the roots are ones the cache trusts
+  // (stamps_show_every_change); on others (NFS, whose attributes a client caches; FUSE) no cache
+  // is read or written.
+  bool trusted = false;
+  std::string problem;  // why the file was not read or not written, when so
+};
+
 struct WalkResult {
   std::vector<std::unique_ptr<char[]>> arena;  // the bytes of every path, in large blocks
   // Every entry below the roots (roots excluded), unordered, as each worker listed them: kept
   // apart so that what reads them can take a worker's share each, in parallel, with no copy.
   std::vector<std::vector<WalkEntry>> parts;
   std::vector<Diagnostic> diagnostics;  // unreadable folders
+  WalkCacheReport cache;
 
   [[nodiscard]] std::size_t size() const {
     std::size_t n = 0;
@@ -39,10 +53,17 @@ struct WalkResult {
   }
 };
 
+// Whether every folder below `real_roots` (realpaths) changes its ctime with every change to its
+// entries, given the mount table (/proc/self/mountinfo): true when the filesystem holding each
+// root, and every one mounted below a root, is a local one (ext2/3/4, XFS, Btrfs, tmpfs,
+// overlayfs). Only then does the walk use its cache.
+[[nodiscard]] bool stamps_show_every_change(const std::vector<std::string>& real_roots, std::string_view mountinfo);
+
 // Walks every root; symlinks are listed, never followed, so a symlinked folder cannot take the
 // walk outside the environment or round a loop. Folders named in `prune` are listed but not
-// entered. `threads` 0 means one per core.
+// entered. `threads` 0 means one per core. With a `cache_file`, folders unchanged since the
+// listing kept there are not listed again, and the file is rewritten when anything was.
 [[nodiscard]] WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads = 0,
-                                   const std::vector<std::string>& prune = {});
+                                   const std::vector<std::string>& prune = {}, const std::string& cache_file = {});
 
 }  // namespace cudafix::resolver

@@ -6,10 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "resolver/elf_writer.hpp"
 #include "resolver/text.hpp"
@@ -189,6 +191,85 @@ TEST_F(RealVenv, ReadOnlyCommandsWriteNothing) {
   run_json("scan --venv " + shell_quote(venv_));
   run_json("why libvend.so.1 --venv " + shell_quote(venv_));
   EXPECT_EQ(snapshot(venv_), before);
+}
+
+// --- the walk cache: the same answers as a full listing, however pip changed the venv ------
+
+TEST(WalkCache, AnswersAsAFullListingWouldAfterRealPipInstallsAndUninstalls) {
+  TempDir t;
+  const std::string venv = t.path() + "/venv";
+  const std::string w = k_fixtures + "/wheel";
+  const std::string gpulib =
+      test::make_wheel(t.path(), "gpulib 1.0 gpulib/__init__.py=" + w +
+                                     "/gpulib/__init__.py gpulib/_ext.cpython-311-x86_64-linux-gnu.so=" + w +
+                                     "/gpulib/_ext.so gpulib.libs/libvend.so.1=" + w + "/gpulib.libs/libvend.so.1");
+  const std::string plugin =
+      test::make_wheel(t.path(), "gpuplugin 2.0 gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so=" + w +
+                                     "/gpuplugin/_plugin.so --requires gpulib");
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(venv, {gpulib, plugin}));
+  const std::string cache = "CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/cache") + " ";
+  const std::string scan = "scan --json --venv " + shell_quote(venv) + k_no_cache;
+  auto cached = [&] { return run_shell("env -u VIRTUAL_ENV " + cache + shell_quote(k_bin) + " " + scan).out; };
+  auto uncached = [&] { return cudafix(scan + " --no-cache").out; };
+  // The folders walked and, of those, the ones taken from the cache, as --timings reports them.
+  auto reuse = [&] {
+    const auto r =
+        run_shell("env -u VIRTUAL_ENV " + cache + shell_quote(k_bin) + " " + scan + " --timings 2>&1 >/dev/null");
+    const auto at = r.out.find("walk cache:");
+    unsigned reused = 0, folders = 0;
+    EXPECT_EQ(at == std::string::npos ? 0 : std::sscanf(r.out.c_str() + at, "walk cache: %u of %u", &reused, &folders),
+              2)
+        << r.out;
+    return std::pair{reused, folders};
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));  // the venv's folders settle
+  EXPECT_EQ(cached(), uncached());
+  const auto [reused, folders] = reuse();
+  EXPECT_GT(folders, 10u);
+  EXPECT_EQ(reused, folders);
+
+  const auto removed = test::venv_pip(venv, "uninstall -y -q gpuplugin");
+  ASSERT_EQ(removed.exit_code, 0) << removed.out;
+  EXPECT_EQ(cached(), uncached()) << "right after pip uninstall";
+  const auto installed = test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(plugin));
+  ASSERT_EQ(installed.exit_code, 0) << installed.out;
+  const std::string after = cached();
+  EXPECT_EQ(after, uncached()) << "right after pip install";
+  EXPECT_THAT(after, HasSubstr("gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so"));
+  const auto [reused_after, folders_after] = reuse();
+  EXPECT_LT(reused_after, folders_after) << "the folders pip changed were listed again";
+  EXPECT_GT(reused_after, folders_after / 2) << "and only those";
+
+  // --no-cache keeps nothing; without CUDAFIX_CACHE_DIR the cache is under $XDG_CACHE_HOME.
+  const std::string none = t.path() + "/none";
+  run_shell("env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(none) + " " + shell_quote(k_bin) + " " + scan +
+            " --no-cache");
+  EXPECT_FALSE(fs::exists(none));
+  run_shell("env -u VIRTUAL_ENV -u CUDAFIX_CACHE_DIR XDG_CACHE_HOME=" + shell_quote(t.path() + "/xdg") + " " +
+            shell_quote(k_bin) + " " + scan);
+  EXPECT_TRUE(fs::is_directory(t.path() + "/xdg/cudafix"));
+}
+
+// A file system whose ctime the cache does not trust (ramfs stands in for NFS and FUSE, which a
+// test cannot mount): the scan reads everything, says why under --timings, and keeps nothing.
+TEST(WalkCache, IsNotUsedWhereTheFileSystemIsNotOneItTrusts) {
+  const auto probe = run_shell("unshare -m true");
+  if (probe.exit_code != 0) GTEST_SKIP() << "no mount namespaces here: " << probe.out;
+  TempDir t;
+  const std::string mnt = t.path() + "/mnt", cache = t.path() + "/cache";
+  fs::create_directories(mnt);
+  const std::string site = mnt + "/site", meta = site + "/foo-1.0.dist-info/METADATA";
+  const std::string inner =
+      "mount -t ramfs ramfs " + shell_quote(mnt) + " && mkdir -p " + shell_quote(site + "/foo-1.0.dist-info") +
+      " && printf 'Name: foo\\nVersion: 1.0\\n' > " + shell_quote(meta) +
+      " && sleep 2.1 && for i in 1 2; do env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(cache) + " " +
+      shell_quote(k_bin) + " scan --venv " + shell_quote(site) + " --json --timings >/dev/null; done";
+  const auto r = run_shell("unshare -m sh -c " + shell_quote(inner));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("walk cache: not used: a file system at or below the roots is not one whose "
+                               "ctime the cache trusts"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("unchanged")));
+  EXPECT_FALSE(fs::exists(cache)) << "nothing kept";
 }
 
 // --- the corpus: a real CUDA 13 torch venv, materialised ------------------------------------

@@ -2,7 +2,7 @@
 # Seeds for the fuzz targets, from real inputs: make_seeds.sh FIXTURES OUT
 set -euo pipefail
 FIX=$1 OUT=$2
-mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel}
+mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,cache}
 cp /etc/ld.so.cache "$OUT/ld_cache/host" 2>/dev/null || true
 i=0
 for f in $(find "$FIX" -name '*.so*' -type f | head -20); do cp "$f" "$OUT/elf/$((i++))"; done
@@ -15,3 +15,18 @@ w=$(python3 "$src/tests/e2e/make_wheel.py" "$OUT/wheel" fuzz 1.0 "fuzz/lib/libx.
 mv "$w" "$OUT/wheel/1"
 w=$(python3 "$src/tests/e2e/make_wheel.py" "$OUT/wheel" fuzz 1.0)
 mv "$w" "$OUT/wheel/2"
+# Cache payloads as resolver/walk_cache.hpp and elf_store.hpp lay them out, after fuzz_cache's
+# first byte (0: walk cache, 1: ELF store): a folder /s/ with two entries; one object /s/libx.so.
+python3 - "$OUT/cache" <<'PY'
+import struct, sys
+stamp = struct.pack("<QQQqqII", 2049, 42, 4096, 1700000000, 1700000000, 5, 6)
+names = b"/s/" + b"a.py" + b"libx.so"
+walk = struct.pack("<IIQQ", 1, 3, 2, len(names)) + stamp + struct.pack("<QIIII", 7, 0, 3, 0, 2)
+walk += struct.pack("<IHBB", 3, 4, 0, 0) + struct.pack("<IHBB", 7, 7, 0, 1) + names
+def s(b): return struct.pack("<I", len(b)) + b
+answer = struct.pack("<BBHHQ", 0, 2, 62, 3, 0) + b"\x01" + s(b"libx.so") + b"\x00" + b"\x01" + s(b"$ORIGIN")
+answer += struct.pack("<I", 1) + s(b"libc.so.6") + b"\x00" + s(b"")
+elf = struct.pack("<II", 1, 0) + stamp + s(b"/s/libx.so") + s(answer)
+open(sys.argv[1] + "/walk", "wb").write(b"\x00" + walk)
+open(sys.argv[1] + "/elf", "wb").write(b"\x01" + elf)
+PY

@@ -138,6 +138,27 @@ TEST(WalkTree, ListsEveryEntryWhileSignalsArrive) {
   EXPECT_EQ(short_walks, 0U) << "walks that missed entries, of 90";
 }
 
+// The walk cache trusts a folder's stamp only on local filesystems; NFS caches attributes and FUSE
+// answers what its daemon says, and one mounted anywhere below a root keeps the cache off.
+TEST(WalkTree, OnlyLocalFilesystemsAreTrustedToStampEveryChange) {
+  const std::string mountinfo =
+      "21 26 0:20 / /proc rw,relatime - proc proc rw\n"
+      "26 1 254:1 / / rw,relatime - ext4 /dev/vda rw\n"
+      "30 26 0:40 / /home/u/nfs rw - nfs4 srv:/x rw\n"
+      "31 26 0:41 / /opt/venv/lib/python3.12/site-packages/big rw - fuse.sshfs h:/p rw\n"
+      "32 26 0:42 / /mnt/my\\040disk rw,relatime shared:5 - xfs /dev/sdb rw\n";
+  EXPECT_TRUE(stamps_show_every_change({"/srv/venv/lib/python3.12/site-packages"}, mountinfo));
+  EXPECT_FALSE(stamps_show_every_change({"/home/u/nfs/venv/site-packages"}, mountinfo)) << "on NFS";
+  EXPECT_FALSE(stamps_show_every_change({"/opt/venv/lib/python3.12/site-packages"}, mountinfo)) << "FUSE below";
+  EXPECT_TRUE(stamps_show_every_change({"/opt/venv/lib/python3.12/site-packages/big2"}, mountinfo))
+      << "a sibling's name is not a folder below";
+  EXPECT_TRUE(stamps_show_every_change({"/mnt/my disk/venv"}, mountinfo)) << "an escaped mount point";
+  EXPECT_FALSE(stamps_show_every_change({"/mnt/my disk/venv", "/home/u/nfs/site"}, mountinfo)) << "every root counts";
+  EXPECT_TRUE(stamps_show_every_change({"/home/u/nfs/site"}, mountinfo + "40 30 0:50 / /home/u/nfs rw - tmpfs t rw\n"))
+      << "a later mount on the same point hides the earlier";
+  EXPECT_FALSE(stamps_show_every_change({"/srv/site"}, "")) << "no mount table, no cache";
+}
+
 TEST(ParallelFor, RunsEveryItemOnceAndNestsWithoutDeadlock) {
   std::vector<std::atomic<int>> hits(5000);
   parallel_for(50, 8, [&](std::size_t i) { parallel_for(100, 8, [&](std::size_t j) { ++hits[i * 100 + j]; }); });
