@@ -390,8 +390,8 @@ class TreeWalker {
 
 bool stamps_show_every_change(const std::vector<std::string>& real_roots, std::string_view mountinfo) {
   if (real_roots.empty()) return false;
-  // Per root: the length of the longest mount point holding it and whether its type fills the
-  // buffer (the last of equal ones: a later mount on the same point hides the earlier).
+  // Per root: the length of the longest mount point holding it and whether its type is a local
+  // one (the last of equal ones: a later mount on the same point hides the earlier).
   std::vector<std::pair<std::size_t, bool>> holder(real_roots.size(), {0, false});
   for (auto line : split(mountinfo, '\n')) {
     // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw": the mount point is the
@@ -402,17 +402,17 @@ bool stamps_show_every_change(const std::vector<std::string>& real_roots, std::s
     if (fields.size() < 5) continue;
     const std::string point = unescape_mount_point(fields[4]);
     const auto type = line.substr(dash + 3);
-    const bool fills = is_local_file_system(type.substr(0, type.find(' ')));
+    const bool local = is_local_file_system(type.substr(0, type.find(' ')));
     for (std::size_t i = 0; i < real_roots.size(); ++i) {
       if (is_within(real_roots[i], point)) {
-        if (point.size() >= holder[i].first) holder[i] = {point.size(), fills};
-      } else if (!fills && is_within(point, real_roots[i])) {
-        return false;  // a folder below the root answers in parts
+        if (point.size() >= holder[i].first) holder[i] = {point.size(), local};
+      } else if (!local && is_within(point, real_roots[i])) {
+        return false;  // a folder below the root is not local
       }
     }
   }
-  for (const auto& [length, fills] : holder)
-    if (length == 0 || !fills) return false;
+  for (const auto& [length, local] : holder)
+    if (length == 0 || !local) return false;
   return true;
 }
 
