@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -103,19 +102,14 @@ TEST(WalkTree, AnUnreadableRootIsADiagnosticNotACrash) {
 TEST(WalkTree, ListsEveryEntryWhileSignalsArrive) {
   test::TempDir t;
   constexpr std::size_t k_files = 6000;  // about ten getdents64 calls of 64 KB
-  const std::string wide = t.path() + "/wide";
-  fs::create_directory(wide);
-  for (std::size_t f = 0; f < k_files; ++f) {
-    const std::string name = wide + "/a_file_name_as_long_as_a_torch_header_" + std::to_string(f) + ".h";
-    const int fd = ::open(name.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-    ASSERT_GE(fd, 0) << name;
-    ::close(fd);
-  }
-  struct sigaction ignore {};
+  for (std::size_t f = 0; f < k_files; ++f)
+    test::write_file(t.path() + "/wide/a_file_name_as_long_as_a_torch_header_" + std::to_string(f) + ".h", "");
+  // A handler that does nothing: an ignored signal would be dropped before it is ever pending.
+  struct sigaction no_op {};
   struct sigaction before {};
-  ignore.sa_handler = [](int) {};
-  ignore.sa_flags = SA_RESTART;
-  ASSERT_EQ(::sigaction(SIGUSR1, &ignore, &before), 0);
+  no_op.sa_handler = [](int) {};
+  no_op.sa_flags = SA_RESTART;
+  ASSERT_EQ(::sigaction(SIGUSR1, &no_op, &before), 0);
   std::atomic<bool> stop{false};
   std::thread sender([&] {
     // Sent to the process, so that the kernel hands it to a thread that is walking.
