@@ -659,21 +659,12 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   // after the walk (GPU machine's venv, --threads 6: 44.3-46.5 ms against 33.2-36.2 with two).
   const unsigned threads = thread_count(options.threads);
   const auto launch = threads >= 4 ? std::launch::async : std::launch::deferred;
-  // The host's loader (a run of ld.so --help, 0.8 ms) and its ld.so.cache are learnt while the
-  // tree is walked, off the path every other phase waits on, where there are cores to spare. On
-  // 2 its thread took a core from the walk and made a malloc arena of its own (a huge page to
-  // clear): the scan took 2.8 to 4.9 ms longer than with the same work done after the ELF reads
-  // (medians of 41 to 61 runs, interleaved).
-  struct HostModel {
-    HostInfo host;
-    std::shared_ptr<const LdCache> ld_cache;
-  };
-  auto host_read = std::async(options.depth == ScanDepth::files ? std::launch::deferred : launch, [&] {
-    HostModel m;
-    m.host = options.host ? *options.host : detect_host();
-    m.ld_cache = std::make_shared<LdCache>(LdCache::load(options.ld_so_cache.value_or(m.host.ld_so_cache)));
-    return m;
-  });
+  // The host's loader is asked (ld.so --help, 0.7 ms) while the tree is walked: started now, read
+  // when the loader model is made. (Asked on a thread of its own instead, it took a core from
+  // the walk on 2 cores and made a malloc arena of its own, a huge page to clear: 2.8 to 4.9 ms
+  // slower; asked after the ELF reads, the scan waited for it.)
+  std::optional<HostDetection> host_detection;
+  if (!options.host && options.depth != ScanDepth::files) host_detection.emplace();
   const unsigned read_threads =
       launch == std::launch::async ? std::max(threads / 4, std::min(2U, (threads + 1) / 3)) : threads;
   const unsigned walk_threads = launch == std::launch::async ? threads - read_threads : threads;
@@ -755,9 +746,9 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   add_objects(env, candidates, std::move(elf_reads), symlink_candidates, options.threads);
   phase("read ELF");
 
-  HostModel host = host_read.get();
   LoaderConfig config;
-  config.host = std::move(host.host);
+  config.host = options.host ? *options.host : host_detection->get();
+  auto ld_cache = std::make_shared<LdCache>(LdCache::load(options.ld_so_cache.value_or(config.host.ld_so_cache)));
   config.ld_library_path = options.ld_library_path;
   config.preload = options.preload;
   const std::string python = layout.root + "/bin/python3";
@@ -766,7 +757,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
     env.main_executable = real_path_of(python);
     config.main_executable = env.main_executable;
   }
-  env.loader = std::make_shared<LoaderModel>(std::move(config), env.elf_cache, std::move(host.ld_cache));
+  env.loader = std::make_shared<LoaderModel>(std::move(config), env.elf_cache, std::move(ld_cache));
   // The walk starts at each site's realpath and follows no symlink: the objects it found as
   // regular files are real, and so are their folders.
   env.loader->know_real_files(candidates);

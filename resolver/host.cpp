@@ -39,7 +39,8 @@ std::string own_interpreter() {
   return out;
 }
 
-std::string run_capture(const std::string& exe, const std::vector<std::string>& args) {
+// Starts `exe args...` with its standard output on a pipe; returns the read end. Throws Error.
+int spawn_with_output(const std::string& exe, const std::vector<std::string>& args, pid_t& pid) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(fmt::format("pipe: {}", std::strerror(errno)));
   posix_spawn_file_actions_t fa;
@@ -49,7 +50,6 @@ std::string run_capture(const std::string& exe, const std::vector<std::string>& 
   argv.push_back(const_cast<char*>(exe.c_str()));
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  pid_t pid = 0;
   const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   ::close(fds[1]);
@@ -57,16 +57,7 @@ std::string run_capture(const std::string& exe, const std::vector<std::string>& 
     ::close(fds[0]);
     throw Error(fmt::format("cannot run {}: {}", exe, std::strerror(rc)));
   }
-  std::string out;
-  char buf[4096];
-  ssize_t r;
-  while ((r = ::read(fds[0], buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR))
-    if (r > 0) out.append(buf, static_cast<std::size_t>(r));
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return out;
+  return fds[0];
 }
 
 }  // namespace
@@ -96,11 +87,45 @@ void parse_ld_so_help(const std::string& text, HostInfo& host) {
   }
 }
 
-HostInfo detect_host() {
+HostDetection::HostDetection() : ld_so_(own_interpreter()) {
+  if (ld_so_.empty()) {
+    problem_ = "cannot find this process's dynamic loader (no PT_INTERP)";
+    return;
+  }
+  try {
+    pid_t pid = 0;
+    output_ = spawn_with_output(ld_so_, {"--help"}, pid);
+    pid_ = pid;
+  } catch (const Error& e) {
+    problem_ = e.what();
+  }
+}
+
+HostDetection::~HostDetection() { reap(); }
+
+// Closes the pipe and waits for the child: a reader that stops early makes a writer still
+// writing end at once (EPIPE or SIGPIPE) rather than block.
+void HostDetection::reap() {
+  if (output_ >= 0) ::close(output_);
+  output_ = -1;
+  int status = 0;
+  if (pid_ > 0)
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  pid_ = -1;
+}
+
+HostInfo HostDetection::get() {
+  if (!problem_.empty()) throw Error(problem_);
+  std::string out;
+  char buf[4096];
+  ssize_t r;
+  while ((r = ::read(output_, buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR))
+    if (r > 0) out.append(buf, static_cast<std::size_t>(r));
+  reap();
   HostInfo host;
-  host.ld_so = own_interpreter();
-  if (host.ld_so.empty()) throw Error("cannot find this process's dynamic loader (no PT_INTERP)");
-  parse_ld_so_help(run_capture(host.ld_so, {"--help"}), host);
+  host.ld_so = ld_so_;
+  parse_ld_so_help(out, host);
   if (host.default_dirs.empty())
     throw Error(fmt::format("{} --help listed no system search path; cannot model the loader", host.ld_so));
   if (const auto* p = reinterpret_cast<const char*>(getauxval(AT_PLATFORM))) host.platform = p;
@@ -120,5 +145,7 @@ HostInfo detect_host() {
   host.elf_class = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
   return host;
 }
+
+HostInfo detect_host() { return HostDetection().get(); }
 
 }  // namespace cudafix::resolver

@@ -24,7 +24,28 @@ struct HostInfo {
 
 // Parses `ld.so --help` output into `host` (default dirs and glibc-hwcaps subfolders).
 void parse_ld_so_help(const std::string& text, HostInfo& host);
-// Asks the running process's own loader. Throws Error when it cannot be asked.
+
+// The running process's own loader, asked in the background: `ld.so --help` starts when this is
+// made and its answer is read by get(), so that the 0.7 ms it runs overlaps the walk rather than
+// keeping the scan waiting. Not copyable: it owns the child until get() or the destructor reaps it.
+class HostDetection {
+ public:
+  HostDetection();
+  ~HostDetection();
+  HostDetection(const HostDetection&) = delete;
+  HostDetection& operator=(const HostDetection&) = delete;
+  // The host's facts; throws Error when its loader could not be asked. Once only.
+  [[nodiscard]] HostInfo get();
+
+ private:
+  void reap();
+  std::string ld_so_;
+  std::string problem_;  // why ld.so could not be started, when it could not
+  int pid_ = -1;
+  int output_ = -1;  // the read end of its standard output
+};
+
+// Asks the running process's own loader and waits for it. Throws Error when it cannot be asked.
 [[nodiscard]] HostInfo detect_host();
 
 }  // namespace cudafix::resolver

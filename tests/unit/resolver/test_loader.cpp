@@ -9,6 +9,9 @@
 #include <map>
 #include <set>
 
+#include <sys/wait.h>
+#include <cerrno>
+
 #include "resolver/loader.hpp"
 #include "resolver/text.hpp"
 #include "tests/support/process.hpp"
@@ -288,6 +291,21 @@ TEST(HostInfo, ComesFromTheHostLoader) {
   EXPECT_FALSE(host().ld_so.empty());
   EXPECT_FALSE(host().platform.empty());
   EXPECT_EQ(host().lib, host().default_dirs.front().substr(1));
+}
+
+// The scan starts ld.so --help before its walk and reads it afterwards; a scan that fails in
+// between must still reap it, or a long-lived caller collects zombies.
+TEST(HostInfo, AskedInTheBackgroundTheLoaderAnswersAlikeAndIsAlwaysReaped) {
+  {
+    HostDetection asked;
+    const HostInfo h = asked.get();
+    EXPECT_EQ(h.default_dirs, host().default_dirs);
+    EXPECT_EQ(h.hwcaps_subdirs, host().hwcaps_subdirs);
+  }
+  { HostDetection never_read; }
+  errno = 0;
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1) << "a child of this process is left behind";
+  EXPECT_EQ(errno, ECHILD);
 }
 
 TEST(HostInfo, ParsesLdSoHelp) {
