@@ -9,6 +9,13 @@
 
 namespace cudafix::resolver {
 
+// What every thread that does a run's work does once, before it first allocates; the program sets
+// it before anything runs in parallel (cli/main: huge pages for the thread's malloc heap). Pool
+// threads run it as they start; a task given a thread of its own (std::async) calls
+// prepare_this_thread() first.
+void set_thread_preparation(void (*prepare)());
+void prepare_this_thread();
+
 // The threads a request for `requested` means: itself, or 0 for one per core.
 [[nodiscard]] unsigned thread_count(unsigned requested);
 
