@@ -83,7 +83,7 @@ std::string cache_file_name(std::string_view cache_dir, std::string_view kind, c
   return fmt::format("{}/{}-{:016x}.bin", cache_dir, kind, h.value());
 }
 
-MappedCache map_cache_file(const std::string& file, std::string_view magic) {
+MappedCache map_cache_file(const std::string& file, std::string_view magic, Checksum checksum) {
   MappedCache c;
   auto reject = [&](const std::string& why) {
     c.mapping.reset();
@@ -106,11 +106,12 @@ MappedCache map_cache_file(const std::string& file, std::string_view magic) {
   std::memcpy(&order, b.data() + magic.size(), sizeof order);
   if (!b.starts_with(magic) || order != k_byte_order) return reject("not a cache file of this version");
   c.payload = b.substr(k_header, b.size() - k_header - k_trailer);
-  std::uint64_t hash = 0;
-  std::memcpy(&hash, b.data() + b.size() - k_trailer, sizeof hash);
-  if (PathHash().add(c.payload).value() != hash) return reject("its checksum does not match");
+  std::memcpy(&c.hash, b.data() + b.size() - k_trailer, sizeof c.hash);
+  if (checksum == Checksum::now && !checksum_holds(c)) return reject("its checksum does not match");
   return c;
 }
+
+bool checksum_holds(const MappedCache& mapped) { return PathHash().add(mapped.payload).value() == mapped.hash; }
 
 CacheWriter::CacheWriter(AtomicFile& file) : file_(file), buf_(std::make_unique_for_overwrite<char[]>(k_buffer)) {}
 

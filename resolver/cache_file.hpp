@@ -73,8 +73,14 @@ struct MappedCache {
   std::shared_ptr<const char> mapping;
   std::string_view payload;
   std::string problem;
+  std::uint64_t hash = 0;  // the payload's hash as the file gives it
 };
-[[nodiscard]] MappedCache map_cache_file(const std::string& file, std::string_view magic);  // magic: 8 bytes
+// With Checksum::later, the hash is left to the caller (checksum_holds), who can check the
+// payload's records on another core meanwhile.
+enum class Checksum { now, later };
+[[nodiscard]] MappedCache map_cache_file(const std::string& file, std::string_view magic,  // magic: 8 bytes
+                                         Checksum checksum = Checksum::now);
+[[nodiscard]] bool checksum_holds(const MappedCache& mapped);
 
 // The payload's bytes on their way to the file, through one reused buffer (writing a cache
 // touches no fresh memory), hashed as they go.

@@ -1,5 +1,7 @@
 #include "resolver/walk_cache.hpp"
 
+#include "resolver/parallel.hpp"
+
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -38,7 +40,7 @@ std::string walk_cache_file(std::string_view cache_dir, const std::vector<std::s
 
 WalkCache WalkCache::load(const std::string& file, unsigned threads) {
   WalkCache c;
-  auto mapped = map_cache_file(file, k_magic);
+  auto mapped = map_cache_file(file, k_magic, Checksum::later);
   auto reject = [&](const std::string& why) {
     WalkCache bad;
     bad.problem_ = fmt::format("{}: {}", file, why);
@@ -50,7 +52,11 @@ WalkCache WalkCache::load(const std::string& file, unsigned threads) {
   }
   if (!mapped.mapping) return c;  // none yet
   const std::string_view body = mapped.payload;
-  if (body.size() < k_counts) return reject("its size does not match its counts");
+  // A file torn or altered says so by its hash first, whichever check would catch it.
+  const auto bad_counts = [&] {
+    return reject(checksum_holds(mapped) ? "its size does not match its counts" : "its checksum does not match");
+  };
+  if (body.size() < k_counts) return bad_counts();
   const auto folder_count = read_as<std::uint32_t>(body.data());
   const auto path_bytes = read_as<std::uint32_t>(body.data() + 4);
   const auto entry_count = read_as<std::uint64_t>(body.data() + 8);
@@ -59,53 +65,68 @@ WalkCache WalkCache::load(const std::string& file, unsigned threads) {
   const std::size_t records = body.size() - k_counts;
   if (entry_count > records / k_entry || name_bytes > records ||
       k_folder * folder_count + k_entry * entry_count + name_bytes != records || path_bytes > name_bytes)
-    return reject("its size does not match its counts");
+    return bad_counts();
 
   const char* folders = body.data() + k_counts;
   const char* entries = folders + k_folder * folder_count;
   const std::string_view names(entries + k_entry * entry_count, name_bytes);
-  // The folders' paths, then the entries' names, in which no '/' or NUL may be: checked here
-  // in two passes of memchr, where a loop over each name's bytes cost a millisecond.
-  const std::string_view paths = names.substr(0, path_bytes);
-  const std::string_view entry_names = names.substr(path_bytes);
-  if (std::memchr(entry_names.data(), '/', entry_names.size()) != nullptr ||
-      std::memchr(entry_names.data(), '\0', entry_names.size()) != nullptr)
-    return reject("an entry's name holds '/' or NUL");
   std::vector<std::string_view> keys;
   std::vector<std::uint64_t> hashes;
-  keys.reserve(folder_count);
-  hashes.reserve(folder_count);
-  c.folders_.reserve(folder_count);
-  for (std::uint32_t i = 0; i < folder_count; ++i) {
-    CacheReader r(std::string_view(folders + k_folder * i, k_folder));
-    Folder folder{};
-    std::uint64_t hash = 0;
-    std::uint32_t path_offset = 0, path_length = 0;
-    r.get(folder.stamp);
-    r.get(hash);
-    r.get(path_offset);
-    r.get(path_length);
-    r.get(folder.first_entry);
-    r.get(folder.entry_count);
-    if (path_offset > paths.size() || path_length > paths.size() - path_offset)
-      return reject(fmt::format("folder {} names bytes outside the file", i));
-    if (folder.first_entry > entry_count || folder.entry_count > entry_count - folder.first_entry)
-      return reject(fmt::format("folder {} names entries outside the file", i));
-    const std::string_view path = paths.substr(path_offset, path_length);
-    if (!path.starts_with('/') || !path.ends_with('/')) return reject(fmt::format("folder {} has no absolute path", i));
-    keys.push_back(path);
-    hashes.push_back(hash);
-    c.folders_.push_back(folder);
-  }
-  for (std::uint64_t i = 0; i < entry_count; ++i) {
-    const char* e = entries + k_entry * i;
-    const auto offset = read_as<std::uint32_t>(e);
-    const auto length = read_as<std::uint16_t>(e + 4);
-    if (offset < path_bytes || offset > names.size() || length > names.size() - offset ||
-        !is_plain_name(names.substr(offset, length)) ||
-        static_cast<unsigned char>(e[6]) > static_cast<unsigned char>(EntryType::other))
-      return reject(fmt::format("entry {} is not a name in the file", i));
-  }
+  // Every record's bounds, checked on one core while the payload's hash is computed on another
+  // (each took half of the 1.3 ms a load took on 2 cores).
+  auto check_records = [&]() -> std::string {
+    // The folders' paths, then the entries' names, in which no '/' or NUL may be: checked here
+    // in two passes of memchr, where a loop over each name's bytes cost a millisecond.
+    const std::string_view paths = names.substr(0, path_bytes);
+    const std::string_view entry_names = names.substr(path_bytes);
+    if (std::memchr(entry_names.data(), '/', entry_names.size()) != nullptr ||
+        std::memchr(entry_names.data(), '\0', entry_names.size()) != nullptr)
+      return "an entry's name holds '/' or NUL";
+    keys.reserve(folder_count);
+    hashes.reserve(folder_count);
+    c.folders_.reserve(folder_count);
+    for (std::uint32_t i = 0; i < folder_count; ++i) {
+      CacheReader r(std::string_view(folders + k_folder * i, k_folder));
+      Folder folder{};
+      std::uint64_t hash = 0;
+      std::uint32_t path_offset = 0, path_length = 0;
+      r.get(folder.stamp);
+      r.get(hash);
+      r.get(path_offset);
+      r.get(path_length);
+      r.get(folder.first_entry);
+      r.get(folder.entry_count);
+      if (path_offset > paths.size() || path_length > paths.size() - path_offset)
+        return fmt::format("folder {} names bytes outside the file", i);
+      if (folder.first_entry > entry_count || folder.entry_count > entry_count - folder.first_entry)
+        return fmt::format("folder {} names entries outside the file", i);
+      const std::string_view path = paths.substr(path_offset, path_length);
+      if (!path.starts_with('/') || !path.ends_with('/')) return fmt::format("folder {} has no absolute path", i);
+      keys.push_back(path);
+      hashes.push_back(hash);
+      c.folders_.push_back(folder);
+    }
+    for (std::uint64_t i = 0; i < entry_count; ++i) {
+      const char* e = entries + k_entry * i;
+      const auto offset = read_as<std::uint32_t>(e);
+      const auto length = read_as<std::uint16_t>(e + 4);
+      if (offset < path_bytes || offset > names.size() || length > names.size() - offset ||
+          !is_plain_name(names.substr(offset, length)) ||
+          static_cast<unsigned char>(e[6]) > static_cast<unsigned char>(EntryType::other))
+        return fmt::format("entry {} is not a name in the file", i);
+    }
+    return {};
+  };
+  bool hash_holds = false;
+  std::string problem;
+  parallel_for(2, threads, [&](std::size_t task) {
+    if (task == 0)
+      hash_holds = checksum_holds(mapped);
+    else
+      problem = check_records();
+  });
+  if (!hash_holds) return reject("its checksum does not match");
+  if (!problem.empty()) return reject(problem);
   c.mapping_ = std::move(mapped.mapping);
   c.entries_ = entries;
   c.names_ = names.data();
