@@ -117,6 +117,7 @@ void HostDetection::reap() {
 
 HostInfo HostDetection::get() {
   if (!problem_.empty()) throw Error(problem_);
+  if (output_ < 0) throw Error("the host's loader was asked once already; its answer is not kept");
   std::string out;
   char buf[4096];
   ssize_t r;
