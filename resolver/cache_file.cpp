@@ -70,6 +70,13 @@ Stamp stamp_of(const struct stat& st) {
           static_cast<std::uint32_t>(st.st_mtim.tv_nsec)};
 }
 
+std::optional<Stamp> stamp_at(int dir_fd, const char* name, int flags, unsigned type) {
+  struct statx st {};
+  if (::statx(dir_fd, name, flags, k_stamp_mask, &st) != 0) return std::nullopt;
+  if (type != 0 && (st.stx_mode & S_IFMT) != type) return std::nullopt;
+  return stamp_of(st);
+}
+
 bool settled(const Stamp& stamp, std::chrono::system_clock::time_point run_start) {
   const auto ctime =
       std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(

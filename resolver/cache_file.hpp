@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,9 @@ inline constexpr std::size_t k_stamp_bytes = 48;  // as a cache file stores it
 inline constexpr unsigned k_stamp_mask = STATX_TYPE | STATX_INO | STATX_SIZE | STATX_CTIME | STATX_MTIME;
 [[nodiscard]] Stamp stamp_of(const struct statx& st);
 [[nodiscard]] Stamp stamp_of(const struct stat& st);
+// The stamp of `name` from `dir_fd`, as statx(2) takes them (AT_EMPTY_PATH: of dir_fd itself);
+// none when it cannot be read, or when `type` (S_IFDIR, S_IFREG; 0: any) is not the file's type.
+[[nodiscard]] std::optional<Stamp> stamp_at(int dir_fd, const char* name, int flags, unsigned type = 0);
 
 // Whether a file or folder with this stamp, seen by a run that started at `run_start` (wall
 // clock), has been still long enough to be kept.

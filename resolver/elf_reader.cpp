@@ -331,10 +331,7 @@ ElfRead read_elf_file(const std::string& path, std::optional<Stamp>* stamp) {
   // O_NONBLOCK: a FIFO named like a library must not hang the scan; its read then fails.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return invalid(path, std::nullopt, fmt::format("cannot open: {}", std::strerror(errno)));
-  if (stamp) {
-    struct statx st {};
-    if (::statx(fd, "", AT_EMPTY_PATH, k_stamp_mask, &st) == 0 && S_ISREG(st.stx_mode)) *stamp = stamp_of(st);
-  }
+  if (stamp) *stamp = stamp_at(fd, "", AT_EMPTY_PATH, S_IFREG);
   // The head holds the headers, and the whole of a small object. On the heap, reused by the
   // thread: on a thread's stack its pages would be faulted in anew by every thread.
   static thread_local const std::unique_ptr<char[]> head = std::make_unique_for_overwrite<char[]>(k_elf_head);

@@ -174,9 +174,8 @@ std::vector<ElfRead> read_elf_files(const std::vector<std::string>& candidates, 
   std::atomic<std::size_t> fresh{0};  // read from the disk, stamped
   parallel_for(candidates.size(), threads, [&](std::size_t i) {
     if (store.knows(candidates[i])) {
-      struct statx st {};
-      if (::statx(AT_FDCWD, candidates[i].c_str(), AT_SYMLINK_NOFOLLOW, k_stamp_mask, &st) == 0) {
-        stamps[i] = stamp_of(st);
+      stamps[i] = stamp_at(AT_FDCWD, candidates[i].c_str(), AT_SYMLINK_NOFOLLOW);
+      if (stamps[i]) {
         if (auto kept = store.find(candidates[i], *stamps[i])) {
           reads[i] = std::move(*kept);
           ++reused;

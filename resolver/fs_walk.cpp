@@ -263,7 +263,7 @@ class TreeWalker {
     std::optional<Stamp> stamp;
     int fd = -1;
     const WalkCache::Folder* kept = cache_ ? cache_->find(dir, tail, dir_hash.value()) : nullptr;
-    if (kept) stamp = stamp_at(at, where.c_str(), AT_SYMLINK_NOFOLLOW);
+    if (kept) stamp = stamp_at(at, where.c_str(), AT_SYMLINK_NOFOLLOW, S_IFDIR);
     if (kept && stamp == kept->stamp) {
       replay(self, p.root, *kept, dir, dir_hash, out);
       ++out.reused;
@@ -275,7 +275,7 @@ class TreeWalker {
         return;
       }
       // The stamp is taken before the listing, so that a change during it shows next time.
-      if (cache_ && !stamp) stamp = stamp_at(fd, "", AT_EMPTY_PATH);
+      if (cache_ && !stamp) stamp = stamp_at(fd, "", AT_EMPTY_PATH, S_IFDIR);
       list(self, p.root, fd, dir, dir_hash, out);
     }
     ++out.walked;
@@ -308,13 +308,6 @@ class TreeWalker {
       if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return static_cast<int>(fd);
     }
     return ::openat(at, where.c_str(), k_flags);
-  }
-
-  // A directory's stamp, or none when it is not one (any more) or cannot be read.
-  static std::optional<Stamp> stamp_at(int dir_fd, const char* name, int flags) {
-    struct statx st {};
-    if (::statx(dir_fd, name, flags, k_stamp_mask, &st) != 0 || !S_ISDIR(st.stx_mode)) return std::nullopt;
-    return stamp_of(st);
   }
 
   // The entries of the folder open as `fd`, read with getdents64 and a large buffer: readdir's
