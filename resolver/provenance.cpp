@@ -159,7 +159,7 @@ std::vector<int> whose_bytes(const Environment& env, const std::string& path, co
   std::vector<int> whose;
   for (int o : owners) {
     const auto* row = row_for(env.dists[static_cast<std::size_t>(o)], path);
-    if (row && row->size && *row->size == static_cast<std::uint64_t>(st.st_size)) whose.push_back(o);
+    if (row && row->has_size && row->size_value == static_cast<std::uint64_t>(st.st_size)) whose.push_back(o);
   }
   if (whose.size() <= 1) return whose;
   const std::string hash = sha256_of_file(path, DigestForm::record);

@@ -424,7 +424,7 @@ void check_shared_paths(Context& c) {
       std::set<std::string> recorded;
       for (int o : owners)
         if (const auto* row = r::row_for(c.env.dists[static_cast<std::size_t>(o)], p))
-          recorded.insert(fmt::format("{}/{}", row->hash, row->size.value_or(0)));
+          recorded.insert(fmt::format("{}/{}", row->hash, row->size_value));
       std::vector<std::string> whose;
       for (int o : r::whose_bytes(c.env, p, owners)) whose.push_back(c.env.dists[static_cast<std::size_t>(o)].name);
       differ = differ || recorded.size() > 1;
@@ -819,16 +819,16 @@ void check_hashes(Context& c, DoctorReport& report) {
   for (std::size_t i = 0; i < c.env.dists.size(); ++i) {
     const auto& d = c.env.dists[i];
     for (const auto& row : d.record) {
-      if (row.hash_algo != "sha256" || row.hash.empty()) continue;  // rows without a hash are skipped
+      if (row.hash_algo() != "sha256" || row.hash.empty()) continue;  // rows without a hash are skipped
       r::join_normal(d.site_dir, row.path, abs);
       if (!r::is_within(abs, c.env.layout.root_real) && !c.env.site_of(abs)) continue;
       if (!c.env.present(abs)) continue;
       jobs.push_back({static_cast<int>(i), &row, abs});
-      total_bytes += row.size.value_or(0);
+      total_bytes += row.size_value;
     }
   }
   // Largest first, so one big library does not finish last on one core.
-  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.row->size > b.row->size; });
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.row->size() > b.row->size(); });
   std::vector<std::string> digests(jobs.size());
   std::atomic<std::uint64_t> done{0};
   r::parallel_for(jobs.size(), c.options.threads, [&](std::size_t k) {

@@ -14,14 +14,30 @@ TEST(ParseRecord, ReadsQuotedCommasAndRowsWithoutHash) {
       "RECORD");
   ASSERT_TRUE(r.diagnostics.empty()) << r.diagnostics.front().to_string();
   ASSERT_EQ(r.rows.size(), 5u);
-  EXPECT_EQ(r.rows[0].hash_algo, "sha256");
+  EXPECT_EQ(r.rows[0].hash_algo(), "sha256");
   EXPECT_EQ(r.rows[0].hash, "abc-_DEF");
-  EXPECT_EQ(r.rows[0].size, 123u);
+  EXPECT_EQ(r.rows[0].size(), 123u);
   EXPECT_EQ(r.rows[1].path, "odd,name.py");
-  EXPECT_FALSE(r.rows[1].size);
+  EXPECT_FALSE(r.rows[1].size());
   EXPECT_EQ(r.rows[2].path, "say \"hi\".txt");
   EXPECT_EQ(r.rows[3].path, "../../../bin/torchrun");
   EXPECT_EQ(r.rows[4].line, 5u);
+}
+
+// The algorithm is read back from just before the hash, in the text or in a field unescaped.
+TEST(ParseRecord, TheHashAlgorithmIsWhatPrecedesTheHashQuotedOrNot) {
+  const auto r = parse_record("a.py,sha256=AB==,3\n\"b.py\",\"sh\"\"a=CD\",4\nc.py,,\nd.py,sha256===,1\n", "RECORD");
+  ASSERT_TRUE(r.diagnostics.empty()) << r.diagnostics.front().to_string();
+  ASSERT_EQ(r.rows.size(), 4u);
+  EXPECT_EQ(r.rows[0].hash_algo(), "sha256");
+  EXPECT_EQ(r.rows[0].hash, "AB");
+  EXPECT_EQ(r.rows[1].hash_algo(), "sh\"a");
+  EXPECT_EQ(r.rows[1].hash, "CD");
+  EXPECT_EQ(r.rows[1].size(), 4u);
+  EXPECT_EQ(r.rows[2].hash_algo(), "");
+  EXPECT_FALSE(r.rows[2].size());
+  EXPECT_EQ(r.rows[3].hash_algo(), "sha256") << "a hash of padding alone keeps its algorithm";
+  EXPECT_EQ(r.rows[3].hash, "");
 }
 
 TEST(ParseRecord, AHashOutsideTheUrlsafeAlphabetIsMalformed) {
