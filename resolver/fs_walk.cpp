@@ -351,7 +351,7 @@ class TreeWalker {
   void add(unsigned self, std::uint32_t root, std::string_view dir, const PathHash& dir_hash, std::string_view name,
            EntryType type, bool shared_object_name, WorkerOutput& out) {
     const std::string_view path = out.arena.store(dir, name);
-    out.entries.push_back({path, type, PathHash(dir_hash).add(name).value(), shared_object_name});
+    out.entries.push_back({path, PathHash(dir_hash).add(name).value(), type, shared_object_name});
     if (type == EntryType::directory && !pruned(name))
       subdirs_listed().push_back({path, name.size(), next_seq_[self]++, root});
   }

@@ -13,10 +13,11 @@ namespace cudafix::resolver {
 
 enum class EntryType : std::uint8_t { file, symlink, directory, other };
 
+// 32 bytes: a venv's walk has 55,000 of them, in fresh memory.
 struct WalkEntry {
   std::string_view path;  // absolute; points into WalkResult::arena
+  std::uint64_t hash;     // path_hash of path, from its folder's hash computed once
   EntryType type;
-  std::uint64_t hash;       // path_hash of path, from its folder's hash computed once
   bool shared_object_name;  // looks_like_shared_object(name), for the same reason
 };
 
