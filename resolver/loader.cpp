@@ -46,7 +46,8 @@ void ElfCache::put(const std::string& path, ElfRead read) {
 }
 
 void Process::add_name(const std::string& name, int index) {
-  if (by_name.emplace(name, index).second && trial_.active) trial_.names_added.push_back(name);
+  // try_emplace: a name already there (most are) costs no node made and thrown away.
+  if (by_name.try_emplace(name, index).second && trial_.active) trial_.names_added.push_back(name);
 }
 
 void Process::begin_trial() { trial_ = Trial{true, objects.size(), load_start, {}, {}}; }
@@ -138,7 +139,23 @@ bool LoaderModel::dir_has(const std::string& real, const std::string& name) cons
   return names.count(name) != 0;
 }
 
-std::string LoaderModel::expand_tokens(const std::string& entry, const std::string& origin) const {
+const std::vector<std::string>& LoaderModel::search_folders(const std::string& list,
+                                                            const std::string& object_path) const {
+  // Each NEEDED of a library is searched through the same RPATH (libtorch_cuda.so lists six
+  // folders), expanded once here rather than for every name.
+  const std::string origin = parent_dir(object_path);
+  static thread_local std::string key;
+  key.assign(origin).push_back('\0');
+  key.append(list);
+  return search_folders_.get(key, [&] {
+    std::vector<std::string> out;
+    if (list.empty()) return out;
+    for (const auto entry : split(list, ':')) out.push_back(expand_tokens(entry, origin));
+    return out;
+  });
+}
+
+std::string LoaderModel::expand_tokens(std::string_view entry, std::string_view origin) const {
   std::string out;
   for (std::size_t i = 0; i < entry.size();) {
     if (entry[i] != '$') {
@@ -146,7 +163,7 @@ std::string LoaderModel::expand_tokens(const std::string& entry, const std::stri
       continue;
     }
     auto match = [&](std::string_view token) -> std::size_t {
-      const auto rest = std::string_view(entry).substr(i + 1);
+      const auto rest = entry.substr(i + 1);
       if (rest.starts_with(token)) {
         const auto after = token.size();
         if (after == rest.size() || !(std::isalnum(static_cast<unsigned char>(rest[after])) || rest[after] == '_'))
@@ -223,8 +240,20 @@ std::optional<std::string> LoaderModel::try_dir(const std::string& dir, const st
                                                 const std::string& via, const ElfInfo* want,
                                                 const std::unordered_set<std::string>& gone, Resolution& out,
                                                 bool record) const {
+  static const std::string k_current = ".";
+  const std::string& folder = dir.empty() ? k_current : dir;
+  // A folder with no glibc-hwcaps subfolder (nearly all) skips its subfolders' lookups; a
+  // what-if's planned folders are looked up as they are.
+  bool skip_hwcaps = false;
+  if (!config_.added_dirs || config_.added_dirs->empty()) {
+    const std::string* real = real_dir(folder);
+    skip_hwcaps = !real || !dir_has(*real, "glibc-hwcaps");
+  }
+  std::string subfolder;
   for (const auto& sub : search_subdirs_) {
-    const std::string candidate_dir = (dir.empty() ? std::string(".") : dir) + sub;
+    if (skip_hwcaps && !sub.empty()) continue;
+    if (!sub.empty()) subfolder.assign(folder).append(sub);
+    const std::string& candidate_dir = sub.empty() ? folder : subfolder;
     const std::string* real = real_dir(candidate_dir);
     if (!real || !dir_has(*real, name)) {
       if (sub.empty())
@@ -281,10 +310,8 @@ Resolution LoaderModel::resolve(const Process& p, int requester, const std::stri
   }
   const LoadedObject* main = p.main >= 0 ? &p.objects[static_cast<std::size_t>(p.main)] : nullptr;
   auto search_list = [&](const LoadedObject& owner, const std::string& list, ReasonKind source) -> bool {
-    const std::string origin = parent_dir(owner.path);
-    for (const auto& entry : split_search_path(list)) {
-      if (try_dir(expand_tokens(entry, origin), name, source, owner.path, want, gone, out, record)) return true;
-    }
+    for (const auto& dir : search_folders(list, owner.path))
+      if (try_dir(dir, name, source, owner.path, want, gone, out, record)) return true;
     return false;
   };
   // 3. RPATH of the loader chain, then of the main executable.
@@ -393,6 +420,8 @@ void LoaderModel::map_dependencies(Process& p, std::size_t from) const {
     p.objects[i].mapped_deps = true;
     // In the ELF cache, which outlives the process: add_object may move p.objects, not this.
     const std::vector<std::string>& wanted = p.objects[i].elf->needed;
+    p.objects[i].needed.reserve(wanted.size());
+    p.objects[i].needed_index.reserve(wanted.size());
     for (const auto& name : wanted) {
       Resolution r = resolve(p, static_cast<int>(i), name);
       const int idx = r.found() ? add_object(p, *r.path, name, static_cast<int>(i)) : -1;

@@ -153,7 +153,11 @@ class LoaderModel {
                                      const std::unordered_set<std::string>& gone, Resolution& out, bool record) const;
   bool try_file(const std::string& file, ReasonKind source, const std::string& via, const ElfInfo* want,
                 const std::unordered_set<std::string>& gone, Resolution& out, bool record) const;
-  [[nodiscard]] std::string expand_tokens(const std::string& entry, const std::string& origin) const;
+  [[nodiscard]] std::string expand_tokens(std::string_view entry, std::string_view origin) const;
+  // The folders of a DT_RPATH or DT_RUNPATH `list` of the object at `object_path`, tokens
+  // expanded: made once for each object and list.
+  [[nodiscard]] const std::vector<std::string>& search_folders(const std::string& list,
+                                                               const std::string& object_path) const;
   [[nodiscard]] const std::string* real_dir(const std::string& dir) const;
   [[nodiscard]] std::optional<std::string> find_real_dir(const std::string& dir) const;
   [[nodiscard]] const std::string& real_file(const std::string& path) const;
@@ -174,6 +178,8 @@ class LoaderModel {
     ShardedMap<std::string> real_files;
   };
   std::shared_ptr<FileSystemCache> fs_ = std::make_shared<FileSystemCache>();
+  // search_folders' answers, by the object's folder and the list.
+  mutable ShardedMap<std::vector<std::string>> search_folders_;
 };
 
 }  // namespace cudafix::resolver

@@ -22,7 +22,7 @@ class ShardedMap {
   // The value for `key`, made by make() outside any lock on a miss (two threads may both make
   // it; the first inserted wins).
   template <class Make>
-  const V& get(const std::string& key, Make&& make) {
+  const V& get(std::string_view key, Make&& make) {
     const Hashed k = hashed(key);
     Shard& s = shards_[k.hash % shards_.size()];
     {
@@ -31,7 +31,7 @@ class ShardedMap {
     }
     V value = make();
     std::unique_lock lock(s.mutex);
-    return s.map.emplace(key, std::move(value)).first->second;
+    return s.map.emplace(std::string(key), std::move(value)).first->second;
   }
 
   [[nodiscard]] const V* find(const std::string& key) const {
