@@ -272,7 +272,8 @@ Resolution LoaderModel::resolve(const Process& p, int requester, const std::stri
   // Every place looked matters only when nothing is found: search quietly first, and again
   // taking notes when the quiet search fails (a few dozen names in a venv).
   Resolution r = resolve(p, requester, name, gone, false);
-  return r.found() ? r : resolve(p, requester, name, gone, true);
+  if (r.found()) return r;  // moved out: `found ? r : ...` copied every found answer, three strings
+  return resolve(p, requester, name, gone, true);
 }
 
 Resolution LoaderModel::resolve(const Process& p, int requester, const std::string& name,
