@@ -433,11 +433,13 @@ void add_objects(Environment& env, const std::vector<std::string>& candidates, s
     if (o->elf.status == ElfReadStatus::invalid) env.diagnostics.push_back(o->elf.diagnostic);
     env.objects.push_back(std::move(*o));
   }
-  for (std::size_t i = 0; i < env.objects.size(); ++i) env.object_by_path[env.objects[i].path] = i;
+  // The objects are in path order: a symlink's target is found by a binary search, and the
+  // indexes are made once, below.
   for (const auto& link : symlink_candidates) {
     const std::string target = real_path_of(link);
-    if (auto it = env.object_by_path.find(target); it != env.object_by_path.end())
-      env.objects[it->second].aliases.push_back(link);
+    const auto it = std::lower_bound(env.objects.begin(), env.objects.end(), target,
+                                     [](const SharedObject& o, const std::string& p) { return o.path < p; });
+    if (it != env.objects.end() && it->path == target) it->aliases.push_back(link);
   }
   for (auto& o : env.objects) std::sort(o.aliases.begin(), o.aliases.end());
   index_objects(env);
@@ -449,19 +451,20 @@ void index_objects(Environment& env) {
   env.objects_by_name.clear();
   env.objects_needing.clear();
   for (std::size_t i = 0; i < env.objects.size(); ++i) env.object_by_path[env.objects[i].path] = i;
+  // Objects go in in index order, so a name an object has twice (its file's and its SONAME) is
+  // the last one listed there: no list of its names made and sorted to find it.
+  auto add = [](auto& index, std::string_view name, std::size_t i) {
+    auto it = index.find(name);
+    if (it == index.end()) it = index.emplace(std::string(name), std::vector<std::size_t>()).first;
+    if (it->second.empty() || it->second.back() != i) it->second.push_back(i);
+  };
   for (std::size_t i = 0; i < env.objects.size(); ++i) {
     const auto& o = env.objects[i];
-    std::vector<std::string> names{std::string(base_name(o.path))};
-    for (const auto& a : o.aliases) names.emplace_back(base_name(a));
-    if (o.elf.status == ElfReadStatus::ok && o.elf.info.soname) names.push_back(*o.elf.info.soname);
-    std::sort(names.begin(), names.end());
-    names.erase(std::unique(names.begin(), names.end()), names.end());
-    for (auto& n : names) env.objects_by_name[n].push_back(i);
+    add(env.objects_by_name, base_name(o.path), i);
+    for (const auto& a : o.aliases) add(env.objects_by_name, base_name(a), i);
     if (o.elf.status != ElfReadStatus::ok) continue;
-    std::vector<std::string> needed = o.elf.info.needed;
-    std::sort(needed.begin(), needed.end());
-    needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
-    for (auto& n : needed) env.objects_needing[n].push_back(i);
+    if (o.elf.info.soname) add(env.objects_by_name, *o.elf.info.soname, i);
+    for (const auto& n : o.elf.info.needed) add(env.objects_needing, n, i);
   }
 }
 

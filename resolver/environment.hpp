@@ -84,8 +84,9 @@ class Environment {
   [[nodiscard]] std::string unwalked_path(const UnwalkedRow& u) const;
   std::vector<SharedObject> objects;  // sorted by path
   std::unordered_map<std::string, std::size_t> object_by_path;
-  std::unordered_map<std::string, std::vector<std::size_t>> objects_by_name;       // SONAME, file and alias names
-  std::unordered_map<std::string, std::vector<std::size_t>> objects_needing;       // DT_NEEDED -> consumers
+  using NameIndex = std::unordered_map<std::string, std::vector<std::size_t>, StringHash, std::equal_to<>>;
+  NameIndex objects_by_name;                                                       // SONAME, file and alias names
+  NameIndex objects_needing;                                                       // DT_NEEDED -> consumers
   std::unordered_map<std::string, int, StringHash, std::equal_to<>> dist_by_name;  // normalised name -> first dist
   std::vector<Diagnostic> diagnostics;                                             // sorted by file, then line
   std::optional<std::string> main_executable;                                      // the interpreter the model runs
