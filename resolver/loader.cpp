@@ -127,7 +127,12 @@ void LoaderModel::know_real_files(const std::vector<std::string>& paths) const {
 }
 
 bool LoaderModel::dir_has(const std::string& real, const std::string& name) const {
-  if (config_.added && config_.added->count(real + "/" + name)) return true;
+  // In a what-if, what a planned install writes is there too: its files and its new folders.
+  if (config_.added || config_.added_dirs) {
+    const std::string path = real + "/" + name;
+    if ((config_.added && config_.added->count(path)) || (config_.added_dirs && config_.added_dirs->count(path)))
+      return true;
+  }
   const auto& names = fs_->dir_entries.get(real, [&] {
     std::unordered_set<std::string> out;
     if (DIR* d = ::opendir(real.c_str())) {
@@ -143,14 +148,13 @@ const std::vector<std::string>& LoaderModel::search_folders(const std::string& l
                                                             const std::string& object_path) const {
   // Each NEEDED of a library is searched through the same RPATH (libtorch_cuda.so lists six
   // folders), expanded once here rather than for every name.
-  const std::string origin = parent_dir(object_path);
   static thread_local std::string key;
-  key.assign(origin).push_back('\0');
+  key.assign(object_path).push_back('\0');
   key.append(list);
   return search_folders_.get(key, [&] {
-    std::vector<std::string> out;
-    if (list.empty()) return out;
-    for (const auto entry : split(list, ':')) out.push_back(expand_tokens(entry, origin));
+    const std::string origin = parent_dir(object_path);
+    std::vector<std::string> out = split_search_path(list);
+    for (auto& entry : out) entry = expand_tokens(entry, origin);
     return out;
   });
 }
@@ -242,19 +246,16 @@ std::optional<std::string> LoaderModel::try_dir(const std::string& dir, const st
                                                 bool record) const {
   static const std::string k_current = ".";
   const std::string& folder = dir.empty() ? k_current : dir;
-  // A folder with no glibc-hwcaps subfolder (nearly all) skips its subfolders' lookups; a
-  // what-if's planned folders are looked up as they are.
-  bool skip_hwcaps = false;
-  if (!config_.added_dirs || config_.added_dirs->empty()) {
-    const std::string* real = real_dir(folder);
-    skip_hwcaps = !real || !dir_has(*real, "glibc-hwcaps");
-  }
+  // A folder with no glibc-hwcaps entry (nearly all), on disk or planned, skips its subfolders'
+  // lookups.
+  const std::string* folder_real = real_dir(folder);
+  const bool skip_hwcaps = !folder_real || !dir_has(*folder_real, "glibc-hwcaps");
   std::string subfolder;
   for (const auto& sub : search_subdirs_) {
     if (skip_hwcaps && !sub.empty()) continue;
     if (!sub.empty()) subfolder.assign(folder).append(sub);
     const std::string& candidate_dir = sub.empty() ? folder : subfolder;
-    const std::string* real = real_dir(candidate_dir);
+    const std::string* real = sub.empty() ? folder_real : real_dir(candidate_dir);
     if (!real || !dir_has(*real, name)) {
       if (sub.empty())
         if (record)

@@ -178,7 +178,7 @@ class LoaderModel {
     ShardedMap<std::string> real_files;
   };
   std::shared_ptr<FileSystemCache> fs_ = std::make_shared<FileSystemCache>();
-  // search_folders' answers, by the object's folder and the list.
+  // search_folders' answers, by the object's path and the list.
   mutable ShardedMap<std::vector<std::string>> search_folders_;
 };
 

@@ -286,6 +286,37 @@ TEST(LoaderModel, WhatIfAFileDisappearsFallsBackAlongTheSearchOrder) {
   EXPECT_EQ(fallback.kind, ReasonKind::ld_library_path);
 }
 
+// A planned install that writes a library into a glibc-hwcaps subfolder that does not exist yet:
+// the what-if's loader must look there first, as glibc will once the files are written.
+TEST(LoaderModel, WhatIfAPlannedHwcapsSubfolderIsSearchedFirst) {
+  if (host().hwcaps_subdirs.empty()) GTEST_SKIP() << "this glibc has no glibc-hwcaps subfolders";
+  test::TempDir t;
+  const std::string dir = real_path_of(t.path());
+  const std::string plain = dir + "/libx.so";
+  std::filesystem::copy_file(k_fixtures + "/rpath_runpath/a/libx.so", plain);
+  const std::string hwcaps = dir + "/glibc-hwcaps";
+  const std::string sub = hwcaps + "/" + host().hwcaps_subdirs.front();
+  const std::string planned = sub + "/libx.so";
+  LoaderConfig config;
+  config.host = host();
+  config.ld_library_path = {dir};
+  auto elf = std::make_shared<ElfCache>();
+  LoaderModel model(config, elf, nullptr);
+  const Process empty;
+  const auto before = model.resolve(empty, -1, "libx.so");
+  ASSERT_TRUE(before.found());
+  EXPECT_EQ(*before.path, plain);
+
+  elf->put(planned, read_elf_file(plain));
+  LoaderConfig changes;
+  changes.added = std::make_shared<const std::unordered_set<std::string>>(std::unordered_set<std::string>{planned});
+  changes.added_dirs = std::make_shared<const std::set<std::string>>(std::set<std::string>{hwcaps, sub});
+  const auto after = model.what_if(changes)->resolve(empty, -1, "libx.so");
+  ASSERT_TRUE(after.found());
+  EXPECT_EQ(*after.path, planned) << "the planned hwcaps copy comes before the folder's own";
+  EXPECT_EQ(after.kind, ReasonKind::ld_library_path);
+}
+
 TEST(HostInfo, ComesFromTheHostLoader) {
   EXPECT_FALSE(host().default_dirs.empty());
   EXPECT_FALSE(host().ld_so.empty());
