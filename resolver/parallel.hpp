@@ -5,16 +5,25 @@
 
 #include <cstddef>
 #include <functional>
+#include <future>
 #include <vector>
 
 namespace cudafix::resolver {
 
 // What every thread that does a run's work does once, before it first allocates; the program sets
 // it before anything runs in parallel (cli/main: huge pages for the thread's malloc heap). Pool
-// threads run it as they start; a task given a thread of its own (std::async) calls
-// prepare_this_thread() first.
+// threads run it as they start, and tasks started with run_async below as they begin.
 void set_thread_preparation(void (*prepare)());
 void prepare_this_thread();
+
+// std::async(policy, task), the task run on a prepared thread.
+template <class Task>
+[[nodiscard]] auto run_async(std::launch policy, Task task) {
+  return std::async(policy, [task = std::move(task)]() mutable {
+    prepare_this_thread();
+    return task();
+  });
+}
 
 // The threads a request for `requested` means: itself, or 0 for one per core.
 [[nodiscard]] unsigned thread_count(unsigned requested);
