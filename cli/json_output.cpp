@@ -6,9 +6,9 @@
 #include <atomic>
 
 #include "cli/json_writer.hpp"
-#include "resolver/parallel.hpp"
-#include "resolver/text.hpp"
-#include "resolver/unresolved.hpp"
+#include "resolver/base/parallel.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/env/unresolved.hpp"
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;

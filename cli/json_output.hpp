@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "installer/probe/verify.hpp"
-#include "resolver/environment.hpp"
-#include "resolver/fix.hpp"
-#include "resolver/knowledge.hpp"
-#include "resolver/plan.hpp"
-#include "resolver/why.hpp"
+#include "resolver/env/environment.hpp"
+#include "resolver/plan/fix.hpp"
+#include "resolver/env/knowledge.hpp"
+#include "resolver/plan/plan.hpp"
+#include "resolver/env/why.hpp"
 #include "rules/doctor.hpp"
 
 namespace cudafix::cli {

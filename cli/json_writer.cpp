@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "resolver/text.hpp"
+#include "resolver/base/text.hpp"
 
 namespace cudafix::cli {
 

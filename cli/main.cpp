@@ -13,9 +13,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
-#include "resolver/diagnostic.hpp"
-#include "resolver/parallel.hpp"
-#include "resolver/text.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/parallel.hpp"
+#include "resolver/base/text.hpp"
 
 namespace {
 

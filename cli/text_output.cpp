@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <map>
 
-#include "resolver/text.hpp"
-#include "resolver/unresolved.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/env/unresolved.hpp"
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;

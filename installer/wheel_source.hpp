@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "resolver/diagnostic.hpp"
-#include "resolver/wheel.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/plan/wheel.hpp"
 
 namespace cudafix::installer {
 

@@ -11,13 +11,13 @@
 #include <set>
 #include <unordered_map>
 
-#include "resolver/diagnostic.hpp"
-#include "resolver/parallel.hpp"
-#include "resolver/pep508.hpp"
-#include "resolver/provenance.hpp"
-#include "resolver/requirements.hpp"
-#include "resolver/text.hpp"
-#include "resolver/unresolved.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/parallel.hpp"
+#include "resolver/pep/pep508.hpp"
+#include "resolver/plan/provenance.hpp"
+#include "resolver/env/requirements.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/env/unresolved.hpp"
 #include "rules/knowledge.hpp"
 
 namespace cudafix::rules {

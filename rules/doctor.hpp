@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "resolver/environment.hpp"
-#include "resolver/knowledge.hpp"
+#include "resolver/env/environment.hpp"
+#include "resolver/env/knowledge.hpp"
 
 namespace cudafix::rules {
 

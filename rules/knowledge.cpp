@@ -4,8 +4,8 @@
 #include <toml++/toml.h>
 
 #include "knowledge_toml.hpp"
-#include "resolver/diagnostic.hpp"
-#include "resolver/text.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
 
 #include <charconv>
 

@@ -7,7 +7,7 @@
 
 #include <toml++/toml.h>
 
-#include "resolver/knowledge.hpp"
+#include "resolver/env/knowledge.hpp"
 
 namespace cudafix::rules {
 

@@ -1,6 +1,6 @@
 #include "installer/probe/protocol.hpp"
 
-#include "resolver/text.hpp"
+#include "resolver/base/text.hpp"
 
 namespace cudafix::installer::probe {
 namespace {

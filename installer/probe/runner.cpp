@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "resolver/diagnostic.hpp"
-#include "resolver/text.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
 
 extern char** environ;
 

@@ -11,8 +11,8 @@
 #include "installer/probe/protocol.hpp"
 #include "installer/probe/runner.hpp"
 #include "installer/probe/verdict.hpp"
-#include "resolver/environment.hpp"
-#include "resolver/knowledge.hpp"
+#include "resolver/env/environment.hpp"
+#include "resolver/env/knowledge.hpp"
 
 namespace cudafix::installer::probe {
 

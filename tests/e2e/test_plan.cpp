@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "resolver/text.hpp"
+#include "resolver/base/text.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 

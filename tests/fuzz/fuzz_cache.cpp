@@ -9,9 +9,9 @@
 #include <string>
 #include <string_view>
 
-#include "resolver/elf_store.hpp"
-#include "resolver/path_index.hpp"
-#include "resolver/walk_cache.hpp"
+#include "resolver/elf/elf_store.hpp"
+#include "resolver/base/path_index.hpp"
+#include "resolver/env/walk_cache.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace cudafix::resolver;

@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "resolver/elf_reader.hpp"
+#include "resolver/elf/elf_reader.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // A copy the size of the input, so ASan sees any read past it.

@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <string>
 
-#include "resolver/ld_cache.hpp"
+#include "resolver/loader/ld_cache.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

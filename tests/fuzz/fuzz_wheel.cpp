@@ -5,8 +5,8 @@
 #include <string>
 
 #include "installer/wheel_source.hpp"
-#include "resolver/diagnostic.hpp"
-#include "resolver/text.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const auto tags = cudafix::resolver::supported_tags("3.12", "2.36", "x86_64");

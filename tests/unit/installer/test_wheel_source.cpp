@@ -6,9 +6,9 @@
 #include <filesystem>
 
 #include "installer/wheel_source.hpp"
-#include "resolver/atomic_file.hpp"
-#include "resolver/diagnostic.hpp"
-#include "resolver/text.hpp"
+#include "resolver/base/atomic_file.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::installer {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "resolver/dist_info.hpp"
+#include "resolver/env/dist_info.hpp"
 
 namespace cudafix::resolver {
 

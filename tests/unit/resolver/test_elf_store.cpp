@@ -7,10 +7,10 @@
 #include <thread>
 #include <vector>
 
-#include "resolver/elf_store.hpp"
-#include "resolver/path_index.hpp"
-#include "resolver/text.hpp"
-#include "resolver/walk_cache.hpp"
+#include "resolver/elf/elf_store.hpp"
+#include "resolver/base/path_index.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/env/walk_cache.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "resolver/path_index.hpp"
+#include "resolver/base/path_index.hpp"
 
 #include <algorithm>
 #include <set>

@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
-#include "resolver/text.hpp"
+#include "resolver/base/text.hpp"
 
 #include <sys/stat.h>
 
-#include "resolver/diagnostic.hpp"
+#include "resolver/base/diagnostic.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {

@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "resolver/environment.hpp"
-#include "resolver/text.hpp"
-#include "resolver/venv.hpp"
+#include "resolver/env/environment.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/env/venv.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {

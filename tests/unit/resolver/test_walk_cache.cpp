@@ -10,10 +10,10 @@
 #include <string>
 #include <thread>
 
-#include "resolver/fs_walk.hpp"
-#include "resolver/path_index.hpp"
-#include "resolver/text.hpp"
-#include "resolver/walk_cache.hpp"
+#include "resolver/env/fs_walk.hpp"
+#include "resolver/base/path_index.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/env/walk_cache.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {

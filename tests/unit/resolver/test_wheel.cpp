@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "resolver/wheel.hpp"
+#include "resolver/pep/wheel_name.hpp"
 
 namespace cudafix::resolver {
 namespace {

@@ -1,0 +1,291 @@
+#include "resolver/base/text.hpp"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "resolver/base/diagnostic.hpp"
+
+namespace cudafix::resolver::inline base {
+
+std::string Diagnostic::to_string() const {
+  std::string where = file;
+  if (line) where += fmt::format(":{}", *line);
+  if (offset) where += fmt::format(" (offset {:#x})", *offset);
+  return fmt::format("{}: {}", where, message);
+}
+
+std::string normalize_name(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  bool in_sep = false;
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == '.') {
+      in_sep = true;
+      continue;
+    }
+    if (in_sep && !out.empty()) out.push_back('-');
+    in_sep = false;
+    out.push_back(static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c));
+  }
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  const auto* ws = " \t\r\n\f\v";  // Python's \s, as PEP 440 strips
+  const auto b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto pos = s.find(sep, start);
+    if (pos == std::string_view::npos) {
+      out.push_back(s.substr(start));
+      return out;
+    }
+    out.push_back(s.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+std::vector<std::string> split_search_path(std::string_view s) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  for (auto part : split(s, ':')) out.emplace_back(part);
+  return out;
+}
+
+std::string lexically_normal(std::string_view path) {
+  const bool absolute = !path.empty() && path.front() == '/';
+  std::vector<std::string_view> parts;
+  for (auto part : split(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty() && parts.back() != "..") {
+        parts.pop_back();
+      } else if (!absolute) {
+        parts.push_back(part);
+      }
+      continue;
+    }
+    parts.push_back(part);
+  }
+  std::string out = absolute ? "/" : "";
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i) out.push_back('/');
+    out.append(parts[i]);
+  }
+  if (out.empty()) out = ".";
+  return out;
+}
+
+std::string join_normal(std::string_view dir, std::string_view rel) {
+  std::string out;
+  join_normal(dir, rel, out);
+  return out;
+}
+
+void join_normal(std::string_view dir, std::string_view rel, std::string& out) {
+  if (!rel.empty() && rel.front() == '/') {
+    out = lexically_normal(rel);
+    return;
+  }
+  out.assign(dir);
+  if (out.empty() || out.back() != '/') out.push_back('/');
+  out.append(rel);
+  if (!is_clean_relative(rel)) out = lexically_normal(out);
+}
+
+bool is_clean_relative(std::string_view rel) {
+  const std::size_t n = rel.size();
+  if (n == 0 || rel.front() == '/' || rel.back() == '/') return false;
+  // Nearly every row has no part that starts with '.' or '/'. That is checked 8 character pairs
+  // at a time, without a branch per character (one mispredicted at every slash cost more than
+  // the rest of the ownership pass's work on a row); only the rest are looked at closely.
+  const char* p = rel.data();
+  std::uint64_t suspect = p[0] == '.' ? 1U : 0U;
+  std::size_t i = 1;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t cur = 0, prev = 0;
+    std::memcpy(&cur, p + i, 8);
+    std::memcpy(&prev, p + i - 1, 8);
+    suspect |= zero_bytes(prev ^ bytes_of('/')) & (zero_bytes(cur ^ bytes_of('.')) | zero_bytes(cur ^ bytes_of('/')));
+  }
+  for (; i < n; ++i) suspect |= static_cast<std::uint64_t>(p[i - 1] == '/' && (p[i] == '.' || p[i] == '/'));
+  if (suspect == 0) return true;
+  for (i = 0; i < n; ++i) {
+    if (i > 0 && rel[i - 1] != '/') continue;
+    if (rel[i] == '/') return false;  // an empty part
+    if (rel[i] != '.') continue;
+    const std::size_t after = i + 1 < n && rel[i + 1] == '.' ? i + 2 : i + 1;
+    if (after == n || rel[after] == '/') return false;  // "." or ".."
+  }
+  return true;
+}
+
+bool is_within(std::string_view path, std::string_view dir) {
+  if (dir == "/") return !path.empty() && path.front() == '/';
+  if (path.size() < dir.size() || path.compare(0, dir.size(), dir) != 0) return false;
+  return path.size() == dir.size() || path[dir.size()] == '/';
+}
+
+std::string relative_to(std::string_view path, std::string_view dir) {
+  if (!is_within(path, dir)) return std::string(path);
+  if (path.size() == dir.size()) return ".";
+  return std::string(path.substr(dir == "/" ? 1 : dir.size() + 1));
+}
+
+std::string parent_dir(std::string_view path) {
+  const auto pos = path.rfind('/');
+  if (pos == std::string_view::npos) return ".";
+  if (pos == 0) return "/";
+  return std::string(path.substr(0, pos));
+}
+
+std::string real_path_of(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf)) return buf;
+  return lexically_normal(path);
+}
+
+std::string_view base_name(std::string_view path) {
+  const auto pos = path.rfind('/');
+  return pos == std::string_view::npos ? path : path.substr(pos + 1);
+}
+
+std::string to_valid_utf8(std::string_view s, bool* lossy) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  auto replace = [&] {
+    out.append("\xEF\xBF\xBD");
+    if (lossy) *lossy = true;
+  };
+  while (i < n) {
+    const unsigned char c = p[i];
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      replace();
+      ++i;
+      continue;
+    }
+    bool ok = i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80)
+        ok = false;
+      else
+        cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+    if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+               (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF))
+      ok = false;
+    if (!ok) {
+      replace();
+      ++i;
+      continue;
+    }
+    out.append(s.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+namespace {
+
+// Reads all of `fd` into `out`, or returns the errno that stopped it. A regular file (`st`, the
+// caller's fstat of it) is read into a string of its size in one go (growing a string 64 KB at a
+// time copied torch's 1.5 MB RECORD many times over); one that reports no size (a pipe, /proc) is
+// read to end of input.
+int read_all(int fd, const struct stat& st, std::string& out) {
+  const std::size_t size = S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) : 0;
+  out.resize(size);
+  std::size_t have = 0;
+  while (size == 0 || have < size) {
+    if (have == out.size()) out.resize(std::max<std::size_t>(65536, out.size() * 2));
+    const ssize_t r = ::read(fd, out.data() + have, out.size() - have);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (r == 0) break;
+    have += static_cast<std::size_t>(r);
+  }
+  out.resize(have);
+  return 0;
+}
+
+}  // namespace
+
+std::string read_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
+  struct stat st {};
+  std::string out;
+  const int err = ::fstat(fd, &st) != 0 ? errno : read_all(fd, st, out);
+  ::close(fd);
+  if (err != 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(err)));
+  return out;
+}
+
+std::optional<std::string> try_read_file(const std::filesystem::path& path) {
+  return try_read_file_at(AT_FDCWD, path.c_str());
+}
+
+std::optional<std::string> try_read_file_at(int dir_fd, const char* name) {
+  // O_NONBLOCK: a FIFO in the file's place must not hang the open; it is then refused as not a
+  // regular file. One open and one fstat, where a stat first would look the path up twice.
+  const int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<std::string> out;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    out.emplace();
+    if (read_all(fd, st, *out) != 0) out.reset();
+  }
+  ::close(fd);
+  return out;
+}
+
+bool looks_like_shared_object(std::string_view name) {
+  const auto pos = name.find(".so");
+  if (pos == std::string_view::npos || pos == 0) return false;
+  const auto rest = name.substr(pos + 3);
+  if (rest.empty()) return true;
+  if (rest.front() != '.') return looks_like_shared_object(rest);  // e.g. "libx.soft.so"
+  // Version components each start with a digit: ".so.1.1.1k" yes, ".so.py" no.
+  for (auto comp : split(rest.substr(1), '.'))
+    if (comp.empty() || comp.front() < '0' || comp.front() > '9') return looks_like_shared_object(rest);
+  return true;
+}
+
+}  // namespace cudafix::resolver::base

@@ -1,0 +1,58 @@
+// Finding the environment and its scheme directories without running its interpreter: a copied
+// or broken venv may have a dangling bin/python3, so everything comes from pyvenv.cfg and the
+// lib/pythonX.Y/site-packages layout.
+//
+// pyvenv.cfg (written by `python -m venv`, virtualenv and uv): `key = value` lines; cudafix reads
+//   home (the base interpreter's bin folder), include-system-site-packages (true/false), and
+//   version / version_info (the Python version).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "resolver/env/dist_info.hpp"
+
+namespace cudafix::resolver::inline env {
+
+enum class EnvKind {
+  venv,      // a folder with pyvenv.cfg
+  prefix,    // an interpreter prefix without pyvenv.cfg (conda env, /usr/local)
+  site_dir,  // a bare site-packages folder given with --venv
+};
+
+struct SiteDir {
+  std::string path;  // absolute, as found (may go through a symlink such as lib64)
+  std::string real;  // realpath: two SiteDirs with one real folder are one
+  SiteRoot root;
+  std::string bound;  // realpath of the prefix its RECORD paths must stay within
+};
+
+struct EnvLayout {
+  EnvKind kind = EnvKind::venv;
+  std::string root;                           // absolute: venv or prefix root; the site dir itself for a bare site dir
+  std::string root_real;                      // its realpath
+  std::optional<std::string> python_version;  // "3.12" when known
+  std::optional<std::string> python_full_version;  // "3.12.3" when pyvenv.cfg says
+  bool include_system_site_packages = false;
+  std::optional<std::string> home;  // pyvenv.cfg's home
+  std::vector<SiteDir> sites;       // purelib first; system sites last
+  std::string found_by;             // "--venv", "$VIRTUAL_ENV", "python3 on PATH"
+
+  [[nodiscard]] const SiteDir* purelib() const;
+  [[nodiscard]] const SiteDir* platlib() const;
+};
+
+struct LocateRequest {
+  std::optional<std::string> venv_option;  // --venv
+  std::optional<std::string> virtual_env;  // $VIRTUAL_ENV
+  std::optional<std::string> path_env;     // $PATH
+};
+
+// Finds the environment: --venv, else $VIRTUAL_ENV, else the python3 on PATH.
+// Throws Error saying what was looked at when none is found.
+[[nodiscard]] EnvLayout locate_environment(const LocateRequest& request);
+// Reads the layout of one folder (a venv root, an interpreter prefix or a site-packages dir).
+[[nodiscard]] EnvLayout read_layout(const std::string& dir, const std::string& found_by);
+
+}  // namespace cudafix::resolver::env

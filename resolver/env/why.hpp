@@ -1,0 +1,38 @@
+// `cudafix why`: everything the model knows about one soname or one file, as a value.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "resolver/env/environment.hpp"
+
+namespace cudafix::resolver::inline env {
+
+struct NeededNode {
+  Resolution resolution;
+  std::vector<NeededNode> children;
+  bool repeated = false;  // already shown higher up the tree
+};
+
+struct WhyConsumer {
+  const SharedObject* object = nullptr;
+  Resolution resolution;               // in the process model
+  std::optional<Resolution> fallback;  // if the file it resolves to disappeared
+};
+
+struct WhyReport {
+  std::string query;
+  bool is_path = false;
+  const SharedObject* subject = nullptr;       // PATH mode: the object asked about
+  std::vector<const SharedObject*> providers;  // SONAME mode: objects with that soname or name
+  std::vector<WhyConsumer> consumers;          // objects that NEED it
+  std::optional<Resolution> standalone;        // no consumer: how dlopen(soname) from Python resolves
+  std::optional<NeededNode> tree;              // the NEEDED tree below what it resolves to
+  bool resolves = false;
+};
+
+// Throws Error when a PATH names no ELF shared object of the environment.
+[[nodiscard]] WhyReport explain(const Environment& env, const std::string& query);
+
+}  // namespace cudafix::resolver::env

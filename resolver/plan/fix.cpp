@@ -1,0 +1,564 @@
+#include "resolver/plan/fix.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "resolver/base/parallel.hpp"
+#include "resolver/plan/provenance.hpp"
+#include "resolver/env/requirements.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/plan/uninstall.hpp"
+#include "resolver/env/unresolved.hpp"
+
+namespace cudafix::resolver::inline plan {
+
+std::string_view to_string(StepAction a) {
+  switch (a) {
+    case StepAction::remove:
+      return "remove";
+    case StepAction::reinstall:
+      return "reinstall";
+    case StepAction::install:
+      return "install";
+  }
+  return "remove";
+}
+
+namespace {
+
+bool is_meta(const Knowledge& k, const DistInfo& d) {
+  return std::find(k.meta_packages.begin(), k.meta_packages.end(), d.normalized) != k.meta_packages.end();
+}
+
+// ---- the target major ----------------------------------------------------------------------
+
+std::map<std::string, std::set<int>> soname_majors(const Knowledge& k) {
+  std::map<std::string, std::set<int>> out;
+  for (const auto& [name, family] : k.families)
+    for (const auto& [major, m] : family.majors)
+      for (const auto& s : m.sonames) out[s].insert(major);
+  return out;
+}
+
+// torch/version.py: `cuda = '13.0'` (or `cuda: Optional[str] = '13.0'`).
+std::optional<std::pair<int, std::string>> torch_cuda_version(const Environment& env) {
+  for (const auto& site : env.layout.sites) {
+    const auto text = try_read_file(site.real + "/torch/version.py");
+    if (!text) continue;
+    for (auto line : split(*text, '\n')) {
+      line = trim(line);
+      if (!line.starts_with("cuda")) continue;
+      const auto q = line.find_first_of("'\"");
+      if (q == std::string_view::npos) continue;
+      const auto e = line.find(line[q], q + 1);
+      if (e == std::string_view::npos) continue;
+      const std::string value(line.substr(q + 1, e - q - 1));
+      if (auto m = to_number<int>(split(value, '.').front())) return std::make_pair(*m, value);
+    }
+  }
+  return std::nullopt;
+}
+
+// is_cuda_provider per dist, asked once (it reads the RECORD).
+std::vector<bool> providers_of(const Environment& env, const Knowledge& k) {
+  std::vector<bool> out(env.dists.size());
+  for (std::size_t d = 0; d < env.dists.size(); ++d) out[d] = is_cuda_provider(k, env.dists[d]);
+  return out;
+}
+
+std::vector<Evidence> consumer_evidence(const Environment& env, const Knowledge& k, const ParsedRequirements& reqs) {
+  std::vector<Evidence> out;
+  const auto provider = providers_of(env, k);
+  const auto majors = soname_majors(k);
+  std::set<std::tuple<int, int, std::string>> seen;  // (dist, major, soname): one line each
+  for (const auto& o : env.objects) {
+    if (o.owners.empty() || o.elf.status != ElfReadStatus::ok) continue;
+    const int d = o.owners.front();
+    const DistInfo& dist = env.dists[static_cast<std::size_t>(d)];
+    if (provider[static_cast<std::size_t>(d)]) continue;
+    for (const auto& n : o.elf.info.needed) {
+      const auto it = majors.find(n);
+      if (it == majors.end() || it->second.size() != 1) continue;  // libcudnn.so.9: both majors
+      const int m = *it->second.begin();
+      if (!seen.insert({d, m, n}).second) continue;
+      out.push_back(
+          {d, m,
+           fmt::format("{}: {} NEEDs {}, which only CUDA {} ships", dist_label(dist), env.display(o.path), n, m)});
+    }
+  }
+  for (std::size_t d = 0; d < env.dists.size(); ++d) {
+    const DistInfo& dist = env.dists[d];
+    if (provider[d] || is_meta(k, dist)) continue;
+    for (std::size_t i = 0; i < reqs.lines[d].size(); ++i) {
+      const auto& line = reqs.lines[d][i];
+      if (!line.req || !line.applies || !is_provider_name(k, line.req->normalized)) continue;
+      const auto m = major_of_provider_name(k, line.req->normalized);
+      if (!m) continue;
+      out.push_back({static_cast<int>(d), *m,
+                     fmt::format("{} requires {} (CUDA {})", dist_label(dist), dist.metadata.requires_dist[i], *m)});
+    }
+  }
+  if (auto tv = torch_cuda_version(env))
+    if (auto d = env.dist_index("torch"))
+      out.push_back({*d, tv->first, fmt::format("torch/version.py: cuda = '{}'", tv->second)});
+  return out;
+}
+
+// ---- what the requirements ask for ---------------------------------------------------------
+
+struct Wanted {
+  std::string name;  // normalised
+  std::vector<SpecifierSet> specifiers;
+  std::vector<std::string> asked_by;  // "torch 2.11.0 requires nvidia-cudnn-cu13==9.19.0.56"
+};
+
+// Requirements of kept dists (pip check's reading) and the extras chains below them that name a
+// provider of the target major which is missing or of another version.
+std::map<std::string, Wanted> wanted_providers(const Environment& env, const Knowledge& k,
+                                               const ParsedRequirements& reqs, const MarkerEnvironment& markers,
+                                               int target) {
+  std::map<std::string, Wanted> out;
+  std::set<std::pair<std::string, std::string>> followed;  // (dist, extra)
+  std::function<void(const DistInfo&, const Requirement&, const std::string&)> consider =
+      [&](const DistInfo& by, const Requirement& req, const std::string& line) {
+        const auto installed = env.dist_index(req.normalized);
+        // An extras chain: what the installed dependency asks for under each extra requested.
+        if (installed && !req.extras.empty()) {
+          const DistInfo& dep = env.dists[static_cast<std::size_t>(*installed)];
+          for (const auto& extra : req.extras) {
+            if (!followed.insert({dep.normalized, normalize_name(extra)}).second) continue;
+            MarkerEnvironment with_extra = markers;
+            with_extra["extra"] = normalize_name(extra);
+            for (const auto& l : dep.metadata.requires_dist) {
+              try {
+                const Requirement r = Requirement::parse(l);
+                if (!r.marker || !r.marker->mentions_extra()) continue;
+                if (!r.marker->evaluate(with_extra).value_or(false)) continue;
+                consider(dep, r, l);
+              } catch (const std::invalid_argument&) {
+                continue;  // doctor reports it (invalid-metadata)
+              }
+            }
+          }
+        }
+        if (!is_provider_name(k, req.normalized)) return;
+        const auto m = major_of_provider_name(k, req.normalized);
+        if (m && *m != target) return;
+        if (installed) {
+          const auto v = Version::parse(env.dists[static_cast<std::size_t>(*installed)].version);
+          if (v && req.specifier.contains(*v, true)) return;
+        }
+        Wanted& w = out[req.normalized];
+        w.name = req.normalized;
+        w.specifiers.push_back(req.specifier);
+        w.asked_by.push_back(fmt::format("{} requires {}", dist_label(by), line));
+      };
+  for (const DistInfo* d : visible_dists(env)) {
+    const auto di = static_cast<std::size_t>(d - env.dists.data());
+    for (std::size_t i = 0; i < reqs.lines[di].size(); ++i) {
+      const auto& line = reqs.lines[di][i];
+      if (line.req && line.applies) consider(*d, *line.req, d->metadata.requires_dist[i]);
+    }
+  }
+  return out;
+}
+
+// The exact version a specifier set pins (`==9.19.0.56`), if it pins one.
+std::optional<std::string> pinned(const std::vector<SpecifierSet>& sets) {
+  for (const auto& s : sets)
+    for (const auto& c : s.clauses())
+      if ((c.op() == "==" || c.op() == "===") && !c.version_text().ends_with(".*")) return c.version_text();
+  return std::nullopt;
+}
+
+const Wheel* best_wheel(const std::vector<Wheel>& wheels, const std::string& name,
+                        const std::function<bool(const Version&)>& accepts) {
+  const Wheel* best = nullptr;
+  std::optional<Version> best_v;
+  for (const auto& w : wheels) {
+    if (w.wheel_name.normalized != name || !w.compatible) continue;
+    const auto v = Version::parse(w.wheel_name.version);
+    if (!v || !accepts(*v)) continue;
+    if (!best_v || *best_v < *v) {
+      best = &w;
+      best_v = v;
+    }
+  }
+  return best;
+}
+
+// ---- simulation ----------------------------------------------------------------------------
+
+struct State {
+  EarlierSteps earlier;
+  WhatIf what_if;
+};
+
+// Where pip installs a wheel's files (platlib; they are one folder in a venv).
+const SiteDir* install_site(const Environment& env) {
+  return env.layout.platlib() ? env.layout.platlib() : env.layout.purelib();
+}
+
+DistInfo dist_from_wheel(const Wheel& w, const SiteDir& site) {
+  DistInfo d;
+  d.dir_name = w.dist_info;
+  d.site_dir = site.real;
+  d.root = site.root;
+  d.name = w.metadata.name;
+  d.normalized = normalize_name(w.metadata.name);
+  d.version = w.metadata.version;
+  d.metadata = w.metadata;
+  d.record_storage = w.record.storage;
+  d.record = w.record.rows;
+  d.has_record = true;
+  for (const auto& line : d.metadata.requires_dist) d.requirements.push_back(requirement_ref(line));
+  return d;
+}
+
+void apply_remove(const Environment& env, Step& step, State& s) {
+  const Deletion del = uninstall_paths(env, {step.dist}, OwnerCounting::cudafix, s.earlier);
+  step.deletes = del.files;
+  for (const auto& dir : del.dirs) step.deletes.push_back(dir + "/");
+  std::sort(step.deletes.begin(), step.deletes.end());
+  step.keeps = del.kept;
+  s.earlier.removed.insert(step.dist);
+  s.earlier.deleted.insert(del.files.begin(), del.files.end());
+  s.what_if.removed_dists.push_back(step.dist);
+  s.what_if.deleted.insert(del.files.begin(), del.files.end());
+}
+
+void write_file(State& s, const std::string& path, int dist, bool added, std::optional<ElfInfo> elf) {
+  s.what_if.written.push_back({path, dist, added, std::move(elf)});
+  s.earlier.deleted.erase(path);
+  s.what_if.deleted.erase(path);
+}
+
+void apply_reinstall(const Environment& env, Step& step, State& s) {
+  const DistInfo& d = env.dists[static_cast<std::size_t>(step.dist)];
+  std::string abs;
+  for (const auto& row : d.record) {
+    join_normal(d.site_dir, row.path, abs);
+    std::optional<ElfInfo> elf;
+    if (step.wheel) {
+      if (auto it = step.wheel->elf.find(std::string(row.path)); it != step.wheel->elf.end()) elf = it->second;
+    } else if (const SharedObject* o = env.object(abs); o && o->elf.status == ElfReadStatus::ok) {
+      elf = o->elf.info;  // the file there now: another dist's bytes of the same library
+    }
+    write_file(s, abs, step.dist, false, std::move(elf));
+    step.writes.push_back(abs);
+  }
+}
+
+// Without a wheel, an install of a known provider is assumed to write its family's sonames into
+// its family's folder (the knowledge table), so that later steps see a provider there; the step
+// says it was not simulated from a real file list.
+void apply_assumed_install(const Environment& env, const Knowledge& k, Step& step, State& s) {
+  step.simulated = false;
+  const auto family = k.family_of_dist(step.name);
+  const SiteDir* site = install_site(env);
+  if (!family || !site) return;
+  const FamilyMajor& fm = family->first->majors.at(family->second);
+  if (fm.folders.empty()) return;
+  DistInfo d;
+  d.name = step.name;
+  d.normalized = step.name;
+  d.version = step.version;
+  d.dir_name = fmt::format("{}-{}.dist-info", step.name, step.version);
+  d.site_dir = site->real;
+  d.root = site->root;
+  const int index = static_cast<int>(s.what_if.added_dists.size());
+  s.what_if.added_dists.push_back(std::move(d));
+  for (const auto& soname : fm.sonames) {
+    const std::string path = join_normal(site->real, fm.folders.front() + "/" + soname);
+    s.earlier.listed.insert(path);
+    write_file(s, path, index, true, std::nullopt);
+    step.writes.push_back(path);
+  }
+  if (step.dist >= 0) apply_remove(env, step, s);
+}
+
+void apply_install(const Environment& env, const Knowledge& k, Step& step, State& s) {
+  if (!step.wheel) {
+    apply_assumed_install(env, k, step, s);
+    return;
+  }
+  const SiteDir* site = install_site(env);
+  if (!site) return;
+  const int index = static_cast<int>(s.what_if.added_dists.size());
+  s.what_if.added_dists.push_back(dist_from_wheel(*step.wheel, *site));
+  std::vector<std::pair<std::string, const RecordRow*>> files;
+  std::string abs;
+  for (const auto& row : step.wheel->record.rows) {
+    join_normal(site->real, row.path, abs);
+    if (!is_within(abs, env.layout.root_real)) continue;  // read_dist_info would refuse it too
+    files.emplace_back(abs, &row);
+    s.earlier.listed.insert(abs);
+  }
+  // Another version installed: its files that the new wheel does not write go (owner-counted).
+  if (step.dist >= 0) apply_remove(env, step, s);
+  for (const auto& [path, row] : files) {
+    std::optional<ElfInfo> elf;
+    if (auto it = step.wheel->elf.find(std::string(row->path)); it != step.wheel->elf.end()) elf = it->second;
+    write_file(s, path, index, true, std::move(elf));
+    step.writes.push_back(path);
+  }
+}
+
+void apply(const Environment& env, const Knowledge& k, Step& step, State& s) {
+  switch (step.action) {
+    case StepAction::remove:
+      apply_remove(env, step, s);
+      break;
+    case StepAction::reinstall:
+      apply_reinstall(env, step, s);
+      break;
+    case StepAction::install:
+      apply_install(env, k, step, s);
+      break;
+  }
+}
+
+// ---- the desired state ---------------------------------------------------------------------
+
+std::vector<std::string> short_of_desired(const Environment& before, const Environment& after, const Knowledge& k,
+                                          int target) {
+  std::vector<std::string> out;
+  const auto majors = soname_majors(k);
+  const auto provider = providers_of(after, k);
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const auto& o : after.objects) {
+    if (o.owners.empty()) continue;
+    const DistInfo& dist = after.dists[static_cast<std::size_t>(o.owners.front())];
+    if (provider[static_cast<std::size_t>(o.owners.front())]) continue;
+    for (const auto& r : o.resolutions) {
+      if (!majors.count(r.name) || !seen.insert({dist.normalized, r.name}).second) continue;
+      const std::string who = fmt::format("{} ({}) NEEDs {}", after.display(o.path), dist_label(dist), r.name);
+      if (!r.found()) {
+        // What doctor explains (an earlier import provides it, a driver library) is no shortfall.
+        if (explain_unresolved(after, k, o, r).kind == UnresolvedKind::unexplained)
+          out.push_back(who + ", which resolves nowhere");
+        continue;
+      }
+      const std::string real = real_path_of(*r.path);
+      if (!after.site_of(real)) {
+        // With a provider of the target major in the environment, which one loads is a matter of
+        // import order (doctor's unresolved-library and shadowed-library), not of what is installed.
+        const auto in_env = after.providers(r.name);
+        const bool provided = std::any_of(in_env.begin(), in_env.end(), [&](const SharedObject* p) {
+          return !p->owners.empty() &&
+                 major_of_dist(k, after.dists[static_cast<std::size_t>(p->owners.front())]) == target;
+        });
+        if (!provided) out.push_back(fmt::format("{}, which resolves outside the environment to {}", who, real));
+        continue;
+      }
+      const SharedObject* p = after.object(real);
+      std::optional<int> m;
+      if (p && p->bytes_owner >= 0)
+        m = major_of_dist(k, after.dists[static_cast<std::size_t>(p->bytes_owner)]);
+      else if (before.object(real))
+        m = major_of_file(before, k, real);
+      else if (p && !p->owners.empty())
+        m = major_of_dist(k, after.dists[static_cast<std::size_t>(p->owners.front())]);
+      if (m && *m != target)
+        out.push_back(fmt::format("{}, which resolves to {}, a CUDA {} library", who, after.display(real), *m));
+    }
+  }
+  return out;
+}
+
+std::string describe_breaks(const Environment& env, const std::vector<Break>& worse) {
+  std::vector<std::string> parts;
+  for (const auto& b : worse) parts.push_back(fmt::format("{} {}: {}", env.display(b.consumer), b.soname, b.why));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+}  // namespace
+
+FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& options) {
+  FixPlan plan;
+  const MarkerEnvironment markers = marker_environment_of(env.layout);
+  const ParsedRequirements reqs = parse_requirements(env, markers, options.threads);
+  plan.evidence = consumer_evidence(env, k, reqs);
+  std::map<int, std::set<std::string>> by_major;  // major -> consumers needing it
+  for (const auto& e : plan.evidence) by_major[e.major].insert(dist_label(env.dists[static_cast<std::size_t>(e.dist)]));
+  if (options.cuda_major) {
+    plan.target = options.cuda_major;
+    plan.target_given = true;
+  } else if (by_major.size() == 1) {
+    plan.target = by_major.begin()->first;
+  } else if (by_major.size() > 1) {
+    std::vector<std::string> who;
+    for (const auto& [m, dists] : by_major) who.push_back(fmt::format("CUDA {}: {}", m, fmt::join(dists, ", ")));
+    plan.problem = fmt::format("the consumers need different CUDA majors ({}); choose one with --cuda-major",
+                               fmt::join(who, "; "));
+    return plan;
+  } else {
+    return plan;  // nothing in the environment needs CUDA libraries: nothing to do
+  }
+  const int target = *plan.target;
+
+  // The candidate steps, in order of preference.
+  std::vector<Step> candidates;
+  std::set<int> replaced;  // installed dists an install replaces (no reinstall for them)
+  const auto wanted = wanted_providers(env, k, reqs, markers, target);
+  std::vector<Step> installs;
+  for (const auto& entry : wanted) {
+    // Named references: lambdas cannot capture structured bindings (clang 14).
+    const std::string& name = entry.first;
+    const Wanted& w = entry.second;
+    Step st;
+    st.action = StepAction::install;
+    st.name = name;
+    const auto installed = env.dist_index(name);
+    if (installed) {
+      st.dist = *installed;
+      replaced.insert(*installed);
+    }
+    st.wheel = best_wheel(options.wheels, name, [&](const Version& v) {
+      return std::all_of(w.specifiers.begin(), w.specifiers.end(),
+                         [&](const SpecifierSet& s) { return s.contains(v, true); });
+    });
+    std::vector<std::string> specs;
+    for (const auto& s : w.specifiers) specs.push_back(s.str());
+    st.version = st.wheel ? st.wheel->wheel_name.version
+                          : pinned(w.specifiers).value_or(fmt::format("{}", fmt::join(specs, ",")));
+    st.why =
+        fmt::format("{}{}", fmt::join(w.asked_by, "; "),
+                    installed ? fmt::format(" (installed: {})", env.dists[static_cast<std::size_t>(*installed)].version)
+                              : " (not installed)");
+    installs.push_back(std::move(st));
+  }
+  const auto shared = env.shared_paths();
+  for (std::size_t d = 0; d < env.dists.size(); ++d) {
+    const DistInfo& dist = env.dists[d];
+    if (!is_cuda_provider(k, dist) || replaced.count(static_cast<int>(d))) continue;
+    const auto m = major_of_dist(k, dist);
+    if (!m || *m != target) continue;
+    std::vector<std::string> reasons;
+    std::size_t gone = 0;
+    for (const auto& p : env.missing[d]) gone += looks_like_shared_object(base_name(p)) ? 1 : 0;
+    if (gone) reasons.push_back(fmt::format("{} of its libraries are gone", gone));
+    std::size_t foreign = 0;
+    std::string example;
+    for (const auto& [path, owners] : shared) {
+      if (std::find(owners.begin(), owners.end(), static_cast<int>(d)) == owners.end() || in_pycache(path)) continue;
+      const bool other_major = std::any_of(owners.begin(), owners.end(), [&](int o) {
+        return major_of_dist(k, env.dists[static_cast<std::size_t>(o)]) != m;
+      });
+      if (!other_major) continue;
+      const auto whose = whose_bytes(env, path, owners);
+      if (whose.empty() || std::find(whose.begin(), whose.end(), static_cast<int>(d)) != whose.end()) continue;
+      if (example.empty())
+        example = fmt::format("{} holds {}'s bytes", env.display(path),
+                              dist_label(env.dists[static_cast<std::size_t>(whose.front())]));
+      ++foreign;
+    }
+    if (foreign) reasons.push_back(fmt::format("{} of its files hold another major's bytes ({})", foreign, example));
+    if (reasons.empty()) continue;
+    Step st;
+    st.action = StepAction::reinstall;
+    st.dist = static_cast<int>(d);
+    st.name = dist.normalized;
+    st.version = dist.version;
+    st.wheel = best_wheel(options.wheels, dist.normalized, [&](const Version& v) {
+      const auto have = Version::parse(dist.version);
+      return have && v == *have;
+    });
+    st.why = fmt::format("{}: {}", dist_label(dist), fmt::join(reasons, "; "));
+    candidates.push_back(std::move(st));
+  }
+  for (auto& st : installs) candidates.push_back(std::move(st));
+  for (std::size_t d = 0; d < env.dists.size(); ++d) {
+    const DistInfo& dist = env.dists[d];
+    if (!is_cuda_provider(k, dist) || replaced.count(static_cast<int>(d))) continue;
+    const auto m = major_of_dist(k, dist);
+    if (!m || *m == target) continue;
+    Step st;
+    st.action = StepAction::remove;
+    st.dist = static_cast<int>(d);
+    st.name = dist.normalized;
+    st.version = dist.version;
+    st.why = fmt::format("{} provides CUDA {}; the target is CUDA {}", dist_label(dist), *m, target);
+    candidates.push_back(std::move(st));
+  }
+
+  // Greedy: the first candidate whose state, with everything before it, is no worse than before.
+  State state;
+  std::optional<Environment> last;
+  while (!candidates.empty()) {
+    bool taken = false;
+    std::optional<Step> first_failure;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      Step st = candidates[i];
+      State trial = state;
+      apply(env, k, st, trial);
+      Environment after = simulate(env, trial.what_if, options.threads);
+      st.worse = worse_resolutions(env, after, k, target);
+      st.ok = st.worse.empty();
+      if (!st.ok) {
+        if (!first_failure) first_failure = st;
+        continue;
+      }
+      plan.steps.push_back(std::move(st));
+      state = std::move(trial);
+      last = std::move(after);
+      candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(i));
+      taken = true;
+      break;
+    }
+    if (taken) continue;
+    plan.steps.push_back(*first_failure);
+    plan.problem =
+        fmt::format("no safe order: {} {} would make what is required worse: {}", to_string(first_failure->action),
+                    first_failure->name, describe_breaks(env, first_failure->worse));
+    return plan;
+  }
+  for (const auto& st : plan.steps)
+    if (!st.wheel && st.action != StepAction::remove) plan.needs.push_back({st.name, st.version, st.why});
+  if (!last) last = simulate(env, state.what_if, options.threads);
+  plan.remaining = short_of_desired(env, *last, k, target);
+  return plan;
+}
+
+Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan) {
+  Fingerprint fp;
+  // RECORD's bytes as the scan read them (a RECORD changed since is a changed environment too,
+  // which the dist-info stamps below would not all catch).
+  fp.records.resize(env.dists.size());
+  parallel_for(env.dists.size(), 0, [&](std::size_t i) {
+    const DistInfo& d = env.dists[i];
+    fp.records[i] = {d.dir_name, sha256_hex(d.record_storage ? std::string_view(d.record_storage->text) : "")};
+  });
+  std::set<std::string> touched;
+  for (const auto& st : plan.steps) {
+    for (const auto& p : st.deletes)
+      if (!p.ends_with("/")) touched.insert(p);
+    touched.insert(st.keeps.begin(), st.keeps.end());
+    touched.insert(st.writes.begin(), st.writes.end());
+  }
+  // The digest: every field above, each ended by a NUL.
+  std::string all;
+  for (const auto& [dist, digest] : fp.records) all += dist + '\0' + digest + '\0';
+  for (const auto& p : touched) {
+    FileStamp f;
+    f.path = p;
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) == 0) {
+      f.exists = true;
+      f.dev = static_cast<std::uint64_t>(st.st_dev);
+      f.ino = static_cast<std::uint64_t>(st.st_ino);
+      f.size = static_cast<std::uint64_t>(st.st_size);
+      f.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    }
+    all += fmt::format("{}|{}|{}|{}|{}|{}", f.path, f.exists, f.dev, f.ino, f.size, f.mtime_ns) + '\0';
+    fp.files.push_back(std::move(f));
+  }
+  fp.digest = sha256_hex(all);
+  return fp;
+}
+
+}  // namespace cudafix::resolver::plan

@@ -1,0 +1,94 @@
+// The repair plan (`cudafix plan fix`): from a broken environment to one where every consumer's
+// CUDA libraries resolve inside the environment to providers of one CUDA major, in steps ordered
+// so that no required resolution is ever worse than before the plan.
+//
+// 1. The target major: given, or the one the consumers (dists that ship no CUDA libraries but
+//    NEED them: torch, jax, cupy) need, from the sonames they NEED that only one major ships
+//    (libcudart.so.13), their pinned Requires-Dist on provider dists (nvidia-cudnn-cu13==...),
+//    and torch/version.py. Consumers that disagree stop the plan: no guess.
+// 2. The steps: reinstall each provider of the target major whose files are gone or hold another
+//    dist's bytes; install each provider a requirement or an extras chain asks for and the
+//    environment lacks; remove (owner-counted) each provider of another major.
+// 3. The order: greedy, in that order of preference; each candidate step is simulated on the
+//    model with everything before it, and taken only when no required resolution ends up worse
+//    than before the plan. When no remaining step can be taken, the plan stops and says which
+//    step breaks what.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "resolver/env/environment.hpp"
+#include "resolver/env/knowledge.hpp"
+#include "resolver/plan/plan.hpp"
+#include "resolver/plan/wheel.hpp"
+
+namespace cudafix::resolver::inline plan {
+
+struct FixOptions {
+  std::optional<int> cuda_major;
+  std::vector<Wheel> wheels;                // from --find-links
+  std::vector<std::string> supported_tags;  // what this interpreter accepts, best first
+  unsigned threads = 0;
+};
+
+struct Evidence {
+  int dist = -1;  // the consumer, an index into env.dists (-1: given on the command line)
+  int major = 0;
+  std::string why;
+};
+
+enum class StepAction { remove, reinstall, install };
+[[nodiscard]] std::string_view to_string(StepAction a);
+
+struct Step {
+  StepAction action = StepAction::remove;
+  int dist = -1;  // the installed dist it removes, restores or replaces; -1 for a new install
+  std::string name;
+  std::string version;
+  const Wheel* wheel = nullptr;  // its source, when one is at hand (install, reinstall)
+  std::string why;
+  std::vector<std::string> deletes;  // absolute paths
+  std::vector<std::string> keeps;    // remove: listed paths kept because another dist lists them
+  std::vector<std::string> writes;   // install, reinstall: the files written
+  bool simulated = true;             // false: an install without a wheel, so no file list
+  bool ok = true;                    // after this step, nothing required is worse than before
+  std::vector<Break> worse;
+};
+
+struct Need {
+  std::string name;
+  std::string version;  // an exact version, or the specifier when none is pinned
+  std::string why;
+};
+
+struct FixPlan {
+  std::optional<int> target;
+  bool target_given = false;
+  std::vector<Evidence> evidence;
+  std::vector<Step> steps;  // in order
+  std::vector<Need> needs;
+  std::vector<std::string> remaining;  // what still differs from the desired state after the plan
+  std::string problem;                 // non-empty: no plan (consumers disagree, no safe order)
+  [[nodiscard]] bool ok() const { return problem.empty(); }
+};
+
+[[nodiscard]] FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& options);
+
+// What `apply` checks before it changes anything: the dist-info set, each RECORD's bytes, and
+// the identity of every file the plan touches.
+struct FileStamp {
+  std::string path;
+  bool exists = false;
+  std::uint64_t dev = 0, ino = 0, size = 0;
+  std::int64_t mtime_ns = 0;
+};
+struct Fingerprint {
+  std::vector<std::pair<std::string, std::string>> records;  // (dist-info folder, RECORD's SHA-256)
+  std::vector<FileStamp> files;                              // sorted by path
+  std::string digest;                                        // SHA-256 over all of the above
+};
+[[nodiscard]] Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan);
+
+}  // namespace cudafix::resolver::plan

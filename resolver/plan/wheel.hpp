@@ -1,0 +1,30 @@
+// A wheel as the planner sees it: its name, version and tags (from its file name, PEP 427 and
+// PEP 425), its METADATA and RECORD, and the dynamic section of every shared object it holds,
+// so an install can be simulated from the wheel's real file list. installer/wheel reads it from
+// the archive; this header owns the value, `resolver/pep/wheel_name` the rules about names and tags.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "resolver/env/dist_info.hpp"
+#include "resolver/elf/elf_reader.hpp"
+#include "resolver/pep/wheel_name.hpp"
+
+namespace cudafix::resolver::inline plan {
+
+struct Wheel {
+  std::string file;    // absolute path of the .whl
+  std::string sha256;  // hex digest of the whole file
+  std::string source;  // the --find-links folder it was found in
+  WheelName wheel_name;
+  Metadata metadata;                   // from {name}-{version}.dist-info/METADATA
+  ParsedRecord record;                 // its RECORD
+  std::string dist_info;               // "nvidia_cudnn_cu13-9.19.0.56.dist-info"
+  std::map<std::string, ElfInfo> elf;  // RECORD path -> dynamic section, for every ELF object
+  bool compatible = false;             // one of its tags is supported here
+};
+
+}  // namespace cudafix::resolver::plan
