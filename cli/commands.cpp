@@ -20,9 +20,9 @@
 #include "demo_env_json.hpp"
 #include "installer/wheel_source.hpp"
 #include "resolver/base/atomic_file.hpp"
+#include "resolver/base/text.hpp"
 #include "resolver/env/example_env.hpp"
 #include "resolver/plan/fix.hpp"
-#include "resolver/base/text.hpp"
 #include "rules/doctor.hpp"
 #include "rules/knowledge.hpp"
 

@@ -6,10 +6,10 @@
 
 #include "installer/probe/verify.hpp"
 #include "resolver/env/environment.hpp"
-#include "resolver/plan/fix.hpp"
 #include "resolver/env/knowledge.hpp"
-#include "resolver/plan/plan.hpp"
 #include "resolver/env/why.hpp"
+#include "resolver/plan/fix.hpp"
+#include "resolver/plan/plan.hpp"
 #include "rules/doctor.hpp"
 
 namespace cudafix::cli {

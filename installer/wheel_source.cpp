@@ -10,9 +10,9 @@
 #include <memory>
 #include <set>
 
-#include "resolver/plan/provenance.hpp"
 #include "resolver/base/shared_library.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/plan/provenance.hpp"
 
 namespace cudafix::installer {
 namespace r = cudafix::resolver;

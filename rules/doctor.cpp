@@ -13,11 +13,11 @@
 
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/env/requirements.hpp"
+#include "resolver/env/unresolved.hpp"
 #include "resolver/pep/pep508.hpp"
 #include "resolver/plan/provenance.hpp"
-#include "resolver/env/requirements.hpp"
-#include "resolver/base/text.hpp"
-#include "resolver/env/unresolved.hpp"
 #include "rules/knowledge.hpp"
 
 namespace cudafix::rules {

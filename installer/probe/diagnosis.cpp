@@ -1,7 +1,7 @@
 #include "installer/probe/diagnosis.hpp"
 
-#include "resolver/plan/plan.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/plan/plan.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <regex>
 
-#include "resolver/pep/pep440.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/pep/pep440.hpp"
 
 namespace cudafix::installer::probe {
 namespace r = cudafix::resolver;

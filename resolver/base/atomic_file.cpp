@@ -56,4 +56,4 @@ void AtomicFile::rename_into_place() {
   committed_ = true;
 }
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

@@ -33,4 +33,4 @@ class AtomicFile {
   bool committed_ = false;
 };
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

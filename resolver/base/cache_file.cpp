@@ -188,4 +188,4 @@ bool CacheReader::take(std::size_t n, std::string_view& bytes) {
   return true;
 }
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

@@ -134,4 +134,4 @@ class CacheReader {
   std::string_view rest_;
 };
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

@@ -24,4 +24,4 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

@@ -199,4 +199,4 @@ void run_in_dependency_order(const std::vector<std::vector<std::size_t>>& waits_
   if (failure) std::rethrow_exception(failure);
 }
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

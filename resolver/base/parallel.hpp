@@ -39,4 +39,4 @@ void parallel_for(std::size_t n, unsigned threads, const std::function<void(std:
 void run_in_dependency_order(const std::vector<std::vector<std::size_t>>& waits_for, unsigned threads,
                              const std::function<void(std::size_t)>& run);
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

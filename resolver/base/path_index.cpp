@@ -51,4 +51,4 @@ std::optional<std::uint32_t> PathIndex::find(std::string_view head, std::string_
   }
 }
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

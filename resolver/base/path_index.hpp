@@ -136,4 +136,4 @@ class PathIndex {
   std::vector<std::string_view> keys_;
 };
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

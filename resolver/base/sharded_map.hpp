@@ -73,4 +73,4 @@ class ShardedMap {
   std::array<Shard, 64> shards_;
 };
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

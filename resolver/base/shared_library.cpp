@@ -18,4 +18,4 @@ void* SharedLibrary::symbol(const char* name) const {
   return p;
 }
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

@@ -29,4 +29,4 @@ class SharedLibrary {
   std::string purpose_;
 };
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

@@ -288,4 +288,4 @@ bool looks_like_shared_object(std::string_view name) {
   return true;
 }
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

@@ -80,4 +80,4 @@ struct StringHash {
 // Names like libfoo.so, libfoo.so.1, libfoo.so.1.2 and Python's foo.cpython-312-x86_64-linux-gnu.so.
 [[nodiscard]] bool looks_like_shared_object(std::string_view file_name);
 
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base

@@ -26,4 +26,4 @@ struct Elf64Types {
   static constexpr unsigned char klass = ELFCLASS64;
 };
 
-}  // namespace cudafix::resolver::elf
+}  // namespace cudafix::resolver::inline elf

@@ -380,4 +380,4 @@ std::vector<std::string> flags_1_names(std::uint64_t f) {
   return out;
 }
 
-}  // namespace cudafix::resolver::elf
+}  // namespace cudafix::resolver::inline elf

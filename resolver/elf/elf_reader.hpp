@@ -15,7 +15,7 @@
 
 namespace cudafix::resolver::inline base {
 struct Stamp;  // resolver/base/cache_file.hpp
-}  // namespace cudafix::resolver::base
+}  // namespace cudafix::resolver::inline base
 
 namespace cudafix::resolver::inline elf {
 
@@ -56,4 +56,4 @@ struct ElfRead {
 [[nodiscard]] std::string machine_name(std::uint16_t machine);
 [[nodiscard]] std::vector<std::string> flags_1_names(std::uint64_t flags_1);
 
-}  // namespace cudafix::resolver::elf
+}  // namespace cudafix::resolver::inline elf

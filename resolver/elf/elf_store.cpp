@@ -202,4 +202,4 @@ std::vector<ElfRead> read_elf_files(const std::vector<std::string>& candidates, 
   return reads;
 }
 
-}  // namespace cudafix::resolver::elf
+}  // namespace cudafix::resolver::inline elf

@@ -81,4 +81,4 @@ struct ElfStoreReport {
 [[nodiscard]] std::vector<ElfRead> read_elf_files(const std::vector<std::string>& candidates, unsigned threads,
                                                   const std::string& store_file, ElfStoreReport& report);
 
-}  // namespace cudafix::resolver::elf
+}  // namespace cudafix::resolver::inline elf

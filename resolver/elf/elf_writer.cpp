@@ -122,4 +122,4 @@ void write_shared_object(const std::string& path, const ElfSpec& spec) {
     throw Error(fmt::format("cannot write {}: {}", path, w < 0 ? std::strerror(err) : "short write"));
 }
 
-}  // namespace cudafix::resolver::elf
+}  // namespace cudafix::resolver::inline elf

@@ -33,4 +33,4 @@ struct ElfSpec {
 // Writes the object to `path` (mode 0755); throws Error on failure.
 void write_shared_object(const std::string& path, const ElfSpec& spec);
 
-}  // namespace cudafix::resolver::elf
+}  // namespace cudafix::resolver::inline elf

@@ -478,7 +478,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
   return out;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env
 
 namespace cudafix::resolver::inline env {
 
@@ -511,4 +511,4 @@ RequirementRef requirement_ref(std::string_view line) {
   return out;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

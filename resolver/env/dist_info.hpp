@@ -132,4 +132,4 @@ enum class ReadRecord { yes, no };
 [[nodiscard]] ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_name, SiteRoot root,
                                           ReadRecord with_record = ReadRecord::yes);
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -13,11 +13,11 @@
 #include <map>
 #include <set>
 
+#include "resolver/base/parallel.hpp"
+#include "resolver/base/text.hpp"
 #include "resolver/elf/elf_store.hpp"
 #include "resolver/env/fs_walk.hpp"
-#include "resolver/base/parallel.hpp"
 #include "resolver/env/requirements.hpp"
-#include "resolver/base/text.hpp"
 #include "resolver/env/walk_cache.hpp"
 
 namespace cudafix::resolver::inline env {
@@ -881,4 +881,4 @@ Environment simulate(const Environment& before, const WhatIf& change, unsigned t
   return env;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -18,13 +18,13 @@
 #include <unordered_set>
 #include <vector>
 
-#include "resolver/env/dist_info.hpp"
-#include "resolver/elf/elf_store.hpp"
-#include "resolver/env/fs_walk.hpp"
-#include "resolver/loader/loader.hpp"
 #include "resolver/base/path_index.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/elf/elf_store.hpp"
+#include "resolver/env/dist_info.hpp"
+#include "resolver/env/fs_walk.hpp"
 #include "resolver/env/venv.hpp"
+#include "resolver/loader/loader.hpp"
 
 namespace cudafix::resolver::inline env {
 
@@ -154,4 +154,4 @@ struct WhatIf {
 // environment cannot be read at all.
 [[nodiscard]] Environment scan_environment(const EnvLayout& layout, const ScanOptions& options = {});
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -10,8 +10,8 @@
 #include <unordered_set>
 
 #include "resolver/base/diagnostic.hpp"
-#include "resolver/elf/elf_writer.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/elf/elf_writer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -180,4 +180,4 @@ MaterializeStats materialize_environment(const nlohmann::json& desc, const std::
   return stats;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -36,4 +36,4 @@ struct MaterializeStats {
 MaterializeStats materialize_environment(const nlohmann::json& description, const std::string& dir,
                                          const MaterializeOptions& options = {});
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -445,4 +445,4 @@ WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads, co
   return result;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

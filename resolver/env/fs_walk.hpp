@@ -67,4 +67,4 @@ struct WalkResult {
 [[nodiscard]] WalkResult walk_tree(const std::vector<std::string>& roots, unsigned threads = 0,
                                    const std::vector<std::string>& prune = {}, const std::string& cache_file = {});
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -48,4 +48,4 @@ std::optional<int> Knowledge::major_of_folder(const std::string& folder) const {
   return found;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -62,4 +62,4 @@ struct Knowledge {
   [[nodiscard]] std::optional<int> major_of_folder(const std::string& folder) const;
 };
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -38,4 +38,4 @@ std::vector<const DistInfo*> visible_dists(const Environment& env) {
   return out;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -31,4 +31,4 @@ struct ParsedRequirements {
 // The dists pip sees: the first of each name, in the order of the site folders.
 [[nodiscard]] std::vector<const DistInfo*> visible_dists(const Environment& env);
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -101,4 +101,4 @@ UnresolvedExplanation explain_unresolved(const Environment& env, const Knowledge
   return e;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

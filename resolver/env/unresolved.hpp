@@ -29,4 +29,4 @@ struct UnresolvedExplanation {
 [[nodiscard]] UnresolvedExplanation explain_unresolved(const Environment& env, const Knowledge& knowledge,
                                                        const SharedObject& consumer, const Resolution& resolution);
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

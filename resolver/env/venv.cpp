@@ -193,4 +193,4 @@ EnvLayout locate_environment(const LocateRequest& req) {
       "or put its python3 on PATH");
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -55,4 +55,4 @@ struct LocateRequest {
 // Reads the layout of one folder (a venv root, an interpreter prefix or a site-packages dir).
 [[nodiscard]] EnvLayout read_layout(const std::string& dir, const std::string& found_by);
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -184,4 +184,4 @@ std::string store_walk_cache(const std::string& file, const std::vector<ListedFo
   });
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

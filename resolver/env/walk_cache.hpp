@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "resolver/base/cache_file.hpp"
-#include "resolver/env/fs_walk.hpp"
 #include "resolver/base/path_index.hpp"
+#include "resolver/env/fs_walk.hpp"
 
 namespace cudafix::resolver::inline env {
 
@@ -81,4 +81,4 @@ struct ListedFolder {
 [[nodiscard]] std::string store_walk_cache(const std::string& file, const std::vector<ListedFolder>& folders,
                                            const std::vector<std::vector<WalkEntry>>& parts);
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

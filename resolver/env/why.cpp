@@ -122,4 +122,4 @@ WhyReport explain(const Environment& env, const std::string& query) {
   return report;
 }
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -35,4 +35,4 @@ struct WhyReport {
 // Throws Error when a PATH names no ELF shared object of the environment.
 [[nodiscard]] WhyReport explain(const Environment& env, const std::string& query);
 
-}  // namespace cudafix::resolver::env
+}  // namespace cudafix::resolver::inline env

@@ -149,4 +149,4 @@ HostInfo HostDetection::get() {
 
 HostInfo detect_host() { return HostDetection().get(); }
 
-}  // namespace cudafix::resolver::loader
+}  // namespace cudafix::resolver::inline loader

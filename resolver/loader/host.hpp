@@ -48,4 +48,4 @@ class HostDetection {
 // Asks the running process's own loader and waits for it. Throws Error when it cannot be asked.
 [[nodiscard]] HostInfo detect_host();
 
-}  // namespace cudafix::resolver::loader
+}  // namespace cudafix::resolver::inline loader

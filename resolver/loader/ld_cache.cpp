@@ -145,4 +145,4 @@ std::optional<std::string> LdCache::lookup(const std::string& soname, std::uint1
   return best->path;
 }
 
-}  // namespace cudafix::resolver::loader
+}  // namespace cudafix::resolver::inline loader

@@ -53,4 +53,4 @@ class LdCache {
 // The cache flags ld.so accepts for objects of this machine and class.
 [[nodiscard]] std::int32_t ld_cache_flags_for(std::uint16_t machine, std::uint8_t elf_class);
 
-}  // namespace cudafix::resolver::loader
+}  // namespace cudafix::resolver::inline loader

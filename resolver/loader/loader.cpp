@@ -478,4 +478,4 @@ Process LoaderModel::start_process() const {
   return p;
 }
 
-}  // namespace cudafix::resolver::loader
+}  // namespace cudafix::resolver::inline loader

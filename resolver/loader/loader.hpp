@@ -24,10 +24,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "resolver/base/sharded_map.hpp"
 #include "resolver/elf/elf_reader.hpp"
 #include "resolver/loader/host.hpp"
 #include "resolver/loader/ld_cache.hpp"
-#include "resolver/base/sharded_map.hpp"
 
 namespace cudafix::resolver::inline loader {
 
@@ -182,4 +182,4 @@ class LoaderModel {
   mutable ShardedMap<std::vector<std::string>> search_folders_;
 };
 
-}  // namespace cudafix::resolver::loader
+}  // namespace cudafix::resolver::inline loader

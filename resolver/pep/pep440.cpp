@@ -470,4 +470,4 @@ std::string SpecifierSet::str() const {
   return out;
 }
 
-}  // namespace cudafix::resolver::pep
+}  // namespace cudafix::resolver::inline pep

@@ -82,4 +82,4 @@ class SpecifierSet {
   std::vector<Specifier> clauses_;
 };
 
-}  // namespace cudafix::resolver::pep
+}  // namespace cudafix::resolver::inline pep

@@ -379,4 +379,4 @@ Requirement Requirement::parse(std::string_view line) {
   return r;
 }
 
-}  // namespace cudafix::resolver::pep
+}  // namespace cudafix::resolver::inline pep

@@ -54,4 +54,4 @@ struct Requirement {
   [[nodiscard]] static Requirement parse(std::string_view line);
 };
 
-}  // namespace cudafix::resolver::pep
+}  // namespace cudafix::resolver::inline pep

@@ -57,4 +57,4 @@ std::vector<std::string> supported_tags(const std::string& python_version, const
   return out;
 }
 
-}  // namespace cudafix::resolver::pep
+}  // namespace cudafix::resolver::inline pep

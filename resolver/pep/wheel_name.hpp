@@ -26,4 +26,4 @@ struct WheelName {
 [[nodiscard]] std::vector<std::string> supported_tags(const std::string& python_version,
                                                       const std::string& glibc_version, const std::string& arch);
 
-}  // namespace cudafix::resolver::pep
+}  // namespace cudafix::resolver::inline pep

@@ -8,11 +8,11 @@
 #include <set>
 
 #include "resolver/base/parallel.hpp"
-#include "resolver/plan/provenance.hpp"
-#include "resolver/env/requirements.hpp"
 #include "resolver/base/text.hpp"
-#include "resolver/plan/uninstall.hpp"
+#include "resolver/env/requirements.hpp"
 #include "resolver/env/unresolved.hpp"
+#include "resolver/plan/provenance.hpp"
+#include "resolver/plan/uninstall.hpp"
 
 namespace cudafix::resolver::inline plan {
 
@@ -561,4 +561,4 @@ Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan) {
   return fp;
 }
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

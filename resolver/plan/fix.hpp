@@ -91,4 +91,4 @@ struct Fingerprint {
 };
 [[nodiscard]] Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan);
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

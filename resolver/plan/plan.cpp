@@ -7,9 +7,9 @@
 #include <map>
 #include <set>
 
-#include "resolver/plan/provenance.hpp"
-#include "resolver/env/requirements.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/env/requirements.hpp"
+#include "resolver/plan/provenance.hpp"
 
 namespace cudafix::resolver::inline plan {
 namespace {
@@ -283,4 +283,4 @@ RemovalPlan plan_removal(const Environment& env, const Knowledge& k, const std::
   return plan;
 }
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

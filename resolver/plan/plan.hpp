@@ -80,4 +80,4 @@ struct RemovalPlan {
 // The version a library's real file name carries (libcudnn.so.9.14.0 -> "9.14.0"), if any.
 [[nodiscard]] std::optional<std::string> version_from_file_name(const std::string& path);
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

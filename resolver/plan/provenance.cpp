@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "resolver/pep/pep440.hpp"
 #include "resolver/base/shared_library.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/pep/pep440.hpp"
 
 namespace cudafix::resolver::inline plan {
 namespace {
@@ -232,4 +232,4 @@ std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Know
   return out;
 }
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

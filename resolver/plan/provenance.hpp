@@ -60,4 +60,4 @@ struct DlopenResolution {
 [[nodiscard]] std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k,
                                                             const SharedObject& loader);
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

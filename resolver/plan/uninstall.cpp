@@ -243,4 +243,4 @@ Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, 
   return out;
 }
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

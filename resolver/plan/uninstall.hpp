@@ -58,4 +58,4 @@ struct EarlierSteps {
 [[nodiscard]] Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, OwnerCounting counting,
                                        const EarlierSteps& earlier = {});
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "resolver/env/dist_info.hpp"
 #include "resolver/elf/elf_reader.hpp"
+#include "resolver/env/dist_info.hpp"
 #include "resolver/pep/wheel_name.hpp"
 
 namespace cudafix::resolver::inline plan {
@@ -27,4 +27,4 @@ struct Wheel {
   bool compatible = false;             // one of its tags is supported here
 };
 
-}  // namespace cudafix::resolver::plan
+}  // namespace cudafix::resolver::inline plan

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <set>
 
-#include "resolver/env/dist_info.hpp"
-#include "resolver/elf/elf_writer.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/elf/elf_writer.hpp"
+#include "resolver/env/dist_info.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 

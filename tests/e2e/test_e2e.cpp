@@ -13,8 +13,8 @@
 #include <map>
 #include <thread>
 
-#include "resolver/elf/elf_writer.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/elf/elf_writer.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "resolver/elf/elf_store.hpp"
 #include "resolver/base/path_index.hpp"
+#include "resolver/elf/elf_store.hpp"
 #include "resolver/env/walk_cache.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

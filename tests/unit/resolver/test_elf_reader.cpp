@@ -6,10 +6,10 @@
 #include <cstddef>
 #include <cstring>
 
+#include "resolver/base/text.hpp"
 #include "resolver/elf/elf_reader.hpp"
 #include "resolver/elf/elf_writer.hpp"
 #include "resolver/loader/host.hpp"
-#include "resolver/base/text.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {

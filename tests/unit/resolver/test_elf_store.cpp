@@ -7,9 +7,9 @@
 #include <thread>
 #include <vector>
 
-#include "resolver/elf/elf_store.hpp"
 #include "resolver/base/path_index.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/elf/elf_store.hpp"
 #include "resolver/env/walk_cache.hpp"
 #include "tests/support/process.hpp"
 

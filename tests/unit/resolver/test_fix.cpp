@@ -15,11 +15,11 @@
 #include <set>
 
 #include "demo_env_json.hpp"
+#include "resolver/base/text.hpp"
 #include "resolver/env/example_env.hpp"
 #include "resolver/plan/fix.hpp"
 #include "resolver/plan/plan.hpp"
 #include "resolver/plan/provenance.hpp"
-#include "resolver/base/text.hpp"
 #include "rules/knowledge.hpp"
 #include "tests/support/process.hpp"
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <thread>
 
-#include "resolver/env/fs_walk.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/path_index.hpp"
+#include "resolver/env/fs_walk.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {

@@ -12,8 +12,8 @@
 #include <sys/wait.h>
 #include <cerrno>
 
-#include "resolver/loader/loader.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/loader/loader.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {

@@ -9,9 +9,9 @@
 #include <random>
 #include <set>
 
+#include "resolver/base/text.hpp"
 #include "resolver/pep/pep440.hpp"
 #include "resolver/pep/pep508.hpp"
-#include "resolver/base/text.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {

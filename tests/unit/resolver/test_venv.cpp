@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "resolver/env/environment.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/env/environment.hpp"
 #include "resolver/env/venv.hpp"
 #include "tests/support/process.hpp"
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <thread>
 
-#include "resolver/env/fs_walk.hpp"
 #include "resolver/base/path_index.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/env/fs_walk.hpp"
 #include "resolver/env/walk_cache.hpp"
 #include "tests/support/process.hpp"
 
