@@ -1,0 +1,118 @@
+#include "rules/checks/context.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "resolver/base/text.hpp"
+#include "resolver/plan/provenance.hpp"
+
+namespace cudafix::rules::checks {
+namespace r = cudafix::resolver;
+
+bool rule_wanted(const DoctorOptions& options, std::string_view id) {
+  if (!options.select.empty() && std::find(options.select.begin(), options.select.end(), id) == options.select.end())
+    return false;
+  if (std::find(options.ignore.begin(), options.ignore.end(), id) != options.ignore.end()) return false;
+  const auto it = options.settings.find(std::string(id));
+  return it == options.settings.end() || it->second.enabled;
+}
+
+std::vector<MissingGroup> missing_groups(const r::Environment& env) {
+  std::vector<MissingGroup> out;
+  for (std::size_t i = 0; i < env.dists.size(); ++i) {
+    MissingGroup g{static_cast<int>(i), {}, {}};
+    for (const auto& p : env.missing[i]) {
+      if (r::in_pycache(p)) continue;
+      (r::looks_like_shared_object(r::base_name(p)) ? g.libraries : g.others).push_back(p);
+    }
+    if (!g.libraries.empty() || !g.others.empty()) out.push_back(std::move(g));
+  }
+  return out;
+}
+
+Remedy reinstall(const r::DistInfo& d) {
+  return Remedy{
+      "reinstall", {d.dir_name}, fmt::format("pip install --force-reinstall --no-deps {}=={}", d.name, d.version)};
+}
+
+const r::DistInfo* installed(const r::Environment& env, const std::string& normalized) {
+  const auto i = env.dist_index(normalized);
+  return i ? &env.dists[static_cast<std::size_t>(*i)] : nullptr;
+}
+
+std::string without_marker(const std::string& line) {
+  const auto semi = line.find(';');
+  std::string s = line.substr(0, semi);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+void Context::index_sonames() {
+  for (const auto& [name, family] : knowledge.families)
+    for (const auto& [major, m] : family.majors)
+      for (const auto& soname : m.sonames) soname_index[soname].emplace_back(&family, major);
+}
+
+const std::vector<std::pair<const r::CudaFamily*, int>>& Context::families(const std::string& soname) const {
+  static const std::vector<std::pair<const r::CudaFamily*, int>> none;
+  const auto it = soname_index.find(soname);
+  return it == soname_index.end() ? none : it->second;
+}
+
+void Context::parse_requirements() {
+  if (requirements) return;
+  requirements =
+      env.requirements
+          ? env.requirements
+          : std::make_shared<const r::ParsedRequirements>(r::parse_requirements(env, markers, options.threads));
+}
+
+std::map<std::string, int> Context::causes_by_soname() const {
+  std::map<std::string, int> out;
+  for (const auto& g : groups)
+    if (auto it = metadata_only.find(g.dist); it != metadata_only.end() && it->second >= 0)
+      for (const auto& p : g.libraries) out[std::string(r::base_name(p))] = it->second;
+  return out;
+}
+
+bool Context::allowed(const std::string& rule, const std::vector<std::string>& subjects) const {
+  const auto it = options.settings.find(rule);
+  if (it == options.settings.end()) return false;
+  for (const auto& a : it->second.allow)
+    for (const auto& s : subjects)
+      if (s == a) return true;
+  return false;
+}
+
+int Context::add(Finding f) {
+  if (!rule_wanted(options, f.rule)) return -1;
+  std::vector<std::string> subjects = f.sonames;
+  for (const auto& p : f.paths) subjects.push_back(env.display(p));
+  for (const auto& d : f.dists) subjects.push_back(d);
+  for (const auto& d : f.dists) {
+    const auto dash = d.find('-');
+    subjects.push_back(r::normalize_name(d.substr(0, dash)));
+  }
+  if (allowed(f.rule, subjects)) return -1;
+  if (auto it = options.settings.find(f.rule); it != options.settings.end() && it->second.severity)
+    f.severity = *it->second.severity;
+  f.id = static_cast<int>(found.size());
+  found.push_back(std::move(f));
+  return found.back().id;
+}
+
+std::vector<std::size_t> lines_of_extra(const Context& c, const r::DistInfo& dist, const std::string& extra) {
+  r::MarkerEnvironment env = c.markers;
+  env["extra"] = extra;
+  std::vector<std::size_t> out;
+  const auto& lines = c.requirements->lines[c.index_of(dist)];
+  for (std::size_t k = 0; k < lines.size(); ++k) {
+    if (!lines[k].req) continue;  // reported as invalid-metadata by the requirement check
+    const auto& marker = lines[k].req->marker;
+    if (marker && marker->mentions_extra() && marker->evaluate(env).value_or(false)) out.push_back(k);
+  }
+  return out;
+}
+
+}  // namespace cudafix::rules::checks
