@@ -18,6 +18,7 @@
 #include "resolver/elf/elf_store.hpp"
 #include "resolver/env/fs_walk.hpp"
 #include "resolver/env/requirements.hpp"
+#include "resolver/env/scan_phases.hpp"
 #include "resolver/env/walk_cache.hpp"
 
 namespace cudafix::resolver::inline env {
@@ -43,14 +44,6 @@ void sort_diagnostics(std::vector<Diagnostic>& diags) {
   std::sort(diags.begin(), diags.end(), [](const Diagnostic& a, const Diagnostic& b) {
     return std::tie(a.file, a.line, a.offset, a.message) < std::tie(b.file, b.line, b.offset, b.message);
   });
-}
-
-// The nearest ancestor of `path` below `top` that is a symlink on disk, if any.
-std::optional<std::string> symlinked_ancestor(const std::string& path, const std::string& top,
-                                              const std::unordered_set<std::string>& symlinks) {
-  for (std::string dir = parent_dir(path); dir.size() > top.size() && is_within(dir, top); dir = parent_dir(dir))
-    if (symlinks.count(dir)) return dir;
-  return std::nullopt;
 }
 
 }  // namespace
@@ -260,158 +253,6 @@ void add_dists(Environment& env, std::vector<ReadDistInfo> reads) {
   }
 }
 
-// The rows of every chunk sorted by (hash, dist, row), in parallel: the hash's top bits split them
-// into buckets that sort on their own and follow one another in order. The corpus has 20,000
-// such rows (bytecode in __pycache__), and one sort after the parallel part took 2.5 ms here.
-template <class Chunks>
-std::vector<Environment::UnwalkedRow> sorted_unwalked(const Chunks& chunks, unsigned threads) {
-  constexpr int k_bucket_bits = 6;
-  constexpr std::size_t k_buckets = std::size_t{1} << k_bucket_bits;
-  auto bucket_of = [](const Environment::UnwalkedRow& u) { return u.hash >> (64 - k_bucket_bits); };
-  std::vector<std::size_t> start(k_buckets + 1, 0);
-  for (const auto& chunk : chunks)
-    for (const auto& u : chunk.unwalked) ++start[bucket_of(u) + 1];
-  for (std::size_t b = 0; b < k_buckets; ++b) start[b + 1] += start[b];
-  std::vector<Environment::UnwalkedRow> rows(start.back());
-  std::vector<std::size_t> next(start.begin(), start.end() - 1);
-  for (const auto& chunk : chunks)
-    for (const auto& u : chunk.unwalked) rows[next[bucket_of(u)]++] = u;
-  parallel_for(k_buckets, threads, [&](std::size_t b) {
-    std::sort(
-        rows.begin() + static_cast<std::ptrdiff_t>(start[b]), rows.begin() + static_cast<std::ptrdiff_t>(start[b + 1]),
-        [](const auto& x, const auto& y) { return std::tie(x.hash, x.dist, x.row) < std::tie(y.hash, y.dist, y.row); });
-  });
-  return rows;
-}
-
-void index_ownership(Environment& env, const std::unordered_set<std::string>& symlinks, unsigned threads) {
-  env.missing.resize(env.dists.size());
-  env.first_owner.assign(env.on_disk.size(), -1);
-  // In parallel over chunks of rows (torch alone lists 15,000 files): each row's place in the
-  // walk (read-only lookups), or its path when the walk did not see it. Then owners are
-  // recorded in one pass, in dist order.
-  constexpr std::size_t k_chunk = 1024;  // small enough to spread torch over 16 cores
-  struct Chunk {
-    std::size_t dist, begin, end;
-    std::vector<Environment::UnwalkedRow> unwalked;
-    std::vector<std::string> missing;
-    std::vector<Diagnostic> diagnostics;
-    std::vector<std::uint32_t> shared;  // walked paths another dist claimed first
-  };
-  std::vector<Chunk> chunks;
-  for (std::size_t di = 0; di < env.dists.size(); ++di) {
-    for (std::size_t b = 0; b < env.dists[di].record.size(); b += k_chunk)
-      chunks.push_back({di, b, std::min(b + k_chunk, env.dists[di].record.size()), {}, {}, {}, {}});
-  }
-  parallel_for(chunks.size(), threads, [&](std::size_t c) {
-    Chunk& chunk = chunks[c];
-    const DistInfo& d = env.dists[chunk.dist];
-    const SiteDir* site = nullptr;
-    for (const auto& s : env.layout.sites)
-      if (s.real == d.site_dir) site = &s;
-    const std::string bound = site ? site->bound : env.layout.root_real;
-    const std::string record_file = d.site_dir + "/" + d.dir_name + "/RECORD";
-    // A clean relative row (nearly all of them) is looked up as the site dir, hashed once per
-    // chunk, followed by the row as written: no joined path unless the walk did not see it.
-    const std::string prefix = d.site_dir.ends_with('/') ? d.site_dir : d.site_dir + "/";
-    PathHash prefix_hash;
-    prefix_hash.add(prefix);
-    // Such a row stays within the site dir, so within its bound when the site dir is; and it is
-    // bytecode when its joined path is: when the site dir is in a __pycache__, or the row is.
-    const bool site_within_bound = is_within(std::string_view(prefix).substr(0, prefix.size() - 1), bound);
-    const bool site_in_pycache = in_pycache(prefix);
-    // Rows go in batches: a batch's paths are hashed first, their slots in the walk's index
-    // prefetched, and then looked up, so that the lookups' cache misses overlap.
-    constexpr std::size_t k_batch = 16;
-    std::array<bool, k_batch> clean{};
-    std::array<std::string, k_batch> paths;  // joined: rows that are not clean
-    std::array<std::uint64_t, k_batch> hashes{};
-    std::array<bool, k_batch> escapes{};
-    std::array<std::optional<std::uint32_t>, k_batch> found{};
-    for (std::size_t b = chunk.begin; b < chunk.end; b += k_batch) {
-      const std::size_t n = std::min(k_batch, chunk.end - b);
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::string_view rel = d.record[b + i].path;
-        clean[i] = site_within_bound && is_clean_relative(rel);
-        if (clean[i]) {
-          hashes[i] = PathHash(prefix_hash).add(rel).value();
-        } else {
-          join_normal(d.site_dir, rel, paths[i]);
-          hashes[i] = path_hash(paths[i]);
-        }
-        env.on_disk.prefetch(hashes[i]);
-      }
-      // Then each found row's owner slot, a random write into the walk's order, prefetched in
-      // turn before the rows are claimed.
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto& row = d.record[b + i];
-        escapes[i] = !clean[i] && !is_within(paths[i], bound);
-        if (escapes[i]) continue;
-        found[i] = clean[i] ? env.on_disk.find(prefix, row.path, hashes[i]) : env.on_disk.find(paths[i], hashes[i]);
-        if (found[i]) __builtin_prefetch(&env.first_owner[*found[i]], 1);
-      }
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t k = b + i;
-        const auto& row = d.record[k];
-        if (escapes[i]) {
-          chunk.diagnostics.push_back(
-              {record_file, row.line, std::nullopt,
-               fmt::format("path '{}' escapes the environment ({}); ignored", to_valid_utf8(row.path), bound)});
-          continue;
-        }
-        const auto index = found[i];
-        if (index) {
-          // Most paths have one owner: claim it without a lock; a second owner is sorted out below.
-          int expected = -1;
-          const int dist = static_cast<int>(chunk.dist);
-          if (!std::atomic_ref<int>(env.first_owner[*index]).compare_exchange_strong(expected, dist) &&
-              expected != dist)
-            chunk.shared.push_back(*index);
-          continue;
-        }
-        chunk.unwalked.push_back({hashes[i], static_cast<int>(chunk.dist), static_cast<std::uint32_t>(k)});
-        if (clean[i]) {
-          // Bytecode rows, a third of all rows, are settled without their path.
-          if (site_in_pycache || row.path.starts_with("__pycache__/") || in_pycache(row.path)) continue;
-          join_normal(d.site_dir, row.path, paths[i]);
-        }
-        const std::string& abs = paths[i];
-        if (in_pycache(abs)) continue;  // not walked, and never a finding
-        if (env.site_of(abs)) {
-          if (auto link = symlinked_ancestor(abs, d.site_dir, symlinks)) {
-            chunk.diagnostics.push_back(
-                {record_file, row.line, std::nullopt,
-                 fmt::format("path '{}' goes through the symlinked folder {}", to_valid_utf8(row.path), *link)});
-          }
-          chunk.missing.push_back(abs);
-          continue;
-        }
-        // Outside the walked folders (bin/ scripts): few rows, one lstat each.
-        std::error_code ec;
-        if (!std::filesystem::exists(std::filesystem::symlink_status(abs, ec))) chunk.missing.push_back(abs);
-      }
-    }
-  });
-  for (auto& chunk : chunks) {
-    const int dist = static_cast<int>(chunk.dist);
-    for (const auto w : chunk.shared) {
-      auto& owners = env.more_owners[w];
-      if (owners.empty()) owners.push_back(env.first_owner[w]);
-      if (std::find(owners.begin(), owners.end(), dist) == owners.end()) owners.push_back(dist);
-    }
-    for (auto& m : chunk.missing) env.missing[chunk.dist].push_back(std::move(m));
-    for (auto& d : chunk.diagnostics) env.diagnostics.push_back(std::move(d));
-  }
-  for (auto& [index, owners] : env.more_owners) std::sort(owners.begin(), owners.end());
-  env.unwalked = sorted_unwalked(chunks, threads);
-  for (auto& m : env.missing) {
-    std::sort(m.begin(), m.end());
-    m.erase(std::unique(m.begin(), m.end()), m.end());
-  }
-}
-
-void index_objects(Environment& env);
-
 // The shared objects among the candidates, with their owners (so after ownership).
 // `candidates` are in path order, so the objects are made in the order they are kept in: each on
 // its own core (its owners looked up, its ELF facts copied into the cache), then gathered.
@@ -445,6 +286,8 @@ void add_objects(Environment& env, const std::vector<std::string>& candidates, s
   index_objects(env);
 }
 
+}  // namespace
+
 // Indexes for object(), providers() and consumers(), each object once per name, in path order.
 void index_objects(Environment& env) {
   env.object_by_path.clear();
@@ -467,163 +310,6 @@ void index_objects(Environment& env) {
     for (const auto& n : o.elf.info.needed) add(env.objects_needing, n, i);
   }
 }
-
-// What one simulated import (or dlopen) taught about the objects it mapped first.
-struct Learned {
-  std::size_t object;
-  std::vector<Resolution> resolutions;
-  std::string context;
-};
-
-// Each dist's depth in the requirement graph (0: requires nothing installed); a dist is imported
-// only after everything of a smaller depth it requires. Cycles count as depth 0 where they close.
-std::vector<int> requirement_depths(const Environment& env) {
-  std::vector<int> depth(env.dists.size(), -1);
-  std::vector<bool> active(env.dists.size(), false);
-  std::function<int(int)> visit = [&](int d) -> int {
-    auto& dd = depth[static_cast<std::size_t>(d)];
-    if (dd >= 0) return dd;
-    if (active[static_cast<std::size_t>(d)]) return 0;
-    active[static_cast<std::size_t>(d)] = true;
-    int best = 0;
-    for (int r : env.closures[static_cast<std::size_t>(d)]) best = std::max(best, visit(r) + 1);
-    active[static_cast<std::size_t>(d)] = false;
-    return dd = best;
-  };
-  for (std::size_t d = 0; d < env.dists.size(); ++d) visit(static_cast<int>(d));
-  return depth;
-}
-
-// Runs the process model: each dist's extension modules are imported in a process that already
-// imported its requirements; every object keeps the resolutions of the first import that maps
-// it, in import order (by depth, then by name). What each import mapped is remembered, so a
-// dependent's process is assembled rather than simulated again: a dist of depth N > 0 starts
-// from what the dists of its closure at lower depths imported (one at its own depth or above is
-// in a requirement cycle with it, and brings nothing), and runs as soon as those have run rather
-// than after its whole depth; one of depth 0 imports its closure afresh.
-void resolve_objects(Environment& env, unsigned threads) {
-  env.closures.resize(env.dists.size());
-  parallel_for(env.dists.size(), threads,
-               [&](std::size_t d) { env.closures[d] = env.requirement_closure(static_cast<int>(d)); });
-  env.base_process = env.loader->start_process();
-
-  std::map<int, std::vector<std::size_t>> entry_points;
-  for (std::size_t i = 0; i < env.objects.size(); ++i)
-    if (env.objects[i].entry_point)
-      for (int d : env.objects[i].owners) entry_points[d].push_back(i);
-  const std::vector<int> depth = requirement_depths(env);
-  auto depth_of = [&](int d) { return depth[static_cast<std::size_t>(d)]; };
-  std::map<int, std::vector<int>> by_depth;
-  for (std::size_t d = 0; d < env.dists.size(); ++d) by_depth[depth[d]].push_back(static_cast<int>(d));
-
-  // The dists with something to import, by depth then index.
-  std::vector<int> tasks;
-  for (const auto& [level, dists] : by_depth)
-    for (int d : dists)
-      if (entry_points.count(d)) tasks.push_back(d);
-  auto waits_of = [&](const std::vector<int>& order) {
-    std::map<int, std::size_t> task_of;
-    for (std::size_t t = 0; t < order.size(); ++t) task_of[order[t]] = t;
-    std::vector<std::vector<std::size_t>> waits(order.size());
-    for (std::size_t t = 0; t < order.size(); ++t)
-      for (int c : env.closures[static_cast<std::size_t>(order[t])])
-        if (depth_of(c) < depth_of(order[t]) && task_of.count(c)) waits[t].push_back(task_of.at(c));
-    return waits;
-  };
-  // Started longest chain first: a task's chain is its imports (entry points, a measure of its
-  // time) and the longest chain of the tasks that wait for it. In depth order torch waited behind
-  // forty small dists and, with torchvision after it, ended the phase alone on 2 cores. The
-  // results do not depend on this order: what each import learnt is applied by depth afterwards.
-  {
-    const auto waits = waits_of(tasks);
-    std::vector<std::size_t> chain(tasks.size(), 0);
-    for (std::size_t t = tasks.size(); t-- > 0;) {
-      chain[t] += entry_points.at(tasks[t]).size();
-      for (std::size_t w : waits[t]) chain[w] = std::max(chain[w], chain[t]);
-    }
-    std::vector<std::size_t> order(tasks.size());
-    for (std::size_t t = 0; t < order.size(); ++t) order[t] = t;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return chain[a] > chain[b]; });
-    std::vector<int> by_chain;
-    for (std::size_t t : order) by_chain.push_back(tasks[t]);
-    tasks = std::move(by_chain);
-  }
-  const auto waits_for = waits_of(tasks);
-  std::vector<std::vector<LoadedObject>> imported(env.dists.size());
-  std::vector<std::vector<Learned>> learned(env.dists.size());
-  const std::vector<LoadedObject> nothing;
-  run_in_dependency_order(waits_for, threads, [&](std::size_t t) {
-    const int d = tasks[t];
-    Process p = env.process_for(d, [&](int c) -> const std::vector<LoadedObject>* {
-      if (depth_of(d) == 0) return nullptr;
-      return depth_of(c) < depth_of(d) ? &imported[static_cast<std::size_t>(c)] : &nothing;
-    });
-    // What each import mapped, kept once every import has run: until then the process needs it.
-    std::vector<std::pair<std::size_t, std::size_t>> mapped;
-    for (auto i : entry_points.at(d)) {
-      env.loader->load(p, env.objects[i].path);
-      mapped.emplace_back(p.load_start, p.objects.size());
-    }
-    for (std::size_t e = 0; e < mapped.size(); ++e) {
-      const std::string context = fmt::format("import of {} ({})", env.dists[static_cast<std::size_t>(d)].name,
-                                              env.display(env.objects[entry_points.at(d)[e]].path));
-      for (std::size_t j = mapped[e].first; j < mapped[e].second; ++j) {
-        auto& lo = p.objects[j];
-        if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
-          learned[static_cast<std::size_t>(d)].push_back({it->second, std::move(lo.needed), context});
-        imported[static_cast<std::size_t>(d)].push_back(
-            LoadedObject{std::move(lo.path), std::move(lo.real), std::move(lo.names), lo.elf, -1, {}, {}, true});
-      }
-    }
-  });
-  env.imported = std::move(imported);
-
-  std::vector<bool> assigned(env.objects.size(), false);
-  auto apply = [&](std::vector<Learned>& list) {
-    for (auto& l : list) {
-      if (assigned[l.object]) continue;
-      assigned[l.object] = true;
-      env.objects[l.object].resolutions = std::move(l.resolutions);
-      env.objects[l.object].context = std::move(l.context);
-    }
-  };
-  // First import wins, in import order: by depth, then by name.
-  for (const auto& [level, dists] : by_depth)
-    for (int d : dists) apply(learned[static_cast<std::size_t>(d)]);
-
-  // What no import maps is dlopened alone, after its dist's requirements. Each object starts
-  // from the same process, so a dist's objects are split into groups of a few that run in
-  // parallel (nvshmem's 11 in one group were the longest task of the process model).
-  std::map<int, std::vector<std::size_t>> alone;
-  for (std::size_t i = 0; i < env.objects.size(); ++i)
-    if (!assigned[i] && env.objects[i].elf.status == ElfReadStatus::ok)
-      alone[env.objects[i].owners.empty() ? -1 : env.objects[i].owners.front()].push_back(i);
-  constexpr std::size_t k_alone_group = 3;
-  std::vector<std::pair<int, std::vector<std::size_t>>> groups;
-  for (const auto& [owner, objects] : alone)
-    for (std::size_t b = 0; b < objects.size(); b += k_alone_group) {
-      const auto first = objects.begin() + static_cast<std::ptrdiff_t>(b);
-      const auto last = first + static_cast<std::ptrdiff_t>(std::min(k_alone_group, objects.size() - b));
-      groups.emplace_back(owner, std::vector<std::size_t>(first, last));
-    }
-  std::vector<std::vector<Learned>> dlopened(groups.size());
-  parallel_for(groups.size(), threads, [&](std::size_t k) {
-    const int owner = groups[k].first;
-    Process p = env.process_for(owner);
-    const std::string context = owner < 0 ? "dlopen alone"
-                                          : fmt::format("dlopen after importing what {} requires",
-                                                        env.dists[static_cast<std::size_t>(owner)].name);
-    for (auto i : groups[k].second) {
-      p.begin_trial();  // each object alone: undo its load before the next
-      const int idx = env.loader->load(p, env.objects[i].path);
-      if (idx >= 0) dlopened[k].push_back({i, p.objects[static_cast<std::size_t>(idx)].needed, context});
-      p.rollback();
-    }
-  });
-  for (auto& list : dlopened) apply(list);
-}
-
-}  // namespace
 
 Environment scan_environment(const EnvLayout& layout, const ScanOptions& options) {
   Environment env;

@@ -1,4 +1,4 @@
-// Materialising an environment described in the corpus format (../shared/corpus/README.md):
+// Materialising an environment described in the corpus format (tests/data/README.md):
 // a venv with pyvenv.cfg, dist-info folders (METADATA, RECORD, INSTALLER, WHEEL, ...), a file
 // for every RECORD row, and, where the description gives a dynamic section, a real ELF shared
 // object carrying it (resolver/elf_writer.hpp). `cudafix demo`, the end-to-end tests and the
