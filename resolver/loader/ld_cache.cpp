@@ -57,10 +57,15 @@ LdCache LdCache::parse(const std::string& b, const std::string& file) {
     throw fail(0, "no glibc-ld.so.cache1.1 header");
   }
   const auto nlibs = load_at<std::uint32_t>(b, base + 20);
+  const auto len_strings = load_at<std::uint32_t>(b, base + 24);
   const auto ext_off = load_at<std::uint32_t>(b, base + 32);
   const std::size_t avail = b.size() - base;
   if (nlibs > (avail - k_new_header) / k_new_entry)
     throw fail(base + 20, fmt::format("{} entries do not fit in the file", nlibs));
+  // A cut file is refused whole, not read as far as it goes: ldconfig writes the string table
+  // after the entries and the extension sections after that, so a cache cut short loses them.
+  if (len_strings > avail - k_new_header - std::size_t{nlibs} * k_new_entry)
+    throw fail(base + 24, fmt::format("the string table of {} bytes runs past the end", len_strings));
   auto string_at = [&](std::uint32_t off) -> std::string {
     if (off >= avail) throw fail(base + off, "string offset past the end");
     const char* s = b.data() + base + off;
@@ -78,8 +83,9 @@ LdCache LdCache::parse(const std::string& b, const std::string& file) {
       const auto tag = load_at<std::uint32_t>(b, s);
       const auto off = load_at<std::uint32_t>(b, s + 8);
       const auto size = load_at<std::uint32_t>(b, s + 12);
+      if (off > avail || size > avail - off) throw fail(s, fmt::format("extension section {} runs past the end", tag));
       if (tag != k_tag_glibc_hwcaps) continue;
-      if (off > avail || size > avail - off || size % 4) throw fail(s, "glibc-hwcaps section outside the file");
+      if (size % 4) throw fail(s, "glibc-hwcaps section of a size that is no multiple of 4");
       for (std::uint32_t k = 0; k < size / 4; ++k)
         hwcaps.push_back(string_at(load_at<std::uint32_t>(b, base + off + std::size_t{k} * 4)));
     }

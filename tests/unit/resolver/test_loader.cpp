@@ -242,13 +242,20 @@ TEST(LdCacheFormat, ReadsEveryEntryOfTheHostCacheAsLdconfigDoes) {
 TEST(LdCacheFormat, RejectsTruncatedAndGarbageCachesWithOffsets) {
   const std::string good = read_file("/etc/ld.so.cache");
   EXPECT_THROW((void)LdCache::parse("not a cache at all, long enough to have a header....", "x"), Error);
-  for (std::size_t cut : {std::size_t{30}, std::size_t{60}, good.size() / 2}) {
+  ASSERT_GT(good.size(), 120u);
+  for (std::size_t cut : {std::size_t{30}, std::size_t{60}, good.size() / 2, good.size() - 1}) {
+    bool rejected = false;
     try {
       (void)LdCache::parse(good.substr(0, cut), "cut");
     } catch (const Error& e) {
+      rejected = true;
       EXPECT_NE(std::string(e.what()).find("offset"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cut"), std::string::npos) << "names the file: " << e.what();
     }
+    EXPECT_TRUE(rejected) << "the cache cut at " << cut << " of " << good.size() << " bytes was parsed";
   }
+  // The whole cache parses, so the cuts above are what was rejected.
+  EXPECT_NO_THROW((void)LdCache::parse(good, "whole"));
 }
 
 TEST(LoaderModel, ReportsEveryPlaceLookedWhenNotFound) {
