@@ -25,6 +25,7 @@
 #include "resolver/plan/fix.hpp"
 #include "rules/doctor.hpp"
 #include "rules/knowledge.hpp"
+#include "rules/rule.hpp"
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;
@@ -60,11 +61,14 @@ struct Configuration {
   std::map<std::string, rules::RuleSettings> rule_settings;
 };
 
-Configuration load_configuration(const GlobalOptions& g, const r::EnvLayout& layout) {
+// `venv_root`: the environment's root, whose cudafix.toml is read; none, none.
+Configuration load_configuration(const GlobalOptions& g, const std::optional<std::string>& venv_root) {
   Configuration c{rules::builtin_knowledge(), {}};
   const std::string xdg = env_var("XDG_CONFIG_HOME").value_or(env_var("HOME").value_or("") + "/.config");
   std::vector<std::string> files;
-  for (const auto& f : {xdg + "/cudafix/config.toml", layout.root + "/cudafix.toml"}) {
+  std::vector<std::string> candidates = {xdg + "/cudafix/config.toml"};
+  if (venv_root) candidates.push_back(*venv_root + "/cudafix.toml");
+  for (const auto& f : candidates) {
     std::error_code ec;
     if (std::filesystem::is_regular_file(f, ec)) files.push_back(f);
   }
@@ -100,7 +104,7 @@ struct Located {
 
 Located locate(const GlobalOptions& g) {
   r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
-  Configuration config = load_configuration(g, layout);
+  Configuration config = load_configuration(g, layout.root);
   return {std::move(layout), std::move(config)};
 }
 
@@ -331,6 +335,38 @@ int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostrea
   else if (!g.quiet || !plan.ok())
     out << plan_fix_text(env, plan, style_for(g));
   return plan.ok() ? 0 : 1;
+}
+
+int run_rules(const GlobalOptions& g, std::ostream& out) {
+  // The environment's own cudafix.toml counts where there is an environment; `rules` also answers
+  // where there is none (a provisioning image before its venv exists).
+  std::optional<std::string> root;
+  try {
+    root = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")}).root;
+  } catch (const r::Error&) {
+    if (g.venv) throw;
+  }
+  const Configuration config = load_configuration(g, root);
+  if (g.json)
+    out << rules_json(root, config.rule_settings) << '\n';
+  else
+    out << rules_text(config.rule_settings, style_for(g));
+  return 0;
+}
+
+int run_explain(const GlobalOptions& g, const std::string& id, std::ostream& out) {
+  const rules::Rule* rule = rules::find_rule(id);
+  if (!rule) {
+    const auto closest = rules::closest_rule_ids(id);
+    throw r::Error(closest.empty() ? fmt::format("unknown rule '{}'; `cudafix rules` lists them", id)
+                                   : fmt::format("unknown rule '{}'; did you mean {}? (`cudafix rules` lists them)", id,
+                                                 fmt::join(closest, ", ")));
+  }
+  if (g.json)
+    out << explain_json(*rule) << '\n';
+  else
+    out << rule->doc;
+  return 0;
 }
 
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, std::ostream& out) {

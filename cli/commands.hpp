@@ -1,4 +1,4 @@
-// The commands. Each returns its exit code (../shared/DESIGN.md) and writes to the streams it
+// The commands. Each returns its exit code (docs/cli.md) and writes to the streams it
 // is given; errors escape as resolver::Error for main() to report.
 #pragma once
 
@@ -47,6 +47,11 @@ struct PlanFixCliOptions {
 };
 // `plan fix`: exit 0 plan found or nothing to do, 1 no safe plan (or the consumers disagree).
 int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostream& out);
+// `rules`: every rule, its severities and what it needs scanned; the configuration is the
+// environment's where one is found, else the user's and the --rules files.
+int run_rules(const GlobalOptions& g, std::ostream& out);
+// `explain RULE`: the rule's document; exit 2 for an unknown id, naming the closest ones.
+int run_explain(const GlobalOptions& g, const std::string& rule, std::ostream& out);
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir, std::ostream& out);
 // Developer command: writes an environment from a corpus-format description (file or "-").
 int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,

@@ -710,6 +710,53 @@ std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowled
   return w.take();
 }
 
+std::string rules_json(const std::optional<std::string>& venv,
+                       const std::map<std::string, rules::RuleSettings>& settings) {
+  JsonWriter w;
+  w.begin_object();
+  w.key("schema").value(1);
+  w.key("command").value("rules");
+  w.key("venv");
+  if (venv)
+    w.value(*venv);
+  else
+    w.null();
+  w.key("rules").begin_array();
+  for (const auto* rule : rules::registry()) {
+    const auto it = settings.find(std::string(rule->id));
+    w.begin_object();
+    w.key("id").value(rule->id);
+    w.key("severity").value(rules::to_string(rule->severity));
+    w.key("configured_severity");
+    if (it != settings.end() && it->second.severity)
+      w.value(rules::to_string(*it->second.severity));
+    else
+      w.null();
+    w.key("enabled").value(it == settings.end() || it->second.enabled);
+    w.key("depth").value(rules::to_string(rule->depth));
+    w.key("summary").value(rule->summary);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return w.take();
+}
+
+std::string explain_json(const rules::Rule& rule) {
+  JsonWriter w;
+  w.begin_object();
+  w.key("schema").value(1);
+  w.key("command").value("explain");
+  w.key("venv").null();
+  w.key("rule").value(rule.id);
+  w.key("severity").value(rules::to_string(rule.severity));
+  w.key("depth").value(rules::to_string(rule.depth));
+  w.key("summary").value(rule.summary);
+  w.key("document").value(rule.doc);
+  w.end_object();
+  return w.take();
+}
+
 std::string error_json(const std::string& command, const std::string& message) {
   JsonWriter w;
   w.begin_object();

@@ -1,8 +1,10 @@
-// JSON documents (schema 1, ../shared/DESIGN.md): schema, command and venv first; lists sorted;
+// JSON documents (schema 1, docs/json.md): schema, command and venv first; lists sorted;
 // paths relative to their site folder when one folder is unambiguous, else {"root","path"};
 // bytes that are not UTF-8 replaced, with "lossy": true on the object that carries them.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "resolver/plan/fix.hpp"
 #include "resolver/plan/plan.hpp"
 #include "rules/doctor.hpp"
+#include "rules/rule.hpp"
 
 namespace cudafix::cli {
 
@@ -30,6 +33,13 @@ namespace cudafix::cli {
 [[nodiscard]] std::string plan_fix_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                         const resolver::FixPlan& plan, const resolver::Fingerprint& fingerprint,
                                         const std::vector<std::string>& need_tags);
+// `cudafix rules --json`: {"schema":1,"command":"rules","venv":ROOT|null,"rules":[{"id","severity",
+// "configured_severity":S|null,"enabled","depth","summary"}]}, in the registry's order.
+[[nodiscard]] std::string rules_json(const std::optional<std::string>& venv,
+                                     const std::map<std::string, rules::RuleSettings>& settings);
+// `cudafix explain RULE --json`: {"schema":1,"command":"explain","venv":null,"rule":ID,"severity",
+// "depth","summary","document":MARKDOWN}.
+[[nodiscard]] std::string explain_json(const rules::Rule& rule);
 [[nodiscard]] std::string error_json(const std::string& command, const std::string& message);
 
 }  // namespace cudafix::cli

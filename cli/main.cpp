@@ -1,4 +1,4 @@
-// cudafix: keeps Python GPU environments working. The command line; see ../shared/DESIGN.md.
+// cudafix: keeps Python GPU environments working. The command line; docs/cli.md is its contract.
 #include <fmt/format.h>
 #include <malloc.h>
 #include <CLI/CLI.hpp>
@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
@@ -97,6 +99,31 @@ bool asks_for_huge_pages() {
   return mode && mode->find("[madvise]") != std::string::npos;
 }
 
+// The first word of argv that names no command of `app` (options and their values skipped), as
+// "unknown command 'frobnicate'; the commands are ...": CLI11 alone says only that a subcommand is
+// required. Looks into the command it names, so `plan frob` is caught too.
+std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv, int from = 1) {
+  std::vector<std::string> names;
+  for (const auto* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_group().empty(); }))
+    names.push_back(sub->get_name());
+  if (names.empty()) return std::nullopt;
+  for (int i = from; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") return std::nullopt;
+    if (arg.starts_with("-")) {
+      if (arg.find('=') != std::string_view::npos || !arg.starts_with("--")) continue;
+      const CLI::Option* opt = app.get_option_no_throw(std::string(arg));
+      if (opt && opt->get_type_size_max() > 0) ++i;  // its value
+      continue;
+    }
+    for (CLI::App* sub : app.get_subcommands({}))
+      if (sub->get_name() == arg) return unknown_command(*sub, argc, argv, i + 1);
+    const std::string where = app.get_parent() ? fmt::format(" of '{}'", app.get_name()) : "";
+    return fmt::format("unknown command '{}'{}; the commands are: {}", arg, where, fmt::join(names, ", "));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,6 +137,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // common options may follow the command: `cudafix scan --json`
   app.set_version_flag("--version", "cudafix 0.1.0");
+  // Usage errors read like every other error: `cudafix: error: --color: sometimes not in {...}`.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return fmt::format("cudafix: error: {}\nRun with --help for more information.\n", e.what());
+  });
   GlobalOptions g;
   std::string color = "auto";
   std::string ld_library_path;
@@ -161,6 +192,11 @@ int main(int argc, char** argv) {
   plan_fix->add_option("--cuda-major", fix_opts.cuda_major, "the CUDA major to repair for (default: the consumers')")
       ->check(CLI::Range(9, 99));
   plan_fix->add_option("-o,--output", fix_opts.output, "write the plan document (JSON) here, for `cudafix apply`");
+  auto* rules_cmd = app.add_subcommand("rules", "every doctor rule: its severities, what it needs scanned, what it finds");
+  std::string explain_id;
+  auto* explain = app.add_subcommand("explain", "a doctor rule's document: what it finds, why, how to fix it");
+  explain->add_option("RULE", explain_id, "a rule id (shared-path, metadata-only, ...; `cudafix rules` lists them)")
+      ->required();
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
@@ -176,6 +212,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (const auto unknown = unknown_command(app, argc, argv)) {
+      std::cerr << fmt::format("cudafix: error: {}\n", *unknown);
+      return k_exit_usage;
+    }
     const int rc = app.exit(e);
     return rc == 0 ? 0 : k_exit_usage;
   }
@@ -191,6 +231,8 @@ int main(int argc, char** argv) {
     if (verify->parsed()) return run_verify(g, verify_opts, std::cout);
     if (plan_remove->parsed()) return run_plan_remove(g, remove_dists, std::cout);
     if (plan_fix->parsed()) return run_plan_fix(g, fix_opts, std::cout);
+    if (rules_cmd->parsed()) return run_rules(g, std::cout);
+    if (explain->parsed()) return run_explain(g, explain_id, std::cout);
     if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerates cli/demo_env.json, the example environment `cudafix demo` builds, from the corpus.
 
-Usage: python3 cli/make_demo_env.py ../shared/corpus/torch-cu130-venv.json.gz > cli/demo_env.json
+Usage: python3 cli/make_demo_env.py tests/data/good_torch_cu130_venv.json.gz > cli/demo_env.json
 
 The example is the real CUDA 13 torch venv cut down to torch's libraries and the NVIDIA wheels,
 then broken the way users break it: nvidia-nccl-cu12 was installed beside nvidia-nccl-cu13 (both

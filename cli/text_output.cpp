@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "resolver/base/text.hpp"
 #include "resolver/env/unresolved.hpp"
+#include "rules/rule.hpp"
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;
@@ -331,9 +333,10 @@ std::string severity_label(rules::Severity s, const Style& st) {
   return "";
 }
 
+// `explained`: the rules whose pointer to `cudafix explain` was printed already (once a rule).
 void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
                    const std::map<int, std::vector<const rules::Finding*>>& effects, const Style& st, int depth,
-                   std::string& out) {
+                   std::set<std::string>& explained, std::string& out) {
   const std::string indent(static_cast<std::size_t>(depth) * 4, ' ');
   out += fmt::format("{}{}{}[{}] #{} {}\n", indent, depth ? "└ " : "", severity_label(f.severity, st), f.rule, f.id,
                      r::to_valid_utf8(f.message));
@@ -345,9 +348,11 @@ void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
       out += st.dim(fmt::format("{}      ... {} more (-v)\n", indent, f.evidence.size() - limit));
   }
   if (auto it = effects.find(f.id); it != effects.end())
-    for (const auto* e : it->second) finding_lines(rep, *e, effects, st, depth + 1, out);
+    for (const auto* e : it->second) finding_lines(rep, *e, effects, st, depth + 1, explained, out);
   if (details && depth == 0 && f.remedy && !f.remedy->command.empty())
     out += fmt::format("{}    {} {}\n", indent, st.bold("next:"), f.remedy->command);
+  if (explained.insert(f.rule).second)
+    out += st.dim(fmt::format("{}    see: cudafix explain {}\n", indent, f.rule));
 }
 
 }  // namespace
@@ -364,6 +369,7 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
     for (int cause : f.caused_by) effects[cause].push_back(&f);
   // Root causes first (most severe first), each with the findings it causes nested under it.
   std::size_t infos_hidden = 0;
+  std::set<std::string> explained;
   for (const auto& f : rep.findings) {
     if (!f.caused_by.empty()) continue;
     if (f.severity == rules::Severity::info && !st.verbose) {
@@ -371,11 +377,28 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
       continue;
     }
     out += "\n";
-    finding_lines(rep, f, effects, st, 0, out);
+    finding_lines(rep, f, effects, st, 0, explained, out);
   }
   if (infos_hidden)
     out += st.dim(fmt::format("\n{} explained findings (info) not shown; -v shows them\n", infos_hidden));
   if (rep.errors == 0 && rep.warnings == 0) out += st.good("\nno problems found\n");
+  return out;
+}
+
+std::string rules_text(const std::map<std::string, rules::RuleSettings>& settings, const Style& st) {
+  std::string out = fmt::format("{:<24} {:<8} {:<12} {:<6} {}\n", "rule", "default", "configured", "scans", "finds");
+  for (const auto* rule : rules::registry()) {
+    std::string configured = "-";
+    if (auto it = settings.find(std::string(rule->id)); it != settings.end()) {
+      if (!it->second.enabled)
+        configured = "off";
+      else if (it->second.severity)
+        configured = std::string(rules::to_string(*it->second.severity));
+    }
+    out += fmt::format("{:<24} {:<8} {:<12} {:<6} {}\n", st.bold(rule->id), rules::to_string(rule->severity),
+                       configured, rules::to_string(rule->depth), rule->summary);
+  }
+  out += st.dim("\ncudafix explain RULE prints a rule's document; [rules.RULE] in cudafix.toml configures it\n");
   return out;
 }
 

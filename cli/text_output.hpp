@@ -2,6 +2,7 @@
 // ([rpath of X], [ld.so.cache], ...), colour only when asked for or on a terminal.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "installer/probe/verify.hpp"
@@ -32,6 +33,9 @@ struct Style {
 
 [[nodiscard]] std::string doctor_text(const resolver::Environment& env, const rules::DoctorReport& report,
                                       const Style& style);
+// `cudafix rules`: every rule with its default severity, the one the configuration gives it
+// (`settings`), the scan depth it needs and its summary.
+[[nodiscard]] std::string rules_text(const std::map<std::string, rules::RuleSettings>& settings, const Style& style);
 [[nodiscard]] std::string plan_remove_text(const resolver::Environment& env, const resolver::RemovalPlan& plan,
                                            const Style& style);
 [[nodiscard]] std::string plan_fix_text(const resolver::Environment& env, const resolver::FixPlan& plan,

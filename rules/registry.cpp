@@ -27,6 +27,18 @@ const std::vector<const Rule*>& registry() {
   return rules;
 }
 
+std::string_view to_string(resolver::ScanDepth depth) {
+  switch (depth) {
+    case resolver::ScanDepth::dists:
+      return "dists";
+    case resolver::ScanDepth::files:
+      return "files";
+    case resolver::ScanDepth::full:
+      return "full";
+  }
+  return "full";
+}
+
 const Rule* find_rule(std::string_view id) {
   for (const auto* rule : registry())
     if (rule->id == id) return rule;

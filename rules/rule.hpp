@@ -33,6 +33,9 @@ struct Rule {
   void (*check)(checks::Context&);
 };
 
+// "dists", "files", "full": how `cudafix rules` names a depth.
+[[nodiscard]] std::string_view to_string(resolver::ScanDepth depth);
+
 // Every rule, in DESIGN.md's order (the order of `cudafix rules` and of error messages).
 [[nodiscard]] const std::vector<const Rule*>& registry();
 // nullptr for an unknown id.

@@ -60,7 +60,7 @@ struct VerifyReport {
   std::vector<Check> checks;
   std::vector<DiagnosisEntry> diagnosis;
 
-  // 0 ok, 1 failed, 3 no driver (../shared/DESIGN.md).
+  // 0 ok, 1 failed, 3 no driver (docs/cli.md).
   [[nodiscard]] int exit_code() const;
 };
 

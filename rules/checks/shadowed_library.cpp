@@ -114,7 +114,8 @@ void check(Context& c) {
         (provider->version == file_version || provider->version.rfind(file_version + ".", 0) == 0);
     const auto parsed = file_version.empty() ? std::nullopt : r::Version::parse(file_version);
     const bool asked_release = !provider && parsed && g.requirement->specifier.contains(*parsed, true);
-    f.severity = same_release || asked_release || g.all_lone ? Severity::warning : Severity::error;
+    // A copy only a direct dlopen of a lone object would load is a fact, not something to act on.
+    f.severity = g.all_lone ? Severity::info : same_release || asked_release ? Severity::warning : Severity::error;
     f.message = fmt::format(
         "{} resolves outside the environment, to {}{}, though {}{}", soname, g.outside,
         real != g.outside ? fmt::format(" ({})", r::base_name(real)) : "", g.required,

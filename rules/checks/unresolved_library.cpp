@@ -40,12 +40,13 @@ void check(Context& c) {
     Finding f;
     f.rule = "unresolved-library";
     switch (g.kind) {
+      // Explained, and nothing to act on: shown with -v and in --json.
       case r::UnresolvedKind::driver_library:
       case r::UnresolvedKind::earlier_import:
       case r::UnresolvedKind::loaded_by_sibling:
+      case r::UnresolvedKind::optional_library:
         f.severity = Severity::info;
         break;
-      case r::UnresolvedKind::optional_library:
       case r::UnresolvedKind::stale_build_path:
         f.severity = Severity::warning;
         break;
