@@ -67,9 +67,15 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 std::vector<std::string> closest_rule_ids(std::string_view id, std::size_t at_most) {
   std::vector<std::pair<std::size_t, std::string_view>> scored;
   for (const auto* rule : registry()) {
-    // A word of the id typed alone ("shadowed") is as close as a typo.
-    const bool part = !id.empty() && rule->id.find(id) != std::string_view::npos;
-    scored.emplace_back(part ? 1 : edit_distance(id, rule->id), rule->id);
+    // A word of the id typed alone ("shadowed", or misspelt: "shadowd") is as close as a typo.
+    std::size_t distance = edit_distance(id, rule->id);
+    if (!id.empty() && rule->id.find(id) != std::string_view::npos) distance = std::min<std::size_t>(distance, 1);
+    for (std::size_t start = 0; start < rule->id.size();) {
+      const auto dash = std::min(rule->id.find('-', start), rule->id.size());
+      distance = std::min(distance, 1 + edit_distance(id, rule->id.substr(start, dash - start)));
+      start = dash + 1;
+    }
+    scored.emplace_back(distance, rule->id);
   }
   std::stable_sort(scored.begin(), scored.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   std::vector<std::string> out;

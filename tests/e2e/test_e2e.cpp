@@ -242,11 +242,16 @@ TEST(WalkCache, AnswersAsAFullListingWouldAfterRealPipInstallsAndUninstalls) {
 
   // --no-cache keeps nothing; without CUDAFIX_CACHE_DIR the cache is under $XDG_CACHE_HOME.
   const std::string none = t.path() + "/none";
-  run_shell("env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(none) + " " + shell_quote(k_bin) + " " + scan +
-            " --no-cache");
+  const auto nothing_kept = run_shell("env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(none) + " " +
+                                      shell_quote(k_bin) + " " + scan + " --no-cache");
+  EXPECT_EQ(nothing_kept.exit_code, 0);
+  EXPECT_EQ(nothing_kept.out, after) << "--no-cache reads the same venv to the same answer";
   EXPECT_FALSE(fs::exists(none));
-  run_shell("env -u VIRTUAL_ENV -u CUDAFIX_CACHE_DIR XDG_CACHE_HOME=" + shell_quote(t.path() + "/xdg") + " " +
-            shell_quote(k_bin) + " " + scan);
+  const auto xdg =
+      run_shell("env -u VIRTUAL_ENV -u CUDAFIX_CACHE_DIR XDG_CACHE_HOME=" + shell_quote(t.path() + "/xdg") + " " +
+                shell_quote(k_bin) + " " + scan);
+  EXPECT_EQ(xdg.exit_code, 0);
+  EXPECT_EQ(xdg.out, after);
   EXPECT_TRUE(fs::is_directory(t.path() + "/xdg/cudafix"));
 }
 
@@ -345,6 +350,15 @@ TEST_F(CorpusVenv, JsonIsTheSameOnEveryRun) {
   const auto d = cudafix("doctor --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 1");
   const auto e = cudafix("doctor --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 8");
   EXPECT_EQ(d.out, e.out);
+  // Runs that succeeded, on the whole corpus: not two copies of one failure.
+  for (const auto* r : {&a, &b, &c, &d, &e}) EXPECT_EQ(r->exit_code, 0) << r->out.substr(0, 500);
+  const json scan = json::parse(a.out);
+  EXPECT_EQ(scan["summary"]["dists"], 197);
+  EXPECT_EQ(scan["summary"]["objects"], 846);
+  EXPECT_EQ(scan["summary"]["record_rows"], 68923);
+  const json doctor = json::parse(d.out);
+  EXPECT_EQ(doctor["summary"]["errors"], 0);
+  EXPECT_FALSE(doctor["findings"].empty());
 }
 
 // Ctrl-Z and fg, over and over while a scan runs: each stop interrupts the listing of whatever
@@ -434,11 +448,24 @@ TEST_F(HostileVenv, EscapingAndSymlinkedRecordRowsAreReportedAndNeverFollowed) {
   // Nothing outside the environment is read as an object, nothing anywhere is written.
   for (const auto& o : j["objects"]) EXPECT_THAT(o["path"].dump(), ::testing::Not(HasSubstr("secret")));
   EXPECT_EQ(snapshot(tmp_.path()), before);
-  // The non-UTF-8 name comes out replaced, and the dist says so.
   const json* evil = find_by(j["dists"], "dist", "evil-1.0.dist-info");
   ASSERT_NE(evil, nullptr);
+  // The non-UTF-8 name comes out replaced where a document names it (what an uninstall deletes),
+  // and the document says so; the escaping and symlinked rows are never among what is deleted.
+  const json plan = run_json("plan remove evil --venv " + shell_quote(venv_) + k_no_cache);
+  EXPECT_THAT(plan["pip_would_delete"], ::testing::Contains("evil/\xEF\xBF\xBD\xEF\xBF\xBD.py")) << plan.dump();
+  EXPECT_EQ(plan["lossy"], true);
+  for (const auto& p : plan["pip_would_delete"]) {
+    EXPECT_THAT(p.get<std::string>(), ::testing::Not(HasSubstr("passwd")));
+    EXPECT_THAT(p.get<std::string>(), ::testing::Not(HasSubstr("shadow")));
+    EXPECT_THAT(p.get<std::string>(), ::testing::Not(HasSubstr("secret")));
+  }
+  EXPECT_EQ(snapshot(tmp_.path()), before) << "plan remove changes nothing";
+  // The text output names the escaping rows too, and survives the name that is not UTF-8.
   const auto text = cudafix("scan --color never --venv " + shell_quote(venv_) + k_no_cache);
   EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_THAT(text.out, HasSubstr("escapes the environment"));
+  EXPECT_THAT(text.out, ::testing::Not(HasSubstr("\xff\xfe")));
 }
 
 TEST_F(HostileVenv, NonUtf8NamesAreReplacedAndMarkedLossy) {
@@ -499,10 +526,13 @@ TEST(Errors, CouldNotRunExitsTwoWithAPreciseMessage) {
   EXPECT_THAT(r.out, HasSubstr("cudafix: error: " + tmp.path() + " is not a Python environment"));
   r = cudafix("scan --venv /nonexistent/venv");
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("cudafix: error: --venv: Directory does not exist: /nonexistent/venv\n"));
   r = cudafix("frobnicate");
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("cudafix: error: unknown command 'frobnicate'; the commands are: scan, why, doctor"));
   r = cudafix("scan --color sometimes");
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("cudafix: error: --color: sometimes not in {auto,always,never}\n"));
   r = cudafix("--help");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("why"));
@@ -535,9 +565,24 @@ TEST(Rules, UserRulesExtendTheKnowledge) {
   ASSERT_EQ(cudafix("demo -q " + shell_quote(demo)).exit_code, 0);
   // Without knowing libfabric is optional, its NEEDED is unexplained; a venv's cudafix.toml
   // that drops the group makes it so.
+  const auto baseline = run_json("scan --venv " + shell_quote(demo) + k_no_cache);
+  const auto kind_of_libfabric = [&] {
+    const json d = run_json("doctor --select unresolved-library --venv " + shell_quote(demo) + k_no_cache, 1);
+    for (const auto& f : d["findings"])
+      if (f["sonames"] == json({"libfabric.so.1"}))
+        return std::make_pair(f["message"].get<std::string>(), f["severity"]);
+    return std::make_pair(std::string("(no finding for libfabric.so.1)"), json());
+  };
+  const auto before = kind_of_libfabric();
+  EXPECT_THAT(before.first, HasSubstr("(optional-library)"));
+  EXPECT_EQ(before.second, "info");
   std::ofstream(demo + "/cudafix.toml") << "[optional.libfabric]\nwhy = \"x\"\nsonames = []\n";
   const json j = run_json("scan --venv " + shell_quote(demo) + k_no_cache);
-  EXPECT_GT(j["summary"]["unexplained_needed"].get<int>(), 0);
+  // Exactly one more NEEDED is unexplained: nvshmem's libfabric transport's libfabric.so.1.
+  EXPECT_EQ(j["summary"]["unexplained_needed"].get<int>(), baseline["summary"]["unexplained_needed"].get<int>() + 1);
+  const auto after = kind_of_libfabric();
+  EXPECT_THAT(after.first, HasSubstr("(unexplained)"));
+  EXPECT_EQ(after.second, "warning");
 }
 
 }  // namespace
@@ -560,6 +605,8 @@ TEST(LoaderOptions, LdLibraryPathOptionIsTheOneTheModelUses) {
   const auto without =
       cudafix("why libonly.so --color never --venv " + shell_quote(site) + " --ld-library-path ''" + k_no_cache);
   EXPECT_EQ(without.exit_code, 1) << without.out;
+  EXPECT_THAT(without.out, HasSubstr("libonly.so => not found"));
+  EXPECT_THAT(without.out, ::testing::Not(HasSubstr(only)));
   const auto with = run_shell("env -u VIRTUAL_ENV LD_LIBRARY_PATH=/nonexistent " + shell_quote(k_bin) +
                               " why libonly.so --color never --venv " + shell_quote(site) + " --ld-library-path " +
                               shell_quote(only) + k_no_cache);
@@ -570,6 +617,13 @@ TEST(LoaderOptions, LdLibraryPathOptionIsTheOneTheModelUses) {
       run_shell("env -u VIRTUAL_ENV LD_LIBRARY_PATH=" + shell_quote(only) + " " + shell_quote(k_bin) +
                 " why libonly.so --color never --venv " + shell_quote(site) + k_no_cache);
   EXPECT_EQ(inherited.exit_code, 0) << inherited.out;
+  EXPECT_THAT(inherited.out, HasSubstr("libonly.so => " + only + "/libonly.so [LD_LIBRARY_PATH]"));
+  // And the option overrides what the caller has.
+  const auto overridden =
+      run_shell("env -u VIRTUAL_ENV LD_LIBRARY_PATH=" + shell_quote(only) + " " + shell_quote(k_bin) +
+                " why libonly.so --color never --ld-library-path '' --venv " + shell_quote(site) + k_no_cache);
+  EXPECT_EQ(overridden.exit_code, 1) << overridden.out;
+  EXPECT_THAT(overridden.out, HasSubstr("libonly.so => not found"));
 }
 
 }  // namespace

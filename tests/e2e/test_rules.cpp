@@ -120,6 +120,9 @@ TEST(ExplainCommand, AnUnknownRuleExitsTwoNamingTheClosestIds) {
   const auto word = run_shell(shell_quote(k_bin) + " explain metadata 2>&1");
   EXPECT_EQ(word.exit_code, 2);
   EXPECT_THAT(word.out, HasSubstr("did you mean metadata-only"));
+  const auto misspelt_word = run_shell(shell_quote(k_bin) + " explain shadowd 2>&1");
+  EXPECT_EQ(misspelt_word.exit_code, 2);
+  EXPECT_THAT(misspelt_word.out, HasSubstr("did you mean shadowed-library"));
   const auto nothing = run_shell(shell_quote(k_bin) + " explain zzzzzzzz 2>&1");
   EXPECT_EQ(nothing.exit_code, 2);
   EXPECT_THAT(nothing.out, HasSubstr("unknown rule 'zzzzzzzz'; `cudafix rules` lists them"));

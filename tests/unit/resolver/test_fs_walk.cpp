@@ -160,18 +160,40 @@ TEST(ParallelFor, RunsEveryItemOnceAndNestsWithoutDeadlock) {
 }
 
 TEST(ParallelFor, AnExceptionReachesTheCallerAfterTheOtherCallsReturn) {
+  // Every item but 5 waits until item 5 has thrown (and a little longer, for the throw to reach
+  // parallel_for's catch), so at that moment the 8 workers hold at most items 0 to 7: none of
+  // items 8 to 63 may start after it.
   std::atomic<int> running{0};
+  std::atomic<int> started{0};
   std::atomic<int> finished{0};
-  EXPECT_THROW(parallel_for(64, 8,
-                            [&](std::size_t i) {
-                              ++running;
-                              if (i == 5) throw std::runtime_error("item 5");
-                              ++finished;
-                              --running;
-                            }),
-               std::runtime_error);
+  std::atomic<bool> thrown{false};
+  std::atomic<std::size_t> highest{0};
+  try {
+    parallel_for(64, 8, [&](std::size_t i) {
+      ++started;
+      ++running;
+      for (std::size_t seen = highest.load(); i > seen && !highest.compare_exchange_weak(seen, i);) {
+      }
+      if (i == 5) {
+        thrown = true;
+        throw std::runtime_error("item 5");
+      }
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!thrown && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ++finished;
+      --running;
+    });
+    ADD_FAILURE() << "parallel_for returned normally";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "item 5") << "the exception the call threw";
+  }
   EXPECT_EQ(running.load(), 1) << "only the throwing call is left unfinished, none still runs";
-  EXPECT_LT(finished.load(), 64);
+  EXPECT_EQ(finished.load(), started.load() - 1) << "every other call that started returned first";
+  EXPECT_LE(highest.load(), 7u) << "items after the exception were started";
+  const int after = started.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(started.load(), after) << "a call started after parallel_for returned";
 }
 
 TEST(RunInDependencyOrder, EachTaskStartsOnlyAfterThoseItWaitsFor) {
