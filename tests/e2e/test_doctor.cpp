@@ -349,13 +349,78 @@ TEST(DoctorMixed, AnUnusedCuda12CublasBesideACuda13ConsumerIsAWarning) {
   EXPECT_EQ(mixed[0]["severity"], "warning");
   EXPECT_EQ(mixed[0]["dists"], json({"nvidia_cublas_cu12-12.8.4.1.dist-info"}));
   EXPECT_THAT(mixed[0]["message"].get<std::string>(),
-              HasSubstr("which nothing in the environment needs (it needs CUDA 13)"));
+              HasSubstr("the environment mixes CUDA 12 and 13: cuapp 1.0 needs CUDA 13; this dist provides CUDA 12 and "
+                        "no consumer needs it: nvidia-cublas-cu12 12.8.4.1"));
+  EXPECT_EQ(mixed[0]["remedy"]["command"], "cudafix plan fix");
   // Without the CUDA 12 wheel: no finding.
   ASSERT_EQ(run_shell("rm -rf " + shell_quote(site) + "/nvidia_cublas_cu12-12.8.4.1.dist-info " + shell_quote(site) +
                       "/nvidia/cublas")
                 .exit_code,
             0);
   EXPECT_TRUE(of_rule(doctor(venv).doc, "mixed-cuda-major").empty());
+}
+
+// The hybrid the other way round: a CUDA 12 torch with a CUDA 13 runtime and cuBLAS left over.
+// The CUDA 13 cuBLAS NEEDs the CUDA 13 runtime, but a provider's own NEEDED is no consumer's need:
+// both are listed, in one finding.
+TEST(DoctorMixed, CudaThirteenLeftoversBesideACudaTwelveTorchAreListedInOneFinding) {
+  TempDir tmp;
+  const std::string venv = tmp.path() + "/venv";
+  ASSERT_EQ(run_shell(k_python + " -m venv --without-pip " + shell_quote(venv)).exit_code, 0);
+  const std::string v = k_fixtures + "/verify";
+  resolver::ElfSpec cublas;
+  cublas.soname = "libcublas.so.13";
+  cublas.needed = {"libcudart.so.13"};
+  cublas.runpath = "$ORIGIN";
+  resolver::write_shared_object(tmp.path() + "/libcublas.so.13", cublas);
+  std::vector<std::string> wheels;
+  for (const std::string& args :
+       {"nvidia-cuda-runtime-cu12 12.8.90 nvidia/cuda_runtime/lib/libcudart.so.12=" + v + "/cu12/libcudart.so.12",
+        "torch12like 2.7.1 torch/lib/libtorch_cuda.so=" + v + "/torch12/libtorch_cuda.so",
+        "nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13",
+        "nvidia-cublas 13.1.0.3 nvidia/cu13/lib/libcublas.so.13=" + tmp.path() + "/libcublas.so.13"})
+    wheels.push_back(test::make_wheel(tmp.path(), args));
+  const std::string site = test::site_packages(venv);
+  for (const auto& w : wheels)
+    ASSERT_EQ(run_shell(k_python + " -m pip install -q --no-index --no-deps --disable-pip-version-check --target " +
+                        shell_quote(site) + " " + shell_quote(w))
+                  .exit_code,
+              0);
+  const auto d = doctor(venv);
+  const auto mixed = fires(d.doc, "mixed-cuda-major");
+  ASSERT_EQ(mixed.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(mixed[0]["severity"], "warning");
+  EXPECT_EQ(mixed[0]["dists"], json({"nvidia_cublas-13.1.0.3.dist-info", "nvidia_cuda_runtime-13.0.96.dist-info"}));
+  EXPECT_THAT(mixed[0]["message"].get<std::string>(),
+              HasSubstr("the environment mixes CUDA 12 and 13: torch12like 2.7.1 needs CUDA 12; these 2 dists provide "
+                        "CUDA 13 and no consumer needs them: nvidia-cublas 13.1.0.3, nvidia-cuda-runtime 13.0.96"));
+  EXPECT_THAT(joined_evidence(mixed[0]), HasSubstr("torch12like 2.7.1 needs CUDA 12: torch/lib/libtorch_cuda.so"));
+}
+
+// The real CUDA 13 torch venv with a CUDA 12 cuDNN dist-info left beside it, listing the same
+// nvidia/cudnn/lib files: the leftover is the hybrid, though its paths hold the right bytes.
+TEST(DoctorCorpus, ALeftoverCuda12CudnnDistInfoSharingTheCuda13FilesIsTheHybrid) {
+  TempDir dir;
+  const std::string venv = dir.path() + "/venv";
+  const auto made = run_shell("zcat " + shell_quote(k_source + "/tests/data/good_torch_cu130_venv.json.gz") + " | " +
+                              shell_quote(k_bin) + " materialize - " + shell_quote(venv));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  EXPECT_TRUE(of_rule(doctor(venv).doc, "mixed-cuda-major").empty()) << "the healthy venv is no hybrid";
+  const std::string site = venv + "/lib/python3.12/site-packages";
+  const std::string leftover = site + "/nvidia_cudnn_cu12-9.10.2.21.dist-info";
+  write_file(leftover + "/METADATA", "Metadata-Version: 2.1\nName: nvidia-cudnn-cu12\nVersion: 9.10.2.21\n");
+  std::string record;
+  for (const char* lib : {"libcudnn.so.9", "libcudnn_adv.so.9", "libcudnn_cnn.so.9", "libcudnn_ops.so.9"})
+    record += std::string("nvidia/cudnn/lib/") + lib + ",sha256=AAAA,1\n";
+  write_file(leftover + "/RECORD", record + "nvidia_cudnn_cu12-9.10.2.21.dist-info/METADATA,,\n");
+  const auto d = doctor(venv);
+  const auto mixed = fires(d.doc, "mixed-cuda-major");
+  ASSERT_EQ(mixed.size(), 1u) << d.doc["findings"].dump(1);
+  EXPECT_EQ(mixed[0]["dists"], json({"nvidia_cudnn_cu12-9.10.2.21.dist-info"}));
+  EXPECT_THAT(mixed[0]["message"].get<std::string>(), HasSubstr("torch 2.11.0"));
+  EXPECT_THAT(
+      mixed[0]["message"].get<std::string>(),
+      HasSubstr("need CUDA 13; this dist provides CUDA 12 and no consumer needs it: nvidia-cudnn-cu12 9.10.2.21"));
 }
 
 // cuDNN's engine library reaches cuBLASLt and NVRTC only through dlopen, by the sonames of the CUDA
