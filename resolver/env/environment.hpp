@@ -35,6 +35,7 @@ struct SharedObject {
   bool entry_point = false;             // no SONAME: an extension module or plugin, imported by path
   std::vector<Resolution> resolutions;  // one per DT_NEEDED, from the process model
   std::string context;                  // how the process model came to load it
+  int loaded_in = -1;                   // the dist whose simulated import (or lone dlopen) mapped it first
   std::vector<std::string> aliases;     // symlinks in the tree that point at it
   int bytes_owner = -1;                 // simulated writes: the dist whose bytes the file holds
   bool assumed_elf = false;             // simulated writes: its dynamic section is a guess (no wheel at hand)

@@ -29,6 +29,7 @@ struct Learned {
   std::size_t object;
   std::vector<Resolution> resolutions;
   std::string context;
+  int dist = -1;  // the dist whose import (or lone dlopen) it was
 };
 
 // Each dist's depth in the requirement graph (0: requires nothing installed); a dist is imported
@@ -128,7 +129,7 @@ void resolve_objects(Environment& env, unsigned threads) {
       for (std::size_t j = mapped[e].first; j < mapped[e].second; ++j) {
         auto& lo = p.objects[j];
         if (auto it = env.object_by_path.find(lo.real); it != env.object_by_path.end())
-          learned[static_cast<std::size_t>(d)].push_back({it->second, std::move(lo.needed), context});
+          learned[static_cast<std::size_t>(d)].push_back({it->second, std::move(lo.needed), context, d});
         imported[static_cast<std::size_t>(d)].push_back(
             LoadedObject{std::move(lo.path), std::move(lo.real), std::move(lo.names), lo.elf, -1, {}, {}, true});
       }
@@ -143,6 +144,7 @@ void resolve_objects(Environment& env, unsigned threads) {
       assigned[l.object] = true;
       env.objects[l.object].resolutions = std::move(l.resolutions);
       env.objects[l.object].context = std::move(l.context);
+      env.objects[l.object].loaded_in = l.dist;
     }
   };
   // First import wins, in import order: by depth, then by name.
@@ -174,7 +176,7 @@ void resolve_objects(Environment& env, unsigned threads) {
     for (auto i : groups[k].second) {
       p.begin_trial();  // each object alone: undo its load before the next
       const int idx = env.loader->load(p, env.objects[i].path);
-      if (idx >= 0) dlopened[k].push_back({i, p.objects[static_cast<std::size_t>(idx)].needed, context});
+      if (idx >= 0) dlopened[k].push_back({i, p.objects[static_cast<std::size_t>(idx)].needed, context, owner});
       p.rollback();
     }
   });

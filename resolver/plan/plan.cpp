@@ -237,12 +237,17 @@ std::vector<Break> worse_resolutions(const Environment& before, const Environmen
         add(judge(before, after, k, target, bo->resolutions[i], ao.resolutions[i]), RequiredBy::needed);
     if (ao.elf.status != ElfReadStatus::ok || !ao.elf.info.soname || !dlopen_loaders.count(*ao.elf.info.soname))
       continue;
+    // A file nothing wrote holds the bytes it held before; a written one, its writer's.
     const auto was = resolve_dlopens(before, k, *bo);
-    const auto now = resolve_dlopens(after, k, ao);
+    const auto now = resolve_dlopens(
+        after, k, ao, ao.bytes_owner >= 0 ? bytes_identity(after, k, ao) : bytes_identity(before, k, *bo));
     for (const auto& w : was) {
       const auto it = std::find_if(now.begin(), now.end(), [&](const DlopenResolution& d) {
         return d.group == w.group && d.resolution.name == w.resolution.name;
       });
+      // The new bytes (another major's build) open other sonames: this one is no longer required.
+      // Nothing asked at all means the loader no longer loads: each one it opened is lost.
+      if (it == now.end() && !now.empty()) continue;
       Resolution nothing;
       nothing.name = w.resolution.name;
       add(judge(before, after, k, target, w.resolution, it == now.end() ? nothing : it->resolution),

@@ -205,25 +205,48 @@ std::optional<int> major_of_object(const Environment& env, const Knowledge& k, c
   return major_from_owners(env, k, o.path, o.owners, nullptr);
 }
 
-std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k, const SharedObject& loader) {
+BytesIdentity bytes_identity(const Environment& env, const Knowledge& k, const SharedObject& o) {
+  BytesIdentity id;
+  std::vector<int> whose;
+  if (o.bytes_owner >= 0)
+    whose = {o.bytes_owner};
+  else if (o.owners.size() > 1)
+    whose = whose_bytes(env, o.path, o.owners);
+  else
+    whose = o.owners;
+  if (whose.size() == 1) {
+    const auto& d = env.dists[static_cast<std::size_t>(whose.front())];
+    id.major = major_of_dist(k, d);
+    id.version = d.version;
+    return id;
+  }
+  id.major = major_of_object(env, k, o);
+  return id;
+}
+
+std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k, const SharedObject& loader,
+                                              const std::optional<BytesIdentity>& bytes) {
   std::vector<DlopenResolution> out;
   if (loader.elf.status != ElfReadStatus::ok || !loader.elf.info.soname || !env.loader) return out;
   const int owner = loader.owners.empty() ? -1 : loader.owners.front();
+  std::optional<BytesIdentity> identity = bytes;  // asked only when a group needs it
+  auto identity_of = [&]() -> const BytesIdentity& {
+    if (!identity) identity = bytes_identity(env, k, loader);
+    return *identity;
+  };
   std::optional<Process> p;
   int index = -1;
-  std::optional<std::optional<int>> major;  // asked only of groups whose names follow it
   for (const auto& [name, g] : k.dlopen) {
     if (g.loaded_by != *loader.elf.info.soname) continue;
-    if (!g.since.empty() && owner >= 0) {
-      const auto have = Version::parse(env.dists[static_cast<std::size_t>(owner)].version);
+    if (!g.since.empty()) {
+      const auto have = Version::parse(identity_of().version);
       const auto since = Version::parse(g.since);
       if (have && since && *have < *since) continue;
     }
-    if (!g.sonames_by_major.empty() && !major) major = major_of_object(env, k, loader);
-    const auto sonames = g.sonames_for(major.value_or(std::nullopt));
+    const auto sonames = g.sonames_for(g.sonames_by_major.empty() ? std::nullopt : identity_of().major);
     if (sonames.empty()) continue;
     if (!p) {
-      p = env.process_for(owner);
+      p = env.process_for(loader.loaded_in >= 0 ? loader.loaded_in : owner);
       index = env.loader->load(*p, loader.path);
     }
     if (index < 0) return out;

@@ -49,15 +49,28 @@ enum class DigestForm { record, hex };
 // plan's what-if) has its objects and their owners, but no index of a walk for owners_of().
 [[nodiscard]] std::optional<int> major_of_object(const Environment& env, const Knowledge& k, const SharedObject& o);
 
+// Whose build a library file holds: the CUDA major and the version of the dist whose bytes are
+// on disk (the owner whose RECORD matches; a simulated write's dist). The dlopen tables follow it,
+// not whichever dist-info happens to list the path.
+struct BytesIdentity {
+  std::optional<int> major;
+  std::string version;  // empty: unknown
+};
+[[nodiscard]] BytesIdentity bytes_identity(const Environment& env, const Knowledge& k, const SharedObject& o);
+
 // The libraries `loader` opens with dlopen (the knowledge's [dlopen.*] groups whose loader's
-// soname it carries, from the group's `since` version of its dist on), each resolved as the
-// loader's dlopen would: in a process that imported its dist's requirements, then loaded it.
+// soname it carries, from the group's `since` version of its bytes on, by their major), each
+// resolved as the loader's dlopen would: in the process that really loads it (the import that
+// mapped it first, else its dist's requirements), then loaded. `bytes`: whose build the file
+// holds, when the caller knows better than `env` (a simulated environment's unwritten file holds
+// the bytes it held before); default: bytes_identity.
 struct DlopenResolution {
   std::string group;  // the [dlopen.NAME] table
   const SonameGroup* knowledge = nullptr;
   Resolution resolution;
 };
 [[nodiscard]] std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k,
-                                                            const SharedObject& loader);
+                                                            const SharedObject& loader,
+                                                            const std::optional<BytesIdentity>& bytes = std::nullopt);
 
 }  // namespace cudafix::resolver::inline plan

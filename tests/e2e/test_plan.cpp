@@ -8,9 +8,11 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "resolver/base/text.hpp"
+#include "resolver/elf/elf_writer.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 
@@ -575,6 +577,126 @@ TEST_F(PlanFix, TheSavedPlanIsTheJsonDocumentWithAFingerprintOfWhatItTouches) {
   ASSERT_EQ(
       run_shell("touch -d '2001-01-01' " + shell_quote(site(dir) + "/nvidia/cublas/lib/libcublas.so.12")).exit_code, 0);
   EXPECT_NE(plan_fix(dir).doc["fingerprint"]["digest"], fp["digest"]);
+}
+
+}  // namespace
+}  // namespace cudafix
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::k_fixtures;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using ::testing::HasSubstr;
+
+// The hybrid users hit first: a CUDA 12 torch (pinning cuDNN, cuBLAS and the runtime of CUDA 12)
+// with a CUDA 13 stack left over, the CUDA 13 cuDNN installed last so that the shared
+// nvidia/cudnn/lib files hold its bytes, and a host ld.so.cache that lists a CUDA 13 cuBLASLt
+// (a toolkit's). cuDNN's libcudnn_adv.so.9 dlopens the cuBLASLt of its own major.
+class HybridCuda12Torch : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    links_ = tmp_->path() + "/wheels";
+    const std::string elf = tmp_->path() + "/elf";
+    fs::create_directories(links_);
+    fs::create_directories(elf);
+    const std::string v = k_fixtures + "/verify";
+    auto object = [&](const std::string& file, const std::string& soname, std::vector<std::string> needed,
+                      std::optional<std::string> runpath) {
+      resolver::ElfSpec spec;
+      spec.soname = soname;
+      spec.needed = std::move(needed);
+      spec.runpath = std::move(runpath);
+      spec.padding = file.size() * 16;  // the two majors' builds differ in size, as real ones do
+      resolver::write_shared_object(elf + "/" + file, spec);
+      return elf + "/" + file;
+    };
+    const std::string adv = "nvidia/cudnn/lib/libcudnn_adv.so.9";
+    std::vector<std::pair<std::string, std::string>> builds = {
+        {"runtime12",
+         "nvidia-cuda-runtime-cu12 12.8.90 nvidia/cuda_runtime/lib/libcudart.so.12=" + v + "/cu12/libcudart.so.12"},
+        {"cublas12", "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublasLt.so.12=" +
+                         object("lt12.so", "libcublasLt.so.12", {}, std::nullopt)},
+        {"cudnn12", "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9 " +
+                        adv + "=" + object("adv12.so", "libcudnn_adv.so.9", {}, "$ORIGIN:$ORIGIN/../../cublas/lib")},
+        {"torch", "torch 2.7.1+cu128 torch/lib/libtorch_cuda.so=" + v + "/torch12/libtorch_cuda.so torch/_C.so=" + v +
+                      "/torch12/_C.so --requires 'nvidia-cudnn-cu12==9.10.2.21' --requires "
+                      "'nvidia-cublas-cu12==12.8.4.1' --requires 'nvidia-cuda-runtime-cu12==12.8.90'"},
+        {"runtime13", "nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + v + "/cu13/libcudart.so.13"},
+        {"cublas13", "nvidia-cublas 13.1.0.3 nvidia/cu13/lib/libcublasLt.so.13=" +
+                         object("lt13.so", "libcublasLt.so.13", {}, std::nullopt) +
+                         " nvidia/cu13/lib/libcublas.so.13=" +
+                         object("cublas13.so", "libcublas.so.13", {"libcublasLt.so.13"}, "$ORIGIN")},
+        {"cudnn13", "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9 " +
+                        adv + "=" + object("adv13.so", "libcudnn_adv.so.9", {}, "$ORIGIN:$ORIGIN/../../cu13/lib")}};
+    for (const auto& [key, args] : builds) wheels_[key] = test::make_wheel(links_, args);
+    venv_ = tmp_->path() + "/venv";
+    std::vector<std::string> order;
+    for (const auto& [key, args] : builds) order.push_back(wheels_[key]);
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(venv_, order));
+    // The toolkit's cuBLASLt 13, found through an ld.so.cache the real ldconfig writes.
+    const std::string toolkit = tmp_->path() + "/cuda-13.0/lib";
+    fs::create_directories(toolkit);
+    fs::copy_file(elf + "/lt13.so", toolkit + "/libcublasLt.so.13");
+    test::write_file(tmp_->path() + "/ld.so.conf", toolkit + "\n");
+    cache_ = tmp_->path() + "/ld.so.cache";
+    const auto built =
+        run_shell("ldconfig -X -C " + shell_quote(cache_) + " -f " + shell_quote(tmp_->path() + "/ld.so.conf"));
+    ASSERT_EQ(built.exit_code, 0) << built.out;
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  static std::string copy(const TempDir& into) {
+    const std::string dest = into.path() + "/venv";
+    EXPECT_EQ(run_shell("cp -a " + shell_quote(venv_) + " " + shell_quote(dest)).exit_code, 0);
+    return dest;
+  }
+  static test::JsonRun run(const std::string& args, const std::string& venv = venv_) {
+    return test::cudafix_json(args + " --venv " + shell_quote(venv) + " --ld-so-cache " + shell_quote(cache_) +
+                              " --ld-library-path ''");
+  }
+  static std::vector<std::string> actions(const json& doc) {
+    std::vector<std::string> out;
+    for (const auto& s : doc["steps"])
+      out.push_back(s["action"].get<std::string>() + " " + s["name"].get<std::string>());
+    return out;
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string links_, venv_, cache_;
+  static inline std::map<std::string, std::string> wheels_;
+};
+
+TEST_F(HybridCuda12Torch, PlanFixReinstallsTheClobberedCuda12CudnnThenRemovesTheCuda13Stack) {
+  const auto plan = run("plan fix --find-links " + shell_quote(links_));
+  EXPECT_EQ(plan.exit_code, 0) << plan.doc.dump(1).substr(0, 4000);
+  EXPECT_TRUE(plan.doc["problem"].is_null()) << plan.doc["problem"];
+  EXPECT_EQ(plan.doc["target"]["cuda_major"], 12);
+  const auto steps = actions(plan.doc);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), "reinstall nvidia-cudnn-cu12");
+  for (const char* gone : {"remove nvidia-cudnn-cu13", "remove nvidia-cublas", "remove nvidia-cuda-runtime"})
+    EXPECT_THAT(steps, ::testing::Contains(gone)) << plan.doc["steps"].dump(1);
+  for (const auto& s : plan.doc["steps"]) EXPECT_TRUE(s["after_step"]["ok"]) << s.dump(1);
+}
+
+TEST_F(HybridCuda12Torch, OwnerCountedRemovalOfTheCuda13CudnnBreaksNothingAndPipsWayDoes) {
+  const auto plan = run("plan remove nvidia-cudnn-cu13");
+  // pip deletes the shared cuDNN files: torch's libcudnn.so.9 resolves nowhere.
+  EXPECT_EQ(plan.doc["safe"], false);
+  EXPECT_EQ(plan.exit_code, 1) << "exit 1 exactly when pip's uninstall breaks something";
+  bool torch_breaks = false;
+  for (const auto& b : plan.doc["breaks"]) torch_breaks = torch_breaks || b["soname"] == "libcudnn.so.9";
+  EXPECT_TRUE(torch_breaks) << plan.doc["breaks"].dump(1);
+  // Owner-counted, no byte of the shared files changes: nothing breaks, and the ld.so.cache entry
+  // a cuDNN file found before is still found.
+  EXPECT_TRUE(plan.doc["breaks_with_cudafix"].empty()) << plan.doc["breaks_with_cudafix"].dump(1);
+  EXPECT_EQ(plan.doc["safe_with_cudafix"], true);
 }
 
 }  // namespace
