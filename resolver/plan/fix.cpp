@@ -1,5 +1,7 @@
 #include "resolver/plan/fix.hpp"
 
+#include "resolver/plan/order_search.hpp"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -486,41 +488,57 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     candidates.push_back(std::move(st));
   }
 
-  // Greedy: the first candidate whose state, with everything before it, is no worse than before.
-  State state;
-  std::optional<Environment> last;
-  while (!candidates.empty()) {
-    bool taken = false;
-    std::optional<Step> first_failure;
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      Step st = candidates[i];
-      State trial = state;
+  // An order in which every step's state, with everything before it, is no worse than before the
+  // plan (resolver/plan/order_search.hpp): the preferred order first, backtracking where it fails.
+  // Each judgment applies the prefix's steps afresh and simulates the result; the step it adds is
+  // kept, by its place in the search, for the plan and for saying what blocks.
+  std::map<std::vector<std::size_t>, Step> judged;
+  const auto search = search_order(candidates.size(), [&](const std::vector<std::size_t>& prefix) {
+    State trial;
+    Step st;
+    for (std::size_t i : prefix) {
+      st = candidates[i];
       apply(env, k, st, trial);
-      Environment after = simulate(env, trial.what_if, options.threads);
-      st.worse = worse_resolutions(env, after, k, target);
-      st.ok = st.worse.empty();
-      if (!st.ok) {
-        if (!first_failure) first_failure = st;
-        continue;
-      }
-      plan.steps.push_back(std::move(st));
-      state = std::move(trial);
-      last = std::move(after);
-      candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(i));
-      taken = true;
-      break;
     }
-    if (taken) continue;
-    plan.steps.push_back(*first_failure);
-    plan.problem =
-        fmt::format("no safe order: {} {} would make what is required worse: {}", to_string(first_failure->action),
-                    first_failure->name, describe_breaks(env, first_failure->worse));
+    const Environment after = simulate(env, trial.what_if, options.threads);
+    st.worse = worse_resolutions(env, after, k, target);
+    st.ok = st.worse.empty();
+    judged[prefix] = st;
+    return st.ok;
+  });
+  const std::vector<std::size_t>& taken = search.found ? search.order : search.deepest;
+  std::vector<std::size_t> prefix;
+  State state;
+  for (std::size_t i : taken) {
+    prefix.push_back(i);
+    plan.steps.push_back(judged.at(prefix));
+    Step replay = candidates[i];
+    apply(env, k, replay, state);
+  }
+  if (!search.found) {
+    // Every step that could not follow the longest safe prefix, with what it would break there.
+    std::vector<std::string> blocked;
+    const Step* first = nullptr;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (std::find(taken.begin(), taken.end(), i) != taken.end()) continue;
+      auto next = prefix;
+      next.push_back(i);
+      const auto it = judged.find(next);
+      if (it == judged.end()) continue;
+      if (!first) first = &it->second;
+      blocked.push_back(fmt::format("{} {} would make what is required worse: {}", to_string(it->second.action),
+                                    it->second.name, describe_breaks(env, it->second.worse)));
+    }
+    if (first) plan.steps.push_back(*first);
+    plan.problem = fmt::format("no safe order{}{}{}", search.out_of_budget ? " found within the search's budget" : "",
+                               taken.empty() ? ": " : fmt::format(" after {} safe steps: ", taken.size()),
+                               fmt::join(blocked, "; "));
     return plan;
   }
+  const Environment last = simulate(env, state.what_if, options.threads);
   for (const auto& st : plan.steps)
     if (!st.wheel && st.action != StepAction::remove) plan.needs.push_back({st.name, st.version, st.why});
-  if (!last) last = simulate(env, state.what_if, options.threads);
-  plan.remaining = short_of_desired(env, *last, k, target);
+  plan.remaining = short_of_desired(env, last, k, target);
   return plan;
 }
 

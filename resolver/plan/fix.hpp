@@ -9,10 +9,11 @@
 // 2. The steps: reinstall each provider of the target major whose files are gone or hold another
 //    dist's bytes; install each provider a requirement or an extras chain asks for and the
 //    environment lacks; remove (owner-counted) each provider of another major.
-// 3. The order: greedy, in that order of preference; each candidate step is simulated on the
-//    model with everything before it, and taken only when no required resolution ends up worse
-//    than before the plan. When no remaining step can be taken, the plan stops and says which
-//    step breaks what.
+// 3. The order: one in which each step, simulated on the model with everything before it, leaves
+//    no required resolution worse than before the plan, found whenever one exists
+//    (resolver/plan/order_search.hpp: that order of preference first, backtracking where it
+//    fails). When none exists, the plan stops after the longest safe prefix and says, for each
+//    step that cannot follow it, what it breaks.
 #pragma once
 
 #include <optional>

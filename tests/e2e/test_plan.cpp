@@ -685,6 +685,49 @@ TEST_F(HybridCuda12Torch, PlanFixReinstallsTheClobberedCuda12CudnnThenRemovesThe
   for (const auto& s : plan.doc["steps"]) EXPECT_TRUE(s["after_step"]["ok"]) << s.dump(1);
 }
 
+// After a real `pip uninstall nvidia-cudnn-cu13` the shared files are gone and the CUDA 12 cuDNN
+// is metadata-only: the plan reinstalls it from its wheel first, then removes the CUDA 13 stack.
+TEST_F(HybridCuda12Torch, AfterARealPipUninstallOfTheCuda13CudnnTheCuda12OneIsReinstalledFirst) {
+  TempDir t;
+  const std::string venv = copy(t);
+  ASSERT_EQ(test::venv_pip(venv, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+  EXPECT_FALSE(fs::exists(test::site_packages(venv) + "/nvidia/cudnn/lib/libcudnn_adv.so.9"));
+  const auto plan = run("plan fix --find-links " + shell_quote(links_), venv);
+  EXPECT_EQ(plan.exit_code, 0) << plan.doc["problem"];
+  const auto steps = actions(plan.doc);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), "reinstall nvidia-cudnn-cu12");
+  EXPECT_THAT(steps, ::testing::Contains("remove nvidia-cublas"));
+  EXPECT_THAT(steps, ::testing::Not(::testing::Contains("remove nvidia-cudnn-cu13")));
+  for (const auto& s : plan.doc["steps"]) EXPECT_TRUE(s["after_step"]["ok"]) << s.dump(1);
+}
+
+// Installed the other way round (the CUDA 12 cuDNN last, so its bytes are on disk): nothing needs
+// reinstalling, and the CUDA 13 cuDNN goes with owner counting, keeping every shared file.
+TEST_F(HybridCuda12Torch, WithTheCuda12CudnnInstalledLastTheCuda13StackIsRemovedKeepingTheSharedFiles) {
+  TempDir t;
+  const std::string venv = t.path() + "/venv";
+  std::vector<std::string> order;
+  for (const char* key : {"runtime13", "cublas13", "cudnn13", "runtime12", "cublas12", "cudnn12", "torch"})
+    order.push_back(wheels_.at(key));
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(venv, order));
+  const auto plan = run("plan fix --find-links " + shell_quote(links_), venv);
+  EXPECT_EQ(plan.exit_code, 0) << plan.doc["problem"];
+  const auto steps = actions(plan.doc);
+  EXPECT_THAT(steps, ::testing::Not(::testing::Contains("reinstall nvidia-cudnn-cu12")));
+  for (const char* gone : {"remove nvidia-cudnn-cu13", "remove nvidia-cublas", "remove nvidia-cuda-runtime"})
+    EXPECT_THAT(steps, ::testing::Contains(gone)) << plan.doc["steps"].dump(1);
+  for (const auto& s : plan.doc["steps"]) {
+    EXPECT_TRUE(s["after_step"]["ok"]) << s.dump(1);
+    if (s["name"] == "nvidia-cudnn-cu13") {
+      // Its dist-info alone goes: every cuDNN path is listed by the CUDA 12 cuDNN too.
+      for (const auto& d : s["deletes"])
+        EXPECT_THAT(d.get<std::string>(), ::testing::StartsWith("nvidia_cudnn_cu13-9.19.0.56.dist-info/"));
+      EXPECT_EQ(s["keeps"], json({"nvidia/cudnn/lib/libcudnn.so.9", "nvidia/cudnn/lib/libcudnn_adv.so.9"}));
+    }
+  }
+}
+
 TEST_F(HybridCuda12Torch, OwnerCountedRemovalOfTheCuda13CudnnBreaksNothingAndPipsWayDoes) {
   const auto plan = run("plan remove nvidia-cudnn-cu13");
   // pip deletes the shared cuDNN files: torch's libcudnn.so.9 resolves nowhere.
