@@ -192,7 +192,8 @@ int main(int argc, char** argv) {
   plan_fix->add_option("--cuda-major", fix_opts.cuda_major, "the CUDA major to repair for (default: the consumers')")
       ->check(CLI::Range(9, 99));
   plan_fix->add_option("-o,--output", fix_opts.output, "write the plan document (JSON) here, for `cudafix apply`");
-  auto* rules_cmd = app.add_subcommand("rules", "every doctor rule: its severities, what it needs scanned, what it finds");
+  auto* rules_cmd =
+      app.add_subcommand("rules", "every doctor rule: its severities, what it needs scanned, what it finds");
   std::string explain_id;
   auto* explain = app.add_subcommand("explain", "a doctor rule's document: what it finds, why, how to fix it");
   explain->add_option("RULE", explain_id, "a rule id (shared-path, metadata-only, ...; `cudafix rules` lists them)")

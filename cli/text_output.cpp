@@ -351,8 +351,7 @@ void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
     for (const auto* e : it->second) finding_lines(rep, *e, effects, st, depth + 1, explained, out);
   if (details && depth == 0 && f.remedy && !f.remedy->command.empty())
     out += fmt::format("{}    {} {}\n", indent, st.bold("next:"), f.remedy->command);
-  if (explained.insert(f.rule).second)
-    out += st.dim(fmt::format("{}    see: cudafix explain {}\n", indent, f.rule));
+  if (explained.insert(f.rule).second) out += st.dim(fmt::format("{}    see: cudafix explain {}\n", indent, f.rule));
 }
 
 }  // namespace
