@@ -85,6 +85,20 @@ bool Context::allowed(const std::string& rule, const std::vector<std::string>& s
   return false;
 }
 
+void name_soname_consumers(const Context& c, Finding& f, const std::string& soname,
+                           const std::vector<std::string>& consumers, const std::set<std::string>& dists,
+                           const std::map<std::string, int>& causes, std::size_t evidence_limit) {
+  for (std::size_t i = 0; i < consumers.size() && i < evidence_limit; ++i)
+    f.evidence.push_back(fmt::format("needed by {}", c.env.display(consumers[i])));
+  if (consumers.size() > evidence_limit)
+    f.evidence.push_back(fmt::format("... and {} more", consumers.size() - evidence_limit));
+  f.paths.insert(f.paths.begin(), consumers.begin(), consumers.end());
+  f.sonames = {soname};
+  f.dists.assign(dists.begin(), dists.end());
+  if (auto it = causes.find(soname); it != causes.end()) f.caused_by = {it->second};
+  f.remedy = Remedy{"fix-plan", {}, fmt::format("cudafix why {}", soname)};
+}
+
 int Context::add(Finding f) {
   if (!rule_wanted(options, f.rule)) return -1;
   std::vector<std::string> subjects = f.sonames;

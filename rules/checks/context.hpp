@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -66,6 +67,13 @@ struct Context {
   // -1 when it was left out.
   int add(Finding f);
 };
+
+// What a finding about one soname names, as unresolved-library and shadowed-library give it: the
+// objects that need it (as evidence, at most `evidence_limit` of them), their dists, the root cause
+// it has in `causes` (causes_by_soname), and `cudafix why SONAME` next.
+void name_soname_consumers(const Context& c, Finding& f, const std::string& soname,
+                           const std::vector<std::string>& consumers, const std::set<std::string>& dists,
+                           const std::map<std::string, int>& causes, std::size_t evidence_limit);
 
 // The Requires-Dist lines (indexes) that asking `dist` for `extra` adds: those whose marker
 // mentions an extra and holds with this one.

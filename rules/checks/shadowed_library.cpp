@@ -128,13 +128,8 @@ void check(Context& c) {
       f.message +=
           "; nothing in the environment NEEDs or imports the object that asks for it, so only a direct dlopen of "
           "that object would load the outside copy";
-    for (const auto& consumer : g.consumers) f.evidence.push_back(fmt::format("needed by {}", c.env.display(consumer)));
-    f.paths = g.consumers;
-    f.paths.push_back(g.outside);
-    f.sonames = {soname};
-    f.dists.assign(g.dists.begin(), g.dists.end());
-    if (auto it = cause_by_soname.find(soname); it != cause_by_soname.end()) f.caused_by = {it->second};
-    f.remedy = Remedy{"fix-plan", {}, fmt::format("cudafix why {}", soname)};
+    f.paths = {g.outside};  // after the consumers
+    name_soname_consumers(c, f, soname, g.consumers, g.dists, cause_by_soname, g.consumers.size());
     c.add(std::move(f));
   }
 }

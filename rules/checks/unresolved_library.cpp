@@ -56,14 +56,7 @@ void check(Context& c) {
     }
     f.message = fmt::format("{} resolves nowhere for {} object{} ({}): {}", soname, g.consumers.size(),
                             g.consumers.size() == 1 ? "" : "s", r::to_string(g.kind), g.text);
-    for (std::size_t i = 0; i < g.consumers.size() && i < 8; ++i)
-      f.evidence.push_back(fmt::format("needed by {}", c.env.display(g.consumers[i])));
-    if (g.consumers.size() > 8) f.evidence.push_back(fmt::format("... and {} more", g.consumers.size() - 8));
-    f.paths = g.consumers;
-    f.sonames = {soname};
-    f.dists.assign(g.dists.begin(), g.dists.end());
-    if (auto it = cause_by_soname.find(soname); it != cause_by_soname.end()) f.caused_by = {it->second};
-    f.remedy = Remedy{"fix-plan", {}, fmt::format("cudafix why {}", soname)};
+    name_soname_consumers(c, f, soname, g.consumers, g.dists, cause_by_soname, 8);
     c.add(std::move(f));
   }
 }

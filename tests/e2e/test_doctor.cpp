@@ -52,6 +52,15 @@ std::vector<json> fires(const json& doc, const std::string& rule) {
   return found;
 }
 
+// The build machine's pip installs each wheel into a venv made without pip of its own.
+void install_into(const std::string& site, const std::vector<std::string>& wheels) {
+  for (const auto& w : wheels)
+    ASSERT_EQ(run_shell(k_python + " -m pip install -q --no-index --no-deps --disable-pip-version-check --target " +
+                        shell_quote(site) + " " + shell_quote(w))
+                  .exit_code,
+              0);
+}
+
 std::string joined_evidence(const json& f) {
   std::string s;
   for (const auto& e : f["evidence"]) s += e.get<std::string>() + "\n";
@@ -336,13 +345,8 @@ TEST(DoctorMixed, AnUnusedCuda12CublasBesideACuda13ConsumerIsAWarning) {
         "nvidia-cublas-cu12 12.8.4.1 nvidia/cublas/lib/libcublas.so.12=" + v + "/cublas12/libcublas.so.12",
         "cuapp 1.0 cuapp/libcuconsumer.so=" + v + "/libcuconsumer.so"})
     wheels.push_back(test::make_wheel(tmp.path(), args));
-  // pip of the build machine installs into the venv's site-packages (the venv has none of its own).
   const std::string site = test::site_packages(venv);
-  for (const auto& w : wheels)
-    ASSERT_EQ(run_shell(k_python + " -m pip install -q --no-index --no-deps --disable-pip-version-check --target " +
-                        shell_quote(site) + " " + shell_quote(w))
-                  .exit_code,
-              0);
+  ASSERT_NO_FATAL_FAILURE(install_into(site, wheels));
   const auto d = doctor(venv);
   const auto mixed = of_rule(d.doc, "mixed-cuda-major");
   ASSERT_EQ(mixed.size(), 1u) << d.doc["findings"].dump(1);
@@ -381,11 +385,7 @@ TEST(DoctorMixed, CudaThirteenLeftoversBesideACudaTwelveTorchAreListedInOneFindi
         "nvidia-cublas 13.1.0.3 nvidia/cu13/lib/libcublas.so.13=" + tmp.path() + "/libcublas.so.13"})
     wheels.push_back(test::make_wheel(tmp.path(), args));
   const std::string site = test::site_packages(venv);
-  for (const auto& w : wheels)
-    ASSERT_EQ(run_shell(k_python + " -m pip install -q --no-index --no-deps --disable-pip-version-check --target " +
-                        shell_quote(site) + " " + shell_quote(w))
-                  .exit_code,
-              0);
+  ASSERT_NO_FATAL_FAILURE(install_into(site, wheels));
   const auto d = doctor(venv);
   const auto mixed = fires(d.doc, "mixed-cuda-major");
   ASSERT_EQ(mixed.size(), 1u) << d.doc["findings"].dump(1);
