@@ -186,7 +186,14 @@ std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowled
   }
   w.end_array().key("remaining");
   d.strings(plan.remaining);
-  w.end_object();
+  w.key("conflict").begin_array();
+  for (const auto& st : plan.conflict) {
+    w.begin_object().key("action").value(r::to_string(st.action)).key("name").value(st.name);
+    w.key("version").value(st.version).key("why").value(st.why).key("worse");
+    breaks_json(d, env, st.worse);
+    w.end_object();
+  }
+  w.end_array().end_object();
   return w.take();
 }
 

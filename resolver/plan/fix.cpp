@@ -378,6 +378,53 @@ std::string describe_breaks(const Environment& env, const std::vector<Break>& wo
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
+// The smallest set of steps no order carries out together, each with what it breaks when it
+// comes last after the largest safe set of steps that can go before it.
+std::vector<Step> conflicting_steps(const std::vector<Step>& candidates, const OrderSearch& search,
+                                    const std::map<std::vector<std::size_t>, Step>& judged_sets) {
+  const auto& conflict = search.conflict;
+  std::vector<Step> out;
+  for (std::size_t s : conflict) {
+    Step st = candidates[s];
+    st.ok = false;
+    const std::vector<std::size_t>* before = nullptr;  // the largest reached set holding the rest, not s
+    for (const auto& m : search.reached) {
+      if (std::find(m.begin(), m.end(), s) != m.end()) continue;
+      const bool holds_rest = std::all_of(conflict.begin(), conflict.end(), [&](std::size_t c) {
+        return c == s || std::find(m.begin(), m.end(), c) != m.end();
+      });
+      if (holds_rest && (!before || m.size() > before->size())) before = &m;
+    }
+    if (before) {
+      auto set = *before;
+      set.insert(std::upper_bound(set.begin(), set.end(), s), s);
+      if (const auto it = judged_sets.find(set); it != judged_sets.end()) st.worse = it->second.worse;
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+std::string no_order_problem(const Environment& env, const OrderSearch& search, const std::vector<Step>& conflict) {
+  if (search.out_of_budget)
+    return fmt::format(
+        "no safe order found within the search's budget ({} judgments, the longest safe prefix {} "
+        "steps); plan fewer steps at a time (--cuda-major, or remove some dists first)",
+        search.judged, search.deepest.size());
+  std::vector<std::string> names, why;
+  for (const auto& st : conflict) {
+    names.push_back(fmt::format("{} {}", to_string(st.action), st.name));
+    if (!st.worse.empty())
+      why.push_back(fmt::format("{} {} would make what is required worse: {}", to_string(st.action), st.name,
+                                describe_breaks(env, st.worse)));
+  }
+  const std::string what = names.size() == 1 ? fmt::format("no order can carry out {}", names.front())
+                                             : fmt::format("no order carries out these {} steps together: {}",
+                                                           names.size(), fmt::join(names, ", "));
+  return why.empty() ? fmt::format("no safe order: {}", what)
+                     : fmt::format("no safe order: {}; {}", what, fmt::join(why, "; "));
+}
+
 }  // namespace
 
 FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& options) {
@@ -492,7 +539,8 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
   // plan (resolver/plan/order_search.hpp): the preferred order first, backtracking where it fails.
   // Each judgment applies the prefix's steps afresh and simulates the result; the step it adds is
   // kept, by its place in the search, for the plan and for saying what blocks.
-  std::map<std::vector<std::size_t>, Step> judged;
+  std::map<std::vector<std::size_t>, Step> judged;       // by prefix, in the order taken
+  std::map<std::vector<std::size_t>, Step> judged_sets;  // by the prefix's steps, ascending
   const auto search = search_order(candidates.size(), [&](const std::vector<std::size_t>& prefix) {
     State trial;
     Step st;
@@ -504,6 +552,9 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     st.worse = worse_resolutions(env, after, k, target);
     st.ok = st.worse.empty();
     judged[prefix] = st;
+    auto set = prefix;
+    std::sort(set.begin(), set.end());
+    judged_sets[set] = st;
     return st.ok;
   });
   const std::vector<std::size_t>& taken = search.found ? search.order : search.deepest;
@@ -516,23 +567,18 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     apply(env, k, replay, state);
   }
   if (!search.found) {
-    // Every step that could not follow the longest safe prefix, with what it would break there.
-    std::vector<std::string> blocked;
-    const Step* first = nullptr;
+    // The first step that could not follow the longest safe prefix, as the refused step.
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       if (std::find(taken.begin(), taken.end(), i) != taken.end()) continue;
       auto next = prefix;
       next.push_back(i);
-      const auto it = judged.find(next);
-      if (it == judged.end()) continue;
-      if (!first) first = &it->second;
-      blocked.push_back(fmt::format("{} {} would make what is required worse: {}", to_string(it->second.action),
-                                    it->second.name, describe_breaks(env, it->second.worse)));
+      if (const auto it = judged.find(next); it != judged.end()) {
+        plan.steps.push_back(it->second);
+        break;
+      }
     }
-    if (first) plan.steps.push_back(*first);
-    plan.problem = fmt::format("no safe order{}{}{}", search.out_of_budget ? " found within the search's budget" : "",
-                               taken.empty() ? ": " : fmt::format(" after {} safe steps: ", taken.size()),
-                               fmt::join(blocked, "; "));
+    plan.conflict = conflicting_steps(candidates, search, judged_sets);
+    plan.problem = no_order_problem(env, search, plan.conflict);
     return plan;
   }
   const Environment last = simulate(env, state.what_if, options.threads);

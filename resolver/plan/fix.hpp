@@ -12,8 +12,9 @@
 // 3. The order: one in which each step, simulated on the model with everything before it, leaves
 //    no required resolution worse than before the plan, found whenever one exists
 //    (resolver/plan/order_search.hpp: that order of preference first, backtracking where it
-//    fails). When none exists, the plan stops after the longest safe prefix and says, for each
-//    step that cannot follow it, what it breaks.
+//    fails). When none exists, the plan stops after the longest safe prefix and names the
+//    smallest set of steps that no order carries out together, with what each of them breaks
+//    when it comes after the most steps that can go before it.
 #pragma once
 
 #include <optional>
@@ -71,6 +72,7 @@ struct FixPlan {
   std::vector<Step> steps;  // in order
   std::vector<Need> needs;
   std::vector<std::string> remaining;  // what still differs from the desired state after the plan
+  std::vector<Step> conflict;  // no safe order: the smallest set of steps no order carries out together
   std::string problem;                 // non-empty: no plan (consumers disagree, no safe order)
   [[nodiscard]] bool ok() const { return problem.empty(); }
 };

@@ -10,6 +10,13 @@
 // a step), remembering each set judged and each set from which no order completes. It is
 // complete: tests/unit/resolver/test_order_search.cpp checks it against every permutation of
 // random small cases. A budget bounds the judgments (each is a simulation of the environment).
+//
+// When no order exists, the search has visited every safe set reachable from none, and a
+// smallest conflict follows from them: a smallest set of steps that no reachable safe set holds
+// all of, so that no order carries them all out, whatever else is done first or between. One step
+// alone is a conflict when no safe order can ever take it; two steps are when each can be taken
+// but never both (two majors' providers, say). Sets of up to four steps are tried; when none of
+// them conflicts, every step is named.
 #pragma once
 
 #include <cstddef>
@@ -20,10 +27,12 @@ namespace cudafix::resolver::inline plan {
 
 struct OrderSearch {
   bool found = false;
-  bool out_of_budget = false;        // stopped before the search was complete
-  std::vector<std::size_t> order;    // found: every step, each prefix safe
-  std::vector<std::size_t> deepest;  // not found: the longest safe prefix reached
-  std::size_t judged = 0;            // calls of `safe`
+  bool out_of_budget = false;                     // stopped before the search was complete
+  std::vector<std::size_t> order;                 // found: every step, each prefix safe
+  std::vector<std::size_t> deepest;               // not found: the longest safe prefix reached
+  std::vector<std::size_t> conflict;              // not found, search complete: a smallest conflicting set, ascending
+  std::vector<std::vector<std::size_t>> reached;  // not found: the largest safe sets reached, ascending each
+  std::size_t judged = 0;                         // calls of `safe`
 };
 
 // `safe(prefix)`: whether the steps of `prefix` (its last one the step being added) leave a safe

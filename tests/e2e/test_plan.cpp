@@ -537,7 +537,12 @@ TEST_F(PlanFix, ARemovalThatWouldBreakAConsumerIsRefusedNamingWhatBreaks) {
   // CUDA 13 asked for: removing the cu12 runtime would leave torch12like's libcudart.so.12 nowhere.
   const auto p = plan_fix(dir, "--cuda-major 13");
   EXPECT_EQ(p.exit_code, 1);
-  EXPECT_THAT(p.doc["problem"].get<std::string>(), HasSubstr("no safe order"));
+  EXPECT_THAT(p.doc["problem"].get<std::string>(), HasSubstr("no safe order: no order can carry out remove "
+                                                             "nvidia-cuda-runtime-cu12"));
+  // The conflict is that one step: no order of the others makes it safe.
+  ASSERT_EQ(p.doc["conflict"].size(), 1u) << p.doc["conflict"].dump(1);
+  EXPECT_EQ(p.doc["conflict"][0]["name"], "nvidia-cuda-runtime-cu12");
+  EXPECT_THAT(p.doc["conflict"][0]["worse"].dump(), HasSubstr("libcudart.so.12"));
   ASSERT_FALSE(p.doc["steps"].empty());
   const auto& last = p.doc["steps"].back();
   EXPECT_FALSE(last["after_step"]["ok"]);

@@ -73,6 +73,58 @@ TEST(OrderSearch, FindsAnOrderExactlyWhenSomePermutationHasEveryPrefixSafe) {
   EXPECT_GT(none, 500u);
 }
 
+// The sets some order reaches with every prefix safe, by dynamic programming over all sets.
+std::vector<bool> reachable_sets(std::size_t n, const std::vector<bool>& safe_set) {
+  std::vector<bool> reach(std::size_t{1} << n);
+  reach[0] = true;
+  for (std::uint64_t s = 1; s < reach.size(); ++s) {
+    if (!safe_set[s]) continue;
+    for (std::size_t i = 0; i < n && !reach[s]; ++i)
+      if (s & (std::uint64_t{1} << i)) reach[s] = reach[s & ~(std::uint64_t{1} << i)];
+  }
+  return reach;
+}
+
+// Whether no reachable set holds every step of `set`.
+bool is_conflict(std::uint64_t set, const std::vector<bool>& reach) {
+  for (std::uint64_t t = 0; t < reach.size(); ++t)
+    if (reach[t] && (t & set) == set) return false;
+  return true;
+}
+
+TEST(OrderSearch, WhenNoOrderExistsItNamesASmallestSetOfStepsThatNoOrderCarriesOutTogether) {
+  std::mt19937 rng(20261202);
+  std::size_t pairs = 0, singles = 0, checked = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const std::size_t n = 2 + rng() % 6;
+    const double p = 0.5 + 0.45 * static_cast<double>(rng() % 1000) / 1000.0;
+    std::vector<bool> safe_set(std::size_t{1} << n);
+    std::bernoulli_distribution coin(p);
+    for (std::size_t s = 1; s < safe_set.size(); ++s) safe_set[s] = coin(rng);
+    const auto result = search_order(
+        n, [&](const std::vector<std::size_t>& prefix) { return static_cast<bool>(safe_set[set_of(prefix)]); });
+    if (result.found) continue;
+    ++checked;
+    const auto reach = reachable_sets(n, safe_set);
+    ASSERT_FALSE(result.conflict.empty()) << "round " << round;
+    const std::uint64_t named = set_of(result.conflict);
+    EXPECT_TRUE(is_conflict(named, reach)) << "round " << round << ": some order carries them all out";
+    // No smaller set conflicts (every set is tried, up to the sizes the search tries).
+    std::size_t smallest = n;
+    for (std::uint64_t s = 1; s < reach.size(); ++s)
+      if (is_conflict(s, reach))
+        smallest = std::min<std::size_t>(smallest, static_cast<std::size_t>(__builtin_popcountll(s)));
+    EXPECT_EQ(result.conflict.size(), smallest <= 4 ? smallest : n) << "round " << round;
+    // Every largest set reached is reachable, and none holds the conflict.
+    for (const auto& m : result.reached) EXPECT_TRUE(reach[set_of(m)]) << "round " << round;
+    singles += result.conflict.size() == 1;
+    pairs += result.conflict.size() == 2;
+  }
+  EXPECT_GT(checked, 300u);
+  EXPECT_GT(singles, 50u);
+  EXPECT_GT(pairs, 50u);
+}
+
 TEST(OrderSearch, ThePreferredOrderIsTriedFirstAndCostsOneJudgementAStep) {
   const auto result = search_order(6, [](const std::vector<std::size_t>&) { return true; });
   ASSERT_TRUE(result.found);
