@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The hybrid CUDA 12/13 property (tests/e2e/test_hybrid_property.cpp) over many more rounds than
+# CI's 12, each seed its own sample: plan fix on a real pip-made venv, carried out, then judged by
+# doctor, pip check and glibc's ld.so --list.
+#   bench/hybrid_property.sh [BUILD_DIR] [ROUNDS] [SEEDS...]
+set -euo pipefail
+build=${1:-build}
+rounds=${2:-60}
+shift $(( $# > 2 ? 2 : $# ))
+seeds=("$@")
+[ ${#seeds[@]} -gt 0 ] || seeds=(1 2 3)
+for seed in "${seeds[@]}"; do
+  start=$(date +%s)
+  CUDAFIX_HYBRID_ROUNDS=$rounds CUDAFIX_HYBRID_SEED=$seed CUDAFIX_CACHE_DIR=$(mktemp -d) \
+    "$build/tests/e2e_tests" --gtest_filter='HybridProperty.*' --gtest_brief=1
+  echo "seed $seed: $rounds rounds passed in $(( $(date +%s) - start )) s"
+done

@@ -1,0 +1,323 @@
+// A property of `plan fix` on hybrid CUDA 12/13 environments made the way users make them: real
+// venvs, real wheels installed by pip in a random order (so either major's bytes may sit in the
+// paths both write: nvidia/cudnn/lib, nvidia/nccl/lib), some providers then uninstalled by a real
+// `pip uninstall` (which deletes those shared files for both). The consumers (torch, cupy, jax's
+// plugin) all need one major, the target; a random set of the other major's providers is left
+// over. With every wheel at hand (--find-links), the plan must be found, every step judged safe,
+// and once it is carried out on the venv (pip for the reinstalls and installs, the plan's own
+// deletions for the removals) three judges that are not the planner must agree: `cudafix doctor`
+// reports no error, `pip check` passes, and glibc's `ld.so --list` of every consumer object
+// finds each CUDA library in the venv, byte for byte the target major's build, and loses nothing
+// it found before.
+//
+// CUDAFIX_HYBRID_ROUNDS sets the number of rounds (default 12) and CUDAFIX_HYBRID_SEED the seed;
+// bench/hybrid_property.sh runs many more.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "resolver/elf/elf_writer.hpp"
+#include "tests/e2e/cudafix_run.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+
+// One dist of the pool: its wheel, the files it installs (archive name -> built ELF), what it is.
+struct Dist {
+  std::string key;  // "cudnn", "torch", ...
+  int major = 0;    // the CUDA major it provides or needs
+  bool provider = false;
+  std::string name;  // the dist's project name
+  std::string wheel;
+  std::map<std::string, std::string> files;  // archive path -> source ELF
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class HybridProperty : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    links_ = tmp_->path() + "/wheels";
+    elf_ = tmp_->path() + "/elf";
+    fs::create_directories(links_);
+    fs::create_directories(elf_);
+    for (int m : {12, 13}) add_major(m);
+    base_ = tmp_->path() + "/base";
+    const auto made = run_shell(test::k_python + " -m venv " + shell_quote(base_));
+    ASSERT_EQ(made.exit_code, 0) << made.out;
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  static std::string object(const std::string& file, const std::string& soname, std::vector<std::string> needed,
+                            const std::string& runpath) {
+    resolver::ElfSpec spec;
+    spec.soname = soname;
+    spec.needed = std::move(needed);
+    if (!runpath.empty()) spec.runpath = runpath;
+    spec.padding = 64 + file.size() * 16;  // the two majors' builds differ in bytes, as real ones do
+    resolver::write_shared_object(elf_ + "/" + file, spec);
+    return elf_ + "/" + file;
+  }
+
+  static void add(Dist d, const std::string& version, const std::vector<std::string>& requires_dist) {
+    std::string args = d.name + " " + version;
+    for (const auto& [arc, src] : d.files) args += " " + arc + "=" + src;
+    for (const auto& r : requires_dist) args += " --requires " + shell_quote(r);
+    d.wheel = test::make_wheel(links_, args);
+    pool_.push_back(std::move(d));
+  }
+
+  // The real layouts: CUDA 12's runtime and cuBLAS in folders of their own, CUDA 13's together in
+  // nvidia/cu13/lib; cuDNN and NCCL in one folder for both majors, under the same sonames.
+  static void add_major(int m) {
+    const std::string s = std::to_string(m);
+    const bool twelve = m == 12;
+    const std::string rt_dir = twelve ? "nvidia/cuda_runtime/lib" : "nvidia/cu13/lib";
+    const std::string blas_dir = twelve ? "nvidia/cublas/lib" : "nvidia/cu13/lib";
+    const std::string up = "$ORIGIN/../../";
+    const std::string cudart = "libcudart.so." + s, cublas = "libcublas.so." + s, lt = "libcublasLt.so." + s;
+    Dist rt{"runtime", m, true, twelve ? "nvidia-cuda-runtime-cu12" : "nvidia-cuda-runtime", "", {}};
+    rt.files[rt_dir + "/" + cudart] = object("cudart" + s + ".so", cudart, {}, "");
+    add(rt, twelve ? "12.8.90" : "13.0.96", {});
+    Dist blas{"cublas", m, true, twelve ? "nvidia-cublas-cu12" : "nvidia-cublas", "", {}};
+    blas.files[blas_dir + "/" + lt] = object("lt" + s + ".so", lt, {}, "");
+    blas.files[blas_dir + "/" + cublas] = object("cublas" + s + ".so", cublas, {lt}, "$ORIGIN");
+    add(blas, twelve ? "12.8.4.1" : "13.1.0.3", {});
+    const std::string rtc_dir = twelve ? "nvidia/cuda_nvrtc/lib" : "nvidia/cu13/lib";
+    const std::string nvrtc = "libnvrtc.so." + s;
+    Dist rtc{"nvrtc", m, true, twelve ? "nvidia-cuda-nvrtc-cu12" : "nvidia-cuda-nvrtc", "", {}};
+    rtc.files[rtc_dir + "/" + nvrtc] = object("nvrtc" + s + ".so", nvrtc, {}, "");
+    add(rtc, twelve ? "12.8.93" : "13.0.88", {});
+    // The dispatcher and every sub-library it and libcudnn_graph.so.9 dlopen, their RUNPATH naming
+    // the folders of cuBLASLt and NVRTC of their own major (rules/data/knowledge.toml).
+    Dist dnn{"cudnn", m, true, "nvidia-cudnn-cu" + s, "", {}};
+    const std::string dnn_path = "$ORIGIN:$ORIGIN/../../" + blas_dir.substr(7) + ":$ORIGIN/../../" + rtc_dir.substr(7);
+    for (const char* lib :
+         {"", "_graph", "_ops", "_cnn", "_adv", "_heuristic", "_engines_precompiled", "_engines_runtime_compiled"}) {
+      const std::string soname = fmt::format("libcudnn{}.so.9", lib);
+      dnn.files["nvidia/cudnn/lib/" + soname] = object(fmt::format("cudnn{}{}.so", lib, s), soname, {}, dnn_path);
+    }
+    add(dnn, twelve ? "9.10.2.21" : "9.19.0.56", {});
+    Dist nccl{"nccl", m, true, "nvidia-nccl-cu" + s, "", {}};
+    nccl.files["nvidia/nccl/lib/libnccl.so.2"] = object("nccl" + s + ".so", "libnccl.so.2", {}, "");
+    add(nccl, twelve ? "2.27.3" : "2.28.7", {});
+
+    Dist torch{"torch", m, false, "torch", "", {}};
+    torch.files["torch/lib/libtorch_cuda.so"] =
+        object("torch" + s + ".so", "libtorch_cuda.so", {cudart, cublas, "libcudnn.so.9", "libnccl.so.2"},
+               up + rt_dir + ":" + up + blas_dir + ":" + up + "nvidia/cudnn/lib:" + up + "nvidia/nccl/lib");
+    add(torch, twelve ? "2.7.1+cu128" : "2.9.0+cu130",
+        {rt.name + "==" + (twelve ? "12.8.90" : "13.0.96"), rtc.name + "==" + (twelve ? "12.8.93" : "13.0.88"),
+         blas.name + "==" + (twelve ? "12.8.4.1" : "13.1.0.3"), dnn.name + "==" + (twelve ? "9.10.2.21" : "9.19.0.56"),
+         nccl.name + "==" + (twelve ? "2.27.3" : "2.28.7")});
+    Dist cupy{"cupy", m, false, "cupy-cuda" + s + "x", "", {}};
+    cupy.files["cupy_backends/cuda/libcupy.so"] =
+        object("cupy" + s + ".so", "libcupy.so", {cudart, cublas}, up + rt_dir + ":" + up + blas_dir);
+    add(cupy, "13.6.0", {});
+    Dist jax{"jax", m, false, "jax-cuda" + s + "-plugin", "", {}};
+    jax.files["jax_cuda" + s + "_plugin/xla_cuda_plugin.so"] =
+        object("jax" + s + ".so", "xla_cuda_plugin.so", {cudart, "libcudnn.so.9"},
+               "$ORIGIN/../" + rt_dir + ":$ORIGIN/../nvidia/cudnn/lib");
+    add(jax, "0.7.0", {rt.name + ">=" + s, dnn.name + ">=9.8"});
+  }
+
+  static const Dist& dist(const std::string& key, int major) {
+    for (const auto& d : pool_)
+      if (d.key == key && d.major == major) return d;
+    throw std::runtime_error("no " + key);
+  }
+
+  static test::JsonRun cudafix(const std::string& args, const std::string& venv) {
+    return test::cudafix_json(args + " --venv " + shell_quote(venv) + test::k_no_cache + " --ld-library-path ''");
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string links_, elf_, base_;
+  static inline std::vector<Dist> pool_;
+};
+
+// glibc's answer for one object: every soname its load maps and the file, or nullopt ("not found").
+std::map<std::string, std::optional<std::string>> glibc_list(const std::string& object) {
+  const auto r =
+      run_shell("env -i /lib64/ld-linux-x86-64.so.2 --inhibit-cache --list " + shell_quote(object) + " 2>&1");
+  std::map<std::string, std::optional<std::string>> out;
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto arrow = line.find(" => ");
+    if (arrow == std::string::npos) continue;
+    std::string name = line.substr(0, arrow);
+    name.erase(0, name.find_first_not_of(" \t"));
+    const std::string target = line.substr(arrow + 4);
+    out[name] = target.starts_with("not found") ? std::nullopt : std::optional(target.substr(0, target.find(" (")));
+  }
+  return out;
+}
+
+// The plan carried out on the venv: pip for what a wheel writes, the plan's own deletions (every
+// file, then the folders it empties) for an owner-counted removal.
+void carry_out(const json& plan, const std::string& venv, const std::string& links) {
+  const std::string site = test::site_packages(venv);
+  for (const auto& st : plan["steps"]) {
+    const std::string action = st["action"];
+    if (action == "remove") {
+      for (const auto& p : st["deletes"])
+        if (!p.get<std::string>().ends_with("/")) fs::remove(site + "/" + p.get<std::string>());
+      for (const auto& p : st["deletes"])
+        if (p.get<std::string>().ends_with("/")) fs::remove_all(site + "/" + p.get<std::string>());
+      continue;
+    }
+    ASSERT_FALSE(st["wheel"].is_null()) << "every wheel is at hand: " << st.dump(1);
+    const std::string wheel = st["wheel"]["file"];
+    EXPECT_TRUE(wheel.starts_with(links + "/")) << wheel;
+    const auto r = test::venv_pip(venv, "install -q --no-index --no-deps --force-reinstall " + shell_quote(wheel));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+}
+
+TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAndGlibc) {
+  const char* env_rounds = std::getenv("CUDAFIX_HYBRID_ROUNDS");
+  const int rounds = env_rounds ? std::atoi(env_rounds) : 12;
+  const char* env_seed = std::getenv("CUDAFIX_HYBRID_SEED");
+  std::mt19937 rng(env_seed ? static_cast<unsigned>(std::strtoul(env_seed, nullptr, 10)) : 20261201u);
+  const auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  int reinstalls = 0, removals = 0, installs = 0, pip_uninstalls = 0, foreign_last = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const int target = coin(0.5) ? 12 : 13, foreign = 25 - target;
+    // The consumers, of the target major: at least one.
+    std::vector<std::string> consumers;
+    for (const char* c : {"torch", "cupy", "jax"})
+      if (coin(0.6)) consumers.push_back(c);
+    if (consumers.empty()) consumers.push_back("torch");
+    // Every target provider, and a random non-empty set of the foreign major's.
+    std::vector<const Dist*> installed;
+    for (const char* p : {"runtime", "nvrtc", "cublas", "cudnn", "nccl"}) installed.push_back(&dist(p, target));
+    std::vector<const Dist*> leftovers;
+    for (const char* p : {"runtime", "nvrtc", "cublas", "cudnn", "nccl"})
+      if (coin(0.6)) leftovers.push_back(&dist(p, foreign));
+    if (leftovers.empty()) leftovers.push_back(&dist("cudnn", foreign));
+    installed.insert(installed.end(), leftovers.begin(), leftovers.end());
+    std::shuffle(installed.begin(), installed.end(), rng);
+    for (const auto& c : consumers) installed.push_back(&dist(c, target));
+    // Optionally one real `pip uninstall`: a leftover, or a target provider a consumer requires.
+    std::optional<std::string> uninstall;
+    if (coin(0.45)) {
+      std::vector<std::string> choices;
+      for (const auto* d : leftovers) choices.push_back(d->name);
+      if (std::count(consumers.begin(), consumers.end(), "torch"))
+        for (const char* p : {"cudnn", "nccl", "cublas", "nvrtc"}) choices.push_back(dist(p, target).name);
+      uninstall = choices[rng() % choices.size()];
+    }
+    std::string what = fmt::format("round {}: target CUDA {}; installed in order:", round, target);
+    for (const auto* d : installed) what += " " + d->name;
+    if (uninstall) what += "; then pip uninstall " + *uninstall;
+    SCOPED_TRACE(what);
+
+    TempDir t;
+    const std::string venv = t.path() + "/venv";
+    ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(venv)).exit_code, 0);
+    // One pip call per wheel, in order, so the last writer of a shared path owns its bytes.
+    for (const auto* d : installed) {
+      const auto r = test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(d->wheel));
+      ASSERT_EQ(r.exit_code, 0) << r.out;
+    }
+    for (const char* shared : {"cudnn", "nccl"}) {
+      const auto last =
+          std::find_if(installed.rbegin(), installed.rend(), [&](const Dist* d) { return d->key == shared; });
+      foreign_last += last != installed.rend() && (*last)->major == foreign;
+    }
+    if (uninstall) {
+      ASSERT_EQ(test::venv_pip(venv, "uninstall -y -q " + *uninstall).exit_code, 0);
+      ++pip_uninstalls;
+    }
+    const std::string site = test::site_packages(venv);
+    std::vector<std::string> objects;
+    for (const auto& c : consumers)
+      for (const auto& [arc, src] : dist(c, target).files) objects.push_back(site + "/" + arc);
+    std::map<std::string, std::map<std::string, std::optional<std::string>>> before;
+    for (const auto& o : objects) before[o] = glibc_list(o);
+
+    const auto plan = cudafix("plan fix --find-links " + shell_quote(links_), venv);
+    ASSERT_EQ(plan.exit_code, 0) << plan.doc.dump(1).substr(0, 3000);
+    ASSERT_TRUE(plan.doc["problem"].is_null()) << plan.doc["problem"];
+    EXPECT_EQ(plan.doc["target"]["cuda_major"], target);
+    for (const auto& st : plan.doc["steps"]) {
+      EXPECT_TRUE(st["after_step"]["ok"]) << st.dump(1);
+      const std::string action = st["action"];
+      reinstalls += action == "reinstall";
+      removals += action == "remove";
+      installs += action == "install";
+    }
+    ASSERT_NO_FATAL_FAILURE(carry_out(plan.doc, venv, links_));
+
+    // Judge 1: doctor, the same binary but not the planner, finds no error.
+    const auto doctor = cudafix("doctor", venv);
+    EXPECT_EQ(doctor.doc["summary"]["errors"], 0) << doctor.doc["findings"].dump(1).substr(0, 3000);
+    // Judge 2: pip's own resolver metadata check.
+    const auto check = test::venv_pip(venv, "check");
+    EXPECT_EQ(check.exit_code, 0) << check.out;
+    // Judge 3: glibc. Every CUDA library a consumer maps is in the venv and is the target build.
+    std::map<std::string, std::string> expected;  // soname -> the target build's bytes
+    for (const char* p : {"runtime", "nvrtc", "cublas", "cudnn", "nccl"})
+      for (const auto& [arc, src] : dist(p, target).files) expected[fs::path(arc).filename().string()] = read_all(src);
+    for (const auto& [o, was] : before) {
+      const auto now = glibc_list(o);
+      for (const auto& [soname, path] : was)
+        if (path) {
+          EXPECT_TRUE(now.count(soname) && now.at(soname)) << o << " lost " << soname;
+        }
+      for (const auto& [soname, path] : now) {
+        if (!expected.count(soname)) continue;
+        ASSERT_TRUE(path) << o << ": " << soname << " not found";
+        const std::string real = fs::weakly_canonical(*path).string();
+        EXPECT_TRUE(real.starts_with(fs::weakly_canonical(venv).string() + "/")) << real;
+        EXPECT_TRUE(read_all(real) == expected[soname])
+            << o << ": " << soname << " => " << real << " is not CUDA " << target << "'s build";
+      }
+    }
+    // The foreign major's dists are gone.
+    const auto list = test::venv_pip(venv, "list --format json");
+    const auto dists = json::parse(list.out, nullptr, false);
+    ASSERT_FALSE(dists.is_discarded()) << list.out;
+    for (const auto& d : dists)
+      for (const auto* l : leftovers) EXPECT_NE(d["name"], l->name) << "still installed";
+  }
+  // The rounds exercised every kind of step and both orders of the shared paths.
+  if (rounds >= 12) {
+    EXPECT_GT(reinstalls, 0);
+    EXPECT_GT(removals, rounds);
+    EXPECT_GT(pip_uninstalls, 0);
+    EXPECT_GT(foreign_last, 0);
+  }
+  RecordProperty("reinstalls", reinstalls);
+  RecordProperty("removals", removals);
+  RecordProperty("installs", installs);
+  RecordProperty("pip_uninstalls", pip_uninstalls);
+}
+
+}  // namespace
+}  // namespace cudafix
