@@ -40,6 +40,7 @@ std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge, 
     rows += dist.record.size();
     w.begin_object();
     w.key("dist").value(dist.dir_name);
+    w.key("format").value(r::to_string(dist.format));
     w.key("name").value(dist.normalized);
     w.key("version").value(dist.version);
     w.key("root").value(r::to_string(dist.root));
@@ -48,9 +49,11 @@ std::string scan_json(const r::Environment& env, const r::Knowledge& knowledge, 
     w.key("requires_dist");
     d.strings(dist.metadata.requires_dist);
     w.key("files").value(static_cast<std::uint64_t>(dist.record.size()));
+    w.key("files_listed").value(dist.format == r::DistFormat::dist_info || dist.has_record);
     w.key("missing");
     d.paths(env.missing[i]);
     if (dist.direct_url) w.key("direct_url").value(*dist.direct_url);
+    if (!dist.develop_path.empty()) w.key("develop_path").value(dist.develop_path);
     w.end_object();
   }
   w.end_array();

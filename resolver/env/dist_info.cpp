@@ -206,6 +206,20 @@ bool next_csv_row(std::string_view text, std::size_t& pos, std::size_t& line, st
 
 }  // namespace
 
+std::string_view to_string(DistFormat f) {
+  switch (f) {
+    case DistFormat::dist_info:
+      return "dist-info";
+    case DistFormat::egg_info:
+      return "egg-info";
+    case DistFormat::egg_info_file:
+      return "egg-info file";
+    case DistFormat::egg_link:
+      return "egg-link";
+  }
+  return "dist-info";
+}
+
 std::string_view to_string(SiteRoot root) {
   switch (root) {
     case SiteRoot::purelib:

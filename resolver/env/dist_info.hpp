@@ -97,8 +97,13 @@ struct RequirementRef {
 enum class SiteRoot { purelib, platlib, system };
 [[nodiscard]] std::string_view to_string(SiteRoot root);
 
+// What kind of folder or file a dist's metadata is (resolver/env/egg_info.hpp has the egg kinds).
+enum class DistFormat { dist_info, egg_info, egg_info_file, egg_link };
+[[nodiscard]] std::string_view to_string(DistFormat f);
+
 struct DistInfo {
   std::string dir_name;  // "torch-2.11.0.dist-info": the dist's identity in JSON
+  DistFormat format = DistFormat::dist_info;
   std::string site_dir;  // absolute folder holding the dist-info (RECORD paths are relative to it)
   SiteRoot root = SiteRoot::platlib;
   std::string name;        // as METADATA spells it
@@ -115,6 +120,12 @@ struct DistInfo {
   std::vector<std::string> wheel_tags;
   std::optional<std::string> direct_url;     // PEP 610 "url"
   std::vector<RequirementRef> requirements;  // metadata.requires_dist, parsed once
+  std::string develop_path;                  // egg_link: the project folder it points at
+
+  // The file its rows come from: RECORD, or an egg-info folder's installed-files.txt.
+  [[nodiscard]] std::string record_name() const {
+    return format == DistFormat::dist_info ? "RECORD" : "installed-files.txt";
+  }
 };
 
 // "torch 2.11.0": a dist as messages name it.

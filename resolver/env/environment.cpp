@@ -16,6 +16,7 @@
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/elf/elf_store.hpp"
+#include "resolver/env/egg_info.hpp"
 #include "resolver/env/fs_walk.hpp"
 #include "resolver/env/requirements.hpp"
 #include "resolver/env/scan_phases.hpp"
@@ -213,17 +214,22 @@ namespace {
 
 enum class FollowLinks { no, yes };
 
-// The *.dist-info folders directly in each site: one readdir each. The walk never follows a
-// symlink, so the full scan takes only real folders; reading metadata alone follows them, as pip does.
+// The dist-info and egg-info folders, egg-info files and egg-links directly in each site: one
+// readdir each. The walk never follows a symlink, so the full scan takes only real folders;
+// reading metadata alone follows them, as pip does.
 std::vector<DistInfoLocation> list_dist_infos(const std::vector<const SiteDir*>& sites, FollowLinks follow) {
   std::vector<DistInfoLocation> out;
   for (const auto* s : sites) {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(s->real, ec)) {
       std::string name = e.path().filename().string();
-      if (!name.ends_with(".dist-info")) continue;
-      const bool folder = follow == FollowLinks::yes ? e.is_directory(ec) : e.is_directory(ec) && !e.is_symlink(ec);
-      if (folder) out.push_back({s, std::move(name)});
+      if (!is_dist_entry(name)) continue;
+      const bool linked = e.is_symlink(ec);
+      if (follow == FollowLinks::no && linked) continue;
+      const bool folder = e.is_directory(ec);
+      const bool file = e.is_regular_file(ec);
+      const bool taken = name.ends_with(".dist-info") ? folder : name.ends_with(".egg-info") ? folder || file : file;
+      if (taken) out.push_back({s, std::move(name)});
     }
   }
   return out;
@@ -233,7 +239,9 @@ std::vector<ReadDistInfo> read_dist_infos(const std::vector<DistInfoLocation>& l
                                           ReadRecord with_record) {
   std::vector<ReadDistInfo> reads(locations.size());
   parallel_for(locations.size(), threads, [&](std::size_t i) {
-    reads[i] = read_dist_info(locations[i].site->real, locations[i].name, locations[i].site->root, with_record);
+    const auto& at = locations[i];
+    reads[i] = at.name.ends_with(".dist-info") ? read_dist_info(at.site->real, at.name, at.site->root, with_record)
+                                               : read_egg_info(at.site->real, at.name, at.site->root, with_record);
   });
   return reads;
 }

@@ -84,7 +84,7 @@ void index_ownership(Environment& env, const std::unordered_set<std::string>& sy
     for (const auto& s : env.layout.sites)
       if (s.real == d.site_dir) site = &s;
     const std::string bound = site ? site->bound : env.layout.root_real;
-    const std::string record_file = d.site_dir + "/" + d.dir_name + "/RECORD";
+    const std::string record_file = d.site_dir + "/" + d.dir_name + "/" + d.record_name();
     // A clean relative row (nearly all of them) is looked up as the site dir, hashed once per
     // chunk, followed by the row as written: no joined path unless the walk did not see it.
     const std::string prefix = d.site_dir.ends_with('/') ? d.site_dir : d.site_dir + "/";

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <optional>
 
 #include "resolver/base/text.hpp"
 #include "resolver/plan/provenance.hpp"
@@ -18,15 +20,38 @@ bool rule_wanted(const DoctorOptions& options, std::string_view id) {
   return it == options.settings.end() || it->second.enabled;
 }
 
+namespace {
+
+// A script path of Debian's package build in a RECORD of its system dist-packages
+// (<prefix>/lib/python3/dist-packages): `../scripts/pip`, `scripts-3.10/distro`.
+std::optional<std::string> debian_build_script(const r::DistInfo& d, const std::string& path) {
+  if (!d.site_dir.ends_with("/lib/python3/dist-packages")) return std::nullopt;
+  const std::string folder = r::parent_dir(path);
+  const std::string scripts = r::parent_dir(d.site_dir) + "/scripts";  // ../scripts
+  const bool build_dir =
+      folder == scripts || (r::parent_dir(folder) == d.site_dir && r::base_name(folder).starts_with("scripts-3."));
+  if (!build_dir) return std::nullopt;
+  return std::string(r::base_name(path));
+}
+
+}  // namespace
+
 std::vector<MissingGroup> missing_groups(const r::Environment& env) {
   std::vector<MissingGroup> out;
   for (std::size_t i = 0; i < env.dists.size(); ++i) {
-    MissingGroup g{static_cast<int>(i), {}, {}};
+    const r::DistInfo& d = env.dists[i];
+    MissingGroup g{static_cast<int>(i), {}, {}, {}};
     for (const auto& p : env.missing[i]) {
       if (r::in_pycache(p)) continue;
+      if (const auto script = debian_build_script(d, p)) {
+        const std::string bin = r::join_normal(d.site_dir, "../../../bin/" + *script);
+        std::error_code ec;
+        g.moved_by_debian.emplace_back(p, std::filesystem::exists(bin, ec) ? bin : "");
+        continue;
+      }
       (r::looks_like_shared_object(r::base_name(p)) ? g.libraries : g.others).push_back(p);
     }
-    if (!g.libraries.empty() || !g.others.empty()) out.push_back(std::move(g));
+    if (!g.libraries.empty() || !g.others.empty() || !g.moved_by_debian.empty()) out.push_back(std::move(g));
   }
   return out;
 }

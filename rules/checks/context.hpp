@@ -25,6 +25,10 @@ namespace cudafix::rules::checks {
 struct MissingGroup {
   int dist;
   std::vector<std::string> libraries, others;
+  // Debian's system dist-packages: scripts a RECORD names under the package build's
+  // `../scripts/` or `scripts-3.N/`, with where the package put them (`<prefix>/bin/NAME`), or
+  // empty where it ships none. Not missing: dh-python moves them after pip wrote RECORD.
+  std::vector<std::pair<std::string, std::string>> moved_by_debian;
 };
 [[nodiscard]] std::vector<MissingGroup> missing_groups(const resolver::Environment& env);
 

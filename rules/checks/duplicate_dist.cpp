@@ -25,6 +25,23 @@ void check(Context& c) {
       f.dists.push_back(d->dir_name);
       labels.push_back(fmt::format("{} in {}", d->dir_name, c.env.display(d->site_dir)));
     }
+    // An egg-info with no file list (Debian's packages leave one beside a dist-info) owns nothing
+    // an uninstall could take from the other.
+    std::size_t listing = 0;
+    bool one_version = true;
+    for (const auto* d : dists) {
+      listing += d->format == r::DistFormat::dist_info || d->has_record ? 1 : 0;
+      one_version = one_version && d->version == dists.front()->version;
+    }
+    if (listing <= 1) {
+      f.severity = one_version ? Severity::info : Severity::warning;
+      f.message = fmt::format(
+          "{} is installed {} times: {}; pip and importlib see only the first; no more than one lists its "
+          "files, so no uninstall deletes files the other lists",
+          name, dists.size(), fmt::join(labels, ", "));
+      c.add(std::move(f));
+      continue;
+    }
     f.message = fmt::format(
         "{} is installed {} times: {}; pip and importlib see only the first, and uninstalling "
         "deletes files the other still lists",
@@ -49,8 +66,9 @@ const Rule duplicate_dist{
 The same distribution installed twice in one site folder (two dist-info folders of one name).
 
 ## What it finds
-Two or more `.dist-info` folders whose names normalise (PEP 503) to the same project in the same
-environment: what an interrupted upgrade or two installers writing one venv leave behind.
+Two or more `.dist-info` or `.egg-info` dists whose names normalise (PEP 503) to the same project
+in the same environment: what an interrupted upgrade or two installers writing one venv leave
+behind, and what Debian's packages leave (a dist-info and an egg-info that lists no files).
 
 ## Why it matters
 pip, uv and `importlib.metadata` each pick one of them, not always the same one: `pip list`
@@ -58,7 +76,9 @@ shows one version while the files on disk are the other's, and uninstalling one 
 other's RECORD pointing at files that are gone.
 
 ## Severity
-- error: always.
+- error: two or more of them list their files (RECORD, installed-files.txt);
+- warning: at most one lists files, and their versions differ;
+- info: at most one lists files, and they have one version (Debian's python3-cryptography).
 
 ## How to fix it
 Remove the stale dist-info folder (the one whose RECORD does not match the files on disk), then

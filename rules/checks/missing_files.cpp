@@ -11,11 +11,33 @@ namespace cudafix::rules::checks {
 namespace r = cudafix::resolver;
 namespace {
 
+// Scripts Debian's package moved (or dropped) after pip wrote RECORD in its build: said, not missing.
+Finding moved_by_debian(const Context& c, const r::DistInfo& d, const MissingGroup& g) {
+  Finding f;
+  f.rule = "missing-files";
+  f.severity = Severity::info;
+  std::size_t moved = 0;
+  for (const auto& [listed, bin] : g.moved_by_debian) {
+    moved += bin.empty() ? 0 : 1;
+    f.evidence.push_back(bin.empty() ? fmt::format("{}: not installed by the package", c.env.display(listed))
+                                     : fmt::format("{} is {}", c.env.display(listed), bin));
+    f.paths.push_back(listed);
+  }
+  f.message = fmt::format(
+      "{}'s RECORD names {} script{} of Debian's package build; the package installs {} of them in {}, "
+      "not where RECORD says (dh-python moves them after pip writes RECORD): not missing",
+      r::dist_label(d), g.moved_by_debian.size(), g.moved_by_debian.size() == 1 ? "" : "s", moved,
+      r::join_normal(d.site_dir, "../../../bin"));
+  f.dists = {d.dir_name};
+  return f;
+}
+
 void check(Context& c) {
   const auto& groups = c.groups;
   const auto& metadata_only = c.metadata_only;
   for (const auto& g : groups) {
     const auto& d = c.env.dists[static_cast<std::size_t>(g.dist)];
+    if (!g.moved_by_debian.empty()) c.add(moved_by_debian(c, d, g));
     for (const bool libs : {true, false}) {
       const auto& paths = libs ? g.libraries : g.others;
       if (paths.empty()) continue;
@@ -55,6 +77,9 @@ Files a dist's RECORD lists that are not on disk.
 ## What it finds
 Every RECORD row whose file is absent, grouped per dist, shared objects apart from other files.
 Compiled bytecode (`__pycache__/*.pyc`) is never reported: Python writes and drops it on its own.
+In Debian's system `dist-packages`, scripts a RECORD names under the package build's
+`../scripts/` or `scripts-3.N/` are not missing: Debian's packaging moves them to `/usr/bin` (or
+drops them) after pip wrote RECORD; one info finding says where each went.
 
 ## Why it matters
 A listed shared object that is gone is a library some import will fail to load, or will load
@@ -64,7 +89,8 @@ behind, and what an interrupted install leaves. pip still counts the dist as ins
 
 ## Severity
 - error: a listed shared object is gone;
-- warning: other listed files are gone (scripts, headers, Python sources).
+- warning: other listed files are gone (scripts, headers, Python sources);
+- info: scripts Debian's package moved or dropped (see above).
 When the dist lost every library it lists, the finding is nested under its `metadata-only`
 finding, its root cause.
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "resolver/env/dist_info.hpp"
+#include "resolver/env/egg_info.hpp"
 
 namespace cudafix::resolver {
 
@@ -165,4 +166,20 @@ TEST(RequirementRef, FollowsExtrasBothWays) {
   EXPECT_EQ(b.gated_by, (std::vector<std::string>{"cublas"}));
 }
 
+}  // namespace cudafix::resolver
+
+namespace cudafix::resolver {
+namespace {
+
+// requires.txt's sections become the markers importlib.metadata gives them.
+TEST(RequiresTxt, SectionsBecomeExtraAndMarkerClauses) {
+  const auto lines = requires_txt_to_requires_dist(
+      "six>=1.0\n\n[:python_version < \"3.8\"]\nimportlib-metadata\n[fast]\ntoml\n"
+      "[tests:sys_platform == \"linux\"]\npytest>=7\n# a comment\n");
+  EXPECT_EQ(lines, (std::vector<std::string>{"six>=1.0", "importlib-metadata; python_version < \"3.8\"",
+                                             "toml; extra == \"fast\"",
+                                             "pytest>=7; (sys_platform == \"linux\") and extra == \"tests\""}));
+}
+
+}  // namespace
 }  // namespace cudafix::resolver
