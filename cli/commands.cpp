@@ -37,6 +37,12 @@ std::optional<std::string> env_var(const char* name) {
   return v ? std::optional<std::string>(v) : std::nullopt;
 }
 
+r::LocateRequest locate_request(const GlobalOptions& g) {
+  std::error_code ec;
+  const auto cwd = std::filesystem::current_path(ec);
+  return {g.venv, g.python, env_var("VIRTUAL_ENV"), {env_var("PATH").value_or(""), ec ? "/" : cwd.string(), env_var}};
+}
+
 Style style_for(const GlobalOptions& g) {
   Style st;
   st.verbose = g.verbose;
@@ -103,7 +109,7 @@ struct Located {
 };
 
 Located locate(const GlobalOptions& g) {
-  r::EnvLayout layout = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")});
+  r::EnvLayout layout = r::locate_environment(locate_request(g));
   Configuration config = load_configuration(g, layout.root);
   return {std::move(layout), std::move(config)};
 }
@@ -342,7 +348,7 @@ int run_rules(const GlobalOptions& g, std::ostream& out) {
   // where there is none (a provisioning image before its venv exists).
   std::optional<std::string> root;
   try {
-    root = r::locate_environment({g.venv, env_var("VIRTUAL_ENV"), env_var("PATH")}).root;
+    root = r::locate_environment(locate_request(g)).root;
   } catch (const r::Error&) {
     if (g.venv) throw;
   }

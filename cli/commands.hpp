@@ -13,6 +13,7 @@ enum class ColorMode { auto_, always, never };
 
 struct GlobalOptions {
   std::optional<std::string> venv;
+  std::optional<std::string> python;  // -p/--python
   bool json = false;
   ColorMode color = ColorMode::auto_;
   bool quiet = false;

@@ -147,6 +147,9 @@ int main(int argc, char** argv) {
   app.add_option("--venv", g.venv, "the environment: a venv root, an interpreter prefix or a site-packages folder")
       ->envname("")
       ->check(CLI::ExistingDirectory);
+  app.add_option("-p,--python", g.python,
+                 "the interpreter whose environment to read: a path (.venv/bin/python, a pyenv shim), a version "
+                 "(3.11, found in pyenv's and uv's interpreters, then on PATH) or an environment folder");
   app.add_flag("--json", g.json, "print JSON for machines (schema 1)");
   app.add_option("--color", color, "auto (a terminal and no NO_COLOR), always or never")
       ->check(CLI::IsMember({"auto", "always", "never"}));

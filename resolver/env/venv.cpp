@@ -178,18 +178,14 @@ EnvLayout read_layout(const std::string& dir_in, const std::string& found_by) {
 
 EnvLayout locate_environment(const LocateRequest& req) {
   if (req.venv_option) return read_layout(*req.venv_option, "--venv");
-  if (req.virtual_env && !req.virtual_env->empty()) return read_layout(*req.virtual_env, "$VIRTUAL_ENV");
-  if (req.path_env) {
-    for (const auto& dir : split_search_path(*req.path_env)) {
-      if (dir.empty()) continue;
-      const fs::path exe = fs::path(dir) / "python3";
-      if (!is_file(exe)) continue;
-      // The venv is bin/..; the symlink to the base interpreter is not followed.
-      return read_layout(fs::path(dir).parent_path().string(), "python3 on PATH");
-    }
+  if (req.python_option) {
+    const auto found = find_python(*req.python_option, req.lookup);
+    return read_layout(found.prefix, found.found_by);
   }
+  if (req.virtual_env && !req.virtual_env->empty()) return read_layout(*req.virtual_env, "$VIRTUAL_ENV");
+  if (const auto found = python_on_path(req.lookup)) return read_layout(found->prefix, found->found_by);
   throw Error(
-      "no Python environment found: give --venv DIR, activate a venv ($VIRTUAL_ENV), "
+      "no Python environment found: give --venv DIR or -p PYTHON, activate a venv ($VIRTUAL_ENV), "
       "or put its python3 on PATH");
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "resolver/env/dist_info.hpp"
+#include "resolver/env/interpreter.hpp"
 
 namespace cudafix::resolver::inline env {
 
@@ -44,12 +45,14 @@ struct EnvLayout {
 };
 
 struct LocateRequest {
-  std::optional<std::string> venv_option;  // --venv
-  std::optional<std::string> virtual_env;  // $VIRTUAL_ENV
-  std::optional<std::string> path_env;     // $PATH
+  std::optional<std::string> venv_option;    // --venv
+  std::optional<std::string> python_option;  // -p/--python
+  std::optional<std::string> virtual_env;    // $VIRTUAL_ENV
+  InterpreterLookup lookup;                  // $PATH, the current folder, the version managers' variables
 };
 
-// Finds the environment: --venv, else $VIRTUAL_ENV, else the python3 on PATH.
+// Finds the environment: --venv, else -p, else $VIRTUAL_ENV, else the python3 on PATH (a
+// version manager's shim followed to the interpreter it would run: resolver/env/interpreter.hpp).
 // Throws Error saying what was looked at when none is found.
 [[nodiscard]] EnvLayout locate_environment(const LocateRequest& request);
 // Reads the layout of one folder (a venv root, an interpreter prefix or a site-packages dir).

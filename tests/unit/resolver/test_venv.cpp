@@ -119,10 +119,14 @@ TEST(LocateEnvironment, OptionThenVirtualEnvThenPath) {
     fs::create_directories(v + "/lib/python3.12/site-packages");
     write_file(v + "/bin/python3", "");
   }
-  EXPECT_EQ(locate_environment({a, b, c + "/bin"}).root, a);
-  EXPECT_EQ(locate_environment({std::nullopt, b, c + "/bin"}).root, b);
-  EXPECT_EQ(locate_environment({std::nullopt, std::nullopt, "/nonexistent:" + c + "/bin"}).root, c);
-  EXPECT_THROW((void)locate_environment({std::nullopt, std::nullopt, "/nonexistent"}), Error);
+  const auto no_env = [](const char*) -> std::optional<std::string> { return std::nullopt; };
+  const auto on_path = [&](const std::string& path) { return InterpreterLookup{path, t.path(), no_env}; };
+  EXPECT_EQ(locate_environment({a, std::nullopt, b, on_path(c + "/bin")}).root, a);
+  EXPECT_EQ(locate_environment({std::nullopt, std::nullopt, b, on_path(c + "/bin")}).root, b);
+  EXPECT_EQ(locate_environment({std::nullopt, std::nullopt, std::nullopt, on_path("/nonexistent:" + c + "/bin")}).root,
+            c);
+  EXPECT_EQ(locate_environment({std::nullopt, c + "/bin/python3", b, on_path("")}).root, c) << "-p before $VIRTUAL_ENV";
+  EXPECT_THROW((void)locate_environment({std::nullopt, std::nullopt, std::nullopt, on_path("/nonexistent")}), Error);
 }
 
 TEST(Ownership, SharedPathsListEveryOwnerAndWhatIsGone) {
