@@ -18,6 +18,8 @@
 #include "cli/json_writer.hpp"
 #include "cli/text_output.hpp"
 #include "demo_env_json.hpp"
+#include "installer/txn/changes.hpp"
+#include "installer/txn/transaction.hpp"
 #include "installer/wheel_source.hpp"
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/text.hpp"
@@ -108,8 +110,22 @@ struct Located {
   Configuration config;
 };
 
+std::chrono::milliseconds lock_wait(const GlobalOptions& g) {
+  return std::chrono::milliseconds(static_cast<long>(g.lock_timeout_s * 1000));
+}
+
+void say_waiting(const std::string& what) { std::cerr << "cudafix: " << what << '\n'; }
+
+// A transaction a killed run left is finished or undone before anything reads the environment.
+void recover_interrupted(const r::EnvLayout& layout, const GlobalOptions& g) {
+  if (layout.kind == r::EnvKind::site_dir) return;
+  for (const auto& line : installer::txn::recover(layout.root_real, lock_wait(g), say_waiting))
+    std::cerr << "cudafix: " << line << '\n';
+}
+
 Located locate(const GlobalOptions& g) {
   r::EnvLayout layout = r::locate_environment(locate_request(g));
+  recover_interrupted(layout, g);
   Configuration config = load_configuration(g, layout.root);
   return {std::move(layout), std::move(config)};
 }
@@ -477,6 +493,269 @@ int run_materialize(const std::string& description, const std::string& dir, int 
   opts.python = python;
   const auto stats = r::materialize_environment(desc, dir, opts);
   out << fmt::format("{}: {} dists, {} files, {} ELF objects\n", dir, stats.dists, stats.files, stats.elf_objects);
+  return 0;
+}
+
+namespace {
+
+namespace tx = installer::txn;
+
+std::string when(std::int64_t t) {
+  const std::time_t tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  ::localtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string state_name(const tx::JournalRead& t) {
+  if (t.rolled_back_by) return "rolled back by " + *t.rolled_back_by;
+  switch (t.state) {
+    case tx::TxState::committed:
+      return "committed";
+    case tx::TxState::aborted:
+      return "undone: " + t.aborted_why;
+    default:
+      return "in progress";
+  }
+}
+
+// Writing needs a yes: -y, or one typed at a terminal.
+void confirm(const GlobalOptions& g, const std::string& what) {
+  if (g.yes) return;
+  if (!::isatty(0))
+    throw r::Error(fmt::format("{}: this changes the environment; give -y (there is no terminal to ask on)", what));
+  std::cerr << what << "? [y/N] " << std::flush;
+  std::string answer;
+  std::getline(std::cin, answer);
+  if (answer != "y" && answer != "Y" && answer != "yes") throw r::Error("not confirmed; nothing was changed");
+}
+
+const r::EnvLayout& writable(const r::Environment& env) {
+  if (env.layout.kind == r::EnvKind::site_dir)
+    throw r::Error(
+        fmt::format("{} is a bare site folder; cudafix changes only a venv or an interpreter prefix "
+                    "(give its root with --venv)",
+                    env.layout.root));
+  return env.layout;
+}
+
+std::vector<int> dists_named(const r::Environment& env, const std::vector<std::string>& names) {
+  std::vector<int> out;
+  std::vector<std::string> unknown;
+  for (const auto& n : names) {
+    std::optional<int> found;
+    for (std::size_t i = 0; i < env.dists.size() && !found; ++i)
+      if (env.dists[i].dir_name == n) found = static_cast<int>(i);
+    if (!found) found = env.dist_index(r::normalize_name(n));
+    if (found)
+      out.push_back(*found);
+    else
+      unknown.push_back(n);
+  }
+  if (!unknown.empty())
+    throw r::Error(fmt::format("not installed in {}: {}", env.layout.root, fmt::join(unknown, ", ")));
+  return out;
+}
+
+int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const tx::Transaction& t,
+                const std::string& text, nlohmann::json extra = nlohmann::json::object()) {
+  if (g.json) {
+    extra["schema"] = 1;
+    extra["command"] = command;
+    extra["transaction"] = t.id();
+    extra["ops"] = t.ops().size();
+    out << extra.dump() << '\n';
+  } else if (!g.quiet) {
+    out << text << fmt::format(" (transaction {}; `cudafix rollback {}` undoes it)\n", t.id(), t.id());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out) {
+  Located located = locate(g);
+  tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
+  // Scanned under the lock: pip takes none, so what was planned before it is not trusted.
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
+  const auto& layout = writable(env);
+  const auto dists = dists_named(env, o.dists);
+  const auto plan = r::plan_removal(env, knowledge, dists, g.threads);
+  if (!plan.safe_with_cudafix() && !o.force) {
+    if (g.json)
+      out << plan_remove_json(env, knowledge, plan) << '\n';
+    else
+      out << plan_remove_text(env, plan, style_for(g))
+          << "refused: the owner-counted removal would break what is listed above; nothing was changed "
+             "(--force removes anyway)\n";
+    return 1;
+  }
+  std::vector<std::string> labels;
+  for (int d : dists) labels.push_back(r::dist_label(env.dists[static_cast<std::size_t>(d)]));
+  const auto& del = plan.cudafix.deletion;
+  confirm(g, fmt::format("remove {} ({} files, keeping {} another dist lists)", fmt::join(labels, ", "),
+                         del.files.size(), del.kept.size()));
+  tx::Transaction t(layout.root_real, "remove " + fmt::format("{}", fmt::join(o.dists, " ")));
+  tx::plan_removal_ops(env, del, t);
+  t.carry_out();
+  nlohmann::json j;
+  j["removed"] = labels;
+  j["deleted"] = del.files.size();
+  j["kept"] = del.kept.size();
+  return report_done(g, out, "remove", t,
+                     fmt::format("removed {}: {} files moved aside, {} kept that another dist lists",
+                                 fmt::join(labels, ", "), del.files.size(), del.kept.size()),
+                     j);
+}
+
+int run_history(const GlobalOptions& g, std::ostream& out) {
+  const Located located = locate(g);
+  const auto all = tx::transactions(located.layout.root_real);
+  nlohmann::json list = nlohmann::json::array();
+  std::uint64_t total = 0;
+  std::string text;
+  for (const auto& t : all) {
+    const auto held = tx::bytes_held(tx::tx_root(located.layout.root_real) + "/" + t.id);
+    total += held;
+    list.push_back({{"id", t.id},
+                    {"time", t.time},
+                    {"command", t.command},
+                    {"steps", t.ops.size()},
+                    {"result", state_name(t)},
+                    {"bytes_held", held}});
+    text += fmt::format("{}  {}  {:<40} {:>6} steps  {}  ({:.1f} MB kept)\n", t.id, when(t.time), t.command,
+                        t.ops.size(), state_name(t), static_cast<double>(held) / 1e6);
+  }
+  if (g.json) {
+    out << nlohmann::json{{"schema", 1},
+                          {"command", "history"},
+                          {"venv", located.layout.root},
+                          {"transactions", list},
+                          {"bytes_held", total}}
+               .dump()
+        << '\n';
+  } else {
+    out << (all.empty() ? "no transactions\n" : text);
+    if (!all.empty()) out << fmt::format("backups hold {:.1f} MB\n", static_cast<double>(total) / 1e6);
+  }
+  return 0;
+}
+
+int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out) {
+  Located located = locate(g);
+  const std::string root = located.layout.root_real;
+  tx::EnvLock lock(root, lock_wait(g), say_waiting);
+  if (o.snapshot) {
+    const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
+    writable(env);
+    tx::Transaction t(root, "rollback --snapshot " + *o.snapshot);
+    const auto check = tx::plan_restore(env, *o.snapshot, t);
+    if (!check.altered.empty()) {
+      t.abandon("the snapshot was altered");
+      const std::string why = fmt::format(
+          "refused: snapshot '{}' was altered since it was taken (a tool wrote these files in place, or they were "
+          "deleted from it): {}; nothing was changed",
+          *o.snapshot, fmt::join(check.altered, ", "));
+      if (g.json)
+        out << nlohmann::json{{"schema", 1}, {"command", "rollback"}, {"refused", why}, {"altered", check.altered}}
+                   .dump()
+            << '\n';
+      else
+        out << why << '\n';
+      return 1;
+    }
+    confirm(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
+                           check.remove));
+    t.carry_out();
+    return report_done(g, out, "rollback", t,
+                       fmt::format("restored snapshot '{}': {} files put back, {} moved aside, {} unchanged",
+                                   *o.snapshot, check.restore, check.remove, check.unchanged),
+                       {{"snapshot", *o.snapshot},
+                        {"restored", check.restore},
+                        {"removed", check.remove},
+                        {"unchanged", check.unchanged}});
+  }
+  const auto all = tx::transactions(root);
+  const tx::JournalRead* target = nullptr;
+  for (const auto& t : all) {
+    // By default the newest change not yet undone, so that rollback after rollback walks back
+    // through history; undoing a rollback (a redo) takes its id.
+    const bool undo_of_one = t.command.starts_with("rollback ") && !t.command.starts_with("rollback --snapshot");
+    if (o.id ? t.id == *o.id : (t.state == tx::TxState::committed && !t.rolled_back_by && !undo_of_one)) {
+      target = &t;
+      break;
+    }
+  }
+  if (!target)
+    throw r::Error(o.id ? fmt::format("no transaction {} in {}", *o.id, tx::tx_root(root))
+                        : fmt::format("nothing to roll back in {}", root));
+  if (target->state != tx::TxState::committed || target->rolled_back_by)
+    throw r::Error(fmt::format("transaction {} is {}: only a committed one not rolled back can be", target->id,
+                               state_name(*target)));
+  confirm(g, fmt::format("roll back {} ({})", target->id, target->command));
+  tx::Transaction t(root, "rollback " + target->id);
+  tx::plan_rollback(*target, t);
+  t.carry_out();
+  tx::mark_rolled_back(root, target->id, t.id());
+  return report_done(g, out, "rollback", t, fmt::format("rolled back {} ({})", target->id, target->command),
+                     {{"rolled_back", target->id}});
+}
+
+int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out) {
+  Located located = locate(g);
+  const std::string root = located.layout.root_real;
+  if (o.list) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& s : tx::list_snapshots(root)) {
+      list.push_back(
+          {{"name", s.name}, {"time", s.time}, {"files", s.files}, {"bytes", s.bytes}, {"copied", s.copied}});
+      if (!g.json)
+        out << fmt::format("{:<24} {}  {} files, {:.1f} MB\n", s.name, when(s.time), s.files,
+                           static_cast<double>(s.bytes) / 1e6);
+    }
+    if (g.json) out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"snapshots", list}}.dump() << '\n';
+    return 0;
+  }
+  tx::EnvLock lock(root, lock_wait(g), say_waiting);
+  if (o.remove) {
+    tx::delete_snapshot(root, *o.remove);
+    if (!g.quiet && !g.json) out << fmt::format("deleted snapshot '{}'\n", *o.remove);
+    if (g.json) out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"deleted", *o.remove}}.dump() << '\n';
+    return 0;
+  }
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
+  writable(env);
+  std::string name = o.name.value_or("");
+  if (name.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    ::gmtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+    name = buf;
+  }
+  const auto info = tx::take_snapshot(env, name);
+  if (g.json) {
+    out << nlohmann::json{{"schema", 1},
+                          {"command", "snapshot"},
+                          {"name", info.name},
+                          {"files", info.files},
+                          {"linked", info.linked},
+                          {"copied", info.copied},
+                          {"symlinks", info.symlinks},
+                          {"bytes", info.bytes}}
+               .dump()
+        << '\n';
+  } else if (!g.quiet) {
+    out << fmt::format(
+        "snapshot '{}': {} files ({:.1f} MB) hardlinked{}, {} symlinks recorded; `cudafix rollback "
+        "--snapshot {}` restores them\n",
+        info.name, info.linked, static_cast<double>(info.bytes) / 1e6,
+        info.copied ? fmt::format(", {} copied (the file system refused a hard link)", info.copied) : "", info.symlinks,
+        info.name);
+  }
   return 0;
 }
 

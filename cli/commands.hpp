@@ -25,6 +25,8 @@ struct GlobalOptions {
   bool timings = false;                 // --timings: phase durations on stderr
   std::vector<std::string> find_links;  // --find-links folders (then $PIP_FIND_LINKS)
   bool no_cache = false;                // --no-cache: read everything afresh, keep nothing
+  bool yes = false;                     // -y: write without asking
+  double lock_timeout_s = 30;           // --lock-timeout: how long to wait for <venv>/.lock
 };
 
 int run_scan(const GlobalOptions& g, std::ostream& out);
@@ -54,6 +56,24 @@ int run_rules(const GlobalOptions& g, std::ostream& out);
 // `explain RULE`: the rule's document; exit 2 for an unknown id, naming the closest ones.
 int run_explain(const GlobalOptions& g, const std::string& rule, std::ostream& out);
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir, std::ostream& out);
+// The write commands (installer/txn/): exit 0 done, 1 refused, 2 could not run.
+struct RemoveCliOptions {
+  std::vector<std::string> dists;
+  bool force = false;
+};
+int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out);
+int run_history(const GlobalOptions& g, std::ostream& out);
+struct RollbackCliOptions {
+  std::optional<std::string> id;
+  std::optional<std::string> snapshot;
+};
+int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out);
+struct SnapshotCliOptions {
+  std::optional<std::string> name;
+  bool list = false;
+  std::optional<std::string> remove;  // --delete NAME
+};
+int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out);
 // Developer command: writes an environment from a corpus-format description (file or "-").
 int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,
                     std::ostream& out);

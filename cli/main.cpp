@@ -151,6 +151,8 @@ int main(int argc, char** argv) {
                  "the interpreter whose environment to read: a path (.venv/bin/python, a pyenv shim), a version "
                  "(3.11, found in pyenv's and uv's interpreters, then on PATH) or an environment folder");
   app.add_flag("--json", g.json, "print JSON for machines (schema 1)");
+  app.add_option("--lock-timeout", g.lock_timeout_s, "seconds to wait for <venv>/.lock, held by uv or cudafix (30)")
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--color", color, "auto (a terminal and no NO_COLOR), always or never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   app.add_flag("-q,--quiet", g.quiet, "print nothing but errors");
@@ -201,6 +203,22 @@ int main(int argc, char** argv) {
   auto* explain = app.add_subcommand("explain", "a doctor rule's document: what it finds, why, how to fix it");
   explain->add_option("RULE", explain_id, "a rule id (shared-path, metadata-only, ...; `cudafix rules` lists them)")
       ->required();
+  RemoveCliOptions remove_opts;
+  auto* remove = app.add_subcommand("remove", "owner-counted removal that refuses to break a required library");
+  remove->add_option("DIST", remove_opts.dists, "the dists to remove (names as pip takes them)")->required();
+  remove->add_flag("--force", remove_opts.force, "remove even what plan remove judges to break a required library");
+  auto* history = app.add_subcommand("history", "the transactions cudafix carried out, newest first");
+  RollbackCliOptions rollback_opts;
+  auto* rollback = app.add_subcommand("rollback", "undo a transaction (default: the last), or restore a snapshot");
+  rollback->add_option("ID", rollback_opts.id, "the transaction to undo (`cudafix history` lists them)");
+  rollback->add_option("--snapshot", rollback_opts.snapshot, "restore this snapshot instead");
+  SnapshotCliOptions snapshot_opts;
+  auto* snapshot = app.add_subcommand("snapshot", "keep every listed file (hardlinks) before a cleanup by other tools");
+  snapshot->add_option("NAME", snapshot_opts.name, "its name (default: the UTC time)");
+  snapshot->add_flag("--list", snapshot_opts.list, "list the snapshots");
+  snapshot->add_option("--delete", snapshot_opts.remove, "delete this snapshot");
+  for (auto* sub : {remove, rollback, snapshot})
+    sub->add_flag("-y,--yes", g.yes, "change the environment without asking");
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
@@ -238,6 +256,10 @@ int main(int argc, char** argv) {
     if (rules_cmd->parsed()) return run_rules(g, std::cout);
     if (explain->parsed()) return run_explain(g, explain_id, std::cout);
     if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
+    if (remove->parsed()) return run_remove(g, remove_opts, std::cout);
+    if (history->parsed()) return run_history(g, std::cout);
+    if (rollback->parsed()) return run_rollback(g, rollback_opts, std::cout);
+    if (snapshot->parsed()) return run_snapshot(g, snapshot_opts, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {
     if (g.json) std::cout << error_json(command, e.what()) << '\n';

@@ -1,0 +1,287 @@
+#include "installer/txn/changes.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "installer/txn/file_ops.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/plan/provenance.hpp"
+
+namespace cudafix::installer::txn {
+namespace {
+
+namespace fs = std::filesystem;
+namespace r = cudafix::resolver;
+using nlohmann::json;
+
+// The path, and each folder above it up to the root, really inside the root: a symlinked
+// folder on the way out of it refuses.
+void check_inside(const r::Environment& env, const std::string& path) {
+  const std::string& root = env.layout.root_real;
+  if (path == root || !r::is_within(path, root))
+    throw r::Error(
+        fmt::format("refusing to remove {}: it is outside the environment {}; nothing was changed", path, root));
+  const std::string parent = r::parent_dir(path);
+  const std::string real = r::real_path_of(parent);
+  if (!r::is_within(real, root))
+    throw r::Error(
+        fmt::format("refusing to remove {}: its folder {} leads to {}, outside the environment; nothing "
+                    "was changed",
+                    path, parent, real));
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0755;
+}
+
+// Whether every file below `dir` is one that goes (or compiled bytecode, which pip takes along).
+bool everything_below_goes(const std::string& dir, const std::set<std::string>& files) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_directory(ec) && !it->is_symlink(ec)) continue;
+    const std::string p = it->path().string();
+    if (!files.count(p) && !r::in_pycache(p)) return false;
+  }
+  return !ec;
+}
+
+std::string snapshots_root(const std::string& root) { return root + "/.cudafix/snapshots"; }
+
+struct Entry {
+  std::string rel;
+  bool symlink = false;
+  unsigned mode = 0644;
+  std::uint64_t size = 0;
+  std::string sha256;  // RECORD form: sha256=<urlsafe b64>
+  std::string target;
+};
+
+// Every file the dists list inside the environment, and every file in their dist-info folders,
+// by path relative to the root, with RECORD's hash where it gives one.
+std::map<std::string, std::string> listed_files(const r::Environment& env) {
+  std::map<std::string, std::string> out;  // abs -> RECORD hash (may be empty)
+  const std::string& root = env.layout.root_real;
+  for (const auto& d : env.dists) {
+    for (const auto& row : d.record) {
+      const std::string abs = r::join_normal(d.site_dir, row.path);
+      if (!r::is_within(abs, root)) continue;
+      std::string hash = row.hash_algo() == "sha256" ? std::string(row.hash) : "";
+      out.emplace(abs, std::move(hash));
+    }
+    if (d.format == r::DistFormat::egg_link || d.format == r::DistFormat::egg_info_file) continue;
+    std::error_code ec;
+    const std::string info = d.site_dir + "/" + d.dir_name;
+    for (fs::recursive_directory_iterator it(info, ec), end; !ec && it != end; it.increment(ec))
+      if (!it->is_directory(ec) || it->is_symlink(ec)) out.emplace(it->path().string(), "");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string snapshot_dir(const std::string& root, const std::string& name) { return snapshots_root(root) + "/" + name; }
+
+void plan_removal_ops(const r::Environment& env, const r::Deletion& deletion, Transaction& tx) {
+  for (const auto& f : deletion.files) check_inside(env, f);
+  for (const auto& d : deletion.dirs) check_inside(env, d);
+  const std::set<std::string> files(deletion.files.begin(), deletion.files.end());
+  // Top-most folders that go whole.
+  std::vector<std::string> whole;
+  for (const auto& d : deletion.dirs) {
+    if (std::any_of(whole.begin(), whole.end(), [&](const std::string& w) { return r::is_within(d, w); })) continue;
+    if (everything_below_goes(d, files)) whole.push_back(d);
+  }
+  const auto in_whole = [&](const std::string& p) {
+    return std::any_of(whole.begin(), whole.end(), [&](const std::string& w) { return r::is_within(p, w); });
+  };
+  for (const auto& f : deletion.files)
+    if (!in_whole(f) && exists_nofollow(f)) tx.move_aside(f);
+  for (const auto& w : whole) tx.move_aside(w);
+  // The folders left empty, deepest first.
+  std::vector<std::string> rest;
+  for (const auto& d : deletion.dirs)
+    if (!in_whole(d)) rest.push_back(d);
+  std::sort(rest.begin(), rest.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const auto& d : rest) tx.remove_folder_if_empty(d, mode_of(d));
+}
+
+SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos || name.starts_with("."))
+    throw r::Error(
+        fmt::format("snapshot name '{}': use letters, digits, '-', '_' or '.', not '/' or a leading '.'", name));
+  const std::string root = env.layout.root_real;
+  const std::string dir = snapshot_dir(root, name);
+  if (exists_nofollow(dir)) throw r::Error(fmt::format("snapshot '{}' exists already ({})", name, dir));
+  const std::string tmp = snapshots_root(root) + "/." + name + ".partial";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp + "/tree", ec);
+  if (ec) throw r::Error(fmt::format("{}: {}", tmp, ec.message()));
+  SnapshotInfo info;
+  info.name = name;
+  info.time = static_cast<std::int64_t>(std::time(nullptr));
+  json entries = json::array();
+  std::set<std::string> made;
+  for (const auto& [abs, hash] : listed_files(env)) {
+    struct stat st {};
+    if (::lstat(abs.c_str(), &st) != 0) continue;  // listed, not on disk: nothing to keep
+    const std::string rel = r::relative_to(abs, root);
+    json e{{"path", rel}, {"mode", st.st_mode & 07777}, {"size", static_cast<std::uint64_t>(st.st_size)}};
+    if (S_ISLNK(st.st_mode)) {
+      e["type"] = "symlink";
+      e["target"] = fs::read_symlink(abs, ec).string();
+      ++info.symlinks;
+    } else if (S_ISREG(st.st_mode)) {
+      e["type"] = "file";
+      const std::string into = tmp + "/tree/" + rel;
+      const std::string folder = r::parent_dir(into);
+      if (made.insert(folder).second) fs::create_directories(folder, ec);
+      if (::link(abs.c_str(), into.c_str()) == 0) {
+        ++info.linked;
+      } else {
+        // Another file system, or one that refuses hard links: a copy, counted and said.
+        fs::copy_file(abs, into, fs::copy_options::overwrite_existing, ec);
+        if (ec) throw r::Error(fmt::format("snapshot: cannot keep {}: {}", abs, ec.message()));
+        ++info.copied;
+      }
+      e["sha256"] = hash.empty() ? r::sha256_of_file(abs) : hash;
+      info.bytes += static_cast<std::uint64_t>(st.st_size);
+    } else {
+      continue;
+    }
+    entries.push_back(std::move(e));
+    ++info.files;
+  }
+  const json manifest{{"name", name},          {"time", info.time},     {"root", root},
+                      {"linked", info.linked}, {"copied", info.copied}, {"entries", std::move(entries)}};
+  write_synced(tmp + "/manifest.json", manifest.dump());
+  rename_path(tmp, dir);
+  return info;
+}
+
+std::vector<SnapshotInfo> list_snapshots(const std::string& root) {
+  std::vector<SnapshotInfo> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(snapshots_root(root), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.starts_with(".")) continue;
+    const auto text = r::try_read_file(it->path().string() + "/manifest.json");
+    if (!text) continue;
+    const auto j = json::parse(*text, nullptr, false);
+    if (!j.is_object()) continue;
+    SnapshotInfo s;
+    s.name = n;
+    s.time = j.value("time", std::int64_t{0});
+    s.linked = j.value("linked", std::size_t{0});
+    s.copied = j.value("copied", std::size_t{0});
+    for (const auto& e : j["entries"]) {
+      ++s.files;
+      if (e.value("type", "") == "file") s.bytes += e.value("size", std::uint64_t{0});
+    }
+    out.push_back(s);
+  }
+  std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) { return a.time > b.time; });
+  return out;
+}
+
+void delete_snapshot(const std::string& root, const std::string& name) {
+  const std::string dir = snapshot_dir(root, name);
+  if (name.empty() || name.find('/') != std::string::npos || !exists_nofollow(dir + "/manifest.json"))
+    throw r::Error(fmt::format("no snapshot named '{}' in {}", name, snapshots_root(root)));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) throw r::Error(fmt::format("{}: {}", dir, ec.message()));
+}
+
+RestoreCheck plan_restore(const r::Environment& env, const std::string& name, Transaction& tx) {
+  const std::string root = env.layout.root_real;
+  const std::string dir = snapshot_dir(root, name);
+  const auto text = r::try_read_file(dir + "/manifest.json");
+  if (!text) throw r::Error(fmt::format("no snapshot named '{}' in {}", name, snapshots_root(root)));
+  const auto manifest = json::parse(*text, nullptr, false);
+  if (!manifest.is_object() || !manifest["entries"].is_array())
+    throw r::Error(fmt::format("{}/manifest.json is not a snapshot manifest", dir));
+  RestoreCheck check;
+  struct Restore {
+    std::string abs, from;
+    bool symlink;
+    std::string target;
+  };
+  std::vector<Restore> restores;
+  std::set<std::string> kept;
+  for (const auto& e : manifest["entries"]) {
+    const std::string rel = e.value("path", "");
+    const std::string abs = r::join_normal(root, rel);
+    if (rel.empty() || !r::is_within(abs, root) || abs == root)
+      throw r::Error(fmt::format("{}/manifest.json: entry '{}' is outside the environment", dir, rel));
+    kept.insert(abs);
+    struct stat now {
+    }, was{};
+    const bool present = ::lstat(abs.c_str(), &now) == 0;
+    if (e.value("type", "") == "symlink") {
+      const std::string target = e.value("target", "");
+      std::error_code ec;
+      if (present && S_ISLNK(now.st_mode) && fs::read_symlink(abs, ec).string() == target) {
+        ++check.unchanged;
+        continue;
+      }
+      restores.push_back({abs, "", true, target});
+      continue;
+    }
+    const std::string from = dir + "/tree/" + rel;
+    if (::lstat(from.c_str(), &was) != 0) {
+      check.altered.push_back(rel + " (gone from the snapshot)");
+      continue;
+    }
+    if (present && now.st_dev == was.st_dev && now.st_ino == was.st_ino) {
+      ++check.unchanged;  // the very file the snapshot holds
+      continue;
+    }
+    if (r::sha256_of_file(from) != e.value("sha256", "")) {
+      check.altered.push_back(rel);
+      continue;
+    }
+    restores.push_back({abs, from, false, ""});
+  }
+  if (!check.altered.empty()) return check;
+  // What the dists list now that the snapshot did not hold goes aside.
+  std::set<std::string> folders;
+  for (const auto& [abs, hash] : listed_files(env)) {
+    if (kept.count(abs) || !exists_nofollow(abs)) continue;
+    check_inside(env, abs);
+    tx.move_aside(abs);
+    ++check.remove;
+    for (std::string p = r::parent_dir(abs); r::is_within(p, root) && p != root; p = r::parent_dir(p))
+      folders.insert(p);
+  }
+  for (const auto& rs : restores) {
+    const std::string staged = tx.new_dir() + "/" + r::relative_to(rs.abs, root);
+    std::error_code ec;
+    fs::create_directories(r::parent_dir(staged), ec);
+    if (rs.symlink)
+      fs::create_symlink(rs.target, staged, ec);
+    else
+      link_path(rs.from, staged);
+    if (ec) throw r::Error(fmt::format("{}: {}", staged, ec.message()));
+    tx.put(staged, rs.abs);
+    ++check.restore;
+  }
+  // Folders the removals emptied, deepest first (a folder still holding something stays).
+  std::vector<std::string> deep(folders.begin(), folders.end());
+  std::sort(deep.begin(), deep.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const auto& f : deep)
+    if (!kept.count(f)) tx.remove_folder_if_empty(f, mode_of(f));
+  return check;
+}
+
+}  // namespace cudafix::installer::txn

@@ -1,0 +1,60 @@
+// What the write commands change, planned as a transaction's ops (installer/txn/transaction.hpp):
+// an owner-counted removal, and the snapshot a cleanup by other tools is undone from.
+//
+// A snapshot on disk:
+//   <root>/.cudafix/snapshots/<name>/manifest.json
+//     {"name","time","root","linked":N,"copied":N,
+//      "entries":[{"path":REL,"type":"file"|"symlink","mode":M,"size":N,
+//                  "sha256":B64 (files: RECORD's urlsafe base64 form),
+//                  "target":T (symlinks)}]}
+//   <root>/.cudafix/snapshots/<name>/tree/<REL>   a hardlink of each file (a copy where the
+//                                                 file system refuses the link: counted)
+// The entries are every file a dist's RECORD (or installed-files.txt) lists inside the
+// environment and every file in each dist-info folder. pip and uv replace a file (a new inode)
+// rather than write it in place, so a hardlink keeps the old bytes; a tool that writes in place
+// alters the snapshot too, which the restore finds: each file it would restore is hashed first
+// and checked against the manifest (RECORD's hash, or one taken at snapshot time), and an
+// altered one refuses the restore, naming it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "installer/txn/transaction.hpp"
+#include "resolver/env/environment.hpp"
+#include "resolver/plan/uninstall.hpp"
+
+namespace cudafix::installer::txn {
+
+// The ops of an owner-counted removal: folders every file of which goes are moved aside whole
+// (as pip moves them), other listed files one by one, then the folders that empties removed.
+// Every path is checked first to lie inside the environment, each parent's real path too, so a
+// symlinked folder cannot lead a removal out of it; a path that fails refuses the whole removal.
+void plan_removal_ops(const resolver::Environment& env, const resolver::Deletion& deletion, Transaction& tx);
+
+struct SnapshotInfo {
+  std::string name;
+  std::int64_t time = 0;
+  std::size_t files = 0, linked = 0, copied = 0, symlinks = 0;
+  std::uint64_t bytes = 0;
+};
+
+[[nodiscard]] SnapshotInfo take_snapshot(const resolver::Environment& env, const std::string& name);
+[[nodiscard]] std::vector<SnapshotInfo> list_snapshots(const std::string& root);
+void delete_snapshot(const std::string& root, const std::string& name);
+
+struct RestoreCheck {
+  std::vector<std::string> altered;  // snapshot files whose bytes are not the manifest's
+  std::size_t restore = 0;           // files put back
+  std::size_t remove = 0;            // files no snapshot entry has, moved aside
+  std::size_t unchanged = 0;
+};
+
+// Plans the restore of snapshot `name` onto the environment as `tx`'s ops. Returns what it
+// found; with `altered` not empty, no op was planned.
+[[nodiscard]] RestoreCheck plan_restore(const resolver::Environment& env, const std::string& name, Transaction& tx);
+
+[[nodiscard]] std::string snapshot_dir(const std::string& root, const std::string& name);
+
+}  // namespace cudafix::installer::txn

@@ -1,0 +1,145 @@
+#include "installer/txn/file_ops.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "resolver/base/diagnostic.hpp"
+
+namespace cudafix::installer::txn {
+namespace {
+
+struct Fault {
+  std::string call;
+  long nth = 0;
+  int err = 0;
+};
+
+int errno_named(const std::string& name) {
+  static const std::map<std::string, int> names{{"ENOSPC", ENOSPC}, {"EIO", EIO},     {"EACCES", EACCES},
+                                                {"EROFS", EROFS},   {"EPERM", EPERM}, {"EXDEV", EXDEV}};
+  const auto it = names.find(name);
+  return it == names.end() ? EIO : it->second;
+}
+
+const Fault& fault() {
+  static const Fault f = [] {
+    Fault out;
+    const char* spec = std::getenv("CUDAFIX_TEST_FAULT");
+    if (!spec) return out;
+    const std::string s = spec;
+    const auto a = s.find(':'), b = s.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) return out;
+    out.call = s.substr(0, a);
+    out.nth = std::strtol(s.substr(a + 1, b - a - 1).c_str(), nullptr, 10);
+    out.err = errno_named(s.substr(b + 1));
+    return out;
+  }();
+  return f;
+}
+
+// Whether this call of `call` is the one to fail; sets errno when it is.
+bool injected(const char* call) {
+  const Fault& f = fault();
+  if (f.call != call) return false;
+  static std::mutex m;
+  static std::map<std::string, long> counts;
+  std::lock_guard<std::mutex> lock(m);
+  if (++counts[call] != f.nth) return false;
+  errno = f.err;
+  return true;
+}
+
+[[noreturn]] void fail(const char* call, const std::string& path, int err) {
+  throw resolver::Error(fmt::format("{} {}: {}", call, path, std::strerror(err)));
+}
+
+}  // namespace
+
+void rename_path(const std::string& from, const std::string& to) {
+  if (injected("rename") || ::rename(from.c_str(), to.c_str()) != 0)
+    fail("rename", fmt::format("{} -> {}", from, to), errno);
+}
+
+void make_dir(const std::string& path, unsigned mode) {
+  if (injected("mkdir") || (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)) fail("mkdir", path, errno);
+}
+
+bool remove_dir_if_empty(const std::string& path) {
+  if (::rmdir(path.c_str()) == 0) return true;
+  if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOENT) return false;
+  fail("rmdir", path, errno);
+}
+
+void link_path(const std::string& from, const std::string& to) {
+  if (injected("link") || ::link(from.c_str(), to.c_str()) != 0) fail("link", fmt::format("{} -> {}", from, to), errno);
+}
+
+void sync_fd(int fd, const std::string& what) {
+  if (injected("fsync") || ::fsync(fd) != 0) fail("fsync", what, errno);
+}
+
+void sync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("open", path, errno);
+  try {
+    sync_fd(fd, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+void append_synced(const std::string& path, std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open", path, errno);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = injected("write") ? -1 : ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("write", path, err);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  try {
+    sync_fd(fd, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+void write_synced(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  append_synced(tmp, text);
+  rename_path(tmp, path);
+}
+
+bool exists_nofollow(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+void journal_step() {
+  static const long kill_at = [] {
+    const char* v = std::getenv("CUDAFIX_TEST_KILL_AT");
+    return v ? std::strtol(v, nullptr, 10) : 0L;
+  }();
+  static long step = 0;
+  if (kill_at > 0 && ++step == kill_at) ::kill(::getpid(), SIGKILL);
+}
+
+}  // namespace cudafix::installer::txn

@@ -1,0 +1,34 @@
+// The file-system calls a transaction makes, in one place, each failing with a message that
+// names the call, the path and the errno; and the seam the fault tests use.
+//
+// Test hooks, read from the environment once:
+//   CUDAFIX_TEST_FAULT=CALL:N:ERRNO   the N-th call (1-based) of CALL (write, rename, fsync,
+//                                     link, mkdir) fails with ERRNO (ENOSPC, EIO, EACCES).
+//   CUDAFIX_TEST_KILL_AT=N            the process kills itself (SIGKILL) at journal step N: each
+//                                     journal record appended and each op carried out is a step.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cudafix::installer::txn {
+
+void rename_path(const std::string& from, const std::string& to);
+void make_dir(const std::string& path, unsigned mode);
+// Removes an empty folder; false when it is not empty (it stays).
+bool remove_dir_if_empty(const std::string& path);
+void link_path(const std::string& from, const std::string& to);
+void sync_fd(int fd, const std::string& what);
+void sync_path(const std::string& path);  // a file or a folder
+// Appends `text` to `path` (made when absent) and syncs it.
+void append_synced(const std::string& path, std::string_view text);
+// Writes `text` to `path` whole, synced, by a temporary file renamed over it.
+void write_synced(const std::string& path, std::string_view text);
+
+// Whether `path` exists, not following a final symlink.
+[[nodiscard]] bool exists_nofollow(const std::string& path);
+
+// The kill hook: counts one journal step, and kills the process at the chosen one.
+void journal_step();
+
+}  // namespace cudafix::installer::txn

@@ -1,0 +1,65 @@
+// A transaction's write-ahead journal: what cudafix intends to do to an environment, written and
+// synced before the first change, so that an interrupted run is finished or undone by the next.
+//
+// On disk (drawn from dpkg's updates/ journal, SQLite's hot journal and ninja's log):
+//   <root>/.cudafix/tx/<id>/journal   text, one record per line:
+//       <16 hex: the first 8 bytes of SHA-256 of JSON> <JSON>\n
+//     {"record":"begin","id":ID,"time":UNIX_S,"command":"remove nvidia-cublas","root":ROOT}
+//     {"record":"op","n":N,"op":"move","from":ABS,"to":ABS}      a rename, in the order done
+//     {"record":"op","n":N,"op":"rmdir","path":ABS,"mode":M}     an emptied folder removed
+//     {"record":"op","n":N,"op":"mkdir","path":ABS,"mode":M}     a folder made for a move
+//     {"record":"intent_end","ops":N}                           every op is above; synced
+//     {"record":"commit"}                                        all done; synced
+//     {"record":"aborted","why":TEXT}                            undone; synced
+//     {"record":"rolled_back_by","id":ID}                        a later rollback undid it
+//   <root>/.cudafix/tx/<id>/new/...   staged files, renamed into place by `move` ops
+//   <root>/.cudafix/tx/<id>/old/...   what the ops moved aside: the backups a rollback uses
+// A line whose checksum does not match, or the last line without its newline, is a torn tail:
+// it and everything after it are cut on reading, as ninja cuts its log.
+//
+// What survives: every op is a rename within one file system, and the whole intent is synced
+// (file and folder) before the first rename, so after a kill -9 at any point the next command
+// sees the intent and each op's effect on disk, and undoes (no commit) or keeps (commit) it:
+// the environment is in the before or the after state. Staged file data is synced in one batch
+// before the intent, so after a power cut a committed transaction's new files hold their bytes;
+// renames themselves are made durable by syncing each touched folder once, before the commit.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cudafix::installer::txn {
+
+enum class OpKind { move, rmdir, mkdir };
+
+struct Op {
+  OpKind kind = OpKind::move;
+  std::string from, to;  // move
+  std::string path;      // rmdir, mkdir
+  std::uint32_t mode = 0755;
+};
+
+enum class TxState { open, intended, committed, aborted };
+
+struct JournalRead {
+  std::string id;
+  std::int64_t time = 0;
+  std::string command;
+  std::string root;
+  std::vector<Op> ops;
+  TxState state = TxState::open;
+  std::string aborted_why;
+  std::optional<std::string> rolled_back_by;
+  bool torn = false;  // a torn tail was cut
+};
+
+// One line of the journal, checksummed.
+[[nodiscard]] std::string journal_line(const std::string& json);
+
+// Reads a journal, cutting a torn tail. Throws resolver::Error when the file cannot be read or
+// holds no begin record.
+[[nodiscard]] JournalRead read_journal(const std::string& path);
+
+}  // namespace cudafix::installer::txn

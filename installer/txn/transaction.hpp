@@ -1,0 +1,89 @@
+// Changing an environment as one transaction: every change a rename (or a folder made or
+// removed), written ahead in the journal (installer/txn/journal.hpp has the format and what
+// survives a crash), carried out under the environment's lock, undone whole when anything fails,
+// and kept afterwards (its `old/` backups) so that `rollback` can undo it later, byte for byte.
+//
+//   <root>/.lock                      flock, the file uv locks: opened, never recreated
+//   <root>/.cudafix/active            the id of the transaction in progress, while it is
+//   <root>/.cudafix/tx/<id>/          journal, new/, old/ (journal.hpp)
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "installer/txn/journal.hpp"
+
+namespace cudafix::installer::txn {
+
+// flock(LOCK_EX) on <root>/.lock, waiting up to `wait` (saying so through `waiting` once);
+// released when destroyed. Throws resolver::Error when the wait runs out.
+class EnvLock {
+ public:
+  EnvLock(const std::string& root, std::chrono::milliseconds wait,
+          const std::function<void(const std::string&)>& waiting);
+  ~EnvLock();
+  EnvLock(const EnvLock&) = delete;
+  EnvLock& operator=(const EnvLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+class Transaction {
+ public:
+  // A new transaction folder and its begin record, <root>/.cudafix/active naming it.
+  Transaction(const std::string& root, const std::string& command);
+
+  [[nodiscard]] const std::string& id() const { return id_; }
+  [[nodiscard]] std::string dir() const;
+  [[nodiscard]] std::string new_dir() const { return dir() + "/new"; }
+
+  // Planning (nothing changes yet). `path` goes to old/<path relative to root>.
+  void move_aside(const std::string& path);
+  // `staged` (under new/) into place at `target`, what is there moved aside first, missing
+  // folders made.
+  void put(const std::string& staged, const std::string& target, unsigned folder_mode = 0755);
+  void move(const std::string& from, const std::string& to);
+  void remove_folder_if_empty(const std::string& path, unsigned mode);
+  void make_folder(const std::string& path, unsigned mode);
+  [[nodiscard]] const std::vector<Op>& ops() const { return ops_; }
+  // Whether `path` exists once the planned ops are done (the disk, overlaid with the plan).
+  [[nodiscard]] bool will_exist(const std::string& path) const;
+
+  // Writes the intent, syncs it, carries out every op, syncs the folders touched, commits. On
+  // a failure, undoes what was done, records why, and rethrows.
+  void carry_out();
+  // Ends a transaction that changed nothing (a refused plan): recorded as aborted with `why`.
+  void abandon(const std::string& why);
+
+ private:
+  std::string root_, id_;
+  std::vector<Op> ops_;
+  std::map<std::string, bool> planned_;  // path -> exists after the planned ops
+  void append(const std::string& json) const;
+};
+
+// The transactions of an environment, newest first.
+[[nodiscard]] std::vector<JournalRead> transactions(const std::string& root);
+
+// Finishes or undoes a transaction a killed run left (a journal with no commit or abort): its
+// ops undone in reverse, each by what the disk shows. Returns what it did, one line each; takes
+// the lock itself.
+[[nodiscard]] std::vector<std::string> recover(const std::string& root, std::chrono::milliseconds wait,
+                                               const std::function<void(const std::string&)>& waiting);
+
+// The transaction that undoes committed transaction `id` (planned, not carried out): each of its
+// ops reversed, newest first, what is in the way moved aside.
+void plan_rollback(const JournalRead& done, Transaction& undo);
+// Records on `done`'s journal that `by` undid it.
+void mark_rolled_back(const std::string& root, const std::string& id, const std::string& by);
+
+// Bytes held by a transaction's folder (its backups and staged files).
+[[nodiscard]] std::uint64_t bytes_held(const std::string& tx_dir);
+
+[[nodiscard]] std::string tx_root(const std::string& root);  // <root>/.cudafix/tx
+
+}  // namespace cudafix::installer::txn

@@ -1,0 +1,259 @@
+// The write half on real venvs (python3 -m venv, wheels installed by real pip): `remove`,
+// `history`, `rollback`, `snapshot`, each judged by the tree on disk (every file's SHA-256 and
+// every symlink's target) and by pip itself; a kill -9 at every journal step, injected ENOSPC,
+// EIO and EACCES, the environment's lock held as uv holds it, and hostile input, each leaving
+// the before or the after state and nothing else.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "resolver/base/text.hpp"
+#include "tests/e2e/cudafix_run.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using ::testing::HasSubstr;
+
+// Every file's hash and every symlink's target under the venv, cudafix's own folder and the
+// lock aside: the state a test compares.
+std::string tree_of(const std::string& venv) {
+  const std::string q = shell_quote(venv);
+  return run_shell("cd " + q +
+                   " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
+                   "xargs -0 -r sha256sum && find . -path ./.cudafix -prune -o -type l -printf '%p -> %l\\n' | sort "
+                   "&& find . -path ./.cudafix -prune -o -type d -print | sort")
+      .out;
+}
+
+// The lines in which two trees differ (the first few), for failure messages.
+std::string tree_diff(const std::string& a, const std::string& b) {
+  std::set<std::string> la, lb;
+  std::string line;
+  std::istringstream ia(a), ib(b);
+  while (std::getline(ia, line)) la.insert(line);
+  while (std::getline(ib, line)) lb.insert(line);
+  std::string out;
+  int shown = 0;
+  for (const auto& l : la)
+    if (!lb.count(l) && shown++ < 8) out += "- " + l + "\n";
+  for (const auto& l : lb)
+    if (!la.count(l) && shown++ < 16) out += "+ " + l + "\n";
+  return out;
+}
+
+#define EXPECT_SAME_TREE(now, expected) EXPECT_TRUE((now) == (expected)) << tree_diff(expected, now)
+
+class Transactions : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    const std::string src = tmp_->path() + "/src", w = tmp_->path() + "/wheels";
+    fs::create_directories(src);
+    fs::create_directories(w);
+    test::write_file(src + "/a.so", "alpha library\n");
+    test::write_file(src + "/b.py", "print('beta')\n");
+    test::write_file(src + "/c.so", "beta library\n");
+    test::write_file(src + "/common.py", "SHARED = 1\n");
+    alpha_ = test::make_wheel(w, "alpha 1.0 alpha/lib/liba.so=" + src + "/a.so alpha/__init__.py=" + src + "/b.py");
+    beta_ = test::make_wheel(w, "beta 2.0 beta/libb.so=" + src + "/c.so shared/common.py=" + src + "/common.py");
+    gamma_ = test::make_wheel(
+        w, "gamma 3.0 gamma/g.py=" + src + "/b.py shared/common.py=" + src + "/common.py --requires beta");
+    base_ = tmp_->path() + "/base";
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(base_, {alpha_, beta_, gamma_}));
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  static std::string copy(const TempDir& t) {
+    const std::string v = t.path() + "/venv";
+    EXPECT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+    return v;
+  }
+  // `cudafix ARGS --venv VENV`, text output and standard error together.
+  static test::RunResult cudafix(const std::string& args, const std::string& venv, const std::string& env = "") {
+    return run_shell("env -u VIRTUAL_ENV " + env + " " + shell_quote(test::k_bin) + " " + args + " --venv " +
+                     shell_quote(venv) + test::k_no_cache + " 2>&1");
+  }
+  static std::set<std::string> pip_names(const std::string& venv) {
+    std::set<std::string> out;
+    for (const auto& d : json::parse(test::venv_pip(venv, "list --format json").out)) out.insert(d["name"]);
+    return out;
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string alpha_, beta_, gamma_, base_;
+};
+
+TEST_F(Transactions, SnapshotThenPipUninstallAndInstallThenRollbackGivesTheSnapshotsTreeHashForHash) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = tree_of(v);
+  const auto snap = cudafix("snapshot before", v);
+  ASSERT_EQ(snap.exit_code, 0) << snap.out;
+  EXPECT_THAT(snap.out, HasSubstr("hardlinked"));
+  ASSERT_EQ(test::venv_pip(v, "uninstall -y -q alpha beta").exit_code, 0);
+  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps --force-reinstall " + shell_quote(gamma_)).exit_code, 0);
+  ASSERT_NE(tree_of(v), before);
+  const auto back = cudafix("rollback --snapshot before -y", v);
+  ASSERT_EQ(back.exit_code, 0) << back.out;
+  EXPECT_SAME_TREE(tree_of(v), before);
+  EXPECT_EQ(pip_names(v), pip_names(base_));
+  EXPECT_EQ(test::venv_pip(v, "check").exit_code, 0);
+  // The restore is a transaction too: rolling it back gives the state it replaced.
+  ASSERT_EQ(test::venv_pip(v, "uninstall -y -q alpha").exit_code, 0);
+  const std::string without_alpha = tree_of(v);
+  ASSERT_EQ(cudafix("rollback --snapshot before -y", v).exit_code, 0);
+  ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  EXPECT_SAME_TREE(tree_of(v), without_alpha);
+  // Undoing that rollback (a redo) takes its id.
+  const auto history = test::cudafix_json("history --venv " + shell_quote(v) + test::k_no_cache);
+  const std::string undo = history.doc["transactions"][0]["id"];
+  ASSERT_EQ(cudafix("rollback " + undo + " -y", v).exit_code, 0);
+  EXPECT_SAME_TREE(tree_of(v), before);
+  const auto list = cudafix("snapshot --list", v);
+  EXPECT_THAT(list.out, HasSubstr("before"));
+}
+
+TEST_F(Transactions, ASnapshotFileWrittenInPlaceRefusesTheRestoreNamingItAndChangesNothing) {
+  TempDir t;
+  const std::string v = copy(t);
+  ASSERT_EQ(cudafix("snapshot s1", v).exit_code, 0);
+  const std::string lib = test::site_packages(v) + "/beta/libb.so";
+  // Written in place (the same inode): the snapshot's hard link sees the new bytes too.
+  run_shell("printf 'tampered' >> " + shell_quote(lib));
+  ASSERT_EQ(test::venv_pip(v, "uninstall -y -q beta").exit_code, 0);
+  const std::string after = tree_of(v);
+  const auto back = cudafix("rollback --snapshot s1 -y", v);
+  EXPECT_EQ(back.exit_code, 1) << back.out;
+  EXPECT_THAT(back.out, HasSubstr("lib/python3"));
+  EXPECT_THAT(back.out, HasSubstr("beta/libb.so"));
+  EXPECT_THAT(back.out, HasSubstr("nothing was changed"));
+  EXPECT_SAME_TREE(tree_of(v), after);
+}
+
+TEST_F(Transactions, RemoveIsOwnerCountedAndRollbackRestoresTheTreeByteForByte) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = tree_of(v);
+  // gamma requires beta: refused, naming the requirement, nothing changed.
+  const auto refused = cudafix("remove beta -y", v);
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("refused"));
+  EXPECT_SAME_TREE(tree_of(v), before);
+  // alpha shares nothing and nobody needs it.
+  const auto removed = cudafix("remove alpha -y", v);
+  ASSERT_EQ(removed.exit_code, 0) << removed.out;
+  EXPECT_FALSE(pip_names(v).count("alpha"));
+  EXPECT_FALSE(fs::exists(test::site_packages(v) + "/alpha"));
+  // --force takes beta, and owner counting keeps shared/common.py, which gamma lists too.
+  ASSERT_EQ(cudafix("remove beta --force -y", v).exit_code, 0);
+  EXPECT_TRUE(fs::exists(test::site_packages(v) + "/shared/common.py"));
+  EXPECT_FALSE(fs::exists(test::site_packages(v) + "/beta/libb.so"));
+  const auto history = test::cudafix_json("history --venv " + shell_quote(v) + test::k_no_cache);
+  ASSERT_EQ(history.doc["transactions"].size(), 2u) << history.out;
+  EXPECT_EQ(history.doc["transactions"][0]["command"], "remove beta");
+  EXPECT_EQ(history.doc["transactions"][1]["result"], "committed");
+  // Two rollbacks, newest first, give the first tree back.
+  ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  EXPECT_SAME_TREE(tree_of(v), before);
+  EXPECT_EQ(test::venv_pip(v, "check").exit_code, 0);
+  EXPECT_EQ(pip_names(v), pip_names(base_));
+  // And pip can still uninstall what came back.
+  EXPECT_EQ(test::venv_pip(v, "uninstall -y -q alpha").exit_code, 0);
+}
+
+TEST_F(Transactions, AKillAtEveryJournalStepLeavesTheBeforeOrTheAfterStateOnceRecovered) {
+  TempDir ref;
+  const std::string done = copy(ref);
+  ASSERT_EQ(cudafix("remove alpha -y", done).exit_code, 0);
+  const std::string after = tree_of(done);
+  const std::string before = tree_of(base_);
+  int befores = 0, afters = 0;
+  for (int step = 1; step < 40; ++step) {
+    TempDir t;
+    const std::string v = copy(t);
+    const auto killed = cudafix("remove alpha -y", v, "CUDAFIX_TEST_KILL_AT=" + std::to_string(step));
+    if (killed.exit_code == 0) break;  // past the last step: the run finished
+    EXPECT_EQ(killed.exit_code, 137) << "step " << step << ": " << killed.out;
+    // Any command recovers first.
+    const auto next = cudafix("history", v);
+    EXPECT_EQ(next.exit_code, 0) << next.out;
+    const std::string now = tree_of(v);
+    EXPECT_TRUE(now == before || now == after) << "step " << step << " left a state between:\n" << next.out;
+    befores += now == before;
+    afters += now == after;
+    if (now == before) {
+      EXPECT_TRUE(pip_names(v).count("alpha")) << step;
+    }
+  }
+  EXPECT_GT(befores, 3);
+  EXPECT_GE(afters, 1) << "a kill after the commit record keeps the removal";
+}
+
+TEST_F(Transactions, InjectedDiskErrorsUndoEveryChangeAndSayWhatFailed) {
+  const std::string before = tree_of(base_);
+  for (const char* fault : {"rename:2:ENOSPC", "rename:3:EIO", "fsync:3:EIO", "write:2:ENOSPC", "rename:3:EACCES"}) {
+    TempDir t;
+    const std::string v = copy(t);
+    const auto r = cudafix("remove alpha -y", v, std::string("CUDAFIX_TEST_FAULT=") + fault);
+    EXPECT_EQ(r.exit_code, 2) << fault << ": " << r.out;
+    EXPECT_THAT(r.out, ::testing::AnyOf(HasSubstr("No space left"), HasSubstr("Input/output error"),
+                                        HasSubstr("Permission denied")))
+        << fault;
+    EXPECT_SAME_TREE(tree_of(v), before) << fault << ": " << r.out;
+    EXPECT_TRUE(pip_names(v).count("alpha")) << fault;
+    // The next run finds nothing to recover and works.
+    const auto again = cudafix("remove alpha -y", v);
+    EXPECT_EQ(again.exit_code, 0) << fault << ": " << again.out;
+  }
+}
+
+TEST_F(Transactions, TheLockUvTakesMakesCudafixWaitThenGiveUpChangingNothing) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = tree_of(v);
+  // Held as uv holds it: flock on <venv>/.lock, by another process, for longer than we wait.
+  const std::string holder = test::k_python + " -c " +
+                             shell_quote(
+                                 "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+                                 "print('held', flush=True); time.sleep(6)") +
+                             " " + shell_quote(v + "/.lock");
+  const auto r = run_shell("(" + holder + " &) ; sleep 1; env -u VIRTUAL_ENV " + shell_quote(test::k_bin) +
+                           " remove alpha -y --lock-timeout 1 --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("waiting for " + v + "/.lock"));
+  EXPECT_THAT(r.out, HasSubstr("nothing was changed"));
+  EXPECT_SAME_TREE(tree_of(v), before);
+}
+
+TEST_F(Transactions, ARemovalNeverTouchesAFileOutsideTheEnvironment) {
+  TempDir t;
+  const std::string v = copy(t);
+  // A folder inside site-packages that is a symlink to one outside, and a RECORD naming a file
+  // through it, and one climbing out.
+  const std::string outside = t.path() + "/outside";
+  fs::create_directories(outside);
+  test::write_file(outside + "/precious.txt", "keep me\n");
+  const std::string site = test::site_packages(v);
+  fs::create_symlink(outside, site + "/evil");
+  const std::string record = site + "/alpha-1.0.dist-info/RECORD";
+  const auto text = resolver::try_read_file(record);
+  ASSERT_TRUE(text);
+  test::write_file(record, *text + "evil/precious.txt,,\n../../../../outside/precious.txt,,\n");
+  const auto r = cudafix("remove alpha -y --force", v);
+  EXPECT_TRUE(fs::exists(outside + "/precious.txt")) << r.out;
+  EXPECT_EQ(resolver::try_read_file(outside + "/precious.txt").value_or(""), "keep me\n");
+}
+
+}  // namespace
+}  // namespace cudafix
