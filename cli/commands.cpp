@@ -18,13 +18,16 @@
 #include "cli/json_writer.hpp"
 #include "cli/text_output.hpp"
 #include "demo_env_json.hpp"
+#include "installer/probe/verify.hpp"
 #include "installer/txn/changes.hpp"
 #include "installer/txn/transaction.hpp"
+#include "installer/wheel_install.hpp"
 #include "installer/wheel_source.hpp"
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/example_env.hpp"
 #include "resolver/plan/fix.hpp"
+#include "resolver/plan/provenance.hpp"
 #include "rules/doctor.hpp"
 #include "rules/knowledge.hpp"
 #include "rules/rule.hpp"
@@ -757,6 +760,161 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
         info.name);
   }
   return 0;
+}
+
+namespace {
+
+// A path as the plan documents write it (docs/json.md: relative to the site folder, {root, path}
+// where there are several, or absolute outside them), made absolute again.
+std::string plan_path(const r::Environment& env, const nlohmann::json& p) {
+  if (p.is_object()) {
+    for (const auto& site : env.layout.sites)
+      if (r::to_string(site.root) == p.value("root", "")) return r::join_normal(site.real, p.value("path", ""));
+    throw r::Error(fmt::format("the plan names a site folder this environment lacks: {}", p.dump()));
+  }
+  const std::string s = p.get<std::string>();
+  if (s.starts_with("/") || env.layout.sites.empty()) return s;
+  const bool folder = s.ends_with("/");
+  return r::join_normal(env.layout.sites.front().real, s) + (folder ? "/" : "");
+}
+
+// What differs between the plan's fingerprint and the environment now, one line each.
+std::vector<std::string> fingerprint_changes(const r::Environment& env, const nlohmann::json& fp) {
+  std::vector<std::string> out;
+  std::map<std::string, std::string> now;
+  for (const auto& d : env.dists)
+    now[d.dir_name] = r::sha256_hex(d.record_storage ? std::string_view(d.record_storage->text) : "");
+  std::set<std::string> seen;
+  for (const auto& rec : fp["records"]) {
+    const std::string dist = rec.value("dist", "");
+    seen.insert(dist);
+    const auto it = now.find(dist);
+    if (it == now.end())
+      out.push_back(dist + " is gone");
+    else if (it->second != rec.value("sha256", ""))
+      out.push_back(dist + "/RECORD changed");
+  }
+  for (const auto& [dist, sha] : now)
+    if (!seen.count(dist)) out.push_back(dist + " was installed");
+  for (const auto& f : fp["files"]) {
+    const std::string path = plan_path(env, f["path"]);
+    struct stat st {};
+    const bool exists = ::lstat(path.c_str(), &st) == 0;
+    if (exists != f.value("exists", false)) {
+      out.push_back(fmt::format("{} {}", env.display(path), exists ? "appeared" : "is gone"));
+      continue;
+    }
+    if (!exists) continue;
+    const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    if (st.st_dev != f.value("dev", std::uint64_t{0}) || st.st_ino != f.value("ino", std::uint64_t{0}) ||
+        static_cast<std::uint64_t>(st.st_size) != f.value("size", std::uint64_t{0}) ||
+        mtime != f.value("mtime_ns", std::int64_t{0}))
+      out.push_back(env.display(path) + " was modified");
+  }
+  return out;
+}
+
+// An installed dist's files that a reinstall or replacement does not write again and no other
+// kept dist lists: the old version's leftovers, moved aside as its uninstall would.
+void plan_leftovers(const r::Environment& env, int dist, const std::vector<std::string>& written,
+                    const std::set<int>& gone, installer::txn::Transaction& t) {
+  const auto& d = env.dists[static_cast<std::size_t>(dist)];
+  const std::set<std::string> writes(written.begin(), written.end());
+  std::set<std::string> listed_elsewhere;
+  for (std::size_t i = 0; i < env.dists.size(); ++i) {
+    if (static_cast<int>(i) == dist || gone.count(static_cast<int>(i))) continue;
+    for (const auto& row : env.dists[i].record)
+      listed_elsewhere.insert(r::join_normal(env.dists[i].site_dir, row.path));
+  }
+  for (const auto& row : d.record) {
+    const std::string abs = r::join_normal(d.site_dir, row.path);
+    if (writes.count(abs) || listed_elsewhere.count(abs) || !r::is_within(abs, env.layout.root_real)) continue;
+    if (t.will_exist(abs)) t.move_aside(abs);
+  }
+}
+
+}  // namespace
+
+int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& out) {
+  const auto text = r::try_read_file(o.plan);
+  if (!text) throw r::Error(fmt::format("{}: cannot read the plan", o.plan));
+  const auto plan = nlohmann::json::parse(*text, nullptr, false);
+  if (!plan.is_object() || plan.value("command", "") != "plan fix" || !plan.contains("steps"))
+    throw r::Error(fmt::format("{} is not a plan document (write one with `cudafix plan fix -o PLAN.json`)", o.plan));
+  if (!plan.value("ok", false))
+    throw r::Error(fmt::format("{} is a plan that found no safe order: {}", o.plan, plan.value("problem", "")));
+  Located located = locate(g);
+  tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
+  const auto& layout = writable(env);
+  if (const auto changes = fingerprint_changes(env, plan["fingerprint"]); !changes.empty())
+    throw r::Error(
+        fmt::format("the environment changed since the plan was made: {}; make a new plan", fmt::join(changes, "; ")));
+  std::vector<std::string> said;
+  for (const auto& st : plan["steps"])
+    said.push_back(st.value("action", "") + " " + st.value("name", "") + " " + st.value("version", ""));
+  confirm(g, fmt::format("apply {} steps: {}", said.size(), fmt::join(said, ", ")));
+
+  tx::Transaction t(layout.root_real, "apply " + o.plan);
+  std::set<int> gone;
+  std::size_t files = 0;
+  for (const auto& st : plan["steps"]) {
+    const std::string action = st.value("action", "");
+    std::optional<int> dist;
+    if (st["dist"].is_string())
+      for (std::size_t i = 0; i < env.dists.size(); ++i)
+        if (env.dists[i].dir_name == st["dist"].get<std::string>()) dist = static_cast<int>(i);
+    if (action == "remove") {
+      r::Deletion del;
+      for (const auto& p : st["deletes"]) {
+        const std::string abs = plan_path(env, p);
+        if (abs.ends_with("/"))
+          del.dirs.push_back(abs.substr(0, abs.size() - 1));
+        else
+          del.files.push_back(abs);
+      }
+      tx::plan_removal_ops(env, del, t);
+      files += del.files.size();
+      if (dist) gone.insert(*dist);
+    } else {
+      if (st["wheel"].is_null())
+        throw r::Error(fmt::format("step {} {} has no wheel (plan again with --find-links naming it)", action,
+                                   st.value("name", "")));
+      const auto wheel = installer::validate_wheel(st["wheel"]["file"].get<std::string>());
+      if (r::sha256_of_file(wheel.path, r::DigestForm::hex) != st["wheel"].value("sha256", ""))
+        throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
+      const auto staged = installer::stage_wheel(wheel, layout, t, g.threads, false);
+      if (dist) plan_leftovers(env, *dist, staged.targets, gone, t);
+      files += staged.targets.size();
+    }
+    t.mark_step();
+  }
+  // After each step, the live check where a driver is present.
+  bool unverified = false;
+  const auto check = [&](std::size_t step) {
+    if (o.no_verify) return;
+    r::ScanOptions opts;
+    opts.threads = g.threads;
+    const r::Environment now = r::scan_environment(layout, opts);
+    installer::probe::VerifyOptions vo;
+    vo.probe = probe_path();
+    const auto report = installer::probe::verify_environment(now, knowledge, vo);
+    const int rc = report.exit_code();
+    if (rc == 3) {
+      unverified = true;
+      return;
+    }
+    if (rc != 0)
+      throw r::Error(fmt::format("verification after step {} ({}) failed: {}", step + 1, said[step],
+                                 report.failed_check.value_or(report.verdict.message)));
+  };
+  t.carry_out(check);
+  const std::string text_out = fmt::format("applied {} steps ({} files){}", said.size(), files,
+                                           o.no_verify  ? ", not verified (--no-verify)"
+                                           : unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
+                                                        : ", each verified on the GPU");
+  report_done(g, out, "apply", t, text_out, {{"steps", said}, {"verified", !o.no_verify && !unverified}});
+  return unverified ? 4 : 0;
 }
 
 }  // namespace cudafix::cli

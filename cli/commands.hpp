@@ -63,6 +63,13 @@ struct RemoveCliOptions {
 };
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out);
 int run_history(const GlobalOptions& g, std::ostream& out);
+// `apply PLAN.json`: 0 done and verified (or --no-verify), 4 done but no GPU driver to verify
+// with, 1 a verification failed and everything was undone, 2 could not run.
+struct ApplyCliOptions {
+  std::string plan;
+  bool no_verify = false;
+};
+int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& out);
 struct RollbackCliOptions {
   std::optional<std::string> id;
   std::optional<std::string> snapshot;

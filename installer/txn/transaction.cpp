@@ -224,7 +224,9 @@ void Transaction::put(const std::string& staged, const std::string& target, unsi
   move(staged, target);
 }
 
-void Transaction::carry_out() {
+void Transaction::carry_out() { carry_out({}); }
+
+void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
   std::string intent;
   for (std::size_t i = 0; i < ops_.size(); ++i) intent += journal_line(op_json(ops_[i], i).dump());
   intent += journal_line(json{{"record", "intent_end"}, {"ops", ops_.size()}}.dump());
@@ -232,9 +234,11 @@ void Transaction::carry_out() {
   try {
     append_synced(dir() + "/journal", intent);
     journal_step();
+    std::size_t step = 0;
     for (; done < ops_.size(); ++done) {
       carry_out_op(ops_[done]);
       journal_step();
+      while (check && step < steps_.size() && steps_[step] == done + 1) check(step++);
     }
     sync_folders(ops_);
     append(json{{"record", "commit"}}.dump());

@@ -56,6 +56,11 @@ class Transaction {
   // Writes the intent, syncs it, carries out every op, syncs the folders touched, commits. On
   // a failure, undoes what was done, records why, and rethrows.
   void carry_out();
+  // The same, calling `check(k)` once the ops of step k are done (a step ends where mark_step()
+  // was called); a check that throws undoes the whole transaction, as a failed call does.
+  void carry_out(const std::function<void(std::size_t)>& check);
+  // Ends the current step: the ops planned so far belong to it.
+  void mark_step() { steps_.push_back(ops_.size()); }
   // Ends a transaction that changed nothing (a refused plan): recorded as aborted with `why`.
   void abandon(const std::string& why);
 
@@ -63,6 +68,7 @@ class Transaction {
   std::string root_, id_;
   std::vector<Op> ops_;
   std::map<std::string, bool> planned_;  // path -> exists after the planned ops
+  std::vector<std::size_t> steps_;       // each step's end, as an op count
   void append(const std::string& json) const;
 };
 

@@ -13,7 +13,6 @@
 #include "resolver/pep/pep440.hpp"
 
 namespace cudafix::resolver::inline plan {
-namespace {
 
 std::string base64url_nopad(const unsigned char* data, std::size_t n) {
   static constexpr char k_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -28,6 +27,8 @@ std::string base64url_nopad(const unsigned char* data, std::size_t n) {
   }
   return out;
 }
+
+namespace {
 
 std::string hex_of(const unsigned char* data, std::size_t n) {
   static constexpr char k_digits[] = "0123456789abcdef";
@@ -71,6 +72,25 @@ const LibCrypto& libcrypto() {
 }
 
 }  // namespace
+
+Sha256Stream::Sha256Stream() {
+  const LibCrypto& c = libcrypto();
+  ctx_ = c.ctx_new();
+  c.init(static_cast<EVP_MD_CTX*>(ctx_), c.sha256(), nullptr);
+}
+
+Sha256Stream::~Sha256Stream() { libcrypto().ctx_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256Stream::update(const void* data, std::size_t n) {
+  libcrypto().update(static_cast<EVP_MD_CTX*>(ctx_), data, n);
+}
+
+std::string Sha256Stream::record_digest() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  libcrypto().final(static_cast<EVP_MD_CTX*>(ctx_), md, &len);
+  return base64url_nopad(md, len);
+}
 
 std::string sha256_hex(std::string_view data) {
   const LibCrypto& c = libcrypto();

@@ -18,6 +18,21 @@ namespace cudafix::resolver::inline plan {
 enum class DigestForm { record, hex };
 [[nodiscard]] std::string sha256_of_file(const std::string& path, DigestForm form = DigestForm::record,
                                          std::uint64_t* bytes = nullptr);
+// RECORD's digest form: urlsafe base64 without padding.
+[[nodiscard]] std::string base64url_nopad(const unsigned char* data, std::size_t n);
+// SHA-256 of bytes that come in pieces (a member being inflated), in RECORD's form.
+class Sha256Stream {
+ public:
+  Sha256Stream();
+  ~Sha256Stream();
+  Sha256Stream(const Sha256Stream&) = delete;
+  Sha256Stream& operator=(const Sha256Stream&) = delete;
+  void update(const void* data, std::size_t n);
+  [[nodiscard]] std::string record_digest();  // once, at the end
+
+ private:
+  void* ctx_;  // EVP_MD_CTX, from the libcrypto loaded at first use
+};
 // SHA-256 of bytes in memory, as hex.
 [[nodiscard]] std::string sha256_hex(std::string_view data);
 

@@ -4,11 +4,11 @@
 // `pip uninstall` (which deletes those shared files for both). The consumers (torch, cupy, jax's
 // plugin) all need one major, the target; a random set of the other major's providers is left
 // over. With every wheel at hand (--find-links), the plan must be found, every step judged safe,
-// and once it is carried out on the venv (pip for the reinstalls and installs, the plan's own
-// deletions for the removals) three judges that are not the planner must agree: `cudafix doctor`
-// reports no error, `pip check` passes, and glibc's `ld.so --list` of every consumer object
-// finds each CUDA library in the venv, byte for byte the target major's build, and loses nothing
-// it found before.
+// and once it is carried out on the venv (in even rounds by pip for the reinstalls and installs
+// and the plan's own deletions for the removals; in odd rounds by `cudafix apply`) three judges that are not the
+// planner must agree: `cudafix doctor` reports no error, `pip check` passes, and glibc's `ld.so --list` of every
+// consumer object finds each CUDA library in the venv, byte for byte the target major's build, and loses nothing it
+// found before.
 //
 // CUDAFIX_HYBRID_ROUNDS sets the number of rounds (default 12) and CUDAFIX_HYBRID_SEED the seed;
 // bench/hybrid_property.sh runs many more.
@@ -205,7 +205,7 @@ TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAn
   const char* env_seed = std::getenv("CUDAFIX_HYBRID_SEED");
   std::mt19937 rng(env_seed ? static_cast<unsigned>(std::strtoul(env_seed, nullptr, 10)) : 20261201u);
   const auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
-  int reinstalls = 0, removals = 0, installs = 0, pip_uninstalls = 0, foreign_last = 0;
+  int reinstalls = 0, removals = 0, installs = 0, pip_uninstalls = 0, foreign_last = 0, applied_by_cudafix = 0;
   for (int round = 0; round < rounds; ++round) {
     const int target = coin(0.5) ? 12 : 13, foreign = 25 - target;
     // The consumers, of the target major: at least one.
@@ -261,7 +261,8 @@ TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAn
     std::map<std::string, std::map<std::string, std::optional<std::string>>> before;
     for (const auto& o : objects) before[o] = glibc_list(o);
 
-    const auto plan = cudafix("plan fix --find-links " + shell_quote(links_), venv);
+    const std::string plan_file = t.path() + "/plan.json";
+    const auto plan = cudafix("plan fix --find-links " + shell_quote(links_) + " -o " + shell_quote(plan_file), venv);
     ASSERT_EQ(plan.exit_code, 0) << plan.doc.dump(1).substr(0, 3000);
     ASSERT_TRUE(plan.doc["problem"].is_null()) << plan.doc["problem"];
     EXPECT_EQ(plan.doc["target"]["cuda_major"], target);
@@ -272,7 +273,14 @@ TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAn
       removals += action == "remove";
       installs += action == "install";
     }
-    ASSERT_NO_FATAL_FAILURE(carry_out(plan.doc, venv, links_));
+    // Odd rounds: cudafix carries the plan out itself, as one transaction.
+    if (round % 2) {
+      const auto applied = cudafix("apply " + shell_quote(plan_file) + " -y --no-verify", venv);
+      ASSERT_EQ(applied.exit_code, 0) << applied.out;
+      ++applied_by_cudafix;
+    } else {
+      ASSERT_NO_FATAL_FAILURE(carry_out(plan.doc, venv, links_));
+    }
 
     // Judge 1: doctor, the same binary but not the planner, finds no error.
     const auto doctor = cudafix("doctor", venv);
@@ -317,6 +325,7 @@ TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAn
   RecordProperty("removals", removals);
   RecordProperty("installs", installs);
   RecordProperty("pip_uninstalls", pip_uninstalls);
+  RecordProperty("applied_by_cudafix", applied_by_cudafix);
 }
 
 }  // namespace

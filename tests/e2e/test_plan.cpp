@@ -749,3 +749,57 @@ TEST_F(HybridCuda12Torch, OwnerCountedRemovalOfTheCuda13CudnnBreaksNothingAndPip
 
 }  // namespace
 }  // namespace cudafix
+
+namespace cudafix {
+namespace {
+
+// Every file's hash under a venv, cudafix's own folder and the lock aside.
+std::string hashes_of(const std::string& venv) {
+  return test::run_shell("cd " + test::shell_quote(venv) +
+                         " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
+                         "xargs -0 -r sha256sum && find . -path ./.cudafix -prune -o -type l -printf '%p -> %l\\n'")
+      .out;
+}
+
+// The plan carried out by cudafix itself: one transaction, then judged by doctor and by pip, and
+// undone by rollback to the very bytes it started from.
+TEST_F(HybridCuda12Torch, ApplyCarriesOutTheSavedPlanAndRollbackUndoesItByteForByte) {
+  test::TempDir t;
+  const std::string venv = copy(t);
+  const std::string before = hashes_of(venv);
+  const std::string plan_file = t.path() + "/plan.json";
+  const auto plan = run("plan fix --find-links " + shell_quote(links_) + " -o " + shell_quote(plan_file), venv);
+  ASSERT_EQ(plan.exit_code, 0) << plan.doc["problem"];
+  const auto applied = run("apply " + shell_quote(plan_file) + " -y --no-verify", venv);
+  ASSERT_EQ(applied.exit_code, 0) << applied.out;
+  EXPECT_EQ(applied.doc["verified"], false);
+  // doctor finds no mixed majors and no shared paths left (this fixture's fake dispatcher has no
+  // RUNPATH for its sub-libraries: that error is the fixture's, before and after); pip sees the
+  // CUDA 13 stack gone and its checks pass.
+  const auto doctor = run("doctor", venv);
+  for (const auto& f : doctor.doc["findings"])
+    EXPECT_TRUE(f["rule"] != "mixed-cuda-major" && f["rule"] != "shared-path") << f.dump(1);
+  const auto list = test::venv_pip(venv, "list --format json");
+  for (const char* gone : {"nvidia-cudnn-cu13", "nvidia-cublas", "nvidia-cuda-runtime"})
+    EXPECT_THAT(list.out, ::testing::Not(HasSubstr("\"" + std::string(gone) + "\""))) << gone;
+  EXPECT_EQ(test::venv_pip(venv, "check").exit_code, 0);
+  // The reinstalled cuDNN's files are its wheel's bytes, and pip lists them under its name.
+  const auto show = test::venv_pip(venv, "show -v -f nvidia-cudnn-cu12");
+  EXPECT_THAT(show.out, HasSubstr("nvidia/cudnn/lib/libcudnn_adv.so.9"));
+  EXPECT_THAT(show.out, HasSubstr("Installer: cudafix"));
+  // A plan made before is refused once the environment changed (here: by the apply itself).
+  const auto again = run("apply " + shell_quote(plan_file) + " -y --no-verify", venv);
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_THAT(again.out, HasSubstr("the environment changed since the plan was made"));
+  // And one rollback gives every byte back.
+  const auto back = run("rollback -y", venv);
+  ASSERT_EQ(back.exit_code, 0) << back.out;
+  EXPECT_TRUE(hashes_of(venv) == before) << "the tree differs after the rollback";
+  // pip can uninstall what cudafix installed.
+  ASSERT_EQ(run("apply " + shell_quote(plan_file) + " -y --no-verify", venv).exit_code, 0);
+  EXPECT_EQ(test::venv_pip(venv, "uninstall -y -q nvidia-cudnn-cu12").exit_code, 0);
+  EXPECT_FALSE(fs::exists(test::site_packages(venv) + "/nvidia/cudnn/lib/libcudnn_adv.so.9"));
+}
+
+}  // namespace
+}  // namespace cudafix
