@@ -656,7 +656,7 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     tx::Transaction t(root, "rollback --snapshot " + *o.snapshot);
     const auto check = tx::plan_restore(env, *o.snapshot, t);
     if (!check.altered.empty()) {
-      t.abandon("the snapshot was altered");
+      t.abandon();
       const std::string why = fmt::format(
           "refused: snapshot '{}' was altered since it was taken (a tool wrote these files in place, or they were "
           "deleted from it): {}; nothing was changed",
@@ -915,6 +915,32 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
                                                         : ", each verified on the GPU");
   report_done(g, out, "apply", t, text_out, {{"steps", said}, {"verified", !o.no_verify && !unverified}});
   return unverified ? 4 : 0;
+}
+
+int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream& out) {
+  // Every wheel validated before the environment is even locked.
+  std::vector<installer::ValidatedWheel> wheels;
+  for (const auto& w : o.wheels) wheels.push_back(installer::validate_wheel(w));
+  Located located = locate(g);
+  tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
+  const auto& layout = writable(env);
+  std::vector<std::string> labels;
+  for (const auto& w : wheels) labels.push_back(w.name + " " + w.version);
+  confirm(g, fmt::format("install {}", fmt::join(labels, ", ")));
+  tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(o.wheels, " ")));
+  std::size_t files = 0;
+  for (const auto& w : wheels) {
+    const auto staged = installer::stage_wheel(w, layout, t, g.threads, true);
+    // An installed dist of that name is replaced: what it lists and the wheel does not write goes.
+    if (const auto installed = env.dist_index(r::normalize_name(w.name)))
+      plan_leftovers(env, *installed, staged.targets, {}, t);
+    files += staged.targets.size();
+    t.mark_step();
+  }
+  t.carry_out();
+  return report_done(g, out, "install", t, fmt::format("installed {} ({} files)", fmt::join(labels, ", "), files),
+                     {{"installed", labels}, {"files", files}});
 }
 
 }  // namespace cudafix::cli

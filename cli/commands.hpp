@@ -63,6 +63,12 @@ struct RemoveCliOptions {
 };
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out);
 int run_history(const GlobalOptions& g, std::ostream& out);
+// `install WHEEL...`: each wheel validated whole, then installed (replacing an installed dist
+// of its name) as one transaction.
+struct InstallCliOptions {
+  std::vector<std::string> wheels;
+};
+int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream& out);
 // `apply PLAN.json`: 0 done and verified (or --no-verify), 4 done but no GPU driver to verify
 // with, 1 a verification failed and everything was undone, 2 could not run.
 struct ApplyCliOptions {

@@ -207,6 +207,9 @@ int main(int argc, char** argv) {
   auto* remove = app.add_subcommand("remove", "owner-counted removal that refuses to break a required library");
   remove->add_option("DIST", remove_opts.dists, "the dists to remove (names as pip takes them)")->required();
   remove->add_flag("--force", remove_opts.force, "remove even what plan remove judges to break a required library");
+  InstallCliOptions install_opts;
+  auto* install = app.add_subcommand("install", "install wheel files, validated whole first, as one transaction");
+  install->add_option("WHEEL", install_opts.wheels, "the .whl files")->required()->check(CLI::ExistingFile);
   ApplyCliOptions apply_opts;
   auto* apply =
       app.add_subcommand("apply", "carry out a saved plan (plan fix -o) as one transaction, verifying each step");
@@ -222,7 +225,7 @@ int main(int argc, char** argv) {
   snapshot->add_option("NAME", snapshot_opts.name, "its name (default: the UTC time)");
   snapshot->add_flag("--list", snapshot_opts.list, "list the snapshots");
   snapshot->add_option("--delete", snapshot_opts.remove, "delete this snapshot");
-  for (auto* sub : {remove, rollback, snapshot, apply})
+  for (auto* sub : {remove, rollback, snapshot, apply, install})
     sub->add_flag("-y,--yes", g.yes, "change the environment without asking");
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
@@ -264,6 +267,7 @@ int main(int argc, char** argv) {
     if (remove->parsed()) return run_remove(g, remove_opts, std::cout);
     if (history->parsed()) return run_history(g, std::cout);
     if (apply->parsed()) return run_apply(g, apply_opts, std::cout);
+    if (install->parsed()) return run_install(g, install_opts, std::cout);
     if (rollback->parsed()) return run_rollback(g, rollback_opts, std::cout);
     if (snapshot->parsed()) return run_snapshot(g, snapshot_opts, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);

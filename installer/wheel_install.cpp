@@ -95,6 +95,16 @@ std::string bad_name(std::string_view name) {
   return "";
 }
 
+// Whether an extra field holds a ZIP64 record (header id 1).
+bool has_zip64_extra(const unsigned char* extra, std::size_t n) {
+  for (std::size_t i = 0; i + 4 <= n;) {
+    const std::uint16_t id = u16(extra + i), len = u16(extra + i + 2);
+    if (id == 1) return true;
+    i += 4 + len;
+  }
+  return false;
+}
+
 [[noreturn]] void refuse(const std::string& wheel, const std::string& member, const std::string& why) {
   throw r::Error(fmt::format("{}: {}{}; nothing was installed", wheel, member.empty() ? "" : member + ": ", why));
 }
@@ -272,11 +282,19 @@ ValidatedWheel validate_wheel(const std::string& path) {
     if (at + 46 + name_len > std::uint64_t{cd_offset} + cd_size)
       refuse(path, "", "a central directory name runs past it");
     const std::string name(reinterpret_cast<const char*>(d + at + 46), name_len);
+    const bool zip64_extra = at + 46 + name_len + extra_len <= std::uint64_t{cd_offset} + cd_size &&
+                             has_zip64_extra(d + at + 46 + name_len, extra_len);
     at += 46 + name_len + extra_len + comment_len;
-    const std::string shown = valid_utf8(name) ? name : r::to_valid_utf8(name);
+    // Shown with control characters escaped, so that the message itself stays readable.
+    std::string shown;
+    for (char c : valid_utf8(name) ? name : r::to_valid_utf8(name))
+      shown += static_cast<unsigned char>(c) < 0x20 || c == 0x7f
+                   ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
+                   : std::string(1, c);
     if (const auto why = bad_name(name); !why.empty()) refuse(path, shown, "refused for " + why);
     if (!names.insert(name).second) refuse(path, name, "a second member of this name");
-    if (csize == 0xffffffff || usize == 0xffffffff || local == 0xffffffff) refuse(path, name, "ZIP64 sizes");
+    if (csize == 0xffffffff || usize == 0xffffffff || local == 0xffffffff || zip64_extra)
+      refuse(path, name, "ZIP64 sizes or extra field (ZIP64 is not read yet)");
     if (flags & 1) refuse(path, name, "encrypted");
     const unsigned mode = (made_by >> 8) == 3 ? (external >> 16) : 0;
     const unsigned type = mode & S_IFMT;
@@ -294,6 +312,9 @@ ValidatedWheel validate_wheel(const std::string& path) {
         std::string_view(reinterpret_cast<const char*>(d + local + 30), lname) != name)
       refuse(path, name, "its local header names another file");
     if (lmethod != method) refuse(path, name, "its local header and the central directory disagree on compression");
+    if (u32(d + local + 18) == 0xffffffff || u32(d + local + 22) == 0xffffffff ||
+        (local + 30 + lname + lextra <= cd_offset && has_zip64_extra(d + local + 30 + lname, lextra)))
+      refuse(path, name, "ZIP64 sizes or extra field (ZIP64 is not read yet)");
     if (!(lflags & 8) && (u32(d + local + 14) != crc || u32(d + local + 18) != csize || u32(d + local + 22) != usize))
       refuse(path, name, "its local header and the central directory disagree on CRC or sizes");
     const std::uint64_t data_offset = std::uint64_t{local} + 30 + lname + lextra;
@@ -310,7 +331,8 @@ ValidatedWheel validate_wheel(const std::string& path) {
     m.compressed = csize;
     m.size = usize;
     m.data_offset = data_offset;
-    m.executable = (mode & 0111) != 0;
+    // As pip and pypa/installer judge it: a regular file's mode with an execute bit.
+    m.executable = type == S_IFREG && (mode & 0111) != 0;
     w.members.push_back(std::move(m));
   }
   if (w.unpacked > k_max_unpacked)
@@ -430,7 +452,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
       refuse(w.path, m.name, "it would be written outside the environment");
     s.staged = staged_path(s.target);
     const bool script = m.name.starts_with(w.dist_info.substr(0, w.dist_info.size() - 10) + ".data/scripts/");
-    s.executable = m.executable || script;
+    s.executable = m.executable;
     make_parent(s.staged);
     const int fd = ::open(s.staged.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, s.executable ? 0755 : 0644);
     if (fd < 0) throw r::Error(fmt::format("{}: {}", s.staged, std::strerror(errno)));

@@ -227,6 +227,7 @@ void Transaction::put(const std::string& staged, const std::string& target, unsi
 void Transaction::carry_out() { carry_out({}); }
 
 void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
+  started_ = true;
   std::string intent;
   for (std::size_t i = 0; i < ops_.size(); ++i) intent += journal_line(op_json(ops_[i], i).dump());
   intent += journal_line(json{{"record", "intent_end"}, {"ops", ops_.size()}}.dump());
@@ -256,10 +257,15 @@ void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
   ::unlink(active_file(root_).c_str());
 }
 
-void Transaction::abandon(const std::string& why) {
-  append(json{{"record", "aborted"}, {"why", why}}.dump());
+void Transaction::abandon() {
+  if (started_) return;
+  started_ = true;
+  std::error_code ec;
+  fs::remove_all(dir(), ec);
   ::unlink(active_file(root_).c_str());
 }
+
+Transaction::~Transaction() { abandon(); }
 
 std::vector<JournalRead> transactions(const std::string& root) {
   std::vector<JournalRead> out;

@@ -36,6 +36,11 @@ class Transaction {
  public:
   // A new transaction folder and its begin record, <root>/.cudafix/active naming it.
   Transaction(const std::string& root, const std::string& command);
+  // One never carried out (a refusal while planning or staging) changed nothing: its folder,
+  // staged files included, is removed.
+  ~Transaction();
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
 
   [[nodiscard]] const std::string& id() const { return id_; }
   [[nodiscard]] std::string dir() const;
@@ -61,14 +66,15 @@ class Transaction {
   void carry_out(const std::function<void(std::size_t)>& check);
   // Ends the current step: the ops planned so far belong to it.
   void mark_step() { steps_.push_back(ops_.size()); }
-  // Ends a transaction that changed nothing (a refused plan): recorded as aborted with `why`.
-  void abandon(const std::string& why);
+  // Ends a transaction that changed nothing (a refused plan): its folder is removed.
+  void abandon();
 
  private:
   std::string root_, id_;
   std::vector<Op> ops_;
   std::map<std::string, bool> planned_;  // path -> exists after the planned ops
   std::vector<std::size_t> steps_;       // each step's end, as an op count
+  bool started_ = false;                 // carry_out() began: from then on the journal says the rest
   void append(const std::string& json) const;
 };
 

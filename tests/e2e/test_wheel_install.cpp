@@ -1,0 +1,188 @@
+// `cudafix install`: what it writes from a wheel is what pypa/installer (Debian's
+// python3-installer) writes from the same wheel, file for file; real pip lists, shows, checks
+// and uninstalls the result; rollback gives back the tree before; and every hostile or broken
+// wheel (tests/e2e/make_bad_wheels.py) is refused with a message naming its fault, before the
+// environment is touched.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "resolver/base/text.hpp"
+#include "resolver/plan/provenance.hpp"
+#include "tests/e2e/cudafix_run.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using ::testing::HasSubstr;
+
+// Every file under `dir` (relative path, executable bit, SHA-256; RECORD by its sorted rows),
+// cudafix's folder, the lock and compiled bytecode left out.
+std::string files_of(const std::string& dir) {
+  std::vector<std::string> lines;
+  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) {
+    const std::string name = it->path().filename().string();
+    if (it->is_directory() && (name == ".cudafix" || name == "__pycache__")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_symlink() || !it->is_regular_file() || name == ".lock") continue;
+    const std::string rel = fs::relative(it->path(), dir).string();
+    std::string digest;
+    if (name == "RECORD") {
+      std::set<std::string> rows;
+      std::istringstream in(resolver::try_read_file(it->path()).value_or(""));
+      for (std::string row; std::getline(in, row);) rows.insert(row);
+      for (const auto& row : rows) digest += row + ";";
+      digest = resolver::sha256_hex(digest);
+    } else {
+      digest = resolver::sha256_of_file(it->path().string(), resolver::DigestForm::hex);
+    }
+    const bool exec = (fs::status(it->path()).permissions() & fs::perms::owner_exec) != fs::perms::none;
+    lines.push_back(rel + (exec ? " x " : " - ") + digest);
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+class WheelInstall : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    const std::string src = tmp_->path() + "/src";
+    fs::create_directories(src);
+    test::write_file(src + "/init.py", "def main():\n    print('hello')\n");
+    test::write_file(src + "/mod.py", "VALUE = 42\n");
+    test::write_file(src + "/tool", "#!python\nprint('tool')\n");
+    test::write_file(src + "/share.txt", "shared data\n");
+    test::write_file(src + "/h.h", "#define FANCY 1\n");
+    test::write_file(src + "/lib.so", std::string(200000, 'L'));
+    wheel_ = test::make_wheel(
+        tmp_->path(), "fancy-pkg 1.2.3 fancy_pkg/__init__.py=" + src + "/init.py fancy_pkg/sub/mod.py=" + src +
+                          "/mod.py fancy_pkg/libfancy.so=" + src + "/lib.so fancy_pkg-1.2.3.data/scripts/tool=" + src +
+                          "/tool fancy_pkg-1.2.3.data/data/share/fancy/share.txt=" + src +
+                          "/share.txt fancy_pkg-1.2.3.data/headers/fancy.h=" + src +
+                          "/h.h --console-script fancy=fancy_pkg:main --requires 'packaging'");
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+  static test::RunResult cudafix(const std::string& args, const std::string& venv) {
+    return run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(venv) +
+                     test::k_no_cache + " 2>&1");
+  }
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string wheel_;
+};
+
+TEST_F(WheelInstall, WritesWhatPypaInstallerWritesFileForFile) {
+  if (run_shell("/usr/bin/python3 -c 'import installer.destinations'").exit_code != 0)
+    GTEST_SKIP() << "Debian's python3-installer is not installed (.ci/install-deps installs it)";
+  TempDir t;
+  const std::string ours = t.path() + "/ours/venv", theirs = t.path() + "/theirs/venv";
+  fs::create_directories(t.path() + "/ours");
+  fs::create_directories(t.path() + "/theirs");
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(ours)).exit_code, 0);
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(theirs)).exit_code, 0);
+  const std::string fresh_ours = files_of(ours), fresh_theirs = files_of(theirs);
+  const auto r = cudafix("install " + shell_quote(wheel_) + " -y", ours);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  // pypa/installer into the same layout, with the interpreter path, INSTALLER and REQUESTED
+  // cudafix writes; then the interpreter path made the same for the comparison.
+  const std::string site_t = test::site_packages(theirs);
+  const std::string py =
+      "import sys\n"
+      "from installer import install\n"
+      "from installer.destinations import SchemeDictionaryDestination\n"
+      "from installer.sources import WheelFile\n"
+      "v, site, whl = sys.argv[1:4]\n"
+      "d = SchemeDictionaryDestination({'purelib': site, 'platlib': site, 'scripts': v + '/bin',\n"
+      "    'headers': v + '/include/site/python' + sys.argv[4] + '/fancy_pkg', 'data': v},\n"
+      "    interpreter=sys.argv[5] + '/bin/python', script_kind='posix')\n"
+      "with WheelFile.open(whl) as w:\n"
+      "    install(w, d, {'INSTALLER': b'cudafix\\n', 'REQUESTED': b''})\n";
+  test::write_file(t.path() + "/inst.py", py);
+  const std::string version =
+      site_t.substr(site_t.find("python3."), site_t.find("/site-packages") - site_t.find("python3."));
+  const auto pi = run_shell("/usr/bin/python3 " + shell_quote(t.path() + "/inst.py") + " " + shell_quote(theirs) + " " +
+                            shell_quote(site_t) + " " + shell_quote(wheel_) + " " + version.substr(6) + " " +
+                            shell_quote(ours) + " 2>&1");
+  ASSERT_EQ(pi.exit_code, 0) << pi.out;
+  // The venvs' own files (activate scripts, pyvenv.cfg) name their own folders: only what the
+  // installs wrote is compared.
+  const auto written = [&](const std::string& venv, const std::string& fresh) {
+    std::set<std::string> skip;
+    std::istringstream in(fresh);
+    for (std::string l; std::getline(in, l);) skip.insert(l.substr(0, l.find(' ')));
+    std::string out;
+    std::istringstream all(files_of(venv));
+    for (std::string l; std::getline(all, l);)
+      if (!skip.count(l.substr(0, l.find(' ')))) out += l + "\n";
+    return out;
+  };
+  const std::string a = written(ours, fresh_ours), b = written(theirs, fresh_theirs);
+  EXPECT_EQ(a, b);
+  EXPECT_THAT(a, HasSubstr("bin/fancy x"));
+  EXPECT_THAT(a, HasSubstr("bin/tool "));
+  EXPECT_THAT(a, HasSubstr("share/fancy/share.txt"));
+  EXPECT_THAT(a, HasSubstr("include/site/python"));
+}
+
+TEST_F(WheelInstall, PipListsShowsChecksAndUninstallsItAndRollbackUndoesIt) {
+  TempDir t;
+  const std::string v = t.path() + "/venv";
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(v, {}));
+  const std::string before = files_of(v);
+  const auto r = cudafix("install " + shell_quote(wheel_) + " -y", v);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(test::venv_pip(v, "list").out, HasSubstr("fancy-pkg"));
+  EXPECT_THAT(test::venv_pip(v, "show -v fancy-pkg").out, HasSubstr("Installer: cudafix"));
+  const auto check = test::venv_pip(v, "check");
+  EXPECT_THAT(check.out, HasSubstr("fancy-pkg 1.2.3 requires packaging"));
+  EXPECT_EQ(run_shell(shell_quote(v + "/bin/fancy")).out, "hello\n");
+  // Installing it again replaces it in one transaction; rollback twice gives the empty venv back.
+  ASSERT_EQ(cudafix("install " + shell_quote(wheel_) + " -y", v).exit_code, 0);
+  ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  EXPECT_EQ(files_of(v), before);
+  // And pip uninstalls what cudafix installed, every file.
+  ASSERT_EQ(cudafix("install " + shell_quote(wheel_) + " -y", v).exit_code, 0);
+  const auto un = test::venv_pip(v, "uninstall -y fancy-pkg");
+  EXPECT_EQ(un.exit_code, 0) << un.out;
+  EXPECT_EQ(files_of(v), before);
+}
+
+TEST_F(WheelInstall, EveryHostileOrBrokenWheelIsRefusedNamingItsFaultAndNothingIsWritten) {
+  TempDir t;
+  const std::string bad = t.path() + "/bad";
+  fs::create_directories(bad);
+  const auto made = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_bad_wheels.py") +
+                              " " + shell_quote(bad));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto cases = json::parse(made.out);
+  const std::string v = t.path() + "/venv";
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(v)).exit_code, 0);
+  const std::string before = files_of(v);
+  for (const auto& c : cases) {
+    const auto r = cudafix("install " + shell_quote(c["file"].get<std::string>()) + " -y", v);
+    EXPECT_EQ(r.exit_code, 2) << c["case"] << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(c["expect"].get<std::string>())) << c["case"];
+    EXPECT_THAT(r.out, HasSubstr("nothing was installed")) << c["case"];
+    EXPECT_EQ(files_of(v), before) << c["case"];
+  }
+  EXPECT_GE(cases.size(), 20u);
+  EXPECT_THAT(cudafix("history", v).out, HasSubstr("no transactions")) << "a refusal leaves no transaction";
+}
+
+}  // namespace
+}  // namespace cudafix
