@@ -833,6 +833,32 @@ void plan_leftovers(const r::Environment& env, int dist, const std::vector<std::
   }
 }
 
+// After each step of a transaction, the live check where a GPU driver is present: the
+// environment scanned again and the probe run on it; no driver marks the run unverified (exit
+// 4), a failure throws, which undoes the whole transaction.
+std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::EnvLayout& layout,
+                                               const r::Knowledge& knowledge, const std::vector<std::string>& steps,
+                                               bool skip, bool& unverified) {
+  return [&g, &layout, &knowledge, &steps, skip, &unverified](std::size_t step) {
+    if (skip) return;
+    r::ScanOptions opts;
+    opts.threads = g.threads;
+    const r::Environment now = r::scan_environment(layout, opts);
+    installer::probe::VerifyOptions vo;
+    vo.probe = probe_path();
+    const auto report = installer::probe::verify_environment(now, knowledge, vo);
+    const int rc = report.exit_code();
+    if (rc == 3) {
+      unverified = true;
+      return;
+    }
+    if (rc != 0)
+      throw r::Error(fmt::format("verification after step {} ({}) failed: {}", step + 1, steps[step],
+                                 report.failed_check.value_or(report.verdict.message)));
+    if (!g.quiet && !g.json) std::cerr << fmt::format("verified after step {} ({})\n", step + 1, steps[step]);
+  };
+}
+
 }  // namespace
 
 int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& out) {
@@ -889,25 +915,8 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
     }
     t.mark_step();
   }
-  // After each step, the live check where a driver is present.
   bool unverified = false;
-  const auto check = [&](std::size_t step) {
-    if (o.no_verify) return;
-    r::ScanOptions opts;
-    opts.threads = g.threads;
-    const r::Environment now = r::scan_environment(layout, opts);
-    installer::probe::VerifyOptions vo;
-    vo.probe = probe_path();
-    const auto report = installer::probe::verify_environment(now, knowledge, vo);
-    const int rc = report.exit_code();
-    if (rc == 3) {
-      unverified = true;
-      return;
-    }
-    if (rc != 0)
-      throw r::Error(fmt::format("verification after step {} ({}) failed: {}", step + 1, said[step],
-                                 report.failed_check.value_or(report.verdict.message)));
-  };
+  const auto check = step_verifier(g, layout, knowledge, said, o.no_verify, unverified);
   t.carry_out(check);
   const std::string text_out = fmt::format("applied {} steps ({} files){}", said.size(), files,
                                            o.no_verify  ? ", not verified (--no-verify)"
@@ -923,7 +932,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   for (const auto& w : o.wheels) wheels.push_back(installer::validate_wheel(w));
   Located located = locate(g);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
-  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full);
   const auto& layout = writable(env);
   std::vector<std::string> labels;
   for (const auto& w : wheels) labels.push_back(w.name + " " + w.version);
@@ -938,9 +947,15 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
     files += staged.targets.size();
     t.mark_step();
   }
-  t.carry_out();
-  return report_done(g, out, "install", t, fmt::format("installed {} ({} files)", fmt::join(labels, ", "), files),
-                     {{"installed", labels}, {"files", files}});
+  bool unverified = false;
+  t.carry_out(step_verifier(g, layout, knowledge, labels, o.no_verify, unverified));
+  report_done(g, out, "install", t,
+              fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,
+                          o.no_verify  ? ", not verified (--no-verify)"
+                          : unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
+                                       : ", verified on the GPU"),
+              {{"installed", labels}, {"files", files}, {"verified", !o.no_verify && !unverified}});
+  return unverified ? 4 : 0;
 }
 
 }  // namespace cudafix::cli

@@ -64,9 +64,11 @@ struct RemoveCliOptions {
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out);
 int run_history(const GlobalOptions& g, std::ostream& out);
 // `install WHEEL...`: each wheel validated whole, then installed (replacing an installed dist
-// of its name) as one transaction.
+// of its name) as one transaction, verified after each wheel as apply's steps are; the same
+// exit codes.
 struct InstallCliOptions {
   std::vector<std::string> wheels;
+  bool no_verify = false;
 };
 int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream& out);
 // `apply PLAN.json`: 0 done and verified (or --no-verify), 4 done but no GPU driver to verify

@@ -210,6 +210,7 @@ int main(int argc, char** argv) {
   InstallCliOptions install_opts;
   auto* install = app.add_subcommand("install", "install wheel files, validated whole first, as one transaction");
   install->add_option("WHEEL", install_opts.wheels, "the .whl files")->required()->check(CLI::ExistingFile);
+  install->add_flag("--no-verify", install_opts.no_verify, "skip the live GPU check after each wheel");
   ApplyCliOptions apply_opts;
   auto* apply =
       app.add_subcommand("apply", "carry out a saved plan (plan fix -o) as one transaction, verifying each step");

@@ -95,7 +95,7 @@ TEST_F(WheelInstall, WritesWhatPypaInstallerWritesFileForFile) {
   ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(ours)).exit_code, 0);
   ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(theirs)).exit_code, 0);
   const std::string fresh_ours = files_of(ours), fresh_theirs = files_of(theirs);
-  const auto r = cudafix("install " + shell_quote(wheel_) + " -y", ours);
+  const auto r = cudafix("install " + shell_quote(wheel_) + " -y --no-verify", ours);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   // pypa/installer into the same layout, with the interpreter path, INSTALLER and REQUESTED
   // cudafix writes; then the interpreter path made the same for the comparison.
@@ -143,20 +143,24 @@ TEST_F(WheelInstall, PipListsShowsChecksAndUninstallsItAndRollbackUndoesIt) {
   const std::string v = t.path() + "/venv";
   ASSERT_NO_FATAL_FAILURE(test::make_venv(v, {}));
   const std::string before = files_of(v);
+  // Verified after the install where a driver is present; here, where none may be, exit 4 says so.
   const auto r = cudafix("install " + shell_quote(wheel_) + " -y", v);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 4) << r.out;
+  if (r.exit_code == 4) {
+    EXPECT_THAT(r.out, HasSubstr("not verified: no GPU driver"));
+  }
   EXPECT_THAT(test::venv_pip(v, "list").out, HasSubstr("fancy-pkg"));
   EXPECT_THAT(test::venv_pip(v, "show -v fancy-pkg").out, HasSubstr("Installer: cudafix"));
   const auto check = test::venv_pip(v, "check");
   EXPECT_THAT(check.out, HasSubstr("fancy-pkg 1.2.3 requires packaging"));
   EXPECT_EQ(run_shell(shell_quote(v + "/bin/fancy")).out, "hello\n");
   // Installing it again replaces it in one transaction; rollback twice gives the empty venv back.
-  ASSERT_EQ(cudafix("install " + shell_quote(wheel_) + " -y", v).exit_code, 0);
+  ASSERT_EQ(cudafix("install " + shell_quote(wheel_) + " -y --no-verify", v).exit_code, 0);
   ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
   ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
   EXPECT_EQ(files_of(v), before);
   // And pip uninstalls what cudafix installed, every file.
-  ASSERT_EQ(cudafix("install " + shell_quote(wheel_) + " -y", v).exit_code, 0);
+  ASSERT_EQ(cudafix("install " + shell_quote(wheel_) + " -y --no-verify", v).exit_code, 0);
   const auto un = test::venv_pip(v, "uninstall -y fancy-pkg");
   EXPECT_EQ(un.exit_code, 0) << un.out;
   EXPECT_EQ(files_of(v), before);
