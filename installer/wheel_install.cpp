@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <libdeflate.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -178,6 +179,41 @@ void inflate_member(const unsigned char* data, const ZipMember& m, const std::st
   if (total != m.size)
     refuse(wheel, m.name, fmt::format("it inflates to {} bytes, not the {} declared", total, m.size));
   if (crc != m.crc) refuse(wheel, m.name, "its CRC does not match the central directory's");
+}
+
+// A member's bytes written to `fd` whole: a deflated one inflated by libdeflate straight into the
+// file mapped for writing (its size is known, so no streaming and no copy), a stored one copied
+// from the mapped wheel; CRC and size checked; returns RECORD's form of its SHA-256.
+std::string write_member(const unsigned char* data, const ZipMember& m, const std::string& wheel, int fd,
+                         const std::string& path) {
+  if (::ftruncate(fd, static_cast<off_t>(m.size)) != 0)
+    throw r::Error(fmt::format("{}: {}", path, std::strerror(errno)));
+  r::Sha256Stream hash;
+  if (m.size == 0) {
+    if (m.method == 8 && m.compressed > 2) refuse(wheel, m.name, "it inflates to more than the 0 bytes declared");
+    return hash.record_digest();
+  }
+  void* p = ::mmap(nullptr, m.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw r::Error(fmt::format("{}: mmap: {}", path, std::strerror(errno)));
+  auto* out = static_cast<unsigned char*>(p);
+  const unsigned char* in = data + m.data_offset;
+  std::string failed;
+  if (m.method == 0) {
+    std::memcpy(out, in, m.size);
+  } else {
+    thread_local std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> d(
+        libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
+    const auto rc = libdeflate_deflate_decompress(d.get(), in, m.compressed, out, m.size, nullptr);
+    if (rc == LIBDEFLATE_SHORT_OUTPUT) failed = "it inflates to fewer bytes than declared";
+    if (rc == LIBDEFLATE_INSUFFICIENT_SPACE) failed = "it inflates to more bytes than declared";
+    if (rc == LIBDEFLATE_BAD_DATA) failed = "its deflate data is damaged";
+  }
+  if (failed.empty() && static_cast<std::uint32_t>(libdeflate_crc32(0, out, m.size)) != m.crc)
+    failed = "its CRC does not match the central directory's";
+  if (failed.empty()) hash.update(out, m.size);
+  ::munmap(p, m.size);
+  if (!failed.empty()) refuse(wheel, m.name, failed);
+  return hash.record_digest();
 }
 
 // Where a wheel member goes: the scheme folder and the path below it.
@@ -454,15 +490,24 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     const bool script = m.name.starts_with(w.dist_info.substr(0, w.dist_info.size() - 10) + ".data/scripts/");
     s.executable = m.executable;
     make_parent(s.staged);
-    const int fd = ::open(s.staged.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, s.executable ? 0755 : 0644);
+    const int fd = ::open(s.staged.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, s.executable ? 0755 : 0644);
     if (fd < 0) throw r::Error(fmt::format("{}: {}", s.staged, std::strerror(errno)));
+    if (!script) {
+      const std::string digest = write_member(file.data(), m, w.path, fd, s.staged);
+      ::close(fd);
+      if (digest != m.record_hash) refuse(w.path, m.name, "its bytes do not match RECORD's sha256");
+      s.hash = digest;
+      s.size = m.size;
+      if (s.executable) ::chmod(s.staged.c_str(), 0755);
+      return;
+    }
     r::Sha256Stream wheel_hash, written_hash;
     bool first = true;
     std::uint64_t written = 0;
     inflate_member(file.data(), m, w.path, [&](const unsigned char* p, std::size_t n) {
       wheel_hash.update(p, n);
       // A script's `#!python` line names this environment's interpreter, as installers rewrite it.
-      if (script && first && n >= 8 && std::memcmp(p, "#!python", 8) == 0) {
+      if (first && n >= 8 && std::memcmp(p, "#!python", 8) == 0) {
         const std::size_t eol = std::find(p, p + n, '\n') - p;
         const std::string line = "#!" + python;
         written_hash.update(line.data(), line.size());
@@ -520,11 +565,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     staged.push_back(std::move(s));
   }
   // One batch: the staged data durable before any rename makes it live.
-  const int dir_fd = ::open(tx.new_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::syncfs(dir_fd);
-    ::close(dir_fd);
-  }
+  txn::sync_file_system(tx.new_dir());
   for (const auto& s : staged) {
     if (s.target.empty()) continue;
     tx.put(s.staged, s.target);

@@ -1,5 +1,6 @@
 // Installing a wheel: the whole archive validated before anything is written, then every member
-// inflated (in parallel, zlib) into the transaction's staging folder, checked against RECORD,
+// inflated (in parallel; libdeflate, whole, into each staged file mapped for writing) into the
+// transaction's staging folder, checked against RECORD,
 // and planned as the transaction's renames (installer/txn/transaction.hpp).
 //
 // The zip is read here, not through libarchive, because the checks need what libarchive does

@@ -5,14 +5,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "installer/txn/file_ops.hpp"
 #include "resolver/base/diagnostic.hpp"
+#include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/plan/provenance.hpp"
 
@@ -130,38 +133,60 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name) {
   SnapshotInfo info;
   info.name = name;
   info.time = static_cast<std::int64_t>(std::time(nullptr));
-  json entries = json::array();
-  std::set<std::string> made;
-  for (const auto& [abs, hash] : listed_files(env)) {
+  // The folders first (one thread), then every file's stat, link and hash on every core.
+  const auto listed = listed_files(env);
+  std::vector<std::pair<std::string, std::string>> files(listed.begin(), listed.end());
+  std::set<std::string> folders;
+  for (const auto& [abs, hash] : files) folders.insert(r::parent_dir(tmp + "/tree/" + r::relative_to(abs, root)));
+  for (const auto& f : folders) fs::create_directories(f, ec);
+  std::vector<json> made(files.size());
+  std::atomic<std::size_t> linked{0}, copied{0}, symlinks{0};
+  std::atomic<std::uint64_t> bytes{0};
+  std::mutex failure_mutex;
+  std::string failure;
+  r::parallel_for(files.size(), 0, [&](std::size_t i) {
+    const auto& [abs, hash] = files[i];
     struct stat st {};
-    if (::lstat(abs.c_str(), &st) != 0) continue;  // listed, not on disk: nothing to keep
+    if (::lstat(abs.c_str(), &st) != 0) return;  // listed, not on disk: nothing to keep
     const std::string rel = r::relative_to(abs, root);
     json e{{"path", rel}, {"mode", st.st_mode & 07777}, {"size", static_cast<std::uint64_t>(st.st_size)}};
     if (S_ISLNK(st.st_mode)) {
+      std::error_code link_ec;
       e["type"] = "symlink";
-      e["target"] = fs::read_symlink(abs, ec).string();
-      ++info.symlinks;
+      e["target"] = fs::read_symlink(abs, link_ec).string();
+      ++symlinks;
     } else if (S_ISREG(st.st_mode)) {
       e["type"] = "file";
       const std::string into = tmp + "/tree/" + rel;
-      const std::string folder = r::parent_dir(into);
-      if (made.insert(folder).second) fs::create_directories(folder, ec);
       if (::link(abs.c_str(), into.c_str()) == 0) {
-        ++info.linked;
+        ++linked;
       } else {
         // Another file system, or one that refuses hard links: a copy, counted and said.
-        fs::copy_file(abs, into, fs::copy_options::overwrite_existing, ec);
-        if (ec) throw r::Error(fmt::format("snapshot: cannot keep {}: {}", abs, ec.message()));
-        ++info.copied;
+        std::error_code copy_ec;
+        fs::copy_file(abs, into, fs::copy_options::overwrite_existing, copy_ec);
+        if (copy_ec) {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          failure = fmt::format("snapshot: cannot keep {}: {}", abs, copy_ec.message());
+          return;
+        }
+        ++copied;
       }
       e["sha256"] = hash.empty() ? r::sha256_of_file(abs) : hash;
-      info.bytes += static_cast<std::uint64_t>(st.st_size);
+      bytes += static_cast<std::uint64_t>(st.st_size);
     } else {
-      continue;
+      return;
     }
-    entries.push_back(std::move(e));
-    ++info.files;
-  }
+    made[i] = std::move(e);
+  });
+  if (!failure.empty()) throw r::Error(failure);
+  json entries = json::array();
+  for (auto& e : made)
+    if (!e.is_null()) entries.push_back(std::move(e));
+  info.files = entries.size();
+  info.linked = linked;
+  info.copied = copied;
+  info.symlinks = symlinks;
+  info.bytes = bytes;
   const json manifest{{"name", name},          {"time", info.time},     {"root", root},
                       {"linked", info.linked}, {"copied", info.copied}, {"entries", std::move(entries)}};
   write_synced(tmp + "/manifest.json", manifest.dump());

@@ -62,6 +62,11 @@ bool injected(const char* call) {
   throw resolver::Error(fmt::format("{} {}: {}", call, path, std::strerror(err)));
 }
 
+bool syncing() {
+  static const bool on = std::getenv("CUDAFIX_BENCH_NO_SYNC") == nullptr;
+  return on;
+}
+
 }  // namespace
 
 void rename_path(const std::string& from, const std::string& to) {
@@ -84,7 +89,18 @@ void link_path(const std::string& from, const std::string& to) {
 }
 
 void sync_fd(int fd, const std::string& what) {
+  if (!syncing()) return;
   if (injected("fsync") || ::fsync(fd) != 0) fail("fsync", what, errno);
+}
+
+void sync_file_system(const std::string& folder) {
+  if (!syncing()) return;
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail("open", folder, errno);
+  const int rc = injected("fsync") ? -1 : ::syncfs(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail("syncfs", folder, err);
 }
 
 void sync_path(const std::string& path) {
