@@ -5,6 +5,7 @@
 #include <libdeflate.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -457,6 +458,17 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
                         bool requested) {
   const Mapped file(w.path);
   const std::string root = layout.root_real;
+  // Free space first: the staged copy sits beside the files it replaces until the renames.
+  struct statvfs fs_stat {};
+  if (::statvfs(tx.new_dir().c_str(), &fs_stat) == 0) {
+    const std::uint64_t free_bytes = std::uint64_t{fs_stat.f_bavail} * fs_stat.f_frsize;
+    const std::uint64_t needed = w.unpacked + (std::uint64_t{64} << 20);
+    if (free_bytes < needed)
+      throw r::Error(
+          fmt::format("{}: {} MiB free on the environment's file system, {} MiB needed to stage {}; "
+                      "nothing was installed",
+                      root, free_bytes >> 20, needed >> 20, r::base_name(w.path)));
+  }
   const std::string python = layout.root + "/bin/python";
   StagedWheel out;
   struct Staged {

@@ -166,6 +166,48 @@ TEST_F(WheelInstall, PipListsShowsChecksAndUninstallsItAndRollbackUndoesIt) {
   EXPECT_EQ(files_of(v), before);
 }
 
+// The install path under the same faults as removal: a kill -9 at every journal step, then any
+// command, leaves the before or the after state; ENOSPC on a rename undoes everything.
+TEST_F(WheelInstall, AKillAtEveryStepOrAFullDiskLeavesTheBeforeOrTheAfterState) {
+  TempDir ref;
+  const std::string base = ref.path() + "/base";
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(base)).exit_code, 0);
+  // Every run happens at one path, so that the venv's own files (which name it) compare equal.
+  const std::string v = ref.path() + "/v";
+  const auto fresh_copy = [&] {
+    ASSERT_EQ(run_shell("rm -rf " + shell_quote(v) + " && cp -a " + shell_quote(base) + " " + shell_quote(v)).exit_code,
+              0);
+  };
+  const auto install = [&](const std::string& env) {
+    return run_shell("env -u VIRTUAL_ENV " + env + " " + shell_quote(test::k_bin) + " install " + shell_quote(wheel_) +
+                     " -y --no-verify --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+  };
+  ASSERT_NO_FATAL_FAILURE(fresh_copy());
+  const std::string before = files_of(v);
+  ASSERT_EQ(install("").exit_code, 0);
+  const std::string after = files_of(v);
+  int befores = 0, afters = 0;
+  for (int step = 1; step < 80; ++step) {
+    ASSERT_NO_FATAL_FAILURE(fresh_copy());
+    const auto killed = install("CUDAFIX_TEST_KILL_AT=" + std::to_string(step));
+    if (killed.exit_code == 0) break;  // past the last step
+    EXPECT_EQ(killed.exit_code, 137) << step << ": " << killed.out;
+    EXPECT_EQ(cudafix("history", v).exit_code, 0);  // recovers first
+    const std::string now = files_of(v);
+    EXPECT_TRUE(now == before || now == after) << "step " << step << " left a state between";
+    befores += now == before;
+    afters += now == after;
+  }
+  EXPECT_GT(befores, 5);
+  EXPECT_GE(afters, 1);
+  // A full disk at the sixth rename (the fourth file put in place): everything undone.
+  ASSERT_NO_FATAL_FAILURE(fresh_copy());
+  const auto full = install("CUDAFIX_TEST_FAULT=rename:6:ENOSPC");
+  EXPECT_EQ(full.exit_code, 2) << full.out;
+  EXPECT_THAT(full.out, HasSubstr("No space left on device"));
+  EXPECT_EQ(files_of(v), before);
+}
+
 TEST_F(WheelInstall, EveryHostileOrBrokenWheelIsRefusedNamingItsFaultAndNothingIsWritten) {
   TempDir t;
   const std::string bad = t.path() + "/bad";
