@@ -247,18 +247,20 @@ int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& 
 
 namespace {
 
-// A progress bar on standard error while hashing, only when both streams are a terminal.
-std::function<void(std::uint64_t, std::uint64_t)> hash_progress_bar() {
+// A progress bar on standard error (hashing, installing), only when both streams are a terminal.
+std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what) {
   if (!::isatty(1) || !::isatty(2)) return {};
   auto last = std::make_shared<std::atomic<int>>(-1);
-  return [last](std::uint64_t done, std::uint64_t total) {
+  return [last, what](std::uint64_t done, std::uint64_t total) {
     const int pct = total ? static_cast<int>(std::min<std::uint64_t>(100, done * 100 / total)) : 100;
     int prev = last->load();
     if (pct <= prev || !last->compare_exchange_strong(prev, pct)) return;
     const int filled = pct * 30 / 100;
-    std::cerr << fmt::format("\rhashing [{}{}] {:3}%  {:.1f} of {:.1f} GB", std::string(filled, '#'),
-                             std::string(30 - filled, ' '), pct, static_cast<double>(done) / 1e9,
-                             static_cast<double>(total) / 1e9)
+    const bool gb = total >= 1000000000;
+    const double unit = gb ? 1e9 : 1e6;
+    std::cerr << fmt::format("\r{} [{}{}] {:3}%  {:.1f} of {:.1f} {}", what, std::string(filled, '#'),
+                             std::string(30 - filled, ' '), pct, static_cast<double>(done) / unit,
+                             static_cast<double>(total) / unit, gb ? "GB" : "MB")
               << (pct == 100 ? "\n" : "") << std::flush;
   };
 }
@@ -276,7 +278,7 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   opts.settings = located.config.rule_settings;
   const auto depth = rules::scan_depth_for(opts);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), depth, rules::parses_requirements(opts));
-  if (!g.json) opts.hash_progress = hash_progress_bar();
+  if (!g.json) opts.hash_progress = progress_bar("hashing");
   const auto rules_start = std::chrono::steady_clock::now();
   const auto report = rules::run_doctor(env, knowledge, opts);
   if (g.timings) {
@@ -909,7 +911,9 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
       const auto wheel = installer::validate_wheel(st["wheel"]["file"].get<std::string>());
       if (r::sha256_of_file(wheel.path, r::DigestForm::hex) != st["wheel"].value("sha256", ""))
         throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
-      const auto staged = installer::stage_wheel(wheel, layout, t, g.threads, false);
+      const auto staged = installer::stage_wheel(
+          wheel, layout, t, g.threads, false,
+          g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("installing"));
       if (dist) plan_leftovers(env, *dist, staged.targets, gone, t);
       files += staged.targets.size();
     }
@@ -940,7 +944,9 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(o.wheels, " ")));
   std::size_t files = 0;
   for (const auto& w : wheels) {
-    const auto staged = installer::stage_wheel(w, layout, t, g.threads, true);
+    const auto staged = installer::stage_wheel(
+        w, layout, t, g.threads, true,
+        g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("installing"));
     // An installed dist of that name is replaced: what it lists and the wheel does not write goes.
     if (const auto installed = env.dist_index(r::normalize_name(w.name)))
       plan_leftovers(env, *installed, staged.targets, {}, t);

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -455,7 +456,12 @@ ValidatedWheel validate_wheel(const std::string& path) {
 }
 
 StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn::Transaction& tx, unsigned threads,
-                        bool requested) {
+                        bool requested, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  std::atomic<std::uint64_t> written_so_far{0};
+  const auto wrote = [&](std::uint64_t n) {
+    const auto now = written_so_far += n;
+    if (progress) progress(now, w.unpacked);
+  };
   const Mapped file(w.path);
   const std::string root = layout.root_real;
   // Free space first: the staged copy sits beside the files it replaces until the renames.
@@ -511,6 +517,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
       s.hash = digest;
       s.size = m.size;
       if (s.executable) ::chmod(s.staged.c_str(), 0755);
+      wrote(m.size);
       return;
     }
     r::Sha256Stream wheel_hash, written_hash;
@@ -537,6 +544,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     if (wheel_hash.record_digest() != m.record_hash) refuse(w.path, m.name, "its bytes do not match RECORD's sha256");
     s.hash = written_hash.record_digest();
     s.size = written;
+    wrote(m.size);
     if (s.executable) ::chmod(s.staged.c_str(), 0755);
   });
   // The generated files: console scripts, INSTALLER, REQUESTED, and RECORD last.
@@ -577,6 +585,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     staged.push_back(std::move(s));
   }
   // One batch: the staged data durable before any rename makes it live.
+  if (progress) progress(w.unpacked, w.unpacked);  // the bar's end (RECORD and INSTALLER are not counted)
   txn::sync_file_system(tx.new_dir());
   for (const auto& s : staged) {
     if (s.target.empty()) continue;

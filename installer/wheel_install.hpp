@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,10 @@ struct StagedWheel {
 // Inflates `wheel` into tx's staging folder with `threads` threads, checks every member, writes
 // the new RECORD (cudafix's hashes), INSTALLER ("cudafix") and REQUESTED (when `requested`),
 // generates console scripts, syncs the staged data in one batch, and plans its puts. Nothing in
-// the environment changes until tx.carry_out().
+// the environment changes until tx.carry_out(). `progress` (when set) hears the bytes written so
+// far and the total, from any thread.
 [[nodiscard]] StagedWheel stage_wheel(const ValidatedWheel& wheel, const resolver::EnvLayout& layout,
-                                      txn::Transaction& tx, unsigned threads, bool requested);
+                                      txn::Transaction& tx, unsigned threads, bool requested,
+                                      const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 
 }  // namespace cudafix::installer

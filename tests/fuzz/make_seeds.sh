@@ -2,7 +2,7 @@
 # Seeds for the fuzz targets, from real inputs: make_seeds.sh FIXTURES OUT
 set -euo pipefail
 FIX=$1 OUT=$2
-mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,cache}
+mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache}
 cp /etc/ld.so.cache "$OUT/ld_cache/host" 2>/dev/null || true
 i=0
 for f in $(find "$FIX" -name '*.so*' -type f | head -20); do cp "$f" "$OUT/elf/$((i++))"; done
@@ -15,6 +15,11 @@ w=$(python3 "$src/tests/e2e/make_wheel.py" "$OUT/wheel" fuzz 1.0 "fuzz/lib/libx.
 mv "$w" "$OUT/wheel/1"
 w=$(python3 "$src/tests/e2e/make_wheel.py" "$OUT/wheel" fuzz 1.0)
 mv "$w" "$OUT/wheel/2"
+# The installer's validation reads the same wheels, and one with a console script and .data.
+cp "$OUT/wheel/1" "$OUT/wheel/2" "$OUT/install/"
+w=$(python3 "$src/tests/e2e/make_wheel.py" "$OUT/install" fuzz 1.0 "fuzz-1.0.data/scripts/t=$so" \
+  --console-script 'fz=fuzz:main')
+mv "$w" "$OUT/install/3"
 # Cache payloads as resolver/walk_cache.hpp and elf_store.hpp lay them out, after fuzz_cache's
 # first byte (0: walk cache, 1: ELF store): a folder /s/ with two entries; one object /s/libx.so.
 python3 - "$OUT/cache" <<'PY'
