@@ -268,18 +268,6 @@ std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& e
   return out;
 }
 
-void write_all(int fd, const unsigned char* p, std::size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw r::Error(fmt::format("write {}: {}", path, std::strerror(errno)));
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
 }  // namespace
 
 ValidatedWheel validate_wheel(const std::string& path) {
@@ -530,14 +518,14 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
         const std::size_t eol = std::find(p, p + n, '\n') - p;
         const std::string line = "#!" + python;
         written_hash.update(line.data(), line.size());
-        write_all(fd, reinterpret_cast<const unsigned char*>(line.data()), line.size(), s.staged);
+        txn::write_all(fd, line.data(), line.size(), s.staged);
         written += line.size();
         p += eol;
         n -= eol;
       }
       first = false;
       written_hash.update(p, n);
-      write_all(fd, p, n, s.staged);
+      txn::write_all(fd, p, n, s.staged);
       written += n;
     });
     ::close(fd);

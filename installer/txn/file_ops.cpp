@@ -103,38 +103,41 @@ void sync_file_system(const std::string& folder) {
   if (rc != 0) fail("syncfs", folder, err);
 }
 
-void sync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("open", path, errno);
-  try {
-    sync_fd(fd, path);
-  } catch (...) {
-    ::close(fd);
-    throw;
+namespace {
+
+// An open file, closed however the scope ends.
+struct OpenFile {
+  int fd;
+  OpenFile(const std::string& path, int flags) : fd(::open(path.c_str(), flags | O_CLOEXEC, 0644)) {
+    if (fd < 0) fail("open", path, errno);
   }
-  ::close(fd);
+  ~OpenFile() { ::close(fd); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+};
+
+}  // namespace
+
+void sync_path(const std::string& path) {
+  const OpenFile f(path, O_RDONLY);
+  sync_fd(f.fd, path);
+}
+
+void write_all(int fd, const void* data, std::size_t size, const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = injected("write") ? -1 : ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("write", path, errno);
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
 }
 
 void append_synced(const std::string& path, std::string_view text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) fail("open", path, errno);
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = injected("write") ? -1 : ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      fail("write", path, err);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  try {
-    sync_fd(fd, path);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  const OpenFile f(path, O_WRONLY | O_APPEND | O_CREAT);
+  write_all(f.fd, text.data(), text.size(), path);
+  sync_fd(f.fd, path);
 }
 
 void write_synced(const std::string& path, std::string_view text) {

@@ -10,6 +10,7 @@
 //                                     bench/txn_gpu.sh only (a power cut may then lose anything).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,8 @@ void sync_fd(int fd, const std::string& what);
 // Syncs the file system holding `folder` (syncfs): the staged data in one batch.
 void sync_file_system(const std::string& folder);
 void sync_path(const std::string& path);  // a file or a folder
+// Writes all of `data` to `fd` (retrying short writes and EINTR); `path` names it in the error.
+void write_all(int fd, const void* data, std::size_t size, const std::string& path);
 // Appends `text` to `path` (made when absent) and syncs it.
 void append_synced(const std::string& path, std::string_view text);
 // Writes `text` to `path` whole, synced, by a temporary file renamed over it.

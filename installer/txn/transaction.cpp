@@ -196,22 +196,19 @@ void Transaction::move_aside(const std::string& path) {
   move(path, backup);
 }
 
-void Transaction::make_folder(const std::string& path, unsigned mode) {
+void Transaction::folder_op(OpKind kind, const std::string& path, unsigned mode) {
   Op op;
-  op.kind = OpKind::mkdir;
+  op.kind = kind;
   op.path = path;
   op.mode = mode;
   ops_.push_back(op);
-  planned_[path] = true;
+  planned_[path] = kind == OpKind::mkdir;
 }
 
+void Transaction::make_folder(const std::string& path, unsigned mode) { folder_op(OpKind::mkdir, path, mode); }
+
 void Transaction::remove_folder_if_empty(const std::string& path, unsigned mode) {
-  Op op;
-  op.kind = OpKind::rmdir;
-  op.path = path;
-  op.mode = mode;
-  ops_.push_back(op);
-  planned_[path] = false;
+  folder_op(OpKind::rmdir, path, mode);
 }
 
 void Transaction::put(const std::string& staged, const std::string& target, unsigned folder_mode) {

@@ -76,6 +76,7 @@ class Transaction {
   std::vector<std::size_t> steps_;       // each step's end, as an op count
   bool started_ = false;                 // carry_out() began: from then on the journal says the rest
   void append(const std::string& json) const;
+  void folder_op(OpKind kind, const std::string& path, unsigned mode);
 };
 
 // The transactions of an environment, newest first.

@@ -1,0 +1,59 @@
+// What the commands share (cli/commands.cpp defines it, cli/write_commands.cpp uses it too): the
+// environment found and scanned the way every command finds and scans it, with a transaction a
+// killed run left recovered first, and the small pieces of the command line's behaviour.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "cli/text_output.hpp"
+#include "resolver/env/environment.hpp"
+#include "resolver/env/knowledge.hpp"
+#include "rules/doctor.hpp"
+
+namespace cudafix::cli {
+
+// Built-in knowledge, then $XDG_CONFIG_HOME/cudafix/config.toml, <venv>/cudafix.toml and --rules
+// files, each on top of the one before.
+struct Configuration {
+  resolver::Knowledge knowledge;
+  std::map<std::string, rules::RuleSettings> rule_settings;
+};
+
+struct Scanned {
+  resolver::Environment env;
+  resolver::Knowledge knowledge;
+  std::map<std::string, rules::RuleSettings> rule_settings;
+};
+
+// The environment found and the configuration read for it: what every scan starts from.
+struct Located {
+  resolver::EnvLayout layout;
+  Configuration config;
+};
+
+[[nodiscard]] std::optional<std::string> env_var(const char* name);
+[[nodiscard]] Style style_for(const GlobalOptions& g);
+// The environment the options name, recovered from an interrupted transaction, its configuration read.
+[[nodiscard]] Located locate(const GlobalOptions& g);
+// Scanned and kept until exit (freeing a large model costs more than some phases of the scan).
+const Scanned& scan_kept(const GlobalOptions& g, Located located, resolver::ScanDepth depth = resolver::ScanDepth::full,
+                         bool parse_requirements = false);
+const Scanned& scan_kept(const GlobalOptions& g);
+// --lock-timeout, and what is said while waiting for <venv>/.lock.
+[[nodiscard]] std::chrono::milliseconds lock_wait(const GlobalOptions& g);
+void say_waiting(const std::string& what);
+// cudafix-probe, installed beside the cudafix binary.
+[[nodiscard]] std::string probe_path();
+// A progress bar on standard error, only when both streams are a terminal; empty otherwise.
+[[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what);
+// Dists named as pip takes them or by dist-info folder, as indexes; an Error names the unknown ones.
+[[nodiscard]] std::vector<int> dists_named(const resolver::Environment& env, const std::vector<std::string>& names);
+
+}  // namespace cudafix::cli
