@@ -64,6 +64,26 @@ Style style_for(const GlobalOptions& g) {
   return st;
 }
 
+// [transactions] keep = N.
+static void merge_transaction_settings(const std::string& text, const std::string& source, Configuration& c) {
+  const toml::table doc = rules::parse_toml(text, source);
+  const auto* node = doc.get("transactions");
+  if (!node) return;
+  const auto* table = node->as_table();
+  const auto where = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
+  if (!table) throw r::Error(fmt::format("{}: [transactions] must be a table", where(*node)));
+  for (const auto& [key, value] : *table) {
+    if (key.str() != "keep")
+      throw r::Error(
+          fmt::format("{}: unknown key '{}' in [transactions]; the one key is keep", where(value), key.str()));
+    const auto n = value.value<std::int64_t>();
+    if (!n || *n < 0)
+      throw r::Error(
+          fmt::format("{}: [transactions] keep must be a whole number, 0 or more (0 keeps every one)", where(value)));
+    c.keep_transactions = static_cast<std::size_t>(*n);
+  }
+}
+
 // `venv_root`: the environment's root, whose cudafix.toml is read; none, none.
 Configuration load_configuration(const GlobalOptions& g, const std::optional<std::string>& venv_root) {
   Configuration c{rules::builtin_knowledge(), {}};
@@ -80,6 +100,7 @@ Configuration load_configuration(const GlobalOptions& g, const std::optional<std
     const std::string text = r::read_file(f);
     rules::merge_knowledge(text, f, c.knowledge);
     rules::merge_rule_settings(text, f, c.rule_settings);
+    merge_transaction_settings(text, f, c);
   }
   return c;
 }
@@ -219,19 +240,25 @@ int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& 
 }
 
 // A progress bar on standard error (hashing, installing), only when both streams are a terminal.
-std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what) {
+std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what, const char* unit) {
   if (!::isatty(1) || !::isatty(2)) return {};
   auto last = std::make_shared<std::atomic<int>>(-1);
-  return [last, what](std::uint64_t done, std::uint64_t total) {
+  return [last, what, unit](std::uint64_t done, std::uint64_t total) {
     const int pct = total ? static_cast<int>(std::min<std::uint64_t>(100, done * 100 / total)) : 100;
     int prev = last->load();
     if (pct <= prev || !last->compare_exchange_strong(prev, pct)) return;
     const int filled = pct * 30 / 100;
-    const bool gb = total >= 1000000000;
-    const double unit = gb ? 1e9 : 1e6;
-    std::cerr << fmt::format("\r{} [{}{}] {:3}%  {:.1f} of {:.1f} {}", what, std::string(filled, '#'),
-                             std::string(30 - filled, ' '), pct, static_cast<double>(done) / unit,
-                             static_cast<double>(total) / unit, gb ? "GB" : "MB")
+    std::string amount;
+    if (unit) {
+      amount = fmt::format("{} of {} {}", done, total, unit);
+    } else {
+      const bool gb = total >= 1000000000;
+      const double scale = gb ? 1e9 : 1e6;
+      amount = fmt::format("{:.1f} of {:.1f} {}", static_cast<double>(done) / scale, static_cast<double>(total) / scale,
+                           gb ? "GB" : "MB");
+    }
+    std::cerr << fmt::format("\r{} [{}{}] {:3}%  {}", what, std::string(filled, '#'), std::string(30 - filled, ' '),
+                             pct, amount)
               << (pct == 100 ? "\n" : "") << std::flush;
   };
 }

@@ -24,6 +24,8 @@ namespace cudafix::cli {
 struct Configuration {
   resolver::Knowledge knowledge;
   std::map<std::string, rules::RuleSettings> rule_settings;
+  // [transactions] keep: how many finished transactions keep their backups (0: all).
+  std::size_t keep_transactions = 10;
 };
 
 struct Scanned {
@@ -52,7 +54,10 @@ void say_waiting(const std::string& what);
 // cudafix-probe, installed beside the cudafix binary.
 [[nodiscard]] std::string probe_path();
 // A progress bar on standard error, only when both streams are a terminal; empty otherwise.
-[[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what);
+// None when stdout or stderr is not a terminal; `unit` names what is counted (nullptr: bytes, shown
+// as MB or GB).
+[[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what,
+                                                                             const char* unit = nullptr);
 // Dists named as pip takes them or by dist-info folder, as indexes; an Error names the unknown ones.
 [[nodiscard]] std::vector<int> dists_named(const resolver::Environment& env, const std::vector<std::string>& names);
 

@@ -61,6 +61,18 @@ void confirm(const GlobalOptions& g, const std::string& what) {
   if (answer != "y" && answer != "Y" && answer != "yes") throw r::Error("not confirmed; nothing was changed");
 }
 
+struct Retention {
+  std::string root;
+  std::size_t count = 0;
+};
+
+Retention retention(const Located& located) { return {located.layout.root_real, located.config.keep_transactions}; }
+
+// A bar of ops carried out, on a terminal and without --json.
+void show_progress(const GlobalOptions& g, tx::Transaction& t, const char* what) {
+  if (!g.json) t.on_progress(progress_bar(what, "changes"));
+}
+
 const r::EnvLayout& writable(const r::Environment& env) {
   if (env.layout.kind == r::EnvKind::site_dir)
     throw r::Error(
@@ -70,16 +82,24 @@ const r::EnvLayout& writable(const r::Environment& env) {
   return env.layout;
 }
 
+// What a committed transaction says; then the backups beyond [transactions] keep are removed.
 int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const tx::Transaction& t,
-                const std::string& text, nlohmann::json extra = nlohmann::json::object()) {
+                const std::string& text, const Retention& keep, nlohmann::json extra = nlohmann::json::object()) {
+  const auto pruned = tx::prune_transactions(keep.root, keep.count);
   if (g.json) {
     extra["schema"] = 1;
     extra["command"] = command;
     extra["transaction"] = t.id();
     extra["ops"] = t.ops().size();
+    extra["pruned"] = pruned.ids;
+    extra["pruned_bytes"] = pruned.bytes;
     out << extra.dump() << '\n';
   } else if (!g.quiet) {
     out << text << fmt::format(" (transaction {}; `cudafix rollback {}` undoes it)\n", t.id(), t.id());
+    if (!pruned.ids.empty())
+      out << fmt::format("removed the backups of {} older {} ({:.1f} MB): [transactions] keep = {}\n",
+                         pruned.ids.size(), pruned.ids.size() == 1 ? "transaction" : "transactions",
+                         static_cast<double>(pruned.bytes) / 1e6, keep.count);
   }
   return 0;
 }
@@ -88,6 +108,7 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
 
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out) {
   Located located = locate(g);
+  const Retention keep = retention(located);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   // Scanned under the lock: pip takes none, so what was planned before it is not trusted.
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
@@ -110,6 +131,7 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
                          del.files.size(), del.kept.size()));
   tx::Transaction t(layout.root_real, "remove " + fmt::format("{}", fmt::join(o.dists, " ")));
   tx::plan_removal_ops(env, del, t);
+  show_progress(g, t, "removing");
   t.carry_out();
   nlohmann::json j;
   j["removed"] = labels;
@@ -118,7 +140,7 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   return report_done(g, out, "remove", t,
                      fmt::format("removed {}: {} files moved aside, {} kept that another dist lists",
                                  fmt::join(labels, ", "), del.files.size(), del.kept.size()),
-                     j);
+                     keep, j);
 }
 
 int run_history(const GlobalOptions& g, std::ostream& out) {
@@ -156,6 +178,7 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
 
 int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out) {
   Located located = locate(g);
+  const Retention keep = retention(located);
   const std::string root = located.layout.root_real;
   tx::EnvLock lock(root, lock_wait(g), say_waiting);
   if (o.snapshot) {
@@ -179,10 +202,12 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     }
     confirm(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
                            check.remove));
+    show_progress(g, t, "restoring");
     t.carry_out();
     return report_done(g, out, "rollback", t,
                        fmt::format("restored snapshot '{}': {} files put back, {} moved aside, {} unchanged",
                                    *o.snapshot, check.restore, check.remove, check.unchanged),
+                       keep,
                        {{"snapshot", *o.snapshot},
                         {"restored", check.restore},
                         {"removed", check.remove},
@@ -208,9 +233,10 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
   confirm(g, fmt::format("roll back {} ({})", target->id, target->command));
   tx::Transaction t(root, "rollback " + target->id);
   tx::plan_rollback(*target, t);
+  show_progress(g, t, "rolling back");
   t.carry_out();
   tx::mark_rolled_back(root, target->id, t.id());
-  return report_done(g, out, "rollback", t, fmt::format("rolled back {} ({})", target->id, target->command),
+  return report_done(g, out, "rollback", t, fmt::format("rolled back {} ({})", target->id, target->command), keep,
                      {{"rolled_back", target->id}});
 }
 
@@ -247,7 +273,8 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
     std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
     name = buf;
   }
-  const auto info = tx::take_snapshot(env, name);
+  const auto info = tx::take_snapshot(
+      env, name, g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("snapshot", "files"));
   if (g.json) {
     out << nlohmann::json{{"schema", 1},
                           {"command", "snapshot"},
@@ -378,6 +405,7 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
   if (!plan.value("ok", false))
     throw r::Error(fmt::format("{} is a plan that found no safe order: {}", o.plan, plan.value("problem", "")));
   Located located = locate(g);
+  const Retention keep = retention(located);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const auto& layout = writable(env);
@@ -432,7 +460,7 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
                                            o.no_verify  ? ", not verified (--no-verify)"
                                            : unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
                                                         : ", each verified on the GPU");
-  report_done(g, out, "apply", t, text_out, {{"steps", said}, {"verified", !o.no_verify && !unverified}});
+  report_done(g, out, "apply", t, text_out, keep, {{"steps", said}, {"verified", !o.no_verify && !unverified}});
   return unverified ? 4 : 0;
 }
 
@@ -441,6 +469,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   std::vector<installer::ValidatedWheel> wheels;
   for (const auto& w : o.wheels) wheels.push_back(installer::validate_wheel(w));
   Located located = locate(g);
+  const Retention keep = retention(located);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full);
   const auto& layout = writable(env);
@@ -466,7 +495,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
                           o.no_verify  ? ", not verified (--no-verify)"
                           : unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
                                        : ", verified on the GPU"),
-              {{"installed", labels}, {"files", files}, {"verified", !o.no_verify && !unverified}});
+              keep, {{"installed", labels}, {"files", files}, {"verified", !o.no_verify && !unverified}});
   return unverified ? 4 : 0;
 }
 

@@ -500,6 +500,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     if (fd < 0) throw r::Error(fmt::format("{}: {}", s.staged, std::strerror(errno)));
     if (!script) {
       const std::string digest = write_member(file.data(), m, w.path, fd, s.staged);
+      txn::start_writeback(fd);
       ::close(fd);
       if (digest != m.record_hash) refuse(w.path, m.name, "its bytes do not match RECORD's sha256");
       s.hash = digest;

@@ -118,7 +118,8 @@ void plan_removal_ops(const r::Environment& env, const r::Deletion& deletion, Tr
   for (const auto& d : rest) tx.remove_folder_if_empty(d, mode_of(d));
 }
 
-SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name) {
+SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
+                           const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   if (name.empty() || name.find('/') != std::string::npos || name.starts_with("."))
     throw r::Error(
         fmt::format("snapshot name '{}': use letters, digits, '-', '_' or '.', not '/' or a leading '.'", name));
@@ -140,12 +141,13 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name) {
   for (const auto& [abs, hash] : files) folders.insert(r::parent_dir(tmp + "/tree/" + r::relative_to(abs, root)));
   for (const auto& f : folders) fs::create_directories(f, ec);
   std::vector<json> made(files.size());
-  std::atomic<std::size_t> linked{0}, copied{0}, symlinks{0};
+  std::atomic<std::size_t> linked{0}, copied{0}, symlinks{0}, seen{0};
   std::atomic<std::uint64_t> bytes{0};
   std::mutex failure_mutex;
   std::string failure;
   r::parallel_for(files.size(), 0, [&](std::size_t i) {
     const auto& [abs, hash] = files[i];
+    if (progress) progress(++seen, files.size());
     struct stat st {};
     if (::lstat(abs.c_str(), &st) != 0) return;  // listed, not on disk: nothing to keep
     const std::string rel = r::relative_to(abs, root);

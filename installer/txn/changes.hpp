@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,9 @@ struct SnapshotInfo {
   std::uint64_t bytes = 0;
 };
 
-[[nodiscard]] SnapshotInfo take_snapshot(const resolver::Environment& env, const std::string& name);
+// `progress` is called with (files kept, files listed) as it goes.
+[[nodiscard]] SnapshotInfo take_snapshot(const resolver::Environment& env, const std::string& name,
+                                         const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 [[nodiscard]] std::vector<SnapshotInfo> list_snapshots(const std::string& root);
 void delete_snapshot(const std::string& root, const std::string& name);
 

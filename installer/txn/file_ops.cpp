@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <utility>
 
 #include "resolver/base/diagnostic.hpp"
 
@@ -93,6 +96,11 @@ void sync_fd(int fd, const std::string& what) {
   if (injected("fsync") || ::fsync(fd) != 0) fail("fsync", what, errno);
 }
 
+void start_writeback(int fd) {
+  // Only a hint: a failure shows at the batch sync, which is what is checked.
+  if (syncing()) (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+}
+
 void sync_file_system(const std::string& folder) {
   if (!syncing()) return;
   const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -157,8 +165,18 @@ void journal_step() {
     const char* v = std::getenv("CUDAFIX_TEST_KILL_AT");
     return v ? std::strtol(v, nullptr, 10) : 0L;
   }();
+  static const std::pair<long, long> pause_at = [] {
+    const char* v = std::getenv("CUDAFIX_TEST_PAUSE_AT");
+    if (!v) return std::pair<long, long>{0, 0};
+    char* rest = nullptr;
+    const long at = std::strtol(v, &rest, 10);
+    return std::pair<long, long>{at, *rest == ':' ? std::strtol(rest + 1, nullptr, 10) : 0L};
+  }();
   static long step = 0;
-  if (kill_at > 0 && ++step == kill_at) ::kill(::getpid(), SIGKILL);
+  ++step;
+  if (kill_at > 0 && step == kill_at) ::kill(::getpid(), SIGKILL);
+  if (pause_at.first > 0 && step == pause_at.first)
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_at.second));
 }
 
 }  // namespace cudafix::installer::txn

@@ -6,6 +6,8 @@
 //                                     link, mkdir) fails with ERRNO (ENOSPC, EIO, EACCES).
 //   CUDAFIX_TEST_KILL_AT=N            the process kills itself (SIGKILL) at journal step N: each
 //                                     journal record appended and each op carried out is a step.
+//   CUDAFIX_TEST_PAUSE_AT=N:MS        the process sleeps MS milliseconds at journal step N, the
+//                                     lock held: how the tests run two cudafix at once.
 //   CUDAFIX_BENCH_NO_SYNC=1           no fsync and no syncfs at all: what durability costs, for
 //                                     bench/txn_gpu.sh only (a power cut may then lose anything).
 #pragma once
@@ -22,6 +24,9 @@ void make_dir(const std::string& path, unsigned mode);
 bool remove_dir_if_empty(const std::string& path);
 void link_path(const std::string& from, const std::string& to);
 void sync_fd(int fd, const std::string& what);
+// Starts writing `fd`'s dirty pages to disk without waiting (sync_file_range, as dpkg does
+// while it unpacks), so that the batch sync after staging finds most of them written.
+void start_writeback(int fd);
 // Syncs the file system holding `folder` (syncfs): the staged data in one batch.
 void sync_file_system(const std::string& folder);
 void sync_path(const std::string& path);  // a file or a folder

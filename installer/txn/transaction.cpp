@@ -236,6 +236,7 @@ void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
     for (; done < ops_.size(); ++done) {
       carry_out_op(ops_[done]);
       journal_step();
+      if (progress_) progress_(done + 1, ops_.size());
       while (check && step < steps_.size() && steps_[step] == done + 1) check(step++);
     }
     sync_folders(ops_);
@@ -350,6 +351,24 @@ std::uint64_t bytes_held(const std::string& dir) {
     if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += static_cast<std::uint64_t>(st.st_size);
   }
   return total;
+}
+
+Pruned prune_transactions(const std::string& root, std::size_t keep) {
+  Pruned pruned;
+  if (keep == 0) return pruned;
+  std::size_t finished = 0;
+  for (const auto& t : transactions(root)) {
+    if (t.state != TxState::committed && t.state != TxState::aborted) continue;
+    if (++finished <= keep) continue;
+    const std::string dir = tx_root(root) + "/" + t.id;
+    const auto held = bytes_held(dir);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (ec) throw resolver::Error(fmt::format("{}: cannot remove an old transaction's backups: {}", dir, ec.message()));
+    pruned.ids.push_back(t.id);
+    pruned.bytes += held;
+  }
+  return pruned;
 }
 
 }  // namespace cudafix::installer::txn

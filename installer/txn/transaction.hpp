@@ -68,6 +68,8 @@ class Transaction {
   void mark_step() { steps_.push_back(ops_.size()); }
   // Ends a transaction that changed nothing (a refused plan): its folder is removed.
   void abandon();
+  // Called with (ops done, ops in all) as carry_out() goes: a progress bar's feed.
+  void on_progress(std::function<void(std::uint64_t, std::uint64_t)> progress) { progress_ = std::move(progress); }
 
  private:
   std::string root_, id_;
@@ -75,6 +77,7 @@ class Transaction {
   std::map<std::string, bool> planned_;  // path -> exists after the planned ops
   std::vector<std::size_t> steps_;       // each step's end, as an op count
   bool started_ = false;                 // carry_out() began: from then on the journal says the rest
+  std::function<void(std::uint64_t, std::uint64_t)> progress_;
   void append(const std::string& json) const;
   void folder_op(OpKind kind, const std::string& path, unsigned mode);
 };
@@ -96,6 +99,15 @@ void mark_rolled_back(const std::string& root, const std::string& id, const std:
 
 // Bytes held by a transaction's folder (its backups and staged files).
 [[nodiscard]] std::uint64_t bytes_held(const std::string& tx_dir);
+
+struct Pruned {
+  std::vector<std::string> ids;  // the transactions whose folders were removed, newest first
+  std::uint64_t bytes = 0;       // what their backups held
+};
+// Keeps the `keep` newest finished transactions (committed or undone) and removes the folders of
+// the older ones, their backups with them: those can no longer be rolled back. One in progress
+// is never touched (recovery needs its journal). `keep` 0 keeps every one.
+[[nodiscard]] Pruned prune_transactions(const std::string& root, std::size_t keep);
 
 [[nodiscard]] std::string tx_root(const std::string& root);  // <root>/.cudafix/tx
 

@@ -255,5 +255,64 @@ TEST_F(Transactions, ARemovalNeverTouchesAFileOutsideTheEnvironment) {
   EXPECT_EQ(resolver::try_read_file(outside + "/precious.txt").value_or(""), "keep me\n");
 }
 
+// Two cudafix on one environment: the second waits for the first's lock, says so, then plans
+// from what the first left (it scans under the lock), so both removals land and both undo.
+TEST_F(Transactions, TwoCudafixRunsAtOnceTakeTurnsAndBothLand) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = tree_of(v);
+  const std::string run = "env -u VIRTUAL_ENV " + shell_quote(test::k_bin);
+  const std::string first_out = shell_quote(t.path() + "/first.out");
+  // The first sleeps 2 s at its second journal step, the lock held; the second starts meanwhile.
+  const auto second =
+      run_shell("(CUDAFIX_TEST_PAUSE_AT=2:2000 " + run + " remove alpha -y --venv " + shell_quote(v) +
+                test::k_no_cache + " > " + first_out + " 2>&1; echo rc=$? >> " + first_out + ") & sleep 0.7; " + run +
+                " remove gamma -y --venv " + shell_quote(v) + test::k_no_cache + " 2>&1; echo rc=$?; wait");
+  const std::string first = resolver::try_read_file(t.path() + "/first.out").value_or("");
+  EXPECT_THAT(first, HasSubstr("removed alpha 1.0")) << first;
+  EXPECT_THAT(first, HasSubstr("rc=0")) << first;
+  EXPECT_THAT(second.out, HasSubstr("waiting for " + v + "/.lock")) << second.out;
+  EXPECT_THAT(second.out, HasSubstr("removed gamma 3.0")) << second.out;
+  EXPECT_THAT(second.out, HasSubstr("rc=0")) << second.out;
+  const auto names = pip_names(v);
+  EXPECT_FALSE(names.count("alpha"));
+  EXPECT_FALSE(names.count("gamma"));
+  EXPECT_TRUE(names.count("beta"));
+  EXPECT_TRUE(fs::exists(test::site_packages(v) + "/shared/common.py")) << "beta still lists it";
+  const auto history = json::parse(cudafix("history --json", v).out);
+  ASSERT_EQ(history["transactions"].size(), 2U);
+  for (const auto& tx : history["transactions"]) EXPECT_EQ(tx["result"], "committed") << tx;
+  EXPECT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  EXPECT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  EXPECT_SAME_TREE(tree_of(v), before);
+}
+
+// [transactions] keep bounds the backups kept: the older ones go, history stops listing them,
+// and rolling one of them back is refused by name.
+TEST_F(Transactions, TheKeepSettingRemovesOlderBackupsAndHistorySaysWhatIsHeld) {
+  TempDir t;
+  const std::string v = copy(t);
+  test::write_file(v + "/cudafix.toml", "[transactions]\nkeep = 1\n");
+  const auto first = json::parse(cudafix("remove alpha -y --json", v).out);
+  EXPECT_TRUE(first["pruned"].empty()) << first;
+  const auto second = cudafix("remove gamma -y", v);
+  EXPECT_EQ(second.exit_code, 0) << second.out;
+  EXPECT_THAT(second.out, HasSubstr("removed the backups of 1 older transaction"));
+  EXPECT_THAT(second.out, HasSubstr("[transactions] keep = 1"));
+  const auto history = json::parse(cudafix("history --json", v).out);
+  ASSERT_EQ(history["transactions"].size(), 1U) << history;
+  EXPECT_GT(history["bytes_held"].get<std::uint64_t>(), 0U);
+  EXPECT_THAT(history["transactions"][0]["command"].get<std::string>(), HasSubstr("gamma"));
+  const auto gone = cudafix("rollback " + first["transaction"].get<std::string>() + " -y", v);
+  EXPECT_EQ(gone.exit_code, 2) << gone.out;
+  EXPECT_THAT(gone.out, HasSubstr("no transaction " + first["transaction"].get<std::string>()));
+  // A setting that is not a count is refused, naming the file and line.
+  test::write_file(v + "/cudafix.toml", "[transactions]\nkeep = -3\n");
+  const auto bad = cudafix("history", v);
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr(v + "/cudafix.toml:2"));
+  EXPECT_THAT(bad.out, HasSubstr("keep must be a whole number"));
+}
+
 }  // namespace
 }  // namespace cudafix

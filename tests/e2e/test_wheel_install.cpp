@@ -200,12 +200,22 @@ TEST_F(WheelInstall, AKillAtEveryStepOrAFullDiskLeavesTheBeforeOrTheAfterState) 
   }
   EXPECT_GT(befores, 5);
   EXPECT_GE(afters, 1);
-  // A full disk at the sixth rename (the fourth file put in place): everything undone.
-  ASSERT_NO_FATAL_FAILURE(fresh_copy());
-  const auto full = install("CUDAFIX_TEST_FAULT=rename:6:ENOSPC");
-  EXPECT_EQ(full.exit_code, 2) << full.out;
-  EXPECT_THAT(full.out, HasSubstr("No space left on device"));
-  EXPECT_EQ(files_of(v), before);
+  // A full disk, a failing disk and a refused write, on a write, a rename (the sixth: the fourth
+  // file put in place) and an fsync: everything undone, the call and the error named.
+  const std::pair<const char*, const char*> faults[] = {{"rename:6:ENOSPC", "No space left on device"},
+                                                        {"rename:4:EACCES", "Permission denied"},
+                                                        {"fsync:2:EIO", "Input/output error"},
+                                                        {"write:1:ENOSPC", "No space left on device"},
+                                                        {"write:2:EIO", "Input/output error"}};
+  for (const auto& [fault, says] : faults) {
+    ASSERT_NO_FATAL_FAILURE(fresh_copy());
+    const auto failed = install(std::string("CUDAFIX_TEST_FAULT=") + fault);
+    EXPECT_EQ(failed.exit_code, 2) << fault << ": " << failed.out;
+    EXPECT_THAT(failed.out, HasSubstr(says)) << fault;
+    EXPECT_EQ(files_of(v), before) << fault << ": " << failed.out;
+    EXPECT_EQ(install("").exit_code, 0) << fault << ": the next run finds nothing to recover";
+    EXPECT_EQ(files_of(v), after) << fault;
+  }
 }
 
 TEST_F(WheelInstall, EveryHostileOrBrokenWheelIsRefusedNamingItsFaultAndNothingIsWritten) {
