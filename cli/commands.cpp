@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "cli/json_output.hpp"
@@ -20,6 +21,7 @@
 #include "cli/text_output.hpp"
 #include "demo_env_json.hpp"
 #include "installer/probe/verify.hpp"
+#include "installer/source/sources.hpp"
 #include "installer/txn/changes.hpp"
 #include "installer/txn/transaction.hpp"
 #include "installer/wheel_install.hpp"
@@ -319,6 +321,77 @@ int run_plan_remove(const GlobalOptions& g, const std::vector<std::string>& name
   return plan.safe() ? 0 : 1;
 }
 
+namespace {
+
+// The wheel sources the options and the environment name (installer/source/sources.hpp): the
+// command line over PIP_* over UV_*; nothing from an index under --no-index or --offline.
+std::optional<installer::source::SourceSettings> source_settings(const GlobalOptions& g, const r::Environment& env,
+                                                                 const std::vector<std::string>& supported_tags) {
+  installer::source::SourceSettings s;
+  installer::source::read_environment(s);
+  if (g.index_url) {
+    s.index_urls.erase(s.index_urls.begin(), s.index_urls.begin() + (s.index_urls.empty() ? 0 : 1));
+    s.index_urls.insert(s.index_urls.begin(), *g.index_url);
+  }
+  if (!g.extra_index_urls.empty()) {
+    s.index_urls.resize(s.index_urls.empty() ? 0 : 1);
+    s.index_urls.insert(s.index_urls.end(), g.extra_index_urls.begin(), g.extra_index_urls.end());
+  }
+  if (g.no_index) s.index_urls.clear();
+  s.offline = g.offline;
+  if (s.index_urls.empty() && !s.offline) return std::nullopt;
+  const std::string cache = cache_dir();
+  if (cache.empty()) throw r::Error("no cache folder for downloaded wheels: set CUDAFIX_CACHE_DIR or HOME");
+  s.cache_dir = cache;
+  s.http = installer::source::HttpOptions::from_environment();
+  s.http.timeout = std::chrono::milliseconds(static_cast<long>(g.http_timeout_s * 1000));
+  s.http.retries = g.retries;
+  s.python_version = env.layout.python_version.value_or("3");
+  s.supported_tags = supported_tags;
+  if (!g.json) s.progress = progress_bar("downloading");
+  return s;
+}
+
+// The plan, made again with the wheels the sources had for each step that had none at hand,
+// until no step wants one they can give (three rounds at most).
+r::FixPlan plan_with_sources(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
+                             r::FixOptions& opts, std::vector<std::string>& problems) {
+  r::FixPlan plan = r::plan_fix(env, knowledge, opts);
+  auto settings = source_settings(g, env, opts.supported_tags);
+  if (!settings) return plan;
+  installer::source::WheelSources sources(std::move(*settings));
+  std::set<std::string> asked;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<installer::source::Wanted> wanted;
+    for (const auto& st : plan.steps)
+      if (st.action != r::StepAction::remove && !st.wheel && asked.insert(st.name + " " + st.accepts).second)
+        wanted.push_back({st.name, st.accepts});
+    if (wanted.empty()) break;
+    const auto got = sources.obtain(wanted);
+    bool added = false;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (got[i].file.empty()) {
+        problems.push_back(got[i].problem);
+        continue;
+      }
+      try {
+        auto wheel = installer::read_wheel(got[i].file, opts.supported_tags);
+        wheel.source = got[i].origin;
+        opts.wheels.push_back(std::move(wheel));
+        added = true;
+      } catch (const r::Error& e) {
+        problems.push_back(fmt::format("{} (from {}): {}", got[i].file, got[i].origin, e.what()));
+      }
+    }
+    if (!added) break;
+    plan = r::plan_fix(env, knowledge, opts);
+  }
+  problems.insert(problems.end(), sources.cache_problems().begin(), sources.cache_problems().end());
+  return plan;
+}
+
+}  // namespace
+
 int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostream& out) {
   const auto& [env, knowledge, settings] = scan_kept(g);
   r::FixOptions opts;
@@ -330,14 +403,16 @@ int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostrea
   std::vector<std::string> folders = g.find_links;
   // split() returns views: the string they point into must outlive the loop.
   const std::string pip_find_links = env_var("PIP_FIND_LINKS").value_or("");
-  if (folders.empty())
+  if (folders.empty() && p.pip_find_links_env)
     for (auto f : r::split(pip_find_links, ' '))
       if (!f.empty()) folders.emplace_back(f);
   auto found = installer::find_wheels(folders, opts.supported_tags);
   for (const auto& diag : found.diagnostics) std::cerr << fmt::format("cudafix: warning: {}\n", diag.to_string());
   opts.wheels = std::move(found.wheels);
   const auto t0 = std::chrono::steady_clock::now();
-  const r::FixPlan plan = r::plan_fix(env, knowledge, opts);
+  std::vector<std::string> source_problems;
+  const r::FixPlan plan = plan_with_sources(g, env, knowledge, opts, source_problems);
+  for (const auto& problem : source_problems) std::cerr << fmt::format("cudafix: warning: {}\n", problem);
   const auto t1 = std::chrono::steady_clock::now();
   const r::Fingerprint fp = r::fingerprint_of(env, plan);
   if (g.timings) {
@@ -350,7 +425,7 @@ int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostrea
   std::vector<std::string> tags;
   for (const auto& t : opts.supported_tags)
     if (tags.size() < 3 || t.ends_with("-any")) tags.push_back(t);
-  const std::string doc = plan_fix_json(env, knowledge, plan, fp, tags);
+  const std::string doc = plan_fix_json(env, knowledge, plan, fp, tags, source_problems);
   if (p.output) {
     r::AtomicFile f(*p.output);
     f.write(doc + "\n");

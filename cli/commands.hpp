@@ -27,6 +27,13 @@ struct GlobalOptions {
   bool no_cache = false;                // --no-cache: read everything afresh, keep nothing
   bool yes = false;                     // -y: write without asking
   double lock_timeout_s = 30;           // --lock-timeout: how long to wait for <venv>/.lock
+  // Wheel sources beyond --find-links (installer/source/sources.hpp).
+  std::optional<std::string> index_url;      // --index-url (then $PIP_INDEX_URL, $UV_INDEX_URL)
+  std::vector<std::string> extra_index_urls;  // --extra-index-url (then $PIP_EXTRA_INDEX_URL, ...)
+  bool no_index = false;                      // --no-index
+  bool offline = false;                       // --offline: the pip, uv and cudafix caches only
+  double http_timeout_s = 15;                 // --http-timeout (pip's --timeout)
+  int retries = 5;                            // --retries, as pip's
 };
 
 int run_scan(const GlobalOptions& g, std::ostream& out);

@@ -32,7 +32,8 @@ namespace cudafix::cli {
                                            const resolver::RemovalPlan& plan);
 [[nodiscard]] std::string plan_fix_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                         const resolver::FixPlan& plan, const resolver::Fingerprint& fingerprint,
-                                        const std::vector<std::string>& need_tags);
+                                        const std::vector<std::string>& need_tags,
+                                        const std::vector<std::string>& source_problems = {});
 // `cudafix rules --json`: {"schema":1,"command":"rules","venv":ROOT|null,"rules":[{"id","severity",
 // "configured_severity":S|null,"enabled","depth","summary"}]}, in the registry's order.
 [[nodiscard]] std::string rules_json(const std::optional<std::string>& venv,

@@ -165,6 +165,15 @@ int main(int argc, char** argv) {
   app.add_flag("--no-cache", g.no_cache, "read every folder and library afresh, and keep nothing for the next run");
   app.add_option("--find-links", g.find_links, "a folder of wheels to plan with (repeatable; default $PIP_FIND_LINKS)")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--index-url", g.index_url,
+                 "the package index (Simple API) to fetch wheels from (default $PIP_INDEX_URL, then $UV_INDEX_URL)");
+  app.add_option("--extra-index-url", g.extra_index_urls,
+                 "another index, after --index-url (repeatable; default $PIP_EXTRA_INDEX_URL, $UV_EXTRA_INDEX_URL)");
+  app.add_flag("--no-index", g.no_index, "fetch nothing from an index (--find-links only)");
+  app.add_flag("--offline", g.offline, "no network: wheels from --find-links and the pip, uv and cudafix caches only");
+  app.add_option("--http-timeout", g.http_timeout_s, "seconds an index may stall before a retry (default 15)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--retries", g.retries, "retries of a failed transfer (default 5)")->check(CLI::Range(0, 100));
   app.add_option("--rules", g.rules, "a knowledge/rules TOML file on top of the built-in one (repeatable)")
       ->check(CLI::ExistingFile);
 

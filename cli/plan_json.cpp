@@ -114,7 +114,8 @@ std::string plan_remove_json(const r::Environment& env, const r::Knowledge& know
 }
 
 std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowledge, const r::FixPlan& plan,
-                          const r::Fingerprint& fp, const std::vector<std::string>& need_tags) {
+                          const r::Fingerprint& fp, const std::vector<std::string>& need_tags,
+                          const std::vector<std::string>& source_problems) {
   Doc d(env, knowledge);
   auto& w = d.w;
   d.header("plan fix");
@@ -193,7 +194,9 @@ std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowled
     breaks_json(d, env, st.worse);
     w.end_object();
   }
-  w.end_array().end_object();
+  w.end_array().key("source_problems");
+  d.strings(source_problems);
+  w.end_object();
   return w.take();
 }
 

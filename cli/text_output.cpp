@@ -499,6 +499,8 @@ std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, con
       out += fmt::format("   deletes {}, keeps {} that other dists list\n", count_of(s.deletes.size(), "path", "paths"),
                          count_of(s.keeps.size(), "path", "paths"));
     if (!s.writes.empty()) out += fmt::format("   writes {}\n", count_of(s.writes.size(), "file", "files"));
+    if (s.wheel && s.wheel->source != r::parent_dir(s.wheel->file))
+      out += st.dim(fmt::format("   simulated from the wheel of {}\n", s.wheel->source));
     if (!s.simulated) out += st.warn("   not simulated: no wheel at hand, so its files are unknown\n");
     if (s.ok) {
       out += st.good("   after this step: nothing required is worse than before the plan\n");
@@ -508,7 +510,8 @@ std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, con
     }
   }
   if (!plan.needs.empty()) {
-    out += fmt::format("\n{}:\n", st.warn("wheels the plan needs (give a folder with --find-links)"));
+    out += fmt::format(
+        "\n{}:\n", st.warn("wheels the plan needs (give a folder with --find-links, or an index with --index-url)"));
     for (const auto& need : plan.needs) out += fmt::format("  {} {}\n", need.name, need.version);
   }
   if (!plan.remaining.empty()) {

@@ -272,8 +272,19 @@ std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& e
 
 ValidatedWheel validate_wheel(const std::string& path) {
   const Mapped file(path);
-  const unsigned char* d = file.data();
-  const std::size_t size = file.size();
+  auto w = validate_wheel_bytes(file.data(), file.size(), path);
+  const auto parsed_name = r::parse_wheel_name(r::base_name(path));
+  if (!parsed_name) refuse(path, "", "its file name is not a wheel's (NAME-VERSION-TAGS.whl)");
+  if (r::normalize_name(parsed_name->name) != r::normalize_name(w.name))
+    refuse(path, w.dist_info, fmt::format("names {}, but the file name says {}", w.name, parsed_name->name));
+  const auto v_file = r::Version::parse(parsed_name->version), v_info = r::Version::parse(w.version);
+  if (!v_file || !v_info || !(*v_file == *v_info))
+    refuse(path, w.dist_info,
+           fmt::format("has version {}, but the file name says {}", w.version, parsed_name->version));
+  return w;
+}
+
+ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, const std::string& path) {
   if (size < 22) refuse(path, "", "too short to be a zip archive");
   // The end of central directory record, searched back over the comment's largest size.
   std::size_t eocd = std::string::npos;
@@ -381,14 +392,6 @@ ValidatedWheel validate_wheel(const std::string& path) {
   if (dash == std::string::npos) refuse(path, w.dist_info, "its name has no version");
   w.name = stem.substr(0, dash);
   w.version = stem.substr(dash + 1);
-  const auto parsed_name = r::parse_wheel_name(r::base_name(path));
-  if (!parsed_name) refuse(path, "", "its file name is not a wheel's (NAME-VERSION-TAGS.whl)");
-  if (r::normalize_name(parsed_name->name) != r::normalize_name(w.name))
-    refuse(path, w.dist_info, fmt::format("names {}, but the file name says {}", w.name, parsed_name->name));
-  const auto v_file = r::Version::parse(parsed_name->version), v_info = r::Version::parse(w.version);
-  if (!v_file || !v_info || !(*v_file == *v_info))
-    refuse(path, w.dist_info,
-           fmt::format("has version {}, but the file name says {}", w.version, parsed_name->version));
   const std::string data_prefix = stem + ".data/";
   std::map<std::string, const ZipMember*> by_name;
   for (const auto& m : w.members) {
@@ -418,6 +421,8 @@ ValidatedWheel validate_wheel(const std::string& path) {
     refuse(path, w.dist_info + "/WHEEL",
            fmt::format("Wheel-Version {} (only 1.x is installed)", version.value_or("missing")));
   w.root_is_purelib = r::header_value(*wheel_text, "Root-Is-Purelib").value_or("true") == "true";
+  for (auto line : r::split(*wheel_text, '\n'))
+    if (line.starts_with("Tag:")) w.tags.emplace_back(r::trim(line.substr(4)));
   w.entry_points = text_of("entry_points.txt").value_or("");
   for (const auto& [name, body] : scripts_of(w.entry_points, "python")) {
     (void)body;
@@ -583,6 +588,21 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     out.bytes += s.size;
   }
   return out;
+}
+
+std::string wheel_file_name(const ValidatedWheel& w) {
+  std::vector<std::string> parts[3];
+  for (const auto& tag : w.tags) {
+    const auto pieces = r::split(tag, '-');
+    if (pieces.size() != 3) continue;
+    for (std::size_t i = 0; i < 3; ++i)
+      if (std::find(parts[i].begin(), parts[i].end(), pieces[i]) == parts[i].end()) parts[i].emplace_back(pieces[i]);
+  }
+  if (parts[0].empty()) refuse(w.path, w.dist_info + "/WHEEL", "no Tag line, so no file name can be given");
+  std::string name = w.name;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return fmt::format("{}-{}-{}-{}-{}.whl", name, w.version, fmt::join(parts[0], "."), fmt::join(parts[1], "."),
+                     fmt::join(parts[2], "."));
 }
 
 }  // namespace cudafix::installer

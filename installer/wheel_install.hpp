@@ -49,11 +49,17 @@ struct ValidatedWheel {
   bool root_is_purelib = true;
   std::vector<ZipMember> members;  // files only, in archive order
   std::string entry_points;        // entry_points.txt's text, or empty
+  std::vector<std::string> tags;   // WHEEL's Tag lines ("py3-none-manylinux_2_27_x86_64")
   std::uint64_t unpacked = 0;
 };
 
 // Throws resolver::Error naming the wheel, the member and what is wrong.
 [[nodiscard]] ValidatedWheel validate_wheel(const std::string& path);
+// The same checks over a wheel's bytes in memory (a body in pip's cache), `label` naming it in
+// messages; there is no file name to check the dist-info against.
+[[nodiscard]] ValidatedWheel validate_wheel_bytes(const unsigned char* data, std::size_t size, const std::string& label);
+// The file name pip would give it: NAME-VERSION-TAGS.whl, its Tag lines compressed (PEP 425).
+[[nodiscard]] std::string wheel_file_name(const ValidatedWheel& wheel);
 
 struct StagedWheel {
   std::vector<std::string> targets;  // absolute, every file the install writes

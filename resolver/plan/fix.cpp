@@ -473,8 +473,8 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     });
     std::vector<std::string> specs;
     for (const auto& s : w.specifiers) specs.push_back(s.str());
-    st.version = st.wheel ? st.wheel->wheel_name.version
-                          : pinned(w.specifiers).value_or(fmt::format("{}", fmt::join(specs, ",")));
+    st.accepts = fmt::format("{}", fmt::join(specs, ","));
+    st.version = st.wheel ? st.wheel->wheel_name.version : pinned(w.specifiers).value_or(st.accepts);
     st.why =
         fmt::format("{}{}", fmt::join(w.asked_by, "; "),
                     installed ? fmt::format(" (installed: {})", env.dists[static_cast<std::size_t>(*installed)].version)
@@ -513,6 +513,7 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     st.dist = static_cast<int>(d);
     st.name = dist.normalized;
     st.version = dist.version;
+    st.accepts = "==" + dist.version;
     st.wheel = best_wheel(options.wheels, dist.normalized, [&](const Version& v) {
       const auto have = Version::parse(dist.version);
       return have && v == *have;

@@ -49,6 +49,9 @@ struct Step {
   int dist = -1;  // the installed dist it removes, restores or replaces; -1 for a new install
   std::string name;
   std::string version;
+  // install, reinstall: the PEP 440 specifiers a wheel for it must meet ("==9.19.0.56"), so a
+  // wheel source can fetch one when none is at hand.
+  std::string accepts;
   const Wheel* wheel = nullptr;  // its source, when one is at hand (install, reinstall)
   std::string why;
   std::vector<std::string> deletes;  // absolute paths

@@ -1,0 +1,455 @@
+#include "installer/source/http.hpp"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <thread>
+
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/shared_library.hpp"
+#include "resolver/base/text.hpp"
+
+namespace cudafix::installer::source {
+namespace r = cudafix::resolver;
+
+namespace {
+
+// libcurl's functions, bound once (the header's type-checking macros wrap the names, not these).
+struct Curl {
+  decltype(&::curl_global_init) global_init;
+  decltype(&::curl_easy_init) easy_init;
+  decltype(&::curl_easy_setopt) easy_setopt;
+  decltype(&::curl_easy_getinfo) easy_getinfo;
+  decltype(&::curl_easy_cleanup) easy_cleanup;
+  decltype(&::curl_easy_strerror) easy_strerror;
+  decltype(&::curl_multi_init) multi_init;
+  decltype(&::curl_multi_setopt) multi_setopt;
+  decltype(&::curl_multi_add_handle) multi_add;
+  decltype(&::curl_multi_remove_handle) multi_remove;
+  decltype(&::curl_multi_perform) multi_perform;
+  decltype(&::curl_multi_poll) multi_poll;
+  decltype(&::curl_multi_info_read) multi_info_read;
+  decltype(&::curl_multi_cleanup) multi_cleanup;
+  decltype(&::curl_share_init) share_init;
+  decltype(&::curl_share_setopt) share_setopt;
+  decltype(&::curl_share_cleanup) share_cleanup;
+  decltype(&::curl_slist_append) slist_append;
+  decltype(&::curl_slist_free_all) slist_free_all;
+  decltype(&::curl_url) url;
+  decltype(&::curl_url_set) url_set;
+  decltype(&::curl_url_get) url_get;
+  decltype(&::curl_url_cleanup) url_cleanup;
+  decltype(&::curl_free) free;
+};
+
+const Curl& curl() {
+  static const Curl c = [] {
+    const r::SharedLibrary so("libcurl.so.4", "reach a package index (libcurl)");
+    Curl l{};
+    so.bind(l.global_init, "curl_global_init");
+    so.bind(l.easy_init, "curl_easy_init");
+    so.bind(l.easy_setopt, "curl_easy_setopt");
+    so.bind(l.easy_getinfo, "curl_easy_getinfo");
+    so.bind(l.easy_cleanup, "curl_easy_cleanup");
+    so.bind(l.easy_strerror, "curl_easy_strerror");
+    so.bind(l.multi_init, "curl_multi_init");
+    so.bind(l.multi_setopt, "curl_multi_setopt");
+    so.bind(l.multi_add, "curl_multi_add_handle");
+    so.bind(l.multi_remove, "curl_multi_remove_handle");
+    so.bind(l.multi_perform, "curl_multi_perform");
+    so.bind(l.multi_poll, "curl_multi_poll");
+    so.bind(l.multi_info_read, "curl_multi_info_read");
+    so.bind(l.multi_cleanup, "curl_multi_cleanup");
+    so.bind(l.share_init, "curl_share_init");
+    so.bind(l.share_setopt, "curl_share_setopt");
+    so.bind(l.share_cleanup, "curl_share_cleanup");
+    so.bind(l.slist_append, "curl_slist_append");
+    so.bind(l.slist_free_all, "curl_slist_free_all");
+    so.bind(l.url, "curl_url");
+    so.bind(l.url_set, "curl_url_set");
+    so.bind(l.url_get, "curl_url_get");
+    so.bind(l.url_cleanup, "curl_url_cleanup");
+    so.bind(l.free, "curl_free");
+    if (l.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+      throw r::Error("cannot reach a package index: curl_global_init failed");
+    return l;
+  }();
+  return c;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// One request's transfer, across its attempts.
+struct Transfer {
+  const HttpRequest* request = nullptr;
+  HttpResponse* response = nullptr;
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  int fd = -1;
+  std::uint64_t written = 0;     // body bytes kept (in the file or the string)
+  std::uint64_t resume_at = 0;   // this attempt asked for the body from here (a resumed download)
+  bool first_body_chunk = true;  // this attempt's status not judged yet
+  std::string retry_after;       // this attempt's Retry-After header
+  std::string content_range;
+  std::string write_error;
+  Clock::time_point ready{};  // when the next attempt may start
+  bool done = false;
+};
+
+std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::string_view line(data, size * n);
+  if (line.starts_with("HTTP/")) {  // a new response (after a redirect or a 100): its headers anew
+    t->retry_after.clear();
+    t->content_range.clear();
+  }
+  const auto colon = line.find(':');
+  if (colon != std::string_view::npos) {
+    std::string name(line.substr(0, colon));
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    const std::string value(r::trim(line.substr(colon + 1)));
+    if (name == "retry-after") t->retry_after = value;
+    if (name == "content-range") t->content_range = value;
+  }
+  return size * n;
+}
+
+long status_of(CURL* easy) {
+  long status = 0;
+  curl().easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+  return status;
+}
+
+// A success: 2xx, or 0 for a file: URL (no HTTP status at all).
+bool good_status(long status) { return status == 0 || (status >= 200 && status < 300); }
+
+// A body chunk: kept only for a 2xx answer (an error page is not the file).
+std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t bytes = size * n;
+  if (t->first_body_chunk) {
+    t->first_body_chunk = false;
+    const long status = status_of(t->easy);
+    if (!good_status(status)) return bytes;  // read and dropped; judged when it ends
+    if (t->resume_at > 0 && status == 200) {
+      // The server ignored the Range: the whole body comes again.
+      t->written = 0;
+      t->resume_at = 0;
+      if (t->fd >= 0 && ::ftruncate(t->fd, 0) != 0) t->write_error = std::strerror(errno);
+      t->response->body.clear();
+    }
+    if (t->request->range && status == 200) t->response->range_ignored = true;
+  }
+  if (!good_status(status_of(t->easy))) return bytes;
+  if (t->fd >= 0) {
+    std::size_t off = 0;
+    while (off < bytes) {
+      const ssize_t w = ::pwrite(t->fd, data + off, bytes - off, static_cast<off_t>(t->written + off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        t->write_error = fmt::format("{}: {}", t->request->into, std::strerror(w < 0 ? errno : ENOSPC));
+        return 0;  // stops the transfer
+      }
+      off += static_cast<std::size_t>(w);
+    }
+  } else {
+    t->response->body.append(data, bytes);
+  }
+  t->written += bytes;
+  return bytes;
+}
+
+int on_progress(void* user, curl_off_t total, curl_off_t now, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  if (t->request->progress)
+    t->request->progress(t->resume_at + static_cast<std::uint64_t>(now),
+                         total > 0 ? t->resume_at + static_cast<std::uint64_t>(total) : 0);
+  return 0;
+}
+
+// Whether a failed attempt is worth another: the network or the server, not the request or TLS.
+bool retryable(CURLcode code, long status) {
+  if (code == CURLE_OK) return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;  // certificates, TLS, a bad URL, a refused write, too many redirects
+  }
+}
+
+std::chrono::milliseconds wait_before(const HttpOptions& o, int attempt, const std::string& retry_after) {
+  // Retry-After in seconds (an HTTP date is rare on indexes; the backoff stands in for it), at most 60.
+  if (!retry_after.empty() && std::all_of(retry_after.begin(), retry_after.end(), ::isdigit))
+    return std::chrono::milliseconds(std::min(60L, std::strtol(retry_after.c_str(), nullptr, 10)) * 1000);
+  return o.backoff * (1L << std::min(attempt - 1, 8));
+}
+
+void set_common(const HttpOptions& o, CURL* e, void* share) {
+  const auto& c = curl();
+  c.easy_setopt(e, CURLOPT_SHARE, share);
+  c.easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+  c.easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
+  c.easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  c.easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https,file");
+  c.easy_setopt(e, CURLOPT_UNRESTRICTED_AUTH, 0L);
+  c.easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
+  c.easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");  // gzip and the like for index pages; wheels come as they are
+  c.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.timeout.count()));
+  // A stall: under one byte a second for the timeout.
+  c.easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  c.easy_setopt(e, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>((o.timeout.count() + 999) / 1000)));
+  c.easy_setopt(e, CURLOPT_USERAGENT, "cudafix/0.1.0");
+  c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  if (!o.ca_file.empty()) c.easy_setopt(e, CURLOPT_CAINFO, o.ca_file.c_str());
+  if (!o.ca_dir.empty()) c.easy_setopt(e, CURLOPT_CAPATH, o.ca_dir.c_str());
+  if (!o.netrc_file.empty()) {
+    c.easy_setopt(e, CURLOPT_NETRC, static_cast<long>(CURL_NETRC_OPTIONAL));
+    c.easy_setopt(e, CURLOPT_NETRC_FILE, o.netrc_file.c_str());
+  }
+  // libcurl reads http_proxy but, as CGI programs must, not HTTP_PROXY; pip reads both.
+  const char* lower = std::getenv("http_proxy");
+  const char* upper = std::getenv("HTTP_PROXY");
+  if ((!lower || !*lower) && upper && *upper) c.easy_setopt(e, CURLOPT_PROXY, upper);
+}
+
+void start_attempt(const HttpOptions& o, Transfer& t, void* share) {
+  const auto& c = curl();
+  if (!t.easy) {
+    t.easy = c.easy_init();
+    if (!t.easy) throw r::Error("cannot reach a package index: curl_easy_init failed");
+    set_common(o, t.easy, share);
+    c.easy_setopt(t.easy, CURLOPT_URL, t.request->url.c_str());
+    c.easy_setopt(t.easy, CURLOPT_HEADERFUNCTION, on_header);
+    c.easy_setopt(t.easy, CURLOPT_HEADERDATA, &t);
+    c.easy_setopt(t.easy, CURLOPT_WRITEFUNCTION, on_body);
+    c.easy_setopt(t.easy, CURLOPT_WRITEDATA, &t);
+    c.easy_setopt(t.easy, CURLOPT_XFERINFOFUNCTION, on_progress);
+    c.easy_setopt(t.easy, CURLOPT_XFERINFODATA, &t);
+    c.easy_setopt(t.easy, CURLOPT_NOPROGRESS, 0L);
+    c.easy_setopt(t.easy, CURLOPT_PRIVATE, &t);
+    if (!t.request->accept.empty()) {
+      t.headers = c.slist_append(nullptr, ("Accept: " + t.request->accept).c_str());
+      c.easy_setopt(t.easy, CURLOPT_HTTPHEADER, t.headers);
+    }
+  }
+  t.first_body_chunk = true;
+  // A download that has bytes from a cut attempt asks for the rest; a range request for its own.
+  std::string range;
+  if (t.request->range) {
+    range = fmt::format("{}-{}", t.request->range->first + t.written, t.request->range->second);
+    t.resume_at = t.written;
+  } else if (t.written > 0) {
+    range = fmt::format("{}-", t.written);
+    t.resume_at = t.written;
+    t.response->resumed = true;
+  }
+  c.easy_setopt(t.easy, CURLOPT_RANGE, range.empty() ? nullptr : range.c_str());
+  ++t.response->attempts;
+}
+
+std::string failure_text(const Transfer& t, CURLcode code, long status, const char* curl_error) {
+  const std::string url = redact(t.request->url);
+  if (!t.write_error.empty()) return fmt::format("{}: cannot write the download: {}", url, t.write_error);
+  if (code != CURLE_OK) {
+    std::string why = curl_error && *curl_error ? curl_error : curl().easy_strerror(code);
+    if (code == CURLE_PEER_FAILED_VERIFICATION)
+      why += " (the server's certificate is not trusted: give its CA with SSL_CERT_FILE or SSL_CERT_DIR)";
+    return fmt::format("{}: {}", url, why);
+  }
+  if (status == 401 || status == 403)
+    return fmt::format("{}: HTTP {} (the index wants credentials: in the URL, or in netrc: $NETRC or ~/.netrc)", url,
+                       status);
+  return fmt::format("{}: HTTP {}", url, status);
+}
+
+}  // namespace
+
+HttpOptions HttpOptions::from_environment() {
+  HttpOptions o;
+  if (const char* f = std::getenv("SSL_CERT_FILE"); f && *f) o.ca_file = f;
+  if (const char* d = std::getenv("SSL_CERT_DIR"); d && *d) o.ca_dir = d;
+  if (const char* n = std::getenv("NETRC"); n && *n) {
+    o.netrc_file = n;
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    std::error_code ec;
+    const std::string f = std::string(home) + "/.netrc";
+    if (std::filesystem::is_regular_file(f, ec)) o.netrc_file = f;
+  }
+  return o;
+}
+
+HttpClient::HttpClient(HttpOptions options) : options_(std::move(options)) {}
+
+HttpClient::~HttpClient() {
+  if (multi_) curl().multi_cleanup(static_cast<CURLM*>(multi_));
+  if (share_) curl().share_cleanup(static_cast<CURLSH*>(share_));
+}
+
+std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& requests) {
+  const auto& c = curl();
+  if (!share_) {
+    CURLSH* s = c.share_init();
+    c.share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    c.share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    share_ = s;
+    CURLM* m = c.multi_init();
+    c.multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.parallel));
+    c.multi_setopt(m, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
+    multi_ = m;
+  }
+  auto* multi = static_cast<CURLM*>(multi_);
+  std::vector<HttpResponse> responses(requests.size());
+  std::deque<Transfer> transfers(requests.size());
+  std::vector<char> errors(requests.size() * CURL_ERROR_SIZE, 0);
+  std::vector<Transfer*> waiting;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    Transfer& t = transfers[i];
+    t.request = &requests[i];
+    t.response = &responses[i];
+    if (!requests[i].into.empty()) {
+      t.fd = ::open(requests[i].into.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (t.fd < 0) {
+        t.response->error = fmt::format("{}: {}", requests[i].into, std::strerror(errno));
+        t.done = true;
+        continue;
+      }
+    }
+    waiting.push_back(&t);
+  }
+  std::size_t running = 0;
+  const auto finish = [&](Transfer& t) {
+    t.done = true;
+    if (t.fd >= 0) ::close(t.fd);
+    t.fd = -1;
+    c.easy_cleanup(t.easy);
+    c.slist_free_all(t.headers);
+    t.easy = nullptr;
+    t.headers = nullptr;
+  };
+  while (!waiting.empty() || running > 0) {
+    const auto now = Clock::now();
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      Transfer& t = **it;
+      if (t.ready > now) {
+        ++it;
+        continue;
+      }
+      start_attempt(options_, t, share_);
+      const std::size_t index = static_cast<std::size_t>(&t - &transfers[0]);
+      c.easy_setopt(t.easy, CURLOPT_ERRORBUFFER, &errors[index * CURL_ERROR_SIZE]);
+      errors[index * CURL_ERROR_SIZE] = 0;
+      c.multi_add(multi, t.easy);
+      ++running;
+      it = waiting.erase(it);
+    }
+    int still = 0;
+    c.multi_perform(multi, &still);
+    int left = 0;
+    while (CURLMsg* msg = c.multi_info_read(multi, &left)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      Transfer* t = nullptr;
+      c.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+      const CURLcode code = msg->data.result;
+      c.multi_remove(multi, t->easy);
+      --running;
+      curl_off_t got = 0;
+      c.easy_getinfo(t->easy, CURLINFO_SIZE_DOWNLOAD_T, &got);
+      received_ += static_cast<std::uint64_t>(got);
+      const long status = status_of(t->easy);
+      t->response->status = status;
+      char* ct = nullptr;
+      c.easy_getinfo(t->easy, CURLINFO_CONTENT_TYPE, &ct);
+      t->response->content_type = ct ? ct : "";
+      char* eff = nullptr;
+      c.easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &eff);
+      t->response->final_url = redact(eff ? eff : t->request->url);
+      const std::size_t index = static_cast<std::size_t>(t - &transfers[0]);
+      const bool ok = code == CURLE_OK && good_status(status) && t->write_error.empty();
+      if (ok) {
+        t->response->bytes = t->written;
+        t->response->error.clear();
+        finish(*t);
+        continue;
+      }
+      t->response->error = failure_text(*t, code, status, &errors[index * CURL_ERROR_SIZE]);
+      if (code == CURLE_OPERATION_TIMEDOUT)
+        t->response->error = fmt::format("{}: no data for {} s (the timeout)", redact(t->request->url),
+                                         (options_.timeout.count() + 999) / 1000);
+      // A 2xx body cut short keeps its bytes for the resumed attempt; any other answer starts over.
+      if (!good_status(status)) {
+        t->written = 0;
+        t->response->body.clear();
+      }
+      if (t->write_error.empty() && retryable(code, status) && t->response->attempts <= options_.retries) {
+        t->ready = Clock::now() + wait_before(options_, t->response->attempts, t->retry_after);
+        waiting.push_back(t);
+      } else {
+        if (t->response->attempts > 1) t->response->error += fmt::format(" (after {} attempts)", t->response->attempts);
+        finish(*t);
+      }
+    }
+    if (running > 0 || !waiting.empty()) {
+      auto wait = std::chrono::milliseconds(running > 0 ? 200 : 50);
+      if (!waiting.empty()) {
+        const auto soonest =
+            (*std::min_element(waiting.begin(), waiting.end(), [](const Transfer* a, const Transfer* b) {
+              return a->ready < b->ready;
+            }))->ready;
+        wait = std::min(wait, std::max(std::chrono::milliseconds(0),
+                                       std::chrono::duration_cast<std::chrono::milliseconds>(soonest - Clock::now())));
+      }
+      if (running > 0)
+        c.multi_poll(multi, nullptr, 0, static_cast<int>(wait.count()), nullptr);
+      else
+        std::this_thread::sleep_for(wait);
+    }
+  }
+  return responses;
+}
+
+std::string redact(std::string_view url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) return std::string(url);
+  const auto host_start = scheme + 3;
+  const auto path = url.find_first_of("/?#", host_start);
+  const auto at = url.substr(0, path).rfind('@');
+  if (at == std::string_view::npos || at < host_start) return std::string(url);
+  return std::string(url.substr(0, host_start)) + "***" + std::string(url.substr(at));
+}
+
+std::string resolve_url(const std::string& base, const std::string& reference) {
+  const auto& c = curl();
+  CURLU* u = c.url();
+  std::string out;
+  if (c.url_set(u, CURLUPART_URL, base.c_str(), 0) == CURLUE_OK &&
+      c.url_set(u, CURLUPART_URL, reference.c_str(), CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK) {
+    char* s = nullptr;
+    if (c.url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK && s) {
+      out = s;
+      c.free(s);
+    }
+  }
+  c.url_cleanup(u);
+  if (out.empty()) throw r::Error(fmt::format("{}: not a URL (relative to {})", redact(reference), redact(base)));
+  return out;
+}
+
+}  // namespace cudafix::installer::source

@@ -1,0 +1,91 @@
+// HTTP for the wheel sources, over libcurl (dlopened when a command first needs it, as libarchive
+// is: resolver/base/shared_library.hpp says why). Every request of one perform() runs at once on
+// one multi handle: connections, TLS sessions and DNS answers are reused, HTTP/2 is used where
+// the server offers it. Each request is retried with exponential backoff on a dropped or refused
+// connection, a stall longer than the timeout, 429 (honouring Retry-After) and 5xx; never on a
+// certificate or TLS error. A download cut midway resumes with Range from the bytes it has.
+//
+// What libcurl reads from the environment: http_proxy, https_proxy (HTTPS_PROXY), no_proxy
+// (NO_PROXY), all_proxy; HTTP_PROXY is read here (libcurl ignores it). Credentials come from the
+// URL or from netrc ($NETRC, else ~/.netrc); libcurl sends them to the host they were given for
+// only, never to another host or port a redirect leads to. redact() takes them out of every URL
+// a message, a log or a JSON document shows.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace cudafix::installer::source {
+
+struct HttpOptions {
+  std::chrono::milliseconds timeout{15000};  // to connect, and the longest stall of a transfer
+  int retries = 5;                           // after the first attempt
+  std::chrono::milliseconds backoff{250};    // the first retry's wait; doubled each time
+  std::string ca_file;                       // $SSL_CERT_FILE
+  std::string ca_dir;                        // $SSL_CERT_DIR
+  std::string netrc_file;                    // $NETRC, else ~/.netrc where it exists
+  std::size_t parallel = 8;                  // transfers at once to one host
+  // From the environment: SSL_CERT_FILE, SSL_CERT_DIR, NETRC, HOME.
+  [[nodiscard]] static HttpOptions from_environment();
+};
+
+struct HttpRequest {
+  std::string url;
+  std::string accept;  // the Accept header; empty: none
+  // Bytes [first, last] of the body (a Range request); none: the whole body.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> range;
+  std::string into;  // the file the body is written to (made or truncated); empty: kept in memory
+  // (bytes received, bytes expected or 0) as the transfer goes.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
+};
+
+struct HttpResponse {
+  long status = 0;           // the last attempt's HTTP status (0: none came)
+  std::string content_type;  // its Content-Type
+  std::string body;          // when the request named no file
+  std::string final_url;     // after redirects (redacted)
+  std::uint64_t bytes = 0;   // body bytes kept in all (the file's size when written to one)
+  int attempts = 0;
+  bool range_ignored = false;  // a range was asked for and the server sent the whole body
+  bool resumed = false;        // a download was cut and resumed from where it stopped
+  // Why it failed, once the retries ran out ("https://host/x.whl: HTTP 404 Not Found"); empty
+  // when it worked (a 2xx status).
+  std::string error;
+  [[nodiscard]] bool ok() const { return error.empty(); }
+};
+
+class HttpClient {
+ public:
+  explicit HttpClient(HttpOptions options);
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Every request at once; one response per request, in order. Throws resolver::Error only when
+  // libcurl cannot be opened; a transfer's failure is its response's `error`.
+  [[nodiscard]] std::vector<HttpResponse> perform(const std::vector<HttpRequest>& requests);
+  [[nodiscard]] HttpResponse get(const HttpRequest& request) { return perform({request}).front(); }
+
+  // Bytes received over the network by this client, every attempt counted.
+  [[nodiscard]] std::uint64_t bytes_received() const { return received_; }
+
+ private:
+  HttpOptions options_;
+  void* share_ = nullptr;  // CURLSH: DNS and TLS sessions across perform() calls
+  void* multi_ = nullptr;  // CURLM: connections across perform() calls
+  std::uint64_t received_ = 0;
+};
+
+// `url` with any user name and password taken out ("https://***@host/..."); a URL cudafix shows.
+[[nodiscard]] std::string redact(std::string_view url);
+// `reference` resolved against `base` (RFC 3986, as a browser does an href); its fragment kept.
+[[nodiscard]] std::string resolve_url(const std::string& base, const std::string& reference);
+
+}  // namespace cudafix::installer::source

@@ -1,0 +1,315 @@
+#include "installer/source/sources.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "installer/source/index.hpp"
+#include "installer/source/user_caches.hpp"
+#include "installer/txn/file_ops.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/plan/provenance.hpp"
+
+namespace cudafix::installer::source {
+namespace r = cudafix::resolver;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string wheels_dir(const SourceSettings& s) { return s.cache_dir + "/wheels"; }
+
+std::string cached_path(const SourceSettings& s, const std::string& sha256, const std::string& filename) {
+  return wheels_dir(s) + "/" + sha256 + "/" + filename;
+}
+
+// A new empty file under <cache>/wheels/.tmp for a download or a copy.
+std::string temporary_file(const SourceSettings& s) {
+  const std::string dir = wheels_dir(s) + "/.tmp";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw r::Error(fmt::format("{}: cannot make the wheel cache: {}", dir, ec.message()));
+  std::string name = dir + "/download-XXXXXX";
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) throw r::Error(fmt::format("{}: {}", dir, std::strerror(errno)));
+  ::close(fd);
+  return name;
+}
+
+// `tmp` (complete, its hash `sha256`) synced and renamed to its final name in the cache.
+std::string keep_in_cache(const SourceSettings& s, const std::string& tmp, const std::string& sha256,
+                          const std::string& filename) {
+  const std::string dir = wheels_dir(s) + "/" + sha256;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw r::Error(fmt::format("{}: {}", dir, ec.message()));
+  txn::sync_path(tmp);
+  const std::string final_path = dir + "/" + filename;
+  txn::rename_path(tmp, final_path);
+  txn::sync_path(dir);
+  return final_path;
+}
+
+// Oldest-used wheels removed until the cache is under its limit; `keep` stays whatever its age.
+void trim_cache(const SourceSettings& s, const std::vector<std::string>& keep) {
+  struct Entry {
+    std::string dir;
+    std::uint64_t bytes = 0;
+    std::int64_t used = 0;
+  };
+  std::vector<Entry> entries;
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(wheels_dir(s), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with(".")) continue;
+    Entry e{it->path().string(), 0, 0};
+    std::error_code inner;
+    for (fs::directory_iterator f(e.dir, inner), fend; !inner && f != fend; f.increment(inner)) {
+      struct stat st {};
+      if (::stat(f->path().c_str(), &st) != 0) continue;
+      e.bytes += static_cast<std::uint64_t>(st.st_size);
+      e.used = std::max<std::int64_t>(e.used, st.st_mtime);
+    }
+    total += e.bytes;
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  for (const auto& e : entries) {
+    if (total <= s.cache_limit) break;
+    if (std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return k.starts_with(e.dir + "/"); }))
+      continue;
+    fs::remove_all(e.dir, ec);
+    total -= e.bytes;
+  }
+}
+
+// Marks a cached wheel used now (the trim removes the least recently used first).
+void touch(const std::string& path) { ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+
+struct Candidate {
+  IndexFile file;
+  std::string index;  // the index URL (redacted) or the cache it came from
+  std::string format;
+  const CachedWheel* cached = nullptr;  // offline: the user's cache entry
+};
+
+}  // namespace
+
+WheelSources::WheelSources(SourceSettings settings) : settings_(std::move(settings)), http_(settings_.http) {}
+
+std::vector<Obtained> WheelSources::obtain(const std::vector<Wanted>& wanted) {
+  std::vector<Obtained> out(wanted.size());
+  std::vector<std::vector<Candidate>> candidates(wanted.size());
+  std::vector<std::vector<std::string>> looked(wanted.size());
+  CacheScan user;
+  if (settings_.offline || settings_.index_urls.empty()) {
+    for (const auto& d : settings_.pip_caches) {
+      auto scan = scan_pip_cache(d);
+      user.wheels.insert(user.wheels.end(), scan.wheels.begin(), scan.wheels.end());
+      user.problems.insert(user.problems.end(), scan.problems.begin(), scan.problems.end());
+    }
+    for (const auto& d : settings_.uv_caches) {
+      auto scan = scan_uv_cache(d);
+      user.wheels.insert(user.wheels.end(), scan.wheels.begin(), scan.wheels.end());
+      user.problems.insert(user.problems.end(), scan.problems.begin(), scan.problems.end());
+    }
+    for (const auto& p : user.problems)
+      if (std::find(cache_problems_.begin(), cache_problems_.end(), p) == cache_problems_.end())
+        cache_problems_.push_back(p);
+    // cudafix's own cache: every wheel it kept, by its file name.
+    std::error_code ec;
+    for (fs::directory_iterator it(wheels_dir(settings_), ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().filename().string().starts_with(".")) continue;
+      std::error_code inner;
+      for (fs::directory_iterator f(it->path(), inner), fend; !inner && f != fend; f.increment(inner)) {
+        CachedWheel w;
+        w.filename = f->path().filename().string();
+        w.path = f->path().string();
+        w.origin = "cudafix cache " + wheels_dir(settings_);
+        w.kind = CachedWheel::Kind::kept;
+        user.wheels.push_back(std::move(w));
+      }
+    }
+    for (std::size_t i = 0; i < wanted.size(); ++i) {
+      for (const auto& w : user.wheels) {
+        Candidate c;
+        c.file.filename = w.filename;
+        c.file.url = w.path;
+        c.index = w.origin;
+        c.cached = &w;
+        candidates[i].push_back(std::move(c));
+      }
+      looked[i].push_back(
+          fmt::format("{} cached wheels ({})", user.wheels.size(), settings_.offline ? "offline" : "no index"));
+    }
+  }
+  if (!settings_.offline && !settings_.index_urls.empty()) {
+    std::vector<HttpRequest> pages;
+    std::vector<std::pair<std::size_t, std::string>> whose;  // wanted index, index URL
+    for (std::size_t i = 0; i < wanted.size(); ++i)
+      for (const auto& index : settings_.index_urls) {
+        HttpRequest req;
+        req.url = project_url(index, wanted[i].name);
+        req.accept = k_simple_accept;
+        pages.push_back(std::move(req));
+        whose.emplace_back(i, index);
+      }
+    const auto answers = http_.perform(pages);
+    for (std::size_t k = 0; k < answers.size(); ++k) {
+      const auto& [i, index] = whose[k];
+      const auto& a = answers[k];
+      if (!a.ok()) {
+        looked[i].push_back(a.status == 404 ? fmt::format("{}: not on the index", redact(pages[k].url)) : a.error);
+        continue;
+      }
+      try {
+        const auto page = parse_project_page(a.body, a.content_type, pages[k].url);
+        looked[i].push_back(fmt::format("{} ({}, {} files)", redact(pages[k].url),
+                                        page.format == "json" ? "JSON" : "HTML", page.files.size()));
+        for (const auto& f : page.files) candidates[i].push_back(Candidate{f, redact(index), page.format, nullptr});
+      } catch (const r::Error& e) {
+        looked[i].push_back(e.what());
+      }
+    }
+  }
+
+  // The pick for each, then the downloads of those not cached already, all at once.
+  std::vector<HttpRequest> downloads;
+  std::vector<std::size_t> download_of;
+  std::vector<std::optional<Candidate>> picked(wanted.size());
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    const auto accepts = r::SpecifierSet::parse(wanted[i].accepts);
+    if (!accepts) {
+      out[i].problem = fmt::format("'{}' is not a version specifier", wanted[i].accepts);
+      continue;
+    }
+    std::vector<IndexFile> files;
+    for (const auto& c : candidates[i]) files.push_back(c.file);
+    std::vector<std::string> passed;
+    const auto pick =
+        pick_wheel(files, wanted[i].name, *accepts, settings_.python_version, settings_.supported_tags, &passed);
+    if (!pick) {
+      out[i].problem = fmt::format("no wheel of {}{} for this interpreter in: {}{}", wanted[i].name,
+                                   wanted[i].accepts.empty() ? "" : " " + wanted[i].accepts, fmt::join(looked[i], "; "),
+                                   passed.empty() ? "" : fmt::format("; passed over: {}", fmt::join(passed, ", ")));
+      continue;
+    }
+    for (const auto& c : candidates[i])
+      if (c.file.url == pick->file.url && c.file.filename == pick->file.filename) picked[i] = c;
+    const Candidate& c = *picked[i];
+    if (c.cached) {
+      out[i].origin = c.index;
+      try {
+        if (c.cached->kind == CachedWheel::Kind::kept) {
+          out[i].file = c.cached->path;
+        } else {
+          const std::string tmp = temporary_file(settings_);
+          write_wheel_file(*c.cached, tmp);
+          out[i].file = keep_in_cache(settings_, tmp, r::sha256_of_file(tmp, r::DigestForm::hex), c.file.filename);
+        }
+        touch(out[i].file);
+        ++stats_.cache_hits;
+      } catch (const r::Error& e) {
+        out[i].problem = e.what();
+      }
+      continue;
+    }
+    out[i].origin = fmt::format("{} ({})", c.index, c.format == "json" ? "JSON" : "HTML");
+    if (!c.file.sha256.empty()) {
+      const std::string have = cached_path(settings_, c.file.sha256, c.file.filename);
+      if (::access(have.c_str(), R_OK) == 0) {
+        out[i].file = have;
+        touch(have);
+        ++stats_.cache_hits;
+        continue;
+      }
+    }
+    HttpRequest req;
+    req.url = c.file.url;
+    req.into = temporary_file(settings_);
+    downloads.push_back(std::move(req));
+    download_of.push_back(i);
+  }
+  if (!downloads.empty()) {
+    // One total for the bar: each download's expected size as the server states it.
+    std::vector<std::uint64_t> now(downloads.size(), 0), total(downloads.size(), 0);
+    if (settings_.progress)
+      for (std::size_t k = 0; k < downloads.size(); ++k)
+        downloads[k].progress = [&, k](std::uint64_t got, std::uint64_t of) {
+          now[k] = got;
+          total[k] = of;
+          std::uint64_t a = 0, b = 0;
+          for (std::size_t j = 0; j < now.size(); ++j) {
+            a += now[j];
+            b += total[j];
+          }
+          settings_.progress(a, b);
+        };
+    const auto got = http_.perform(downloads);
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      const std::size_t i = download_of[k];
+      const Candidate& c = *picked[i];
+      const std::string& tmp = downloads[k].into;
+      if (!got[k].ok()) {
+        ::unlink(tmp.c_str());
+        out[i].problem = got[k].error;
+        continue;
+      }
+      ++stats_.downloads;
+      try {
+        const std::string sha = r::sha256_of_file(tmp, r::DigestForm::hex);
+        if (!c.file.sha256.empty() && sha != c.file.sha256) {
+          ::unlink(tmp.c_str());
+          out[i].problem = fmt::format("{}: SHA-256 mismatch: the index says {}, the file has {}; it was not kept",
+                                       redact(c.file.url), c.file.sha256, sha);
+          continue;
+        }
+        out[i].file = keep_in_cache(settings_, tmp, sha, c.file.filename);
+        out[i].downloaded = true;
+      } catch (const r::Error& e) {
+        ::unlink(tmp.c_str());
+        out[i].problem = e.what();
+      }
+    }
+  }
+  stats_.bytes_received = http_.bytes_received();
+  std::vector<std::string> keep;
+  for (const auto& o : out)
+    if (!o.file.empty()) keep.push_back(o.file);
+  trim_cache(settings_, keep);
+  return out;
+}
+
+void read_environment(SourceSettings& s) {
+  const auto var = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  std::string index = var("PIP_INDEX_URL");
+  if (index.empty()) index = var("UV_INDEX_URL");
+  if (index.empty()) index = var("UV_DEFAULT_INDEX");
+  s.index_urls.clear();
+  if (!index.empty()) s.index_urls.push_back(index);
+  for (const char* name : {"PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX"}) {
+    const std::string urls = var(name);  // split() returns views into it
+    for (const auto& u : r::split(urls, ' '))
+      if (!u.empty()) s.index_urls.emplace_back(u);
+  }
+  const std::string home = var("HOME");
+  const std::string xdg =
+      var("XDG_CACHE_HOME").empty() ? (home.empty() ? "" : home + "/.cache") : var("XDG_CACHE_HOME");
+  const std::string pip = var("PIP_CACHE_DIR").empty() ? (xdg.empty() ? "" : xdg + "/pip") : var("PIP_CACHE_DIR");
+  const std::string uv = var("UV_CACHE_DIR").empty() ? (xdg.empty() ? "" : xdg + "/uv") : var("UV_CACHE_DIR");
+  if (!pip.empty()) s.pip_caches = {pip};
+  if (!uv.empty()) s.uv_caches = {uv};
+}
+
+}  // namespace cudafix::installer::source

@@ -1,0 +1,81 @@
+// Where the wheels a plan needs come from, in pip's order: the --find-links folders (read by
+// installer/wheel_source), then the package indexes (installer/source/index over
+// installer/source/http), or, offline, the user's own pip and uv caches
+// (installer/source/user_caches) and cudafix's own. Every wheel ends up a file in cudafix's
+// content-addressed cache, its SHA-256 checked first:
+//
+//   <cache>/wheels/<sha256 hex>/<wheel file name>   the wheel, by its hash
+//   <cache>/wheels/.tmp/                            downloads in progress (a temporary name,
+//                                                   synced, renamed into place: never a partial
+//                                                   file under a final name)
+//
+// The cache is kept under its size limit by removing the wheels used longest ago.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "installer/source/http.hpp"
+
+namespace cudafix::installer::source {
+
+struct SourceSettings {
+  // The index first, then the extra ones; empty: no index (--no-index).
+  std::vector<std::string> index_urls;
+  bool offline = false;                     // no network: the caches and --find-links only
+  std::string cache_dir;                    // cudafix's cache folder (wheels/ below it)
+  std::uint64_t cache_limit = 20ULL << 30;  // bytes of wheels kept
+  std::vector<std::string> pip_caches;      // the user's pip cache folders
+  std::vector<std::string> uv_caches;       // the user's uv cache folders
+  HttpOptions http;
+  std::string python_version;  // "3.12"
+  std::vector<std::string> supported_tags;
+  // (bytes, of bytes) for all the downloads together, on a terminal.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
+};
+
+struct Wanted {
+  std::string name;     // PEP 503 normalized
+  std::string accepts;  // PEP 440 specifiers ("==9.19.0.56"; empty: any version)
+};
+
+struct Obtained {
+  std::string file;     // the wheel in cudafix's cache; empty when none was found
+  std::string origin;   // "https://host/simple/x/ (JSON)", "pip cache /root/.cache/pip (http-v2)", ...
+  std::string problem;  // why none was found: every place looked at and what it had
+  bool downloaded = false;
+};
+
+struct SourceStats {
+  std::uint64_t bytes_received = 0;  // over the network, every attempt counted
+  std::size_t downloads = 0;
+  std::size_t cache_hits = 0;
+};
+
+class WheelSources {
+ public:
+  explicit WheelSources(SourceSettings settings);
+  // One answer per wanted wheel, in order; the downloads run at once.
+  [[nodiscard]] std::vector<Obtained> obtain(const std::vector<Wanted>& wanted);
+  [[nodiscard]] const SourceStats& stats() const { return stats_; }
+  // What could not be read in the user's caches (entries, unknown layouts), one line each.
+  [[nodiscard]] const std::vector<std::string>& cache_problems() const { return cache_problems_; }
+
+ private:
+  SourceSettings settings_;
+  HttpClient http_;
+  SourceStats stats_;
+  std::vector<std::string> cache_problems_;
+};
+
+// The settings pip and uv read from the environment, with pip's precedence: PIP_INDEX_URL over
+// UV_INDEX_URL (and UV_DEFAULT_INDEX); PIP_EXTRA_INDEX_URL, UV_EXTRA_INDEX_URL and UV_INDEX
+// (spaces between URLs) after it; the pip and uv cache folders (PIP_CACHE_DIR, UV_CACHE_DIR,
+// else $XDG_CACHE_HOME/{pip,uv}, else ~/.cache/{pip,uv}). Unlike pip, no index is assumed: a
+// repair on a provisioning node reaches the network only where it is told to.
+void read_environment(SourceSettings& settings);
+
+}  // namespace cudafix::installer::source
