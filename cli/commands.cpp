@@ -321,12 +321,8 @@ int run_plan_remove(const GlobalOptions& g, const std::vector<std::string>& name
   return plan.safe() ? 0 : 1;
 }
 
-namespace {
-
-// The wheel sources the options and the environment name (installer/source/sources.hpp): the
-// command line over PIP_* over UV_*; nothing from an index under --no-index or --offline.
-std::optional<installer::source::SourceSettings> source_settings(const GlobalOptions& g, const r::Environment& env,
-                                                                 const std::vector<std::string>& supported_tags) {
+installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g, const r::Environment& env,
+                                                        const std::vector<std::string>& supported_tags) {
   installer::source::SourceSettings s;
   installer::source::read_environment(s);
   if (g.index_url) {
@@ -339,10 +335,7 @@ std::optional<installer::source::SourceSettings> source_settings(const GlobalOpt
   }
   if (g.no_index) s.index_urls.clear();
   s.offline = g.offline;
-  if (s.index_urls.empty() && !s.offline) return std::nullopt;
-  const std::string cache = cache_dir();
-  if (cache.empty()) throw r::Error("no cache folder for downloaded wheels: set CUDAFIX_CACHE_DIR or HOME");
-  s.cache_dir = cache;
+  s.cache_dir = cache_dir();
   s.http = installer::source::HttpOptions::from_environment();
   s.http.timeout = std::chrono::milliseconds(static_cast<long>(g.http_timeout_s * 1000));
   s.http.retries = g.retries;
@@ -352,14 +345,19 @@ std::optional<installer::source::SourceSettings> source_settings(const GlobalOpt
   return s;
 }
 
+namespace {
+
 // The plan, made again with the wheels the sources had for each step that had none at hand,
 // until no step wants one they can give (three rounds at most).
 r::FixPlan plan_with_sources(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
                              r::FixOptions& opts, std::vector<std::string>& problems) {
   r::FixPlan plan = r::plan_fix(env, knowledge, opts);
-  auto settings = source_settings(g, env, opts.supported_tags);
-  if (!settings) return plan;
-  installer::source::WheelSources sources(std::move(*settings));
+  auto settings = wheel_source_settings(g, env, opts.supported_tags);
+  if (settings.index_urls.empty() && !settings.offline) return plan;
+  if (settings.cache_dir.empty())
+    throw r::Error("no cache folder for downloaded wheels: set CUDAFIX_CACHE_DIR or HOME");
+  settings.by_range = true;  // a plan needs a wheel's RECORD and dynamic sections, not all its bytes
+  installer::source::WheelSources sources(std::move(settings));
   std::set<std::string> asked;
   for (int round = 0; round < 3; ++round) {
     std::vector<installer::source::Wanted> wanted;
@@ -370,6 +368,13 @@ r::FixPlan plan_with_sources(const GlobalOptions& g, const r::Environment& env, 
     const auto got = sources.obtain(wanted);
     bool added = false;
     for (std::size_t i = 0; i < got.size(); ++i) {
+      if (got[i].remote) {
+        auto wheel = std::move(*got[i].remote);
+        wheel.source = got[i].origin;
+        opts.wheels.push_back(std::move(wheel));
+        added = true;
+        continue;
+      }
       if (got[i].file.empty()) {
         problems.push_back(got[i].problem);
         continue;

@@ -157,17 +157,47 @@ std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowled
     else
       w.null();
     w.key("name").value(st.name).key("version").value(st.version).key("wheel");
-    if (st.wheel)
-      w.begin_object()
-          .key("file")
-          .value(st.wheel->file)
-          .key("sha256")
-          .value(st.wheel->sha256)
-          .key("source")
-          .value(st.wheel->source)
-          .end_object();
-    else
+    if (st.wheel) {
+      w.begin_object().key("file");
+      if (st.wheel->file.empty())
+        w.null();
+      else
+        w.value(st.wheel->file);
+      w.key("sha256").value(st.wheel->sha256).key("source").value(st.wheel->source).key("url");
+      if (st.wheel->url.empty())
+        w.null();
+      else
+        w.value(st.wheel->url);
+      w.key("objects").begin_array();
+      for (const auto& [path, elf] : st.wheel->elf) {
+        w.begin_object().key("path").value(path).key("soname");
+        if (elf.soname)
+          w.value(*elf.soname);
+        else
+          w.null();
+        w.key("needed");
+        d.strings(elf.needed);
+        w.key("rpath");
+        if (elf.rpath)
+          w.value(*elf.rpath);
+        else
+          w.null();
+        w.key("runpath");
+        if (elf.runpath)
+          w.value(*elf.runpath);
+        else
+          w.null();
+        w.end_object();
+      }
+      w.end_array().key("read");
+      if (st.wheel->size)
+        w.begin_object().key("bytes").value(st.wheel->bytes_read).key("of").value(st.wheel->size).end_object();
+      else
+        w.null();
+      w.end_object();
+    } else {
       w.null();
+    }
     w.key("why").value(st.why).key("simulated").value(st.simulated);
     w.key("deletes");
     d.paths(st.deletes);

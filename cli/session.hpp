@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "installer/source/sources.hpp"
 #include "cli/text_output.hpp"
 #include "resolver/env/environment.hpp"
 #include "resolver/env/knowledge.hpp"
@@ -54,6 +55,11 @@ void say_waiting(const std::string& what);
 // cudafix-probe, installed beside the cudafix binary.
 [[nodiscard]] std::string probe_path();
 // A progress bar on standard error, only when both streams are a terminal; empty otherwise.
+// The wheel sources the options and the environment name (installer/source/sources.hpp): the
+// command line over PIP_* over UV_*; no index under --no-index; the wheel cache in cache_dir().
+[[nodiscard]] installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g,
+                                                                      const resolver::Environment& env,
+                                                                      const std::vector<std::string>& supported_tags);
 // None when stdout or stderr is not a terminal; `unit` names what is counted (nullptr: bytes, shown
 // as MB or GB).
 [[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what,

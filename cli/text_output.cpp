@@ -492,14 +492,15 @@ std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, con
   int n = 0;
   for (const auto& s : plan.steps) {
     const std::string head = fmt::format("{}. {} {} {}", ++n, r::to_string(s.action), s.name, s.version);
-    out += fmt::format("\n{}{}\n", s.ok ? st.bold(head) : st.bad(head),
-                       s.wheel ? st.dim(" from " + s.wheel->file) : std::string());
+    out += fmt::format(
+        "\n{}{}\n", s.ok ? st.bold(head) : st.bad(head),
+        s.wheel ? st.dim(" from " + (s.wheel->file.empty() ? s.wheel->url : s.wheel->file)) : std::string());
     out += fmt::format("   why: {}\n", s.why);
     if (!s.deletes.empty() || !s.keeps.empty())
       out += fmt::format("   deletes {}, keeps {} that other dists list\n", count_of(s.deletes.size(), "path", "paths"),
                          count_of(s.keeps.size(), "path", "paths"));
     if (!s.writes.empty()) out += fmt::format("   writes {}\n", count_of(s.writes.size(), "file", "files"));
-    if (s.wheel && s.wheel->source != r::parent_dir(s.wheel->file))
+    if (s.wheel && (s.wheel->file.empty() || s.wheel->source != r::parent_dir(s.wheel->file)))
       out += st.dim(fmt::format("   simulated from the wheel of {}\n", s.wheel->source));
     if (!s.simulated) out += st.warn("   not simulated: no wheel at hand, so its files are unknown\n");
     if (s.ok) {

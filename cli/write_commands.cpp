@@ -15,6 +15,7 @@
 #include "cli/session.hpp"
 #include "cli/text_output.hpp"
 #include "installer/probe/verify.hpp"
+#include "installer/source/sources.hpp"
 #include "installer/txn/changes.hpp"
 #include "installer/txn/transaction.hpp"
 #include "installer/wheel_install.hpp"
@@ -394,6 +395,28 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
   };
 }
 
+// A plan step's wheel as a file: the one it names, or, for a wheel read by range from an index,
+// a download of it (cudafix's wheel cache first), its SHA-256 the plan's.
+std::string planned_wheel_file(const GlobalOptions& g, const r::Environment& env, const nlohmann::json& wheel,
+                               std::optional<installer::source::WheelSources>& sources) {
+  if (wheel["file"].is_string()) return wheel["file"].get<std::string>();
+  const std::string url = wheel.value("url", "");
+  const std::string sha256 = wheel.value("sha256", "");
+  if (url.empty() || sha256.empty()) throw r::Error("a step's wheel has neither a file nor a URL and its SHA-256");
+  if (g.offline) throw r::Error(fmt::format("{} is not downloaded yet, and --offline forbids it", url));
+  auto settings = wheel_source_settings(g, env, {});
+  if (!sources) {
+    if (settings.cache_dir.empty())
+      throw r::Error("no cache folder for downloaded wheels: set CUDAFIX_CACHE_DIR or HOME");
+    sources.emplace(settings);
+  }
+  const std::string real_url = installer::source::restore_credentials(url, settings.index_urls);
+  const std::string name = url.substr(url.find_last_of('/') + 1);
+  const auto got = sources->download(real_url, sha256, name.substr(0, name.find_first_of("?#")));
+  if (got.file.empty()) throw r::Error(got.problem);
+  return got.file;
+}
+
 }  // namespace
 
 int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& out) {
@@ -418,6 +441,7 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
   confirm(g, fmt::format("apply {} steps: {}", said.size(), fmt::join(said, ", ")));
 
   tx::Transaction t(layout.root_real, "apply " + o.plan);
+  std::optional<installer::source::WheelSources> sources;  // made when a step's wheel must be downloaded
   std::set<int> gone;
   std::size_t files = 0;
   for (const auto& st : plan["steps"]) {
@@ -442,7 +466,7 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
       if (st["wheel"].is_null())
         throw r::Error(fmt::format("step {} {} has no wheel (plan again with --find-links naming it)", action,
                                    st.value("name", "")));
-      const auto wheel = installer::validate_wheel(st["wheel"]["file"].get<std::string>());
+      const auto wheel = installer::validate_wheel(planned_wheel_file(g, env, st["wheel"], sources));
       if (r::sha256_of_file(wheel.path, r::DigestForm::hex) != st["wheel"].value("sha256", ""))
         throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
       const auto staged = installer::stage_wheel(

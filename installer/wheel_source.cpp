@@ -67,9 +67,27 @@ std::string error_text(archive* a) {
   return s ? s : "unknown error";
 }
 
+}  // namespace
+
 bool looks_like_elf_member(std::string_view path) { return r::looks_like_shared_object(r::base_name(path)); }
 
-}  // namespace
+r::Wheel complete_wheel(r::Wheel w, std::string metadata_text, std::string record_text, const std::string& path) {
+  if (w.dist_info.empty()) throw r::Error(fmt::format("{}: no {{name}}-{{version}}.dist-info/METADATA inside", path));
+  if (record_text.empty()) throw r::Error(fmt::format("{}: no {}/RECORD inside", path, w.dist_info));
+  auto md = r::parse_metadata(metadata_text, path + ":" + w.dist_info + "/METADATA");
+  w.metadata = std::move(md.metadata);
+  w.record = r::parse_record(std::move(record_text), path + ":" + w.dist_info + "/RECORD");
+  if (r::normalize_name(w.metadata.name) != w.wheel_name.normalized || w.metadata.version != w.wheel_name.version)
+    throw r::Error(fmt::format("{}: its METADATA says {} {}, its file name {} {}", path, w.metadata.name,
+                               w.metadata.version, w.wheel_name.name, w.wheel_name.version));
+  return w;
+}
+
+bool compatible_here(const r::WheelName& name, const std::vector<std::string>& supported_tags) {
+  return std::any_of(name.tags.begin(), name.tags.end(), [&](const std::string& t) {
+    return std::find(supported_tags.begin(), supported_tags.end(), t) != supported_tags.end();
+  });
+}
 
 namespace {
 
@@ -83,9 +101,7 @@ r::Wheel read_members(archive* a, const std::string& path, const std::vector<std
   const auto name = r::parse_wheel_name(r::base_name(path));
   if (!name) throw r::Error(fmt::format("{}: not a wheel file name (name-version-python-abi-platform.whl)", path));
   w.wheel_name = *name;
-  w.compatible = std::any_of(name->tags.begin(), name->tags.end(), [&](const std::string& t) {
-    return std::find(supported_tags.begin(), supported_tags.end(), t) != supported_tags.end();
-  });
+  w.compatible = compatible_here(*name, supported_tags);
   std::string metadata_text, record_text;
   archive_entry* entry = nullptr;
   for (;;) {
@@ -126,15 +142,7 @@ r::Wheel read_members(archive* a, const std::string& path, const std::vector<std
       if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(member, elf.info);
     }
   }
-  if (w.dist_info.empty()) throw r::Error(fmt::format("{}: no {{name}}-{{version}}.dist-info/METADATA inside", path));
-  if (record_text.empty()) throw r::Error(fmt::format("{}: no {}/RECORD inside", path, w.dist_info));
-  auto md = r::parse_metadata(metadata_text, path + ":" + w.dist_info + "/METADATA");
-  w.metadata = std::move(md.metadata);
-  w.record = r::parse_record(std::move(record_text), path + ":" + w.dist_info + "/RECORD");
-  if (r::normalize_name(w.metadata.name) != w.wheel_name.normalized || w.metadata.version != w.wheel_name.version)
-    throw r::Error(fmt::format("{}: its METADATA says {} {}, its file name {} {}", path, w.metadata.name,
-                               w.metadata.version, w.wheel_name.name, w.wheel_name.version));
-  return w;
+  return complete_wheel(std::move(w), std::move(metadata_text), std::move(record_text), path);
 }
 
 ArchivePtr new_zip_reader() {

@@ -17,6 +17,16 @@ namespace cudafix::installer {
 [[nodiscard]] resolver::Wheel read_wheel_memory(const void* data, std::size_t size, const std::string& file_name,
                                                 const std::vector<std::string>& supported_tags);
 
+// A wheel read in parts (here from the archive, or by range requests from an index): its
+// METADATA and RECORD parsed and checked against its file name; `w` holds the name, the
+// dist-info and the ELF facts already. Throws resolver::Error naming `label`.
+[[nodiscard]] resolver::Wheel complete_wheel(resolver::Wheel w, std::string metadata_text, std::string record_text,
+                                             const std::string& label);
+// Whether one of the wheel's tags is supported here.
+[[nodiscard]] bool compatible_here(const resolver::WheelName& name, const std::vector<std::string>& supported_tags);
+// The members whose dynamic section the planner reads: shared objects by name.
+[[nodiscard]] bool looks_like_elf_member(std::string_view member);
+
 struct FoundWheels {
   std::vector<resolver::Wheel> wheels;            // sorted by name, then file
   std::vector<resolver::Diagnostic> diagnostics;  // wheels that could not be read (skipped)

@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <thread>
 
@@ -90,6 +89,7 @@ using Clock = std::chrono::steady_clock;
 
 // One request's transfer, across its attempts.
 struct Transfer {
+  std::size_t index = 0;  // of its request
   const HttpRequest* request = nullptr;
   HttpResponse* response = nullptr;
   CURL* easy = nullptr;
@@ -147,7 +147,12 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
       if (t->fd >= 0 && ::ftruncate(t->fd, 0) != 0) t->write_error = std::strerror(errno);
       t->response->body.clear();
     }
-    if (t->request->range && status == 200) t->response->range_ignored = true;
+    if ((t->request->range || t->request->suffix) && status == 200) t->response->range_ignored = true;
+    if (status == 206) {
+      const auto slash = t->content_range.rfind('/');
+      if (slash != std::string::npos)
+        t->response->total_size = std::strtoull(t->content_range.c_str() + slash + 1, nullptr, 10);
+    }
   }
   if (!good_status(status_of(t->easy))) return bytes;
   if (t->fd >= 0) {
@@ -256,11 +261,17 @@ void start_attempt(const HttpOptions& o, Transfer& t, void* share) {
   if (t.request->range) {
     range = fmt::format("{}-{}", t.request->range->first + t.written, t.request->range->second);
     t.resume_at = t.written;
+  } else if (t.request->suffix > 0) {
+    // A cut suffix is asked for whole again: its start is not known before the first answer.
+    t.written = 0;
+    t.response->body.clear();
+    range = fmt::format("-{}", t.request->suffix);
   } else if (t.written > 0) {
     range = fmt::format("{}-", t.written);
     t.resume_at = t.written;
     t.response->resumed = true;
   }
+  if (t.fd >= 0 && t.written == 0 && ::ftruncate(t.fd, 0) != 0) t.write_error = std::strerror(errno);
   c.easy_setopt(t.easy, CURLOPT_RANGE, range.empty() ? nullptr : range.c_str());
   ++t.response->attempts;
 }
@@ -317,11 +328,12 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
   }
   auto* multi = static_cast<CURLM*>(multi_);
   std::vector<HttpResponse> responses(requests.size());
-  std::deque<Transfer> transfers(requests.size());
+  std::vector<Transfer> transfers(requests.size());  // never resized: the handles point into it
   std::vector<char> errors(requests.size() * CURL_ERROR_SIZE, 0);
   std::vector<Transfer*> waiting;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     Transfer& t = transfers[i];
+    t.index = i;
     t.request = &requests[i];
     t.response = &responses[i];
     if (!requests[i].into.empty()) {
@@ -353,7 +365,7 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
         continue;
       }
       start_attempt(options_, t, share_);
-      const std::size_t index = static_cast<std::size_t>(&t - &transfers[0]);
+      const std::size_t index = t.index;
       c.easy_setopt(t.easy, CURLOPT_ERRORBUFFER, &errors[index * CURL_ERROR_SIZE]);
       errors[index * CURL_ERROR_SIZE] = 0;
       c.multi_add(multi, t.easy);
@@ -381,7 +393,7 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
       char* eff = nullptr;
       c.easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &eff);
       t->response->final_url = redact(eff ? eff : t->request->url);
-      const std::size_t index = static_cast<std::size_t>(t - &transfers[0]);
+      const std::size_t index = t->index;
       const bool ok = code == CURLE_OK && good_status(status) && t->write_error.empty();
       if (ok) {
         t->response->bytes = t->written;
@@ -433,6 +445,29 @@ std::string redact(std::string_view url) {
   const auto at = url.substr(0, path).rfind('@');
   if (at == std::string_view::npos || at < host_start) return std::string(url);
   return std::string(url.substr(0, host_start)) + "***" + std::string(url.substr(at));
+}
+
+std::string restore_credentials(const std::string& url, const std::vector<std::string>& urls) {
+  const auto marker = url.find("://***@");
+  if (marker == std::string::npos) return url;
+  const auto origin_of = [](std::string_view u) {  // scheme://host:port, credentials left out
+    const std::string plain = redact(u);
+    const auto start = plain.find("://") + 3;
+    const auto end = plain.find_first_of("/?#", start);
+    std::string o = plain.substr(0, end);
+    if (const auto at = o.rfind('@'); at != std::string::npos && at >= start) o = o.substr(0, start) + o.substr(at + 1);
+    return o;
+  };
+  const std::string want = origin_of(url);
+  for (const auto& u : urls) {
+    const auto scheme = u.find("://");
+    const auto at = u.find('@', scheme == std::string::npos ? 0 : scheme);
+    const auto path = u.find_first_of("/?#", scheme == std::string::npos ? 0 : scheme + 3);
+    if (scheme == std::string::npos || at == std::string::npos || (path != std::string::npos && at > path)) continue;
+    if (origin_of(u) == want)
+      return url.substr(0, marker + 3) + u.substr(scheme + 3, at - scheme - 3) + url.substr(marker + 6);
+  }
+  return url;
 }
 
 std::string resolve_url(const std::string& base, const std::string& reference) {

@@ -41,17 +41,19 @@ struct HttpRequest {
   std::string accept;  // the Accept header; empty: none
   // Bytes [first, last] of the body (a Range request); none: the whole body.
   std::optional<std::pair<std::uint64_t, std::uint64_t>> range;
-  std::string into;  // the file the body is written to (made or truncated); empty: kept in memory
+  std::uint64_t suffix = 0;  // the last `suffix` bytes (bytes=-N), when no range is given
+  std::string into;          // the file the body is written to (made or truncated); empty: kept in memory
   // (bytes received, bytes expected or 0) as the transfer goes.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
 
 struct HttpResponse {
-  long status = 0;           // the last attempt's HTTP status (0: none came)
-  std::string content_type;  // its Content-Type
-  std::string body;          // when the request named no file
-  std::string final_url;     // after redirects (redacted)
-  std::uint64_t bytes = 0;   // body bytes kept in all (the file's size when written to one)
+  long status = 0;               // the last attempt's HTTP status (0: none came)
+  std::string content_type;      // its Content-Type
+  std::string body;              // when the request named no file
+  std::string final_url;         // after redirects (redacted)
+  std::uint64_t bytes = 0;       // body bytes kept in all (the file's size when written to one)
+  std::uint64_t total_size = 0;  // the whole file's size, from a 206's Content-Range (0: not given)
   int attempts = 0;
   bool range_ignored = false;  // a range was asked for and the server sent the whole body
   bool resumed = false;        // a download was cut and resumed from where it stopped
@@ -85,6 +87,9 @@ class HttpClient {
 
 // `url` with any user name and password taken out ("https://***@host/..."); a URL cudafix shows.
 [[nodiscard]] std::string redact(std::string_view url);
+// A redacted URL ("https://***@host/...") with the user name and password of the first of
+// `urls` on the same scheme, host and port put back; `url` itself when none matches.
+[[nodiscard]] std::string restore_credentials(const std::string& url, const std::vector<std::string>& urls);
 // `reference` resolved against `base` (RFC 3986, as a browser does an href); its fragment kept.
 [[nodiscard]] std::string resolve_url(const std::string& base, const std::string& reference);
 

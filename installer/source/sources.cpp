@@ -12,6 +12,7 @@
 #include <map>
 
 #include "installer/source/index.hpp"
+#include "installer/source/remote_wheel.hpp"
 #include "installer/source/user_caches.hpp"
 #include "installer/txn/file_ops.hpp"
 #include "resolver/base/diagnostic.hpp"
@@ -102,6 +103,51 @@ struct Candidate {
 };
 
 }  // namespace
+
+std::string WheelSources::keep_download(const std::string& tmp, const IndexFile& file, std::string& problem) {
+  try {
+    const std::string sha = r::sha256_of_file(tmp, r::DigestForm::hex);
+    if (!file.sha256.empty() && sha != file.sha256) {
+      ::unlink(tmp.c_str());
+      problem = fmt::format("{}: SHA-256 mismatch: the index says {}, the file has {}; it was not kept",
+                            redact(file.url), file.sha256, sha);
+      return {};
+    }
+    return keep_in_cache(settings_, tmp, sha, file.filename);
+  } catch (const r::Error& e) {
+    ::unlink(tmp.c_str());
+    problem = e.what();
+    return {};
+  }
+}
+
+Obtained WheelSources::download(const std::string& url, const std::string& sha256, const std::string& filename) {
+  Obtained o;
+  o.origin = redact(url);
+  const std::string have = cached_path(settings_, sha256, filename);
+  if (::access(have.c_str(), R_OK) == 0) {
+    touch(have);
+    o.file = have;
+    return o;
+  }
+  HttpRequest req;
+  req.url = url;
+  req.into = temporary_file(settings_);
+  req.progress = settings_.progress;
+  const auto got = http_.get(req);
+  if (!got.ok()) {
+    ::unlink(req.into.c_str());
+    o.problem = got.error;
+    return o;
+  }
+  IndexFile file;
+  file.url = url;
+  file.sha256 = sha256;
+  file.filename = filename;
+  o.file = keep_download(req.into, file, o.problem);
+  o.downloaded = !o.file.empty();
+  return o;
+}
 
 WheelSources::WheelSources(SourceSettings settings) : settings_(std::move(settings)), http_(settings_.http) {}
 
@@ -232,6 +278,28 @@ std::vector<Obtained> WheelSources::obtain(const std::vector<Wanted>& wanted) {
         continue;
       }
     }
+    if (settings_.by_range && !c.file.sha256.empty()) {
+      const std::string tmp = temporary_file(settings_);
+      try {
+        auto read = read_remote_wheel(http_, Picked{c.file, *r::parse_wheel_name(c.file.filename)},
+                                      settings_.supported_tags, tmp);
+        if (read.wheel) {
+          ::unlink(tmp.c_str());
+          out[i].remote = std::move(read.wheel);
+          out[i].origin += fmt::format(", read by range: {} of {} bytes", read.fetched, read.size);
+          continue;
+        }
+        // The whole file came, and is kept as a download.
+        out[i].origin += read.whole_because_small ? ", downloaded whole (smaller than a read by range)"
+                                                  : ", downloaded whole (the server ignores Range)";
+        out[i].file = keep_download(tmp, c.file, out[i].problem);
+        out[i].downloaded = !out[i].file.empty();
+      } catch (const r::Error& e) {
+        ::unlink(tmp.c_str());
+        out[i].problem = e.what();
+      }
+      continue;
+    }
     HttpRequest req;
     req.url = c.file.url;
     req.into = temporary_file(settings_);
@@ -264,20 +332,8 @@ std::vector<Obtained> WheelSources::obtain(const std::vector<Wanted>& wanted) {
         continue;
       }
       ++stats_.downloads;
-      try {
-        const std::string sha = r::sha256_of_file(tmp, r::DigestForm::hex);
-        if (!c.file.sha256.empty() && sha != c.file.sha256) {
-          ::unlink(tmp.c_str());
-          out[i].problem = fmt::format("{}: SHA-256 mismatch: the index says {}, the file has {}; it was not kept",
-                                       redact(c.file.url), c.file.sha256, sha);
-          continue;
-        }
-        out[i].file = keep_in_cache(settings_, tmp, sha, c.file.filename);
-        out[i].downloaded = true;
-      } catch (const r::Error& e) {
-        ::unlink(tmp.c_str());
-        out[i].problem = e.what();
-      }
+      out[i].file = keep_download(tmp, c.file, out[i].problem);
+      out[i].downloaded = !out[i].file.empty();
     }
   }
   stats_.bytes_received = http_.bytes_received();

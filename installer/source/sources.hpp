@@ -19,13 +19,18 @@
 #include <vector>
 
 #include "installer/source/http.hpp"
+#include "installer/source/index.hpp"
+#include "resolver/plan/wheel.hpp"
 
 namespace cudafix::installer::source {
 
 struct SourceSettings {
   // The index first, then the extra ones; empty: no index (--no-index).
   std::vector<std::string> index_urls;
-  bool offline = false;                     // no network: the caches and --find-links only
+  bool offline = false;  // no network: the caches and --find-links only
+  // Plan from an index's wheel by range requests (installer/source/remote_wheel.hpp) instead
+  // of downloading it, where the index gives its sha256 (so a later download is pinned).
+  bool by_range = false;
   std::string cache_dir;                    // cudafix's cache folder (wheels/ below it)
   std::uint64_t cache_limit = 20ULL << 30;  // bytes of wheels kept
   std::vector<std::string> pip_caches;      // the user's pip cache folders
@@ -43,7 +48,8 @@ struct Wanted {
 };
 
 struct Obtained {
-  std::string file;     // the wheel in cudafix's cache; empty when none was found
+  std::string file;                       // the wheel in cudafix's cache; empty when none was found (or read by range)
+  std::optional<resolver::Wheel> remote;  // read by range: the planner's facts, and no file
   std::string origin;   // "https://host/simple/x/ (JSON)", "pip cache /root/.cache/pip (http-v2)", ...
   std::string problem;  // why none was found: every place looked at and what it had
   bool downloaded = false;
@@ -60,6 +66,9 @@ class WheelSources {
   explicit WheelSources(SourceSettings settings);
   // One answer per wanted wheel, in order; the downloads run at once.
   [[nodiscard]] std::vector<Obtained> obtain(const std::vector<Wanted>& wanted);
+  // The wheel at `url` (a plan's, read by range when planned) in cudafix's cache, downloaded
+  // unless it is there already; its SHA-256 must be `sha256`.
+  [[nodiscard]] Obtained download(const std::string& url, const std::string& sha256, const std::string& filename);
   [[nodiscard]] const SourceStats& stats() const { return stats_; }
   // What could not be read in the user's caches (entries, unknown layouts), one line each.
   [[nodiscard]] const std::vector<std::string>& cache_problems() const { return cache_problems_; }
@@ -69,6 +78,9 @@ class WheelSources {
   HttpClient http_;
   SourceStats stats_;
   std::vector<std::string> cache_problems_;
+  // A finished download checked against the index's hash and renamed into the cache; empty
+  // (and `problem` set) when it does not match.
+  std::string keep_download(const std::string& tmp, const IndexFile& file, std::string& problem);
 };
 
 // The settings pip and uv read from the environment, with pip's precedence: PIP_INDEX_URL over

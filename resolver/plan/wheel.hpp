@@ -4,6 +4,7 @@
 // the archive; this header owns the value, `resolver/pep/wheel_name` the rules about names and tags.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -16,9 +17,13 @@
 namespace cudafix::resolver::inline plan {
 
 struct Wheel {
-  std::string file;    // absolute path of the .whl
-  std::string sha256;  // hex digest of the whole file
-  std::string source;  // the --find-links folder it was found in
+  std::string file;    // absolute path of the .whl; empty when it was read by range from an index
+  std::string sha256;  // hex digest of the whole file (the index's, when read by range)
+  std::string source;  // where it was found: the --find-links folder, the index, a cache
+  std::string url;     // read by range: where `cudafix apply` downloads it from
+  // How much of it was read to plan from: the bytes fetched and the wheel's size (by range), or
+  // 0 and 0 (the whole file at hand).
+  std::uint64_t bytes_read = 0, size = 0;
   WheelName wheel_name;
   Metadata metadata;                   // from {name}-{version}.dist-info/METADATA
   ParsedRecord record;                 // its RECORD

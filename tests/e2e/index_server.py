@@ -12,7 +12,8 @@ Prints the port it listens on (a free one), then serves until killed:
   /files/<wheel>       the file, with Range (206) and Cache-Control: max-age=600 and an ETag, so
                        that pip keeps it in its cache as it keeps PyPI's.
 Faults (each applies to every /files/ request, counted per file):
-  cut          the first response of each file stops after half its bytes (connection closed)
+  cut          the first whole-file (200) response of each file stops after half its bytes
+               (the connection closed)
   wrong-hash   the index states a sha256 that is not the file's
   500x2        the first two requests of each file answer 500
   429          the first request of each file answers 429 with Retry-After: 1
@@ -51,6 +52,7 @@ while i < len(args):
         sys.exit(f"unknown argument {args[i]}")
 
 counts = {}
+cut_done = set()
 lock = threading.Lock()
 
 
@@ -185,7 +187,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if "slow" in faults:
             time.sleep(30)
-        if "cut" in faults and n == 1:
+        with lock:
+            cut_now = "cut" in faults and status == 200 and name not in cut_done
+            if cut_now:
+                cut_done.add(name)
+        if cut_now:
             self.wfile.write(part[:len(part) // 2])
             self.wfile.flush()
             self.close_connection = True

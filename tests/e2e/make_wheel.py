@@ -2,7 +2,8 @@
 """Builds a real wheel for the end-to-end tests, from files on disk (no network, no build backend).
 
 usage: make_wheel.py OUTDIR NAME VERSION [ARCNAME=SOURCE ...] [--requires REQ ...] [--extra NAME ...]
-                     [--console-script NAME=MODULE:FUNCTION ...]
+                     [--console-script NAME=MODULE:FUNCTION ...] [--deflate]
+Members are stored, or deflated (as NVIDIA's wheels are) with --deflate.
 """
 import base64
 import hashlib
@@ -14,9 +15,12 @@ import zipfile
 def main():
     out, name, version = sys.argv[1:4]
     files, requires, extras, scripts = [], [], [], []
+    method = zipfile.ZIP_STORED
     args = iter(sys.argv[4:])
     for a in args:
-        if a == "--requires":
+        if a == "--deflate":
+            method = zipfile.ZIP_DEFLATED
+        elif a == "--requires":
             requires.append(next(args))
         elif a == "--extra":
             extras.append(next(args))
@@ -35,7 +39,9 @@ def main():
     record = []
     with zipfile.ZipFile(path, "w") as z:
         def add(arc, data):
-            z.writestr(zipfile.ZipInfo(arc, (2026, 1, 1, 0, 0, 0)), data)
+            info_ = zipfile.ZipInfo(arc, (2026, 1, 1, 0, 0, 0))
+            info_.compress_type = method
+            z.writestr(info_, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             record.append(f"{arc},sha256={digest},{len(data)}")
         for arc, src in files:

@@ -1,0 +1,524 @@
+#include "installer/source/remote_wheel.hpp"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+
+#include "installer/wheel_source.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/parallel.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/elf/elf_reader.hpp"
+
+namespace cudafix::installer::source {
+namespace r = cudafix::resolver;
+
+namespace {
+
+constexpr std::uint64_t k_tail = 64 * 1024;        // the first request: the end of the file
+constexpr std::uint64_t k_whole_member = 1 << 20;  // members up to this (compressed) are read whole
+constexpr std::uint64_t k_head = 64 * 1024;        // of a larger object: its headers
+constexpr std::uint64_t k_window = 1 << 20;        // a window of compressed bytes around PT_DYNAMIC
+constexpr std::uint64_t k_chunk = 4 << 20;         // inflating from the start: fetched this much at a time
+constexpr std::size_t k_local_slack = 1024;        // a local header's extra field beyond the central one's
+
+std::uint16_t u16(const unsigned char* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
+std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24); }
+std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p + 4)} << 32); }
+const unsigned char* bytes_of(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+
+struct Member {
+  std::string name;
+  std::uint16_t method = 0;
+  std::uint64_t compressed = 0, size = 0, header = 0;  // header: the local header's offset
+  std::uint64_t data = 0;                              // where its data starts, once the local header is read
+};
+
+// The bytes of the wheel already at hand: the end of the file, from the first request.
+struct Known {
+  std::uint64_t at = 0;
+  std::string bytes;
+};
+
+// Bytes [first, last] of the wheel, each range one request, all at once (or from `known`).
+std::vector<std::string> fetch(HttpClient& http, const std::string& url,
+                               const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+                               const Known& known = {}) {
+  std::vector<std::string> out(ranges.size());
+  std::vector<HttpRequest> requests;
+  std::vector<std::size_t> asked;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const auto [first, last] = ranges[i];
+    if (!known.bytes.empty() && first >= known.at && last < known.at + known.bytes.size()) {
+      out[i] = known.bytes.substr(first - known.at, last - first + 1);
+      continue;
+    }
+    HttpRequest req;
+    req.url = url;
+    req.range = ranges[i];
+    requests.push_back(std::move(req));
+    asked.push_back(i);
+  }
+  auto answers = http.perform(requests);
+  for (std::size_t k = 0; k < answers.size(); ++k) {
+    const std::size_t i = asked[k];
+    if (!answers[k].ok()) throw r::Error(answers[k].error);
+    if (answers[k].range_ignored || answers[k].body.size() != ranges[i].second - ranges[i].first + 1)
+      throw r::Error(fmt::format("{}: the server sent {} bytes for the range {}-{}", redact(url),
+                                 answers[k].body.size(), ranges[i].first, ranges[i].second));
+    out[i] = std::move(answers[k].body);
+  }
+  return out;
+}
+
+// The central directory, from the end of the file (fetching more when it is larger than the tail).
+std::vector<Member> central_directory(HttpClient& http, const std::string& url, const std::string& tail,
+                                      std::uint64_t size) {
+  const auto* d = bytes_of(tail);
+  const std::uint64_t tail_start = size - tail.size();
+  std::size_t eocd = std::string::npos;
+  for (std::size_t i = tail.size() >= 22 ? tail.size() - 22 + 1 : 0; i-- > 0;)
+    if (u32(d + i) == 0x06054b50 && i + 22 + u16(d + i + 20) == tail.size()) {
+      eocd = i;
+      break;
+    }
+  if (eocd == std::string::npos) throw r::Error(fmt::format("{}: no end of central directory record", redact(url)));
+  if (eocd >= 20 && u32(d + eocd - 20) == 0x07064b50)
+    throw r::Error(fmt::format("{}: a ZIP64 archive, which cudafix does not read yet", redact(url)));
+  const std::uint16_t entries = u16(d + eocd + 10);
+  const std::uint64_t cd_size = u32(d + eocd + 12), cd_offset = u32(d + eocd + 16);
+  if (cd_offset + cd_size > tail_start + eocd)
+    throw r::Error(fmt::format("{}: the central directory lies outside the file", redact(url)));
+  std::string cd;
+  if (cd_offset >= tail_start) {
+    cd = tail.substr(cd_offset - tail_start, cd_size);
+  } else {
+    cd = fetch(http, url, {{cd_offset, tail_start - 1}}).front() + tail.substr(0, eocd);
+    cd.resize(cd_size);
+  }
+  std::vector<Member> out;
+  const auto* c = bytes_of(cd);
+  std::size_t at = 0;
+  for (std::uint16_t i = 0; i < entries; ++i) {
+    if (at + 46 > cd.size() || u32(c + at) != 0x02014b50)
+      throw r::Error(fmt::format("{}: central directory entry {} is damaged", redact(url), i));
+    Member m;
+    m.method = u16(c + at + 10);
+    m.compressed = u32(c + at + 20);
+    m.size = u32(c + at + 24);
+    const std::size_t n = u16(c + at + 28), extra = u16(c + at + 30), comment = u16(c + at + 32);
+    m.header = u32(c + at + 42);
+    if (at + 46 + n > cd.size()) throw r::Error(fmt::format("{}: a central directory name runs past it", redact(url)));
+    m.name.assign(reinterpret_cast<const char*>(c + at + 46), n);
+    if (m.compressed == 0xffffffff || m.size == 0xffffffff || m.header == 0xffffffff)
+      throw r::Error(fmt::format("{}: {} has ZIP64 sizes, which cudafix does not read yet", redact(url), m.name));
+    if (m.method != 0 && m.method != 8)
+      throw r::Error(fmt::format("{}: {} uses compression method {}", redact(url), m.name, m.method));
+    at += 46 + n + extra + comment;
+    if (!m.name.ends_with("/")) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// Where a member's data starts, from the fetched bytes that begin at its local header.
+std::uint64_t data_start(const Member& m, const std::string& from_header, const std::string& url) {
+  const auto* p = bytes_of(from_header);
+  if (from_header.size() < 30 || u32(p) != 0x04034b50)
+    throw r::Error(fmt::format("{}: {}'s local header is missing or damaged", redact(url), m.name));
+  return m.header + 30 + u16(p + 26) + u16(p + 28);
+}
+
+// A raw inflate fed in pieces; `out` grows as far as wanted.
+class Inflater {
+ public:
+  explicit Inflater(int fill = -1) {
+    if (inflateInit2(&z_, -15) != Z_OK) throw r::Error("inflateInit2 failed");
+    if (fill >= 0) {
+      std::array<unsigned char, 32768> dict{};
+      dict.fill(static_cast<unsigned char>(fill));
+      inflateSetDictionary(&z_, dict.data(), dict.size());
+    }
+  }
+  ~Inflater() { inflateEnd(&z_); }
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+  // The bits of `byte` above bit `skip` go in first (a start in the middle of a byte).
+  void prime(unsigned char byte, int skip) {
+    if (skip) inflatePrime(&z_, 8 - skip, byte >> skip);
+  }
+  // Feeds `in`, keeping at most `limit` bytes of output in all. False on damaged data.
+  bool feed(const unsigned char* in, std::size_t n, std::size_t limit) {
+    z_.next_in = const_cast<unsigned char*>(in);
+    z_.avail_in = static_cast<uInt>(n);
+    while (z_.avail_in > 0 && !ended && out.size() < limit) {
+      const std::size_t before = out.size();
+      out.resize(std::min(limit, before + (std::size_t{1} << 18)));
+      z_.next_out = reinterpret_cast<unsigned char*>(out.data()) + before;
+      z_.avail_out = static_cast<uInt>(out.size() - before);
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      out.resize(out.size() - z_.avail_out);
+      if (rc == Z_STREAM_END) ended = true;
+      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR) return false;
+      if (rc == Z_BUF_ERROR && out.size() == before) break;
+    }
+    return true;
+  }
+  std::string out;
+  bool ended = false;
+
+ private:
+  z_stream z_{};
+};
+
+// The bit at `bit` of `p`, LSB first as deflate reads them, `k` of them.
+unsigned bits(const unsigned char* p, std::size_t bit, int k) {
+  unsigned v = 0;
+  for (int i = 0; i < k; ++i) v |= ((p[(bit + i) / 8] >> ((bit + i) % 8)) & 1U) << i;
+  return v;
+}
+
+// Whether a dynamic-Huffman block could start at `bit`: its counts in range and its code length
+// code complete (zlib refuses any other).
+bool could_start_block(const unsigned char* p, std::size_t n, std::size_t bit) {
+  if ((bit + 17 + 19 * 3) / 8 + 1 >= n) return false;
+  if (bits(p, bit + 1, 2) != 2) return false;
+  if (bits(p, bit + 3, 5) > 29 || bits(p, bit + 8, 5) > 29) return false;
+  // Which lengths the HCLEN entries give does not matter here, only how many of each.
+  const unsigned hclen = bits(p, bit + 13, 4) + 4;
+  int count[8] = {0};
+  for (unsigned i = 0; i < hclen; ++i) ++count[bits(p, bit + 17 + 3 * i, 3)];
+  int left = 1;
+  for (int len = 1; len <= 7; ++len) {
+    left <<= 1;
+    left -= count[len];
+    if (left < 0) return false;
+  }
+  return left == 0;
+}
+
+bool valid_dynamic_tag(std::uint64_t tag) {
+  return tag <= 37 || (tag >= 0x6ffffd00 && tag <= 0x6fffffff) || (tag >= 0x70000000 && tag <= 0x7fffffff);
+}
+
+// A PT_DYNAMIC of `size` bytes at `p`: valid tags, DT_STRTAB and DT_STRSZ, DT_NULL after the
+// last entry and only DT_NULL from there.
+bool reads_as_dynamic(const unsigned char* p, std::size_t size) {
+  bool strtab = false, strsz = false, ended = false;
+  for (std::size_t at = 0; at + 16 <= size; at += 16) {
+    const std::uint64_t tag = u64(p + at);
+    if (ended) {
+      if (tag != 0) return false;
+      continue;
+    }
+    if (!valid_dynamic_tag(tag)) return false;
+    if (tag == 0) ended = true;
+    strtab |= tag == 5;
+    strsz |= tag == 10;
+  }
+  return ended && strtab && strsz;
+}
+
+struct ElfLayout {
+  std::uint64_t dyn_offset = 0, dyn_size = 0;
+  std::vector<std::array<std::uint64_t, 3>> loads;  // offset, vaddr, filesz
+};
+
+// From a little-endian ELF64's first bytes; nullopt for any other kind (read from the start).
+std::optional<ElfLayout> layout_of(const std::string& head) {
+  const auto* p = bytes_of(head);
+  if (head.size() < 64 ||
+      std::memcmp(p,
+                  "\x7f"
+                  "ELF",
+                  4) != 0 ||
+      p[4] != 2 || p[5] != 1)
+    return std::nullopt;
+  const std::uint64_t phoff = u64(p + 32);
+  const std::uint16_t phentsize = u16(p + 54), phnum = u16(p + 56);
+  if (phentsize != 56 || phoff + std::uint64_t{phnum} * 56 > head.size()) return std::nullopt;
+  ElfLayout l;
+  for (std::uint16_t i = 0; i < phnum; ++i) {
+    const auto* ph = p + phoff + i * 56U;
+    const std::uint32_t type = u32(ph);
+    if (type == 2) {
+      l.dyn_offset = u64(ph + 8);
+      l.dyn_size = u64(ph + 32);
+    }
+    if (type == 1) l.loads.push_back({u64(ph + 8), u64(ph + 16), u64(ph + 32)});
+  }
+  if (l.dyn_size == 0 || l.dyn_size > (1 << 20)) return std::nullopt;
+  return l;
+}
+
+// The dynamic segment in a window of compressed bytes, inflated from each plausible block
+// boundary in turn: nullopt where no start gives it, known whole and unambiguous.
+std::optional<std::string> dynamic_in_window(const std::string& window, std::size_t dyn_size) {
+  const auto* p = bytes_of(window);
+  const std::size_t n = window.size();
+  int tried = 0;
+  for (std::size_t bit = 0; bit + 64 < n * 8 && tried < 12; ++bit) {
+    if (!could_start_block(p, n, bit)) continue;
+    Inflater probe(0);
+    probe.prime(p[bit / 8], static_cast<int>(bit % 8));
+    if (!probe.feed(p + bit / 8 + (bit % 8 ? 1 : 0), std::min<std::size_t>(n - bit / 8 - 1, 64 * 1024), 1 << 17) ||
+        (probe.out.size() < (1 << 16) && !probe.ended))
+      continue;
+    ++tried;
+    Inflater zeros(0), ones(0xff);
+    zeros.prime(p[bit / 8], static_cast<int>(bit % 8));
+    ones.prime(p[bit / 8], static_cast<int>(bit % 8));
+    const std::size_t from = bit / 8 + (bit % 8 ? 1 : 0);
+    if (!zeros.feed(p + from, n - from, 64 << 20) || !ones.feed(p + from, n - from, 64 << 20)) continue;
+    const std::string& a = zeros.out;
+    const std::string& b = ones.out;
+    const std::size_t len = std::min(a.size(), b.size());
+    // The segment read 16 bytes late still reads as one when zeros follow it (an unrelocated
+    // GOT): of the matches, the one with the most entries before DT_NULL is the segment.
+    std::optional<std::string> found;
+    std::size_t found_entries = 0;
+    bool ambiguous = false;
+    for (std::size_t at = 0; at + dyn_size <= len; ++at) {
+      if (u64(bytes_of(a) + at) != 1 && u64(bytes_of(a) + at) != 14) continue;  // DT_NEEDED or DT_SONAME first
+      if (!reads_as_dynamic(bytes_of(a) + at, dyn_size)) continue;
+      if (std::memcmp(a.data() + at, b.data() + at, dyn_size) != 0) continue;  // not known whole
+      std::size_t entries = 0;
+      while (entries * 16 < dyn_size && u64(bytes_of(a) + at + entries * 16) != 0) ++entries;
+      std::string candidate = a.substr(at, dyn_size);
+      if (found && entries == found_entries && *found != candidate) ambiguous = true;
+      if (!found || entries > found_entries) {
+        found = std::move(candidate);
+        found_entries = entries;
+        ambiguous = false;
+      }
+    }
+    if (found && !ambiguous) return found;
+  }
+  return std::nullopt;
+}
+
+// The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const ElfLayout& l) {
+  std::uint64_t strtab = 0, strsz = 0, last = 0;
+  bool any = false;
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
+    const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
+    if (tag == 5) strtab = val;
+    if (tag == 10) strsz = val;
+    if (tag == 1 || tag == 14 || tag == 15 || tag == 29) {
+      last = std::max(last, val);
+      any = true;
+    }
+  }
+  for (const auto& [off, vaddr, filesz] : l.loads)
+    if (strtab >= vaddr && strtab < vaddr + filesz) {
+      const std::uint64_t begin = off + (strtab - vaddr);
+      const std::uint64_t length = strsz <= 64 * 1024 || !any ? strsz : std::min(strsz, last + 4096);
+      return std::pair{begin, begin + length};
+    }
+  return std::nullopt;
+}
+
+}  // namespace
+
+RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::vector<std::string>& supported_tags,
+                             const std::string& temporary_file) {
+  RemoteRead out;
+  const std::string& url = picked.file.url;
+  const std::uint64_t before = http.bytes_received();
+  HttpRequest tail_request;
+  tail_request.url = url;
+  tail_request.suffix = k_tail;
+  tail_request.into = temporary_file;
+  const auto tail_answer = http.get(tail_request);
+  if (!tail_answer.ok()) throw r::Error(tail_answer.error);
+  if (tail_answer.range_ignored || tail_answer.total_size == 0) {
+    out.downloaded = temporary_file;  // the whole file came: it is read from disk
+    out.fetched = http.bytes_received() - before;
+    out.size = tail_answer.bytes;
+    return out;
+  }
+  out.size = tail_answer.total_size;
+  const std::string tail = r::try_read_file(temporary_file).value_or("");
+  if (tail.size() >= out.size) {  // a small wheel: the first request brought all of it
+    out.downloaded = temporary_file;
+    out.whole_because_small = true;
+    out.fetched = http.bytes_received() - before;
+    return out;
+  }
+  auto members = central_directory(http, url, tail, out.size);
+
+  std::string dist_info;
+  for (const auto& m : members) {
+    const auto top = m.name.substr(0, m.name.find('/'));
+    if (top.ends_with(".dist-info") && m.name == top + "/METADATA") dist_info = top;
+  }
+  if (dist_info.empty()) throw r::Error(fmt::format("{}: no .dist-info/METADATA inside", redact(url)));
+  std::vector<Member*> wanted;
+  for (auto& m : members)
+    if (m.name == dist_info + "/METADATA" || m.name == dist_info + "/RECORD" || looks_like_elf_member(m.name))
+      wanted.push_back(&m);
+  // Each wanted member's local header with its data (small ones) or its first bytes (objects).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const Member* m : wanted) {
+    const std::uint64_t length = m->compressed <= k_whole_member ? m->compressed : k_head;
+    ranges.emplace_back(m->header, std::min(out.size - 1, m->header + 30 + m->name.size() + k_local_slack + length));
+  }
+  const Known known{out.size - tail.size(), tail};
+  auto heads = fetch(http, url, ranges, known);
+  std::string metadata_text, record_text;
+  r::Wheel w;
+  w.wheel_name = picked.wheel;
+  w.compatible = compatible_here(picked.wheel, supported_tags);
+  w.dist_info = dist_info;
+  struct Deep {
+    Member* member;
+    ElfLayout layout;
+    std::string head;  // inflated from the start so far
+  };
+  std::vector<Deep> deep;
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    Member& m = *wanted[i];
+    m.data = data_start(m, heads[i], url);
+    const std::string compressed = heads[i].substr(std::min<std::size_t>(heads[i].size(), m.data - m.header));
+    std::string inflated;
+    if (m.method == 0) {
+      inflated = compressed.substr(0, std::min<std::uint64_t>(m.size, compressed.size()));
+    } else {
+      Inflater z;
+      if (!z.feed(bytes_of(compressed), compressed.size(), m.compressed <= k_whole_member ? m.size : k_head * 4))
+        throw r::Error(fmt::format("{}: {}'s deflate data is damaged", redact(url), m.name));
+      inflated = std::move(z.out);
+    }
+    if (m.compressed <= k_whole_member) {
+      ++out.members_whole;
+      if (m.name == dist_info + "/METADATA") {
+        metadata_text = std::move(inflated);
+      } else if (m.name == dist_info + "/RECORD") {
+        record_text = std::move(inflated);
+      } else {
+        const auto elf = r::read_elf_memory(inflated.data(), inflated.size(), redact(url) + ":" + m.name);
+        if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(m.name, elf.info);
+      }
+      continue;
+    }
+    if (const auto layout = layout_of(inflated)) {
+      deep.push_back({&m, *layout, std::move(inflated)});
+    } else if (inflated.size() >= 4 && std::memcmp(inflated.data(),
+                                                   "\x7f"
+                                                   "ELF",
+                                                   4) == 0) {
+      deep.push_back({&m, ElfLayout{}, std::move(inflated)});  // read from its start, whole
+    }
+  }
+
+  // The dynamic segments: a window of each where the segment should lie, all fetched at once;
+  // a wider one where the first did not hold it.
+  std::vector<std::optional<std::string>> dynamic(deep.size());
+  for (const std::uint64_t window : {k_window / 4, 2 * k_window}) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;
+    std::vector<std::size_t> window_of;
+    for (std::size_t i = 0; i < deep.size(); ++i) {
+      const Deep& d = deep[i];
+      const Member& m = *d.member;
+      if (m.method != 8 || d.layout.dyn_size == 0 || dynamic[i]) continue;
+      // Where the segment's start falls in the compressed bytes were the member evenly packed;
+      // the window mostly before it (a block boundary must come first, 32 KiB ahead).
+      const double at = static_cast<double>(d.layout.dyn_offset) / static_cast<double>(m.size);
+      const auto estimate = m.data + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
+      const std::uint64_t lead = 3 * window / 4;
+      const std::uint64_t first = std::max(m.data, estimate > lead ? estimate - lead : 0);
+      const std::uint64_t last = std::min(m.data + m.compressed - 1, first + window - 1);
+      windows.emplace_back(first, last);
+      window_of.push_back(i);
+    }
+    if (windows.empty()) break;
+    const auto window_bytes = fetch(http, url, windows);
+    r::parallel_for(window_of.size(), 0, [&](std::size_t k) {
+      dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], deep[window_of[k]].layout.dyn_size);
+    });
+  }
+  for (std::size_t i = 0; i < deep.size(); ++i) {
+    Deep& d = deep[i];
+    Member& m = *d.member;
+    // Inflated from the start, as far as `size` bytes: more compressed bytes fetched as needed.
+    std::uint64_t consumed = 0;
+    std::unique_ptr<Inflater> from_start;
+    const auto grow_to = [&](std::uint64_t size) {
+      if (d.head.size() >= size) return;
+      if (m.method == 0) {
+        d.head += fetch(http, url, {{m.data + d.head.size(), std::min(m.data + m.size, m.data + size) - 1}}).front();
+        return;
+      }
+      if (!from_start) {
+        from_start = std::make_unique<Inflater>();
+        d.head.clear();
+      }
+      while (from_start->out.size() < size && !from_start->ended && consumed < m.compressed) {
+        const std::uint64_t take = std::min(k_chunk, m.compressed - consumed);
+        const auto piece = fetch(http, url, {{m.data + consumed, m.data + consumed + take - 1}}).front();
+        consumed += take;
+        if (!from_start->feed(bytes_of(piece), piece.size(), size))
+          throw r::Error(fmt::format("{}: {}'s deflate data is damaged", redact(url), m.name));
+      }
+      d.head = from_start->out;
+    };
+    if (d.layout.dyn_size == 0) {
+      grow_to(m.size);
+      ++out.objects_from_start;
+      const auto elf = r::read_elf_memory(d.head.data(), d.head.size(), redact(url) + ":" + m.name);
+      if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(m.name, elf.info);
+      continue;
+    }
+    std::string dyn;
+    if (dynamic[i]) {
+      dyn = *dynamic[i];
+      ++out.objects_by_window;
+    } else if (m.method == 0) {
+      dyn = fetch(http, url, {{m.data + d.layout.dyn_offset, m.data + d.layout.dyn_offset + d.layout.dyn_size - 1}})
+                .front();
+      ++out.objects_by_window;  // a stored member: the segment read where it lies
+    } else {
+      grow_to(d.layout.dyn_offset + d.layout.dyn_size);
+      if (d.head.size() < d.layout.dyn_offset + d.layout.dyn_size)
+        throw r::Error(fmt::format("{}: {} ends before its dynamic segment", redact(url), m.name));
+      dyn = d.head.substr(d.layout.dyn_offset, d.layout.dyn_size);
+      ++out.objects_from_start;
+    }
+    const auto strings = strings_needed(dyn, d.layout);
+    if (!strings) continue;  // the loader could not read it either: the scan's rules say so
+    // The pieces the loader reads, where they lie in the file.
+    std::vector<std::pair<std::uint64_t, std::string>> pieces{{0, d.head}, {d.layout.dyn_offset, dyn}};
+    if (m.method == 0 && strings->second > d.head.size()) {
+      if (strings->second > m.size) continue;
+      pieces.emplace_back(strings->first,
+                          fetch(http, url, {{m.data + strings->first, m.data + strings->second - 1}}).front());
+    } else {
+      grow_to(strings->second);
+      pieces[0].second = d.head;
+    }
+    // The object as the loader sees it: those pieces and nothing else (an anonymous mapping:
+    // the pages between them cost nothing).
+    std::uint64_t extent = 0;
+    for (const auto& [at, bytes] : pieces) extent = std::max<std::uint64_t>(extent, at + bytes.size());
+    void* image = ::mmap(nullptr, extent, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (image == MAP_FAILED) throw r::Error(fmt::format("{}: cannot map {} bytes", m.name, extent));
+    for (const auto& [at, bytes] : pieces) std::memcpy(static_cast<char*>(image) + at, bytes.data(), bytes.size());
+    const auto elf = r::read_elf_memory(image, extent, redact(url) + ":" + m.name);
+    ::munmap(image, extent);
+    if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(m.name, elf.info);
+  }
+  w.sha256 = picked.file.sha256;
+  w.url = redact(url);  // shown and saved in plans: never with credentials
+  out.fetched = http.bytes_received() - before;
+  w.bytes_read = out.fetched;
+  w.size = out.size;
+  out.wheel = complete_wheel(std::move(w), std::move(metadata_text), std::move(record_text), redact(url));
+  return out;
+}
+
+}  // namespace cudafix::installer::source

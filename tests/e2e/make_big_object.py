@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Builds a large shared object, as CUDA libraries are large, with the compiler.
+
+  make_big_object.py OUT SONAME RODATA_MB DATA_MB [cc flags...]
+
+Its .rodata holds RODATA_MB and its .data DATA_MB of bytes that deflate about as a CUDA
+library does (a few thousand distinct words, drawn at random), so that PT_DYNAMIC (in the
+writable segment, after .rodata and before .data) lies deep in the file, at a place set by the
+two sizes. Extra arguments go to cc (-Wl,--no-as-needed -lm, -Wl,-rpath,...).
+"""
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+out, soname, rodata_mb, data_mb = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+rng = random.Random(soname)
+words = [bytes(rng.randrange(256) for _ in range(rng.randrange(4, 24))) for _ in range(1500)]
+
+
+def blob(path, size):
+    buf = bytearray()
+    while len(buf) < size:
+        buf += rng.choice(words)
+    with open(path, "wb") as f:
+        f.write(buf[:size])
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    blob(os.path.join(tmp, "ro.bin"), int(rodata_mb * (1 << 20)))
+    blob(os.path.join(tmp, "rw.bin"), int(data_mb * (1 << 20)))
+    src = os.path.join(tmp, "big.c")
+    with open(src, "w") as f:
+        f.write('__asm__(".section .rodata.blob,\\"a\\"\\n.incbin \\"ro.bin\\"\\n.previous\\n");\n')
+        f.write('__asm__(".section .data.blob,\\"aw\\"\\n.incbin \\"rw.bin\\"\\n.previous\\n");\n')
+        f.write("int cudafix_big_object(void) { return 1; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", os.path.abspath(out), f"-Wl,-soname,{soname}", "big.c"]
+                   + sys.argv[5:], cwd=tmp, check=True)
+print(os.path.abspath(out))
