@@ -11,11 +11,11 @@ cp build/cudafix build/cudafix-probe "$out/"
 # Debug information stays here: the copy only has to run.
 strip --strip-debug "$out/cudafix" "$out/cudafix-probe"
 # Everything ldd resolves except glibc's own objects, which must come from the host; and the
-# libraries cudafix dlopens (libarchive, libcrypto) with what they need, found through the same
+# libraries cudafix dlopens (libarchive, libcrypto, libcurl) with what they need, found through the same
 # RUNPATH.
 {
   ldd build/cudafix
-  for soname in libarchive.so.13 libcrypto.so.3; do
+  for soname in libarchive.so.13 libcrypto.so.3 libcurl.so.4; do
     path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ {print $NF; exit}')
     echo "$soname => $path (0)"
     ldd "$path"

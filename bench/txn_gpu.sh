@@ -15,34 +15,7 @@ log=$OUT/txn.txt
 copy_venv /tmp/v
 site=$(echo /tmp/v/lib/python3*/site-packages)
 rm -rf /tmp/wheels && mkdir -p /tmp/wheels
-# The wheel: the dist's files as RECORD lists them (deflated, as NVIDIA's are), with a RECORD of
-# just those files.
-/tmp/v/bin/python3 - "$site" /tmp/wheels >> "$log" 2>&1 <<'PY'
-import csv, glob, io, os, sys, zipfile
-site, out = sys.argv[1], sys.argv[2]
-info = glob.glob(os.path.join(site, "nvidia_cudnn_cu13-*.dist-info"))[0]
-name = os.path.basename(info)
-version = name[len("nvidia_cudnn_cu13-"):-len(".dist-info")]
-path = os.path.join(out, f"nvidia_cudnn_cu13-{version}-py3-none-manylinux_2_27_x86_64.whl")
-rows = []
-with open(os.path.join(info, "RECORD"), newline="") as f:
-    for row in csv.reader(f):
-        p = os.path.normpath(os.path.join(site, row[0]))
-        if (os.path.isfile(p) and "__pycache__" not in row[0] and row[0] != f"{name}/RECORD"
-                and not row[0].endswith(("INSTALLER", "REQUESTED", "direct_url.json"))):
-            rows.append(row)
-with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-    for row in rows:
-        z.write(os.path.join(site, row[0]), row[0])
-    text = io.StringIO()
-    w = csv.writer(text, lineterminator="\n")
-    for row in rows:
-        w.writerow(row)
-    w.writerow([f"{name}/RECORD", "", ""])
-    z.writestr(f"{name}/RECORD", text.getvalue())
-unpacked = sum(os.path.getsize(os.path.join(site, r[0])) for r in rows)
-print(f"wheel: {path} {os.path.getsize(path) / 2**20:.0f} MiB, {len(rows)} files, {unpacked / 2**20:.0f} MiB unpacked")
-PY
+/tmp/v/bin/python3 bench/pack_cudnn_wheel.py "$site" /tmp/wheels >> "$log" 2>&1
 W=$(ls /tmp/wheels/*.whl)
 t() {
   local s=$EPOCHREALTIME

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "installer/wheel_source.hpp"
@@ -24,7 +27,7 @@ constexpr std::uint64_t k_tail = 64 * 1024;        // the first request: the end
 constexpr std::uint64_t k_whole_member = 1 << 20;  // members up to this (compressed) are read whole
 constexpr std::uint64_t k_head = 64 * 1024;        // of a larger object: its headers
 constexpr std::uint64_t k_window = 1 << 20;        // a window of compressed bytes around PT_DYNAMIC
-constexpr std::uint64_t k_chunk = 4 << 20;         // inflating from the start: fetched this much at a time
+constexpr std::uint64_t k_chunk = 1 << 20;         // inflating from the start: fetched this much at a time
 constexpr std::size_t k_local_slack = 1024;        // a local header's extra field beyond the central one's
 
 std::uint16_t u16(const unsigned char* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
@@ -168,6 +171,23 @@ class Inflater {
     }
     return true;
   }
+  // Inflates `in` block by block, discarding the output: how many whole blocks it reads before
+  // damaged data or the end of `in` (a boundary that is no boundary soon reads garbage).
+  int blocks(const unsigned char* in, std::size_t n, int enough) {
+    z_.next_in = const_cast<unsigned char*>(in);
+    z_.avail_in = static_cast<uInt>(n);
+    std::array<unsigned char, 1 << 16> sink{};
+    int done = 0;
+    while (z_.avail_in > 0 && done < enough) {
+      z_.next_out = sink.data();
+      z_.avail_out = sink.size();
+      const int rc = inflate(&z_, Z_BLOCK);
+      if (rc == Z_STREAM_END) return done + 1;
+      if (rc != Z_OK && rc != Z_BUF_ERROR) return -1;
+      if ((z_.data_type & 128) && z_.avail_out > 0) ++done;  // stopped at a block's end
+    }
+    return done;
+  }
   std::string out;
   bool ended = false;
 
@@ -257,17 +277,39 @@ std::optional<ElfLayout> layout_of(const std::string& head) {
 
 // The dynamic segment in a window of compressed bytes, inflated from each plausible block
 // boundary in turn: nullopt where no start gives it, known whole and unambiguous.
-std::optional<std::string> dynamic_in_window(const std::string& window, std::size_t dyn_size) {
+// Pieces of an object, each where it lies in the file: what is known of it so far.
+struct Pieces {
+  std::vector<std::pair<std::uint64_t, std::string>> v;
+  // The `len` bytes at `off`, or nullptr where no one piece holds them all.
+  [[nodiscard]] const char* span(std::uint64_t off, std::uint64_t len) const {
+    for (const auto& [at, bytes] : v)
+      if (off >= at && off + len <= at + bytes.size()) return bytes.data() + (off - at);
+    return nullptr;
+  }
+};
+
+struct WindowFind {
+  std::optional<std::string> dyn;
+  // A window inflated to the member's end: its bytes, at their place in the file.
+  std::optional<std::pair<std::uint64_t, std::string>> tail;
+};
+
+// The dynamic segment in a window of compressed bytes: inflated from each plausible block
+// boundary in turn. A window that ends with the member places what it inflates exactly (from
+// the end back), the segment included; elsewhere the segment is found by what it reads as.
+WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
+                             std::uint64_t member_size, std::uint64_t dyn_offset) {
+  WindowFind out;
   const auto* p = bytes_of(window);
   const std::size_t n = window.size();
   int tried = 0;
   for (std::size_t bit = 0; bit + 64 < n * 8 && tried < 12; ++bit) {
     if (!could_start_block(p, n, bit)) continue;
+    // Three whole blocks read from here (or the stream's end): a real boundary.
     Inflater probe(0);
     probe.prime(p[bit / 8], static_cast<int>(bit % 8));
-    if (!probe.feed(p + bit / 8 + (bit % 8 ? 1 : 0), std::min<std::size_t>(n - bit / 8 - 1, 64 * 1024), 1 << 17) ||
-        (probe.out.size() < (1 << 16) && !probe.ended))
-      continue;
+    const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
+    if (probe.blocks(p + start, n - start, 3) < 3) continue;
     ++tried;
     Inflater zeros(0), ones(0xff);
     zeros.prime(p[bit / 8], static_cast<int>(bit % 8));
@@ -277,28 +319,46 @@ std::optional<std::string> dynamic_in_window(const std::string& window, std::siz
     const std::string& a = zeros.out;
     const std::string& b = ones.out;
     const std::size_t len = std::min(a.size(), b.size());
+    if (ends_member && zeros.ended && a.size() <= member_size) {
+      const std::uint64_t base = member_size - a.size();
+      if (dyn_offset < base || dyn_offset + dyn_size > member_size) continue;
+      const std::string dyn = a.substr(dyn_offset - base, dyn_size);
+      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) continue;
+      out.dyn = dyn;
+      out.tail = std::pair{base, a};
+      return out;
+    }
     // The segment read 16 bytes late still reads as one when zeros follow it (an unrelocated
-    // GOT): of the matches, the one with the most entries before DT_NULL is the segment.
+    // GOT): of the matches, the one with the most entries before DT_NULL is the segment. Bytes
+    // the two decodes disagree on came from before the window; they are taken as the zeros
+    // they almost always are (runs of zeros copied from runs of zeros) and the segment is
+    // checked against the object's known first bytes afterwards (consistent_with_head).
     std::optional<std::string> found;
-    std::size_t found_entries = 0;
+    std::size_t found_entries = 0, found_unknown = 0;
     bool ambiguous = false;
     for (std::size_t at = 0; at + dyn_size <= len; ++at) {
       if (u64(bytes_of(a) + at) != 1 && u64(bytes_of(a) + at) != 14) continue;  // DT_NEEDED or DT_SONAME first
       if (!reads_as_dynamic(bytes_of(a) + at, dyn_size)) continue;
-      if (std::memcmp(a.data() + at, b.data() + at, dyn_size) != 0) continue;  // not known whole
+      std::size_t unknown = 0;
+      for (std::size_t k = 0; k < dyn_size; ++k) unknown += a[at + k] != b[at + k] ? 1 : 0;
       std::size_t entries = 0;
       while (entries * 16 < dyn_size && u64(bytes_of(a) + at + entries * 16) != 0) ++entries;
       std::string candidate = a.substr(at, dyn_size);
-      if (found && entries == found_entries && *found != candidate) ambiguous = true;
-      if (!found || entries > found_entries) {
+      const bool better = !found || entries > found_entries || (entries == found_entries && unknown < found_unknown);
+      if (found && entries == found_entries && unknown == found_unknown && *found != candidate) ambiguous = true;
+      if (better) {
         found = std::move(candidate);
         found_entries = entries;
+        found_unknown = unknown;
         ambiguous = false;
       }
     }
-    if (found && !ambiguous) return found;
+    if (found && !ambiguous) {
+      out.dyn = std::move(found);
+      return out;
+    }
   }
-  return std::nullopt;
+  return out;
 }
 
 // The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read.
@@ -321,6 +381,77 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
       return std::pair{begin, begin + length};
     }
   return std::nullopt;
+}
+
+// A window that ends with the member, inflated from its first block boundary to the end: its
+// bytes at their place in the file, those only the two decodes agree on, or nullopt.
+std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
+                                                                    std::uint64_t member_size, std::uint64_t from,
+                                                                    std::uint64_t to) {
+  const auto* p = bytes_of(window);
+  const std::size_t n = window.size();
+  for (std::size_t bit = 0; bit + 64 < n * 8; ++bit) {
+    if (!could_start_block(p, n, bit)) continue;
+    Inflater probe(0);
+    probe.prime(p[bit / 8], static_cast<int>(bit % 8));
+    const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
+    if (probe.blocks(p + start, n - start, 3) < 3) continue;
+    Inflater zeros(0), ones(0xff);
+    zeros.prime(p[bit / 8], static_cast<int>(bit % 8));
+    ones.prime(p[bit / 8], static_cast<int>(bit % 8));
+    if (!zeros.feed(p + start, n - start, 64 << 20) || !ones.feed(p + start, n - start, 64 << 20) || !zeros.ended ||
+        zeros.out.size() > member_size)
+      continue;
+    const std::uint64_t base = member_size - zeros.out.size();
+    if (from < base || to > member_size) return std::nullopt;  // the window starts too late
+    if (zeros.out.compare(from - base, to - from, ones.out, from - base, to - from) != 0) return std::nullopt;
+    return std::pair{base, std::move(zeros.out)};
+  }
+  return std::nullopt;
+}
+
+// Whether a dynamic segment found mid-stream agrees with what is known of the object exactly
+// (its first bytes, a window inflated to its end): the string table starts with NUL where DT_STRTAB says, every name it
+// gives starts a string there, SONAME and NEEDED name shared objects, and DT_SYMTAB's first symbol is the null one. A
+// misread byte of an address or an offset fails one of these.
+bool consistent_with(const std::string& dyn, const ElfLayout& l, const Pieces& known) {
+  const auto file_offset = [&](std::uint64_t vaddr) -> std::optional<std::uint64_t> {
+    for (const auto& [off, va, filesz] : l.loads)
+      if (vaddr >= va && vaddr < va + filesz) return off + (vaddr - va);
+    return std::nullopt;
+  };
+  std::uint64_t strtab = 0, strsz = 0, symtab = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> names;  // tag, offset
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
+    const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
+    if (tag == 5) strtab = val;
+    if (tag == 10) strsz = val;
+    if (tag == 6) symtab = val;
+    if (tag == 1 || tag == 14 || tag == 15 || tag == 29) names.emplace_back(tag, val);
+  }
+  const auto str = file_offset(strtab);
+  if (!str || strsz == 0) return false;
+  const char* first = known.span(*str, 1);
+  if (!first || *first != '\0') return false;
+  for (const auto& [tag, off] : names) {
+    if (off == 0 || off >= strsz) return false;
+    const char* before = known.span(*str + off - 1, 1);
+    if (!before || *before != '\0') return false;  // not the start of a string
+    std::string name;
+    for (std::uint64_t k = off; k < strsz; ++k) {
+      const char* c = known.span(*str + k, 1);
+      if (!c) return false;
+      if (*c == '\0') break;
+      name += *c;
+    }
+    if (name.empty() || std::any_of(name.begin(), name.end(), [](char c) { return c < 0x20 || c == 0x7f; }))
+      return false;
+    if ((tag == 1 || tag == 14) && name.find(".so") == std::string::npos) return false;
+  }
+  if (const auto sym = file_offset(symtab))
+    if (const char* null_symbol = known.span(*sym, 24))
+      return std::all_of(null_symbol, null_symbol + 24, [](char c) { return c == '\0'; });
+  return true;
 }
 
 }  // namespace
@@ -368,8 +499,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
     const std::uint64_t length = m->compressed <= k_whole_member ? m->compressed : k_head;
     ranges.emplace_back(m->header, std::min(out.size - 1, m->header + 30 + m->name.size() + k_local_slack + length));
   }
-  const Known known{out.size - tail.size(), tail};
-  auto heads = fetch(http, url, ranges, known);
+  const Known end_of_file{out.size - tail.size(), tail};
+  auto heads = fetch(http, url, ranges, end_of_file);
   std::string metadata_text, record_text;
   r::Wheel w;
   w.wheel_name = picked.wheel;
@@ -418,28 +549,43 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
 
   // The dynamic segments: a window of each where the segment should lie, all fetched at once;
   // a wider one where the first did not hold it.
-  std::vector<std::optional<std::string>> dynamic(deep.size());
-  for (const std::uint64_t window : {k_window / 4, 2 * k_window}) {
+  std::vector<WindowFind> dynamic(deep.size());
+  for (const int pass : {1, 2}) {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;
     std::vector<std::size_t> window_of;
     for (std::size_t i = 0; i < deep.size(); ++i) {
       const Deep& d = deep[i];
       const Member& m = *d.member;
-      if (m.method != 8 || d.layout.dyn_size == 0 || dynamic[i]) continue;
-      // Where the segment's start falls in the compressed bytes were the member evenly packed;
-      // the window mostly before it (a block boundary must come first, 32 KiB ahead).
-      const double at = static_cast<double>(d.layout.dyn_offset) / static_cast<double>(m.size);
-      const auto estimate = m.data + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
-      const std::uint64_t lead = 3 * window / 4;
-      const std::uint64_t first = std::max(m.data, estimate > lead ? estimate - lead : 0);
-      const std::uint64_t last = std::min(m.data + m.compressed - 1, first + window - 1);
+      if (m.method != 8 || d.layout.dyn_size == 0 || dynamic[i].dyn) continue;
+      const std::uint64_t end = m.data + m.compressed;
+      const std::uint64_t after = m.size - d.layout.dyn_offset;  // bytes from the segment to the end
+      std::uint64_t first = 0, last = end - 1;
+      if (after <= (pass == 1 ? 2 : 4) * k_window) {
+        // Near the end (CUDA libraries: .data is small): what follows the segment deflates to
+        // at most about its own size, so a window that ends with the member and reaches that
+        // far back holds it; first a short one, as .data and .got deflate well.
+        const std::uint64_t reach = pass == 1 ? k_window / 4 : after + after / 1000 + k_window / 4;
+        first = end > reach ? std::max(m.data, end - reach) : m.data;
+      } else {
+        // Elsewhere: where the segment would fall were the member evenly packed, the window
+        // mostly before it (a block boundary must come first, 32 KiB ahead).
+        const std::uint64_t window = pass == 1 ? k_window / 4 : 2 * k_window;
+        const double at = static_cast<double>(d.layout.dyn_offset) / static_cast<double>(m.size);
+        const auto estimate = m.data + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
+        const std::uint64_t lead = 3 * window / 4;
+        first = std::max(m.data, estimate > lead ? estimate - lead : 0);
+        last = std::min(end - 1, first + window - 1);
+      }
       windows.emplace_back(first, last);
       window_of.push_back(i);
     }
     if (windows.empty()) break;
     const auto window_bytes = fetch(http, url, windows);
     r::parallel_for(window_of.size(), 0, [&](std::size_t k) {
-      dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], deep[window_of[k]].layout.dyn_size);
+      const Deep& d = deep[window_of[k]];
+      const bool ends_member = windows[k].second + 1 == d.member->data + d.member->compressed;
+      dynamic[window_of[k]] =
+          dynamic_in_window(window_bytes[k], d.layout.dyn_size, ends_member, d.member->size, d.layout.dyn_offset);
     });
   }
   for (std::size_t i = 0; i < deep.size(); ++i) {
@@ -462,7 +608,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
         const std::uint64_t take = std::min(k_chunk, m.compressed - consumed);
         const auto piece = fetch(http, url, {{m.data + consumed, m.data + consumed + take - 1}}).front();
         consumed += take;
-        if (!from_start->feed(bytes_of(piece), piece.size(), size))
+        // Each piece inflated whole: the next one starts where this one ends.
+        if (!from_start->feed(bytes_of(piece), piece.size(), std::numeric_limits<std::size_t>::max()))
           throw r::Error(fmt::format("{}: {}'s deflate data is damaged", redact(url), m.name));
       }
       d.head = from_start->out;
@@ -475,8 +622,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
       continue;
     }
     std::string dyn;
-    if (dynamic[i]) {
-      dyn = *dynamic[i];
+    if (dynamic[i].dyn) {
+      dyn = *dynamic[i].dyn;
       ++out.objects_by_window;
     } else if (m.method == 0) {
       dyn = fetch(http, url, {{m.data + d.layout.dyn_offset, m.data + d.layout.dyn_offset + d.layout.dyn_size - 1}})
@@ -489,11 +636,47 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
       dyn = d.head.substr(d.layout.dyn_offset, d.layout.dyn_size);
       ++out.objects_from_start;
     }
-    const auto strings = strings_needed(dyn, d.layout);
+    auto strings = strings_needed(dyn, d.layout);
+    // What is known of the object exactly: its first bytes, and the window that reached its end.
+    Pieces known;
+    known.v.emplace_back(0, d.head);
+    if (dynamic[i].tail) known.v.push_back(*dynamic[i].tail);
+    const auto have_strings = [&] { return strings && known.span(strings->first, strings->second - strings->first); };
+    // The strings near the end (NVIDIA's libraries keep .dynstr last): a window to the end.
+    const auto strings_from_end = [&] {
+      if (!strings || have_strings() || m.method != 8 || m.size - strings->first > 8 * k_window) return;
+      const std::uint64_t end = m.data + m.compressed;
+      const std::uint64_t reach = (m.size - strings->first) + (m.size - strings->first) / 1000 + k_window / 4;
+      const std::uint64_t first = end > reach ? std::max(m.data, end - reach) : m.data;
+      if (auto t =
+              inflate_to_end(fetch(http, url, {{first, end - 1}}).front(), m.size, strings->first, strings->second))
+        known.v.push_back(std::move(*t));
+    };
+    if (dynamic[i].dyn && m.method == 8) {
+      strings_from_end();
+      if (strings && !have_strings()) {
+        grow_to(strings->second);
+        known.v[0].second = d.head;
+      }
+      if (!strings || !consistent_with(dyn, d.layout, known)) {
+        // The window's reading does not hold: the segment from the start instead.
+        --out.objects_by_window;
+        ++out.objects_from_start;
+        grow_to(d.layout.dyn_offset + d.layout.dyn_size);
+        if (d.head.size() < d.layout.dyn_offset + d.layout.dyn_size)
+          throw r::Error(fmt::format("{}: {} ends before its dynamic segment", redact(url), m.name));
+        dyn = d.head.substr(d.layout.dyn_offset, d.layout.dyn_size);
+        strings = strings_needed(dyn, d.layout);
+        known.v = {{0, d.head}};
+      }
+    }
     if (!strings) continue;  // the loader could not read it either: the scan's rules say so
     // The pieces the loader reads, where they lie in the file.
     std::vector<std::pair<std::uint64_t, std::string>> pieces{{0, d.head}, {d.layout.dyn_offset, dyn}};
-    if (m.method == 0 && strings->second > d.head.size()) {
+    strings_from_end();
+    if (const char* str = known.span(strings->first, strings->second - strings->first)) {
+      pieces.emplace_back(strings->first, std::string(str, strings->second - strings->first));
+    } else if (m.method == 0) {
       if (strings->second > m.size) continue;
       pieces.emplace_back(strings->first,
                           fetch(http, url, {{m.data + strings->first, m.data + strings->second - 1}}).front());

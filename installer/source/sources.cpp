@@ -287,6 +287,9 @@ std::vector<Obtained> WheelSources::obtain(const std::vector<Wanted>& wanted) {
           ::unlink(tmp.c_str());
           out[i].remote = std::move(read.wheel);
           out[i].origin += fmt::format(", read by range: {} of {} bytes", read.fetched, read.size);
+          if (read.objects_from_start)
+            out[i].origin += fmt::format(" ({} of {} large objects inflated from their start to their dynamic segment)",
+                                         read.objects_from_start, read.objects_from_start + read.objects_by_window);
           continue;
         }
         // The whole file came, and is kept as a download.
