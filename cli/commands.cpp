@@ -136,7 +136,7 @@ Located locate(const GlobalOptions& g) {
   return {std::move(layout), std::move(config)};
 }
 
-Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth, bool parse_requirements) {
+r::ScanOptions scan_options(const GlobalOptions& g, r::ScanDepth depth, bool parse_requirements) {
   r::ScanOptions opts;
   opts.threads = g.threads;
   opts.depth = depth;
@@ -149,8 +149,12 @@ Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth, bool p
       if (!q.empty()) opts.preload.emplace_back(q);
   opts.ld_so_cache = g.ld_so_cache;
   if (!g.no_cache) opts.cache_dir = cache_dir();
-  return {r::scan_environment(located.layout, opts), std::move(located.config.knowledge),
-          std::move(located.config.rule_settings)};
+  return opts;
+}
+
+Scanned scan(const GlobalOptions& g, Located located, r::ScanDepth depth, bool parse_requirements) {
+  return {r::scan_environment(located.layout, scan_options(g, depth, parse_requirements)),
+          std::move(located.config.knowledge), std::move(located.config.rule_settings)};
 }
 
 // The model of a large venv is 100,000 small allocations; freeing them one by one at exit costs

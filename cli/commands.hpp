@@ -28,7 +28,7 @@ struct GlobalOptions {
   bool yes = false;                     // -y: write without asking
   double lock_timeout_s = 30;           // --lock-timeout: how long to wait for <venv>/.lock
   // Wheel sources beyond --find-links (installer/source/sources.hpp).
-  std::optional<std::string> index_url;      // --index-url (then $PIP_INDEX_URL, $UV_INDEX_URL)
+  std::optional<std::string> index_url;       // --index-url (then $PIP_INDEX_URL, $UV_INDEX_URL)
   std::vector<std::string> extra_index_urls;  // --extra-index-url (then $PIP_EXTRA_INDEX_URL, ...)
   bool no_index = false;                      // --no-index
   bool offline = false;                       // --offline: the pip, uv and cudafix caches only

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "installer/source/sources.hpp"
 #include "cli/text_output.hpp"
+#include "installer/source/sources.hpp"
 #include "resolver/env/environment.hpp"
 #include "resolver/env/knowledge.hpp"
 #include "rules/doctor.hpp"
@@ -60,6 +60,11 @@ void say_waiting(const std::string& what);
 [[nodiscard]] installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g,
                                                                       const resolver::Environment& env,
                                                                       const std::vector<std::string>& supported_tags);
+// How every scan of a command reads the environment: --ld-library-path (else LD_LIBRARY_PATH),
+// LD_PRELOAD, --ld-so-cache, the cache folder unless --no-cache.
+[[nodiscard]] resolver::ScanOptions scan_options(const GlobalOptions& g,
+                                                 resolver::ScanDepth depth = resolver::ScanDepth::full,
+                                                 bool parse_requirements = true);
 // None when stdout or stderr is not a terminal; `unit` names what is counted (nullptr: bytes, shown
 // as MB or GB).
 [[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what,

@@ -372,13 +372,16 @@ void plan_leftovers(const r::Environment& env, int dist, const std::vector<std::
 // After each step of a transaction, the live check where a GPU driver is present: the
 // environment scanned again and the probe run on it; no driver marks the run unverified (exit
 // 4), a failure throws, which undoes the whole transaction.
+// The live verification after each step (installer/probe/verify.hpp), on the environment scanned
+// afresh the way the command scanned it. No driver: `unverified`, and the steps go on. A failed
+// one sets `failed` and throws, which undoes the transaction.
 std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::EnvLayout& layout,
                                                const r::Knowledge& knowledge, const std::vector<std::string>& steps,
-                                               bool skip, bool& unverified) {
-  return [&g, &layout, &knowledge, &steps, skip, &unverified](std::size_t step) {
+                                               bool skip, bool& unverified, bool& failed) {
+  return [&g, &layout, &knowledge, &steps, skip, &unverified, &failed](std::size_t step) {
     if (skip) return;
-    r::ScanOptions opts;
-    opts.threads = g.threads;
+    auto opts = scan_options(g);
+    opts.cache_dir.clear();  // files just renamed into place: read them, not a cache's answer
     const r::Environment now = r::scan_environment(layout, opts);
     installer::probe::VerifyOptions vo;
     vo.probe = probe_path();
@@ -388,11 +391,36 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
       unverified = true;
       return;
     }
-    if (rc != 0)
+    if (rc != 0) {
+      failed = true;
       throw r::Error(fmt::format("verification after step {} ({}) failed: {}", step + 1, steps[step],
                                  report.failed_check.value_or(report.verdict.message)));
+    }
     if (!g.quiet && !g.json) std::cerr << fmt::format("verified after step {} ({})\n", step + 1, steps[step]);
   };
+}
+
+// A transaction carried out with the verification after each step: exit 1 (every change undone,
+// and said) when a verification failed; any other failure is thrown on.
+std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out, const std::string& command,
+                                      tx::Transaction& t, const std::function<void(std::size_t)>& check,
+                                      const bool& failed) {
+  try {
+    t.carry_out(check);
+  } catch (const r::Error& e) {
+    if (!failed) throw;
+    if (g.json)
+      out << nlohmann::json{{"schema", 1},
+                            {"command", command},
+                            {"transaction", t.id()},
+                            {"undone", true},
+                            {"error", e.what()}}
+                 .dump()
+          << '\n';
+    std::cerr << fmt::format("cudafix: {}\n", e.what());
+    return 1;
+  }
+  return std::nullopt;
 }
 
 // A plan step's wheel as a file: the one it names, or, for a wheel read by range from an index,
@@ -477,9 +505,9 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
     }
     t.mark_step();
   }
-  bool unverified = false;
-  const auto check = step_verifier(g, layout, knowledge, said, o.no_verify, unverified);
-  t.carry_out(check);
+  bool unverified = false, failed = false;
+  const auto check = step_verifier(g, layout, knowledge, said, o.no_verify, unverified, failed);
+  if (const auto rc = carry_out_verified(g, out, "apply", t, check, failed)) return *rc;
   const std::string text_out = fmt::format("applied {} steps ({} files){}", said.size(), files,
                                            o.no_verify  ? ", not verified (--no-verify)"
                                            : unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
@@ -512,8 +540,9 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
     files += staged.targets.size();
     t.mark_step();
   }
-  bool unverified = false;
-  t.carry_out(step_verifier(g, layout, knowledge, labels, o.no_verify, unverified));
+  bool unverified = false, failed = false;
+  const auto check = step_verifier(g, layout, knowledge, labels, o.no_verify, unverified, failed);
+  if (const auto rc = carry_out_verified(g, out, "install", t, check, failed)) return *rc;
   report_done(g, out, "install", t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,
                           o.no_verify  ? ", not verified (--no-verify)"

@@ -393,5 +393,37 @@ TEST(Verify, LdSoCacheOptionIsRefusedBecauseTheRealLoaderReadsTheHostsCache) {
   EXPECT_THAT(r.out, HasSubstr("--ld-so-cache cannot be used with verify"));
 }
 
+// A step whose live verification fails is undone whole: a wheel whose cuDNN cannot create a
+// handle, installed with the verification on, exits 1, says which check failed, and leaves the
+// environment as it was, file for file; the same install of a good cuDNN is verified and kept.
+TEST(VerifyAfterAStep, AFailedVerificationUndoesTheInstallAndExitsOne) {
+  FakeVenv venv;
+  TempDir w;
+  const auto listing = [&] {
+    return run_shell("cd " + shell_quote(venv.root()) +
+                     " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
+                     "xargs -0 sha256sum")
+        .out;
+  };
+  const std::string before = listing();
+  const auto install = [&](const std::string& cudnn) {
+    const std::string wheel = test::make_wheel(
+        w.path() + "/" + cudnn, "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + k_verify + "/cudnn/" +
+                                    cudnn + "/libcudnn.so.9");
+    return run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " install " + shell_quote(wheel) + " -y --venv " +
+                     shell_quote(venv.root()) + " --ld-library-path " + shell_quote(fake_cuda("ok")) + " 2>&1");
+  };
+  fs::create_directories(w.path() + "/create_fails");
+  fs::create_directories(w.path() + "/v91900");
+  const auto bad = install("create_fails");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("verification after step 1 (nvidia_cudnn_cu13 9.19.0.56) failed"));
+  EXPECT_THAT(bad.out, HasSubstr("every change was undone"));
+  EXPECT_EQ(listing(), before);
+  const auto good = install("v91900");
+  EXPECT_EQ(good.exit_code, 0) << good.out;
+  EXPECT_THAT(good.out, HasSubstr("verified on the GPU"));
+}
+
 }  // namespace
 }  // namespace cudafix

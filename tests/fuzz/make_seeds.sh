@@ -2,7 +2,7 @@
 # Seeds for the fuzz targets, from real inputs: make_seeds.sh FIXTURES OUT
 set -euo pipefail
 FIX=$1 OUT=$2
-mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache}
+mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index}
 cp /etc/ld.so.cache "$OUT/ld_cache/host" 2>/dev/null || true
 i=0
 for f in $(find "$FIX" -name '*.so*' -type f | head -20); do cp "$f" "$OUT/elf/$((i++))"; done
@@ -35,3 +35,16 @@ elf = struct.pack("<II", 1, 0) + stamp + s(b"/s/libx.so") + s(answer)
 open(sys.argv[1] + "/walk", "wb").write(b"\x00" + walk)
 open(sys.argv[1] + "/elf", "wb").write(b"\x01" + elf)
 PY
+# Index pages (the first byte: 0 JSON, 1 HTML) and a pip 23.0 cache entry (2) holding a wheel.
+printf '\0{"meta":{"api-version":"1.1"},"files":[{"filename":"fuzz-1.0-py3-none-any.whl","url":"../f/fuzz-1.0-py3-none-any.whl","hashes":{"sha256":"00"},"yanked":"x","requires-python":">=3"}]}' > "$OUT/index/1"
+printf '\1<html><base href="/x/"><a href="f/fuzz-1.0-py3-none-any.whl#sha256=00" data-requires-python="&gt;=3" data-yanked>a</a></html>' > "$OUT/index/2"
+python3 - "$OUT/wheel/2" "$OUT/index/3" <<'PY'
+import struct, sys
+body = open(sys.argv[1], "rb").read()
+def s(x): return bytes([0xa0 | len(x)]) + x
+entry = b"\x02cc=4," + b"\x82" + s(b"response") + b"\x83" + s(b"body") + b"\xc6" + struct.pack(">I", len(body)) + body
+entry += s(b"status") + b"\xcc\xc8" + s(b"headers") + b"\x81" + s(b"Content-Type") + s(b"application/zip")
+entry += s(b"vary") + b"\x80"
+open(sys.argv[2], "wb").write(entry)
+PY
+
