@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 
+#include "installer/mapped_file.hpp"
 #include "installer/txn/file_ops.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
@@ -36,36 +37,6 @@ namespace r = cudafix::resolver;
 constexpr std::uint64_t k_max_unpacked = std::uint64_t{64} << 30;
 constexpr std::uint64_t k_ratio_floor = std::uint64_t{1} << 20;  // members above this are ratio-checked
 constexpr std::uint64_t k_max_ratio = 1000;
-
-// The wheel file, mapped read-only for the validation and the parallel inflation.
-class Mapped {
- public:
-  explicit Mapped(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw r::Error(fmt::format("{}: {}", path, std::strerror(errno)));
-    struct stat st {};
-    ::fstat(fd_, &st);
-    size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-      if (p == MAP_FAILED) throw r::Error(fmt::format("{}: mmap: {}", path, std::strerror(errno)));
-      data_ = static_cast<const unsigned char*>(p);
-    }
-  }
-  ~Mapped() {
-    if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Mapped(const Mapped&) = delete;
-  Mapped& operator=(const Mapped&) = delete;
-  [[nodiscard]] const unsigned char* data() const { return data_; }
-  [[nodiscard]] std::size_t size() const { return size_; }
-
- private:
-  int fd_ = -1;
-  const unsigned char* data_ = nullptr;
-  std::size_t size_ = 0;
-};
 
 std::uint16_t u16(const unsigned char* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
 std::uint32_t u32(const unsigned char* p) {
@@ -271,7 +242,7 @@ std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& e
 }  // namespace
 
 ValidatedWheel validate_wheel(const std::string& path) {
-  const Mapped file(path);
+  const MappedFile file(path);
   auto w = validate_wheel_bytes(file.data(), file.size(), path);
   const auto parsed_name = r::parse_wheel_name(r::base_name(path));
   if (!parsed_name) refuse(path, "", "its file name is not a wheel's (NAME-VERSION-TAGS.whl)");
@@ -455,7 +426,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     const auto now = written_so_far += n;
     if (progress) progress(now, w.unpacked);
   };
-  const Mapped file(w.path);
+  const MappedFile file(w.path);
   const std::string root = layout.root_real;
   // Free space first: the staged copy sits beside the files it replaces until the renames.
   struct statvfs fs_stat {};

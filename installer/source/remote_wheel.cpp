@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 
+#include "installer/source/deflate_window.hpp"
 #include "installer/wheel_source.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
@@ -136,91 +137,6 @@ std::uint64_t data_start(const Member& m, const std::string& from_header, const 
   return m.header + 30 + u16(p + 26) + u16(p + 28);
 }
 
-// A raw inflate fed in pieces; `out` grows as far as wanted.
-class Inflater {
- public:
-  explicit Inflater(int fill = -1) {
-    if (inflateInit2(&z_, -15) != Z_OK) throw r::Error("inflateInit2 failed");
-    if (fill >= 0) {
-      std::array<unsigned char, 32768> dict{};
-      dict.fill(static_cast<unsigned char>(fill));
-      inflateSetDictionary(&z_, dict.data(), dict.size());
-    }
-  }
-  ~Inflater() { inflateEnd(&z_); }
-  Inflater(const Inflater&) = delete;
-  Inflater& operator=(const Inflater&) = delete;
-  // The bits of `byte` above bit `skip` go in first (a start in the middle of a byte).
-  void prime(unsigned char byte, int skip) {
-    if (skip) inflatePrime(&z_, 8 - skip, byte >> skip);
-  }
-  // Feeds `in`, keeping at most `limit` bytes of output in all. False on damaged data.
-  bool feed(const unsigned char* in, std::size_t n, std::size_t limit) {
-    z_.next_in = const_cast<unsigned char*>(in);
-    z_.avail_in = static_cast<uInt>(n);
-    while (z_.avail_in > 0 && !ended && out.size() < limit) {
-      const std::size_t before = out.size();
-      out.resize(std::min(limit, before + (std::size_t{1} << 18)));
-      z_.next_out = reinterpret_cast<unsigned char*>(out.data()) + before;
-      z_.avail_out = static_cast<uInt>(out.size() - before);
-      const int rc = inflate(&z_, Z_NO_FLUSH);
-      out.resize(out.size() - z_.avail_out);
-      if (rc == Z_STREAM_END) ended = true;
-      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR) return false;
-      if (rc == Z_BUF_ERROR && out.size() == before) break;
-    }
-    return true;
-  }
-  // Inflates `in` block by block, discarding the output: how many whole blocks it reads before
-  // damaged data or the end of `in` (a boundary that is no boundary soon reads garbage).
-  int blocks(const unsigned char* in, std::size_t n, int enough) {
-    z_.next_in = const_cast<unsigned char*>(in);
-    z_.avail_in = static_cast<uInt>(n);
-    std::array<unsigned char, 1 << 16> sink{};
-    int done = 0;
-    while (z_.avail_in > 0 && done < enough) {
-      z_.next_out = sink.data();
-      z_.avail_out = sink.size();
-      const int rc = inflate(&z_, Z_BLOCK);
-      if (rc == Z_STREAM_END) return done + 1;
-      if (rc != Z_OK && rc != Z_BUF_ERROR) return -1;
-      if ((z_.data_type & 128) && z_.avail_out > 0) ++done;  // stopped at a block's end
-    }
-    return done;
-  }
-  std::string out;
-  bool ended = false;
-
- private:
-  z_stream z_{};
-};
-
-// The bit at `bit` of `p`, LSB first as deflate reads them, `k` of them.
-unsigned bits(const unsigned char* p, std::size_t bit, int k) {
-  unsigned v = 0;
-  for (int i = 0; i < k; ++i) v |= ((p[(bit + i) / 8] >> ((bit + i) % 8)) & 1U) << i;
-  return v;
-}
-
-// Whether a dynamic-Huffman block could start at `bit`: its counts in range and its code length
-// code complete (zlib refuses any other).
-bool could_start_block(const unsigned char* p, std::size_t n, std::size_t bit) {
-  if ((bit + 17 + 19 * 3) / 8 + 1 >= n) return false;
-  if (bits(p, bit + 1, 2) != 2) return false;
-  if (bits(p, bit + 3, 5) > 29 || bits(p, bit + 8, 5) > 29) return false;
-  // Which lengths the HCLEN entries give does not matter here, only how many of each.
-  const unsigned hclen = bits(p, bit + 13, 4) + 4;
-  int count[8] = {0};
-  for (unsigned i = 0; i < hclen; ++i) ++count[bits(p, bit + 17 + 3 * i, 3)];
-  int left = 1;
-  for (int len = 1; len <= 7; ++len) {
-    left <<= 1;
-    left -= count[len];
-    if (left < 0) return false;
-  }
-  return left == 0;
-}
-
 bool valid_dynamic_tag(std::uint64_t tag) {
   return tag <= 37 || (tag >= 0x6ffffd00 && tag <= 0x6fffffff) || (tag >= 0x70000000 && tag <= 0x7fffffff);
 }
@@ -300,33 +216,18 @@ struct WindowFind {
 WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
                              std::uint64_t member_size, std::uint64_t dyn_offset) {
   WindowFind out;
-  const auto* p = bytes_of(window);
-  const std::size_t n = window.size();
-  int tried = 0;
-  for (std::size_t bit = 0; bit + 64 < n * 8 && tried < 12; ++bit) {
-    if (!could_start_block(p, n, bit)) continue;
-    // Three whole blocks read from here (or the stream's end): a real boundary.
-    Inflater probe(0);
-    probe.prime(p[bit / 8], static_cast<int>(bit % 8));
-    const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
-    if (probe.blocks(p + start, n - start, 3) < 3) continue;
-    ++tried;
-    Inflater zeros(0), ones(0xff);
-    zeros.prime(p[bit / 8], static_cast<int>(bit % 8));
-    ones.prime(p[bit / 8], static_cast<int>(bit % 8));
-    const std::size_t from = bit / 8 + (bit % 8 ? 1 : 0);
-    if (!zeros.feed(p + from, n - from, 64 << 20) || !ones.feed(p + from, n - from, 64 << 20)) continue;
-    const std::string& a = zeros.out;
-    const std::string& b = ones.out;
+  decode_from_boundaries(window, 12, [&](const WindowDecode& w) {
+    const std::string& a = w.zeros;
+    const std::string& b = w.ones;
     const std::size_t len = std::min(a.size(), b.size());
-    if (ends_member && zeros.ended && a.size() <= member_size) {
+    if (ends_member && w.ended && a.size() <= member_size) {
       const std::uint64_t base = member_size - a.size();
-      if (dyn_offset < base || dyn_offset + dyn_size > member_size) continue;
-      const std::string dyn = a.substr(dyn_offset - base, dyn_size);
-      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) continue;
-      out.dyn = dyn;
+      if (dyn_offset < base || dyn_offset + dyn_size > member_size) return false;
+      std::string dyn = a.substr(dyn_offset - base, dyn_size);
+      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return false;
+      out.dyn = std::move(dyn);
       out.tail = std::pair{base, a};
-      return out;
+      return true;
     }
     // The segment read 16 bytes late still reads as one when zeros follow it (an unrelocated
     // GOT): of the matches, the one with the most entries before DT_NULL is the segment. Bytes
@@ -353,11 +254,10 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
         ambiguous = false;
       }
     }
-    if (found && !ambiguous) {
-      out.dyn = std::move(found);
-      return out;
-    }
-  }
+    if (!found || ambiguous) return false;
+    out.dyn = std::move(found);
+    return true;
+  });
   return out;
 }
 
@@ -388,26 +288,17 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
 std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
                                                                     std::uint64_t member_size, std::uint64_t from,
                                                                     std::uint64_t to) {
-  const auto* p = bytes_of(window);
-  const std::size_t n = window.size();
-  for (std::size_t bit = 0; bit + 64 < n * 8; ++bit) {
-    if (!could_start_block(p, n, bit)) continue;
-    Inflater probe(0);
-    probe.prime(p[bit / 8], static_cast<int>(bit % 8));
-    const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
-    if (probe.blocks(p + start, n - start, 3) < 3) continue;
-    Inflater zeros(0), ones(0xff);
-    zeros.prime(p[bit / 8], static_cast<int>(bit % 8));
-    ones.prime(p[bit / 8], static_cast<int>(bit % 8));
-    if (!zeros.feed(p + start, n - start, 64 << 20) || !ones.feed(p + start, n - start, 64 << 20) || !zeros.ended ||
-        zeros.out.size() > member_size)
-      continue;
-    const std::uint64_t base = member_size - zeros.out.size();
-    if (from < base || to > member_size) return std::nullopt;  // the window starts too late
-    if (zeros.out.compare(from - base, to - from, ones.out, from - base, to - from) != 0) return std::nullopt;
-    return std::pair{base, std::move(zeros.out)};
-  }
-  return std::nullopt;
+  std::optional<std::pair<std::uint64_t, std::string>> out;
+  decode_from_boundaries(window, 1 << 30, [&](const WindowDecode& w) {
+    if (!w.ended || w.zeros.size() > member_size) return false;
+    const std::uint64_t base = member_size - w.zeros.size();
+    // The window starts too late, or the strings depend on bytes before it: no reading.
+    if (from >= base && to <= member_size &&
+        w.zeros.compare(from - base, to - from, w.ones, from - base, to - from) == 0)
+      out = std::pair{base, w.zeros};
+    return true;
+  });
+  return out;
 }
 
 // Whether a dynamic segment found mid-stream agrees with what is known of the object exactly

@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 
+#include "installer/mapped_file.hpp"
 #include "installer/txn/file_ops.hpp"
 #include "installer/wheel_install.hpp"
 #include "resolver/base/diagnostic.hpp"
@@ -26,36 +27,6 @@ namespace r = cudafix::resolver;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A file mapped read-only.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw r::Error(fmt::format("{}: {}", path, std::strerror(errno)));
-    struct stat st {};
-    ::fstat(fd_, &st);
-    size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-      if (p == MAP_FAILED) throw r::Error(fmt::format("{}: mmap: {}", path, std::strerror(errno)));
-      data_ = static_cast<const unsigned char*>(p);
-    }
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  [[nodiscard]] const unsigned char* data() const { return data_; }
-  [[nodiscard]] std::size_t size() const { return size_; }
-
- private:
-  int fd_ = -1;
-  const unsigned char* data_ = nullptr;
-  std::size_t size_ = 0;
-};
 
 // Just enough msgpack to walk CacheControl's map: each value's kind and where its bytes lie.
 struct Msgpack {
