@@ -5,16 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.dev/cudafix-dist}
+build=${BUILD:-build}  # the build folder whose binaries are packed
 rm -rf "$out"
 mkdir -p "$out/lib"
-cp build/cudafix build/cudafix-probe "$out/"
+cp "$build/cudafix" "$build/cudafix-probe" "$out/"
 # Debug information stays here: the copy only has to run.
 strip --strip-debug "$out/cudafix" "$out/cudafix-probe"
 # Everything ldd resolves except glibc's own objects, which must come from the host; and the
 # libraries cudafix dlopens (libarchive, libcrypto, libcurl) with what they need, found through the same
 # RUNPATH.
 {
-  ldd build/cudafix
+  ldd "$build/cudafix"
   for soname in libarchive.so.13 libcrypto.so.3 libcurl.so.4; do
     path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ {print $NF; exit}')
     echo "$soname => $path (0)"

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "installer/txn/changes.hpp"
 #include "installer/txn/transaction.hpp"
 #include "installer/wheel_install.hpp"
+#include "installer/wheel_pack.hpp"
 #include "installer/wheel_source.hpp"
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/text.hpp"
@@ -401,10 +403,11 @@ r::FixPlan plan_with_sources(const GlobalOptions& g, const r::Environment& env, 
 
 }  // namespace
 
-int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostream& out) {
-  const auto& [env, knowledge, settings] = scan_kept(g);
-  r::FixOptions opts;
-  opts.cuda_major = p.cuda_major;
+PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
+                         std::optional<int> cuda_major, bool pip_find_links_env) {
+  PlannedFix out;
+  r::FixOptions& opts = out.options;
+  opts.cuda_major = cuda_major;
   opts.threads = g.threads;
   const r::HostInfo host = env.loader ? env.loader->config().host : r::detect_host();
   opts.supported_tags =
@@ -412,18 +415,17 @@ int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostrea
   std::vector<std::string> folders = g.find_links;
   // split() returns views: the string they point into must outlive the loop.
   const std::string pip_find_links = env_var("PIP_FIND_LINKS").value_or("");
-  if (folders.empty() && p.pip_find_links_env)
+  if (folders.empty() && pip_find_links_env)
     for (auto f : r::split(pip_find_links, ' '))
       if (!f.empty()) folders.emplace_back(f);
   auto found = installer::find_wheels(folders, opts.supported_tags);
   for (const auto& diag : found.diagnostics) std::cerr << fmt::format("cudafix: warning: {}\n", diag.to_string());
   opts.wheels = std::move(found.wheels);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::string> source_problems;
-  const r::FixPlan plan = plan_with_sources(g, env, knowledge, opts, source_problems);
-  for (const auto& problem : source_problems) std::cerr << fmt::format("cudafix: warning: {}\n", problem);
+  out.plan = plan_with_sources(g, env, knowledge, opts, out.source_problems);
+  for (const auto& problem : out.source_problems) std::cerr << fmt::format("cudafix: warning: {}\n", problem);
   const auto t1 = std::chrono::steady_clock::now();
-  const r::Fingerprint fp = r::fingerprint_of(env, plan);
+  out.fingerprint = r::fingerprint_of(env, out.plan);
   if (g.timings) {
     print_timings(env);
     std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "plan",
@@ -431,20 +433,25 @@ int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostrea
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());
   }
   // The tags a needed wheel may carry here: the most specific ones of each kind.
-  std::vector<std::string> tags;
   for (const auto& t : opts.supported_tags)
-    if (tags.size() < 3 || t.ends_with("-any")) tags.push_back(t);
-  const std::string doc = plan_fix_json(env, knowledge, plan, fp, tags, source_problems);
+    if (out.tags.size() < 3 || t.ends_with("-any")) out.tags.push_back(t);
+  out.document = plan_fix_json(env, knowledge, out.plan, out.fingerprint, out.tags, out.source_problems);
+  return out;
+}
+
+int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostream& out) {
+  const auto& [env, knowledge, settings] = scan_kept(g);
+  const PlannedFix planned = make_fix_plan(g, env, knowledge, p.cuda_major, p.pip_find_links_env);
   if (p.output) {
     r::AtomicFile f(*p.output);
-    f.write(doc + "\n");
+    f.write(planned.document + "\n");
     f.commit();
   }
   if (g.json)
-    out << doc << '\n';
-  else if (!g.quiet || !plan.ok())
-    out << plan_fix_text(env, plan, style_for(g));
-  return plan.ok() ? 0 : 1;
+    out << planned.document << '\n';
+  else if (!g.quiet || !planned.plan.ok())
+    out << plan_fix_text(env, planned.plan, style_for(g));
+  return planned.plan.ok() ? 0 : 1;
 }
 
 int run_rules(const GlobalOptions& g, std::ostream& out) {
@@ -479,6 +486,35 @@ int run_explain(const GlobalOptions& g, const std::string& id, std::ostream& out
   return 0;
 }
 
+namespace {
+
+// The lines of a command's output that the demo shows: those with one of `marks` in them (the
+// first line, a command's heading, always).
+std::string lines_with(const std::string& text, std::initializer_list<std::string_view> marks) {
+  std::string out;
+  bool first = true;
+  for (auto line : r::split(text, '\n')) {
+    const bool keep = first || std::any_of(marks.begin(), marks.end(),
+                                           [&](std::string_view m) { return line.find(m) != std::string_view::npos; });
+    if (keep && !line.empty()) out += std::string(line) + "\n";
+    first = false;
+  }
+  return out;
+}
+
+// What `pip uninstall -y DIST` deletes, as plan remove models it (pip's own rules, checked
+// against real pip by the tests), deleted here: the demo's environment has no interpreter.
+std::size_t uninstall_as_pip_does(const GlobalOptions& g, const std::string& dist) {
+  const auto& [env, knowledge, settings] = scan_kept(g);
+  const auto plan = r::plan_removal(env, knowledge, dists_named(env, {dist}), g.threads);
+  for (const auto& f : plan.pip.deletion.files) std::filesystem::remove(f);
+  for (auto it = plan.pip.deletion.dirs.rbegin(); it != plan.pip.deletion.dirs.rend(); ++it)
+    std::filesystem::remove_all(*it);
+  return plan.pip.deletion.files.size();
+}
+
+}  // namespace
+
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, std::ostream& out) {
   std::string dir;
   if (dir_opt) {
@@ -488,69 +524,113 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
     if (!::mkdtemp(tmpl.data())) throw r::Error(fmt::format("cannot create a folder for the demo under {}", tmpl));
     dir = tmpl;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   const auto desc = nlohmann::json::parse(k_demo_env);
   const auto stats = r::materialize_environment(desc, dir);
+  // The cut-down copy leaves torch's pure-Python requirements out: the environment's own
+  // configuration says so, as a user's would.
+  {
+    r::AtomicFile toml(dir + "/cudafix.toml");
+    toml.write(
+        "# cudafix demo: torch's pure-Python requirements (sympy, jinja2, ...) were left out of this example\n"
+        "[rules.unsatisfied-requirement]\nenabled = false\n");
+    toml.commit();
+  }
   const Style st = style_for(g);
+  const bool talk = !g.json && !g.quiet;
   auto say = [&](const std::string& s) {
-    if (!g.json && !g.quiet) out << s;
+    if (talk) out << s;
   };
-  say(fmt::format("{}\n", st.bold("cudafix demo")));
-  say(
-      fmt::format("Built an example CUDA 13 torch environment in {}:\n"
-                  "{} dists, {} files, {} ELF shared objects carrying the SONAME, NEEDED and RPATH of the real\n"
-                  "wheels (torch 2.11.0+cu130). It is broken the way users break theirs:\n"
-                  "- nvidia-cudnn-cu12 shared nvidia/cudnn/lib/libcudnn*.so.9 with nvidia-cudnn-cu13 and was\n"
-                  "  uninstalled; pip deleted the shared files, so nvidia-cudnn-cu13 still shows as installed\n"
-                  "  with its libraries gone, and torch's libcudnn.so.9 resolves outside the venv or nowhere;\n"
-                  "- nvidia-nccl-cu12 sits beside nvidia-nccl-cu13, both owning nvidia/nccl/lib/libnccl.so.2.\n\n",
-                  dir, stats.dists, stats.files, stats.elf_objects));
   GlobalOptions sub = g;
   sub.venv = dir;
-  sub.ld_library_path = "";
+  sub.ld_library_path = "";  // the example's libraries only, whatever this shell's path
+  sub.yes = true;
+  sub.no_cache = true;
+  sub.find_links.clear();
+  sub.index_url.reset();
+  sub.extra_index_urls.clear();
+  sub.no_index = true;
   std::ostringstream buf;
-  say(fmt::format("$ cudafix scan --venv {}\n", dir));
-  run_scan(sub, buf);
-  say(buf.str());
-  for (const char* q : {"libcudnn.so.9", "libcublas.so.13", "torch/lib/libtorch_cuda.so"}) {
+  // A command as the demo shows it: the line a user would type, the lines worth reading of what it
+  // printed (all of them when `marks` is empty), its exit code.
+  auto show = [&](const std::string& shown_args, auto&& command, std::initializer_list<std::string_view> marks = {}) {
     buf.str("");
-    say(fmt::format("\n$ cudafix why {} --venv {}\n", q, dir));
-    const int rc = run_why(sub, q, buf);
-    say(buf.str());
+    int rc = 0;
+    {
+      GlobalOptions quiet = sub;
+      quiet.quiet = !talk;
+      rc = command(quiet, buf);
+    }
+    say(fmt::format("\n$ cudafix {}\n", shown_args));
+    say(marks.size() == 0 ? buf.str() : lines_with(buf.str(), marks));
     say(st.dim(fmt::format("(exit {})\n", rc)));
+    return rc;
+  };
+  const std::string venv_arg = "--venv " + dir;
+  // The wheel the repair installs from, packed from the installed files while they are whole.
+  const std::string wheels = dir + "/demo-wheels";
+  std::filesystem::create_directories(wheels);
+  std::string wheel;
+  {
+    const auto& scanned = scan_kept(sub);
+    const auto cu13 = scanned.env.dist_index("nvidia-cudnn-cu13");
+    if (!cu13) throw r::Error("the demo environment lacks nvidia-cudnn-cu13");
+    wheel = installer::pack_installed_dist(scanned.env, *cu13, wheels);
   }
-  // The doctor on the same environment (its cut-down copy of the corpus leaves many of torch's
-  // pure-Python requirements out, so that rule is left out here), then the live probe.
-  buf.str("");
-  say(fmt::format("\n$ cudafix doctor --venv {} --ignore unsatisfied-requirement\n", dir));
+  say(fmt::format("{}\n", st.bold("cudafix demo")));
+  say(fmt::format(
+      "An example CUDA 13 torch environment in {}: {} dists, {} files, {} ELF objects carrying the\n"
+      "SONAME, NEEDED and RPATH of torch 2.11.0+cu130's real wheels, with the CUDA 12 leftovers users end up\n"
+      "with: nvidia-cudnn-cu12 and nvidia-nccl-cu12 beside their CUDA 13 namesakes, writing the same files.\n"
+      "A wheel folder for the repair: {} (packed from the installed nvidia-cudnn-cu13).\n",
+      dir, stats.dists, stats.files, stats.elf_objects, wheels));
   DoctorCliOptions doctor_opts;
-  doctor_opts.ignore = {"unsatisfied-requirement"};
-  int rc = run_doctor(sub, doctor_opts, buf);
-  say(buf.str());
-  say(st.dim(fmt::format("(exit {})\n", rc)));
-  // The dry run of the uninstall users would try next, then the repair plan.
-  buf.str("");
-  say(fmt::format("\n$ cudafix plan remove nvidia-nccl-cu12 --venv {}\n", dir));
-  rc = run_plan_remove(sub, {"nvidia-nccl-cu12"}, buf);
-  say(buf.str());
-  say(st.dim(fmt::format("(exit {})\n", rc)));
-  buf.str("");
-  say(fmt::format("\n$ cudafix plan fix --venv {}\n", dir));
-  PlanFixCliOptions demo_fix;
-  demo_fix.pip_find_links_env = false;  // the demo plans with no wheels, wherever it runs
-  rc = run_plan_fix(sub, demo_fix, buf);
-  say(buf.str());
-  say(st.dim(fmt::format("(exit {})\n", rc)));
-  buf.str("");
-  say(fmt::format("\n$ cudafix verify --venv {} --timeout 20\n", dir));
+  auto doctor = [&](const GlobalOptions& o, std::ostream& os) { return run_doctor(o, doctor_opts, os); };
+  const std::string doctor_args = "doctor " + venv_arg;
+  const std::initializer_list<std::string_view> findings = {"error[", "warning[", "next:"};
+
+  say(st.bold("\n1. What is wrong: two pairs of dists list the same files, and CUDA 12 sits beside 13.\n"));
+  show(doctor_args, doctor, findings);
+  say(st.bold("\n2. The uninstall a user tries next, as a dry run: pip would delete the files both cuDNNs list.\n"));
+  show("plan remove nvidia-cudnn-cu12 " + venv_arg,
+       [&](const GlobalOptions& o, std::ostream& os) { return run_plan_remove(o, {"nvidia-cudnn-cu12"}, os); },
+       {"pip uninstall would", "would be left", "NEEDs", "unsafe", "safe with"});
+  const std::size_t deleted = uninstall_as_pip_does(sub, "nvidia-cudnn-cu12");
+  say(st.bold("\n3. Broken as pip breaks it: "));
+  say(fmt::format("the demo deleted the {} files `pip uninstall -y nvidia-cudnn-cu12` deletes.\n", deleted));
+  say("   nvidia-cudnn-cu13 still shows as installed, so `pip install` would skip it:\n");
+  show(doctor_args, doctor, findings);
+  say(st.bold("\n4. The repair: plan, carry out as one transaction, verify after each step, before and after.\n"));
+  sub.find_links = {wheels};
+  FixCliOptions fix_opts;
+  auto fix = [&](const GlobalOptions& o, std::ostream& os) { return run_fix(o, fix_opts, os); };
+  const std::string fix_args = "fix -y --find-links " + wheels + " " + venv_arg;
+  show(fix_args, fix, {"target:", ". reinstall", ". remove", "why:", "fixed", "before:", "after:", "verified", "took"});
+  say(st.bold("\n5. The live check on this machine (the demo's libraries are models: no GPU code runs):\n"));
   VerifyCliOptions verify_opts;
   verify_opts.timeout_s = 20;
   try {
-    rc = run_verify(sub, verify_opts, buf);
-    say(buf.str());
-    say(st.dim(fmt::format("(exit {})\n", rc)));
+    show("verify " + venv_arg, [&](const GlobalOptions& o, std::ostream& os) { return run_verify(o, verify_opts, os); },
+         {"likely:", "ok  "});
   } catch (const r::Error& e) {
     say(fmt::format("verify could not run here: {}\n", e.what()));
   }
+  say(st.bold("\n6. Undo the repair byte for byte, then repair again; a second fix finds nothing to do.\n"));
+  show("rollback -y " + venv_arg,
+       [&](const GlobalOptions& o, std::ostream& os) { return run_rollback(o, RollbackCliOptions{}, os); });
+  show(doctor_args + " -q",
+       [&](const GlobalOptions& o, std::ostream& os) {
+         GlobalOptions q = o;
+         q.quiet = true;
+         return run_doctor(q, doctor_opts, os);
+       },
+       {"error["});
+  show(fix_args, fix, {"fixed", "before:", "after:"});
+  const int last = show(fix_args, fix, {"nothing to do"});
+  say(
+      fmt::format("\nThe whole walk took {:.1f} s. Look further with `cudafix scan`, `cudafix why libcudnn.so.9`,\n"
+                  "`cudafix history` and `cudafix explain metadata-only` on {}; every command takes --json.\n",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), dir));
   if (g.json) {
     JsonWriter w;
     w.begin_object().key("schema").value(1).key("command").value("demo").key("venv").value(dir);
@@ -558,7 +638,8 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
         .value(static_cast<std::uint64_t>(stats.dists))
         .key("files")
         .value(static_cast<std::uint64_t>(stats.files));
-    w.key("elf_objects").value(static_cast<std::uint64_t>(stats.elf_objects)).end_object();
+    w.key("elf_objects").value(static_cast<std::uint64_t>(stats.elf_objects));
+    w.key("wheel").value(wheel).key("repaired").value(last == 0).end_object();
     out << w.str() << '\n';
   }
   return 0;

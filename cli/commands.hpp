@@ -85,6 +85,16 @@ struct ApplyCliOptions {
   bool no_verify = false;
 };
 int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& out);
+// `fix`: plan fix, then the plan carried out as one transaction verified after each step, with
+// doctor's findings before and after: 0 done and verified (or nothing to do), 4 done but no GPU
+// driver to verify with, 1 no safe plan (nothing changed) or a verification failed (everything
+// undone), 2 could not run (a step's wheel found nowhere, not confirmed).
+struct FixCliOptions {
+  std::optional<int> cuda_major;
+  bool dry_run = false;
+  bool no_verify = false;
+};
+int run_fix(const GlobalOptions& g, const FixCliOptions& o, std::ostream& out);
 struct RollbackCliOptions {
   std::optional<std::string> id;
   std::optional<std::string> snapshot;

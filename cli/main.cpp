@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   CLI::App app{"cudafix: finds and repairs broken CUDA libraries in Python environments"};
   app.require_subcommand(1);
   app.fallthrough();  // common options may follow the command: `cudafix scan --json`
-  app.set_version_flag("--version", "cudafix 0.1.0");
+  app.set_version_flag("--version", "cudafix " CUDAFIX_VERSION);
   // Usage errors read like every other error: `cudafix: error: --color: sometimes not in {...}`.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return fmt::format("cudafix: error: {}\nRun with --help for more information.\n", e.what());
@@ -225,6 +225,13 @@ int main(int argc, char** argv) {
       app.add_subcommand("apply", "carry out a saved plan (plan fix -o) as one transaction, verifying each step");
   apply->add_option("PLAN", apply_opts.plan, "the plan document")->required()->check(CLI::ExistingFile);
   apply->add_flag("--no-verify", apply_opts.no_verify, "skip the live GPU check after each step");
+  FixCliOptions fix_cli;
+  auto* fix = app.add_subcommand(
+      "fix", "plan fix, carried out as one transaction, verified after each step, rolled back if a check fails");
+  fix->add_option("--cuda-major", fix_cli.cuda_major, "the CUDA major to repair for (default: the consumers')")
+      ->check(CLI::Range(9, 99));
+  fix->add_flag("--dry-run", fix_cli.dry_run, "show the plan and what it would change; change nothing");
+  fix->add_flag("--no-verify", fix_cli.no_verify, "skip the live GPU check after each step");
   auto* history = app.add_subcommand("history", "the transactions cudafix carried out, newest first");
   RollbackCliOptions rollback_opts;
   auto* rollback = app.add_subcommand("rollback", "undo a transaction (default: the last), or restore a snapshot");
@@ -235,7 +242,7 @@ int main(int argc, char** argv) {
   snapshot->add_option("NAME", snapshot_opts.name, "its name (default: the UTC time)");
   snapshot->add_flag("--list", snapshot_opts.list, "list the snapshots");
   snapshot->add_option("--delete", snapshot_opts.remove, "delete this snapshot");
-  for (auto* sub : {remove, rollback, snapshot, apply, install})
+  for (auto* sub : {remove, rollback, snapshot, apply, install, fix})
     sub->add_flag("-y,--yes", g.yes, "change the environment without asking");
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
@@ -277,6 +284,7 @@ int main(int argc, char** argv) {
     if (remove->parsed()) return run_remove(g, remove_opts, std::cout);
     if (history->parsed()) return run_history(g, std::cout);
     if (apply->parsed()) return run_apply(g, apply_opts, std::cout);
+    if (fix->parsed()) return run_fix(g, fix_cli, std::cout);
     if (install->parsed()) return run_install(g, install_opts, std::cout);
     if (rollback->parsed()) return run_rollback(g, rollback_opts, std::cout);
     if (snapshot->parsed()) return run_snapshot(g, snapshot_opts, std::cout);

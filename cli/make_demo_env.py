@@ -4,10 +4,9 @@
 Usage: python3 cli/make_demo_env.py tests/data/good_torch_cu130_venv.json.gz > cli/demo_env.json
 
 The example is the real CUDA 13 torch venv cut down to torch's libraries and the NVIDIA wheels,
-then broken the way users break it: nvidia-nccl-cu12 was installed beside nvidia-nccl-cu13 (both
-list nvidia/nccl/lib/libnccl.so.2), and nvidia-cudnn-cu12, which shared nvidia/cudnn/lib with
-nvidia-cudnn-cu13, was uninstalled: pip deleted the shared files, so nvidia-cudnn-cu13 is still
-"installed" with its libraries gone ("absent").
+with the CUDA 12 leftovers users end up with: nvidia-cudnn-cu12 and nvidia-nccl-cu12 installed
+beside their CUDA 13 namesakes, each pair listing the same files (nvidia/cudnn/lib/libcudnn*.so.9,
+nvidia/nccl/lib/libnccl.so.2). The demo then breaks it as `pip uninstall nvidia-cudnn-cu12` does.
 """
 import gzip
 import json
@@ -24,17 +23,21 @@ for d in corpus["dists"]:
     elif not (name.startswith("nvidia_") or name.startswith("cuda_toolkit")) or name.startswith("nvidia_ml_py"):
         continue
     dists.append(d)
-    if name.startswith("nvidia_nccl_cu13"):
-        cu12 = json.loads(json.dumps(d).replace("nvidia_nccl_cu13-2.28.9", "nvidia_nccl_cu12-2.27.3"))
-        cu12["metadata_headers"] = [h.replace("nvidia-nccl-cu13", "nvidia-nccl-cu12").replace("2.28.9", "2.27.3")
-                                    for h in cu12["metadata_headers"]]
+    for cu13, cu12_name, cu12_version in (("nvidia_nccl_cu13-2.28.9", "nccl", "2.27.3"),
+                                          ("nvidia_cudnn_cu13-9.19.0.56", "cudnn", "9.10.2.21")):
+        if not name.startswith(cu13):
+            continue
+        version13 = cu13.split("-")[1]
+        cu12 = json.loads(json.dumps(d).replace(cu13, f"nvidia_{cu12_name}_cu12-{cu12_version}"))
+        cu12["metadata_headers"] = [
+            h.replace(f"nvidia-{cu12_name}-cu13", f"nvidia-{cu12_name}-cu12").replace(version13, cu12_version)
+            for h in cu12["metadata_headers"] if not h.startswith("Requires-Dist")]
         cu12["REQUESTED"] = ""
         dists.append(cu12)
 paths = {r[0] for d in dists for r in d["record"]}
 elf = {p: e for p, e in corpus["elf"].items() if p in paths}
-absent = sorted(p for p in paths if p.startswith("nvidia/cudnn/lib/"))
-json.dump({"about": "cudafix demo: a cut-down CUDA 13 torch venv with nvidia-cudnn-cu13's files deleted by "
-                    "the uninstall of nvidia-cudnn-cu12, and nvidia-nccl-cu12 sharing libnccl.so.2",
+json.dump({"about": "cudafix demo: a cut-down CUDA 13 torch venv with nvidia-cudnn-cu12 and nvidia-nccl-cu12 "
+                    "installed beside their CUDA 13 namesakes, sharing their files",
            "python": corpus["python"], "site_packages": corpus["site_packages"],
-           "dists": sorted(dists, key=lambda d: d["dist_info"]), "elf": elf, "absent": absent},
+           "dists": sorted(dists, key=lambda d: d["dist_info"]), "elf": elf},
           sys.stdout, indent=0, sort_keys=True)

@@ -16,6 +16,7 @@
 #include "installer/source/sources.hpp"
 #include "resolver/env/environment.hpp"
 #include "resolver/env/knowledge.hpp"
+#include "resolver/plan/fix.hpp"
 #include "rules/doctor.hpp"
 
 namespace cudafix::cli {
@@ -69,6 +70,21 @@ void say_waiting(const std::string& what);
 // as MB or GB).
 [[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what,
                                                                              const char* unit = nullptr);
+// The repair plan `plan fix` prints and `fix` carries out: the wheels of --find-links (else
+// $PIP_FIND_LINKS where `pip_find_links_env`), then those the index or the caches have for steps
+// still lacking one; warnings about unreadable wheels and sources on stderr. The plan's steps
+// point into options.wheels, which a move of the whole keeps in place.
+struct PlannedFix {
+  resolver::FixOptions options;
+  resolver::FixPlan plan;
+  resolver::Fingerprint fingerprint;
+  std::vector<std::string> tags;  // the tags a needed wheel may carry here
+  std::vector<std::string> source_problems;
+  std::string document;  // the plan document (JSON), as `plan fix -o` writes it
+};
+[[nodiscard]] PlannedFix make_fix_plan(const GlobalOptions& g, const resolver::Environment& env,
+                                       const resolver::Knowledge& knowledge, std::optional<int> cuda_major,
+                                       bool pip_find_links_env = true);
 // Dists named as pip takes them or by dist-info folder, as indexes; an Error names the unknown ones.
 [[nodiscard]] std::vector<int> dists_named(const resolver::Environment& env, const std::vector<std::string>& names);
 

@@ -30,6 +30,49 @@ std::string dist_list(const r::Environment& env, const std::vector<int>& owners)
   return out;
 }
 
+// "and"-joined names: "a and b", "a, b and c".
+std::string and_list(const std::vector<std::string>& names) {
+  if (names.size() < 2) return names.empty() ? "" : names.front();
+  return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
+}
+
+// The paths several dists list, one line per owner set and the folder its paths share (a pair of
+// CUDA 12 and 13 wheels lists dozens of the same headers and libraries): "45 paths under
+// nvidia/nccl/ are listed by both ...". -v lists every path.
+std::string shared_path_groups(const r::Environment& env,
+                               const std::vector<std::pair<std::string, std::vector<int>>>& shared, const Style& st) {
+  std::map<std::vector<int>, std::vector<std::string>> by_owners;
+  std::map<std::vector<int>, std::size_t> gone_by_owners;
+  for (const auto& [path, owners] : shared) {
+    auto key = owners;
+    std::sort(key.begin(), key.end());
+    by_owners[key].push_back(shown(env, path));
+    gone_by_owners[key] += env.present(path) ? 0 : 1;
+  }
+  std::string out;
+  for (const auto& [owners, paths] : by_owners) {
+    std::vector<std::string> names;
+    for (int i : owners) {
+      const auto& d = env.dists[static_cast<std::size_t>(i)];
+      names.push_back(d.metadata.name + " " + d.metadata.version);
+    }
+    const std::string who = (owners.size() == 2 ? "both " : "all of ") + and_list(names);
+    if (paths.size() == 1) {
+      out += fmt::format("  {} is listed by {}\n", paths.front(), who);
+      continue;
+    }
+    std::string prefix = paths.front().substr(0, paths.front().rfind('/') + 1);
+    for (const auto& p : paths)
+      while (!prefix.empty() && !p.starts_with(prefix))
+        prefix = prefix.substr(0, prefix.rfind('/', prefix.size() - 2) + 1);
+    const std::size_t gone = gone_by_owners[owners];
+    out += fmt::format("  {} paths {} are listed by {}{}\n", paths.size(),
+                       prefix.empty() ? std::string("in several folders") : "under " + prefix, who,
+                       gone ? st.bad(fmt::format(" ({} gone)", gone)) : "");
+  }
+  return out + st.dim("  (-v lists every path)\n");
+}
+
 bool inside_env(const r::Environment& env, const std::string& path) {
   return r::is_within(path, env.layout.root_real) || env.site_of(path);
 }
@@ -106,9 +149,13 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
   const auto shared = env.shared_paths();
   if (!shared.empty()) {
     out += fmt::format("\n{} ({})\n", st.bold("Paths listed by more than one dist"), shared.size());
-    for (const auto& [path, owners] : shared)
-      out += fmt::format("  {}{}\n    owners: {}\n", shown(env, path), env.present(path) ? "" : st.bad(" (gone)"),
-                         dist_list(env, owners));
+    if (st.verbose) {
+      for (const auto& [path, owners] : shared)
+        out += fmt::format("  {}{}\n    owners: {}\n", shown(env, path), env.present(path) ? "" : st.bad(" (gone)"),
+                           dist_list(env, owners));
+    } else {
+      out += shared_path_groups(env, shared, st);
+    }
   }
 
   std::size_t with_missing = 0;

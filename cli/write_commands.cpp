@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <iostream>
 #include <map>
@@ -369,32 +371,36 @@ void plan_leftovers(const r::Environment& env, int dist, const std::vector<std::
   }
 }
 
-// After each step of a transaction, the live check where a GPU driver is present: the
-// environment scanned again and the probe run on it; no driver marks the run unverified (exit
-// 4), a failure throws, which undoes the whole transaction.
 // The live verification after each step (installer/probe/verify.hpp), on the environment scanned
 // afresh the way the command scanned it. No driver: `unverified`, and the steps go on. A failed
-// one sets `failed` and throws, which undoes the transaction.
+// one sets `failed` and throws, which undoes the transaction. `last` keeps the latest report.
+struct StepChecks {
+  bool skip = false;
+  bool unverified = false;
+  bool failed = false;
+  std::optional<installer::probe::VerifyReport> last;
+};
+
 std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::EnvLayout& layout,
                                                const r::Knowledge& knowledge, const std::vector<std::string>& steps,
-                                               bool skip, bool& unverified, bool& failed) {
-  return [&g, &layout, &knowledge, &steps, skip, &unverified, &failed](std::size_t step) {
-    if (skip) return;
+                                               StepChecks& checks) {
+  return [&g, &layout, &knowledge, &steps, &checks](std::size_t step) {
+    if (checks.skip) return;
     auto opts = scan_options(g);
     opts.cache_dir.clear();  // files just renamed into place: read them, not a cache's answer
     const r::Environment now = r::scan_environment(layout, opts);
     installer::probe::VerifyOptions vo;
     vo.probe = probe_path();
-    const auto report = installer::probe::verify_environment(now, knowledge, vo);
-    const int rc = report.exit_code();
+    checks.last = installer::probe::verify_environment(now, knowledge, vo);
+    const int rc = checks.last->exit_code();
     if (rc == 3) {
-      unverified = true;
+      checks.unverified = true;
       return;
     }
     if (rc != 0) {
-      failed = true;
+      checks.failed = true;
       throw r::Error(fmt::format("verification after step {} ({}) failed: {}", step + 1, steps[step],
-                                 report.failed_check.value_or(report.verdict.message)));
+                                 checks.last->failed_check.value_or(checks.last->verdict.message)));
     }
     if (!g.quiet && !g.json) std::cerr << fmt::format("verified after step {} ({})\n", step + 1, steps[step]);
   };
@@ -404,11 +410,11 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
 // and said) when a verification failed; any other failure is thrown on.
 std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out, const std::string& command,
                                       tx::Transaction& t, const std::function<void(std::size_t)>& check,
-                                      const bool& failed) {
+                                      const StepChecks& checks) {
   try {
     t.carry_out(check);
   } catch (const r::Error& e) {
-    if (!failed) throw;
+    if (!checks.failed) throw;
     if (g.json)
       out << nlohmann::json{{"schema", 1},
                             {"command", command},
@@ -445,30 +451,11 @@ std::string planned_wheel_file(const GlobalOptions& g, const r::Environment& env
   return got.file;
 }
 
-}  // namespace
-
-int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& out) {
-  const auto text = r::try_read_file(o.plan);
-  if (!text) throw r::Error(fmt::format("{}: cannot read the plan", o.plan));
-  const auto plan = nlohmann::json::parse(*text, nullptr, false);
-  if (!plan.is_object() || plan.value("command", "") != "plan fix" || !plan.contains("steps"))
-    throw r::Error(fmt::format("{} is not a plan document (write one with `cudafix plan fix -o PLAN.json`)", o.plan));
-  if (!plan.value("ok", false))
-    throw r::Error(fmt::format("{} is a plan that found no safe order: {}", o.plan, plan.value("problem", "")));
-  Located located = locate(g);
-  const Retention keep = retention(located);
-  tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
-  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
+// A plan document's steps staged into `t`, one journal step each; returns how many files they
+// write or delete. The wheels come from their files, or downloads checked against the plan.
+std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const nlohmann::json& plan,
+                       tx::Transaction& t) {
   const auto& layout = writable(env);
-  if (const auto changes = fingerprint_changes(env, plan["fingerprint"]); !changes.empty())
-    throw r::Error(
-        fmt::format("the environment changed since the plan was made: {}; make a new plan", fmt::join(changes, "; ")));
-  std::vector<std::string> said;
-  for (const auto& st : plan["steps"])
-    said.push_back(st.value("action", "") + " " + st.value("name", "") + " " + st.value("version", ""));
-  confirm(g, fmt::format("apply {} steps: {}", said.size(), fmt::join(said, ", ")));
-
-  tx::Transaction t(layout.root_real, "apply " + o.plan);
   std::optional<installer::source::WheelSources> sources;  // made when a step's wheel must be downloaded
   std::set<int> gone;
   std::size_t files = 0;
@@ -505,15 +492,50 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
     }
     t.mark_step();
   }
-  bool unverified = false, failed = false;
-  const auto check = step_verifier(g, layout, knowledge, said, o.no_verify, unverified, failed);
-  if (const auto rc = carry_out_verified(g, out, "apply", t, check, failed)) return *rc;
+  return files;
+}
+
+// Each step as the confirmation and the verification name it: "reinstall nvidia-cudnn-cu13 9.19.0.56".
+std::vector<std::string> step_labels(const nlohmann::json& plan) {
+  std::vector<std::string> said;
+  for (const auto& st : plan["steps"])
+    said.push_back(st.value("action", "") + " " + st.value("name", "") + " " + st.value("version", ""));
+  return said;
+}
+
+}  // namespace
+
+int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& out) {
+  const auto text = r::try_read_file(o.plan);
+  if (!text) throw r::Error(fmt::format("{}: cannot read the plan", o.plan));
+  const auto plan = nlohmann::json::parse(*text, nullptr, false);
+  if (!plan.is_object() || plan.value("command", "") != "plan fix" || !plan.contains("steps"))
+    throw r::Error(fmt::format("{} is not a plan document (write one with `cudafix plan fix -o PLAN.json`)", o.plan));
+  if (!plan.value("ok", false))
+    throw r::Error(fmt::format("{} is a plan that found no safe order: {}", o.plan, plan.value("problem", "")));
+  Located located = locate(g);
+  const Retention keep = retention(located);
+  tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
+  const auto& layout = writable(env);
+  if (const auto changes = fingerprint_changes(env, plan["fingerprint"]); !changes.empty())
+    throw r::Error(
+        fmt::format("the environment changed since the plan was made: {}; make a new plan", fmt::join(changes, "; ")));
+  const auto said = step_labels(plan);
+  confirm(g, fmt::format("apply {} steps: {}", said.size(), fmt::join(said, ", ")));
+
+  tx::Transaction t(layout.root_real, "apply " + o.plan);
+  const std::size_t files = stage_plan(g, env, plan, t);
+  StepChecks checks;
+  checks.skip = o.no_verify;
+  const auto check = step_verifier(g, layout, knowledge, said, checks);
+  if (const auto rc = carry_out_verified(g, out, "apply", t, check, checks)) return *rc;
   const std::string text_out = fmt::format("applied {} steps ({} files){}", said.size(), files,
-                                           o.no_verify  ? ", not verified (--no-verify)"
-                                           : unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
-                                                        : ", each verified on the GPU");
-  report_done(g, out, "apply", t, text_out, keep, {{"steps", said}, {"verified", !o.no_verify && !unverified}});
-  return unverified ? 4 : 0;
+                                           o.no_verify         ? ", not verified (--no-verify)"
+                                           : checks.unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
+                                                               : ", each verified on the GPU");
+  report_done(g, out, "apply", t, text_out, keep, {{"steps", said}, {"verified", !o.no_verify && !checks.unverified}});
+  return checks.unverified ? 4 : 0;
 }
 
 int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream& out) {
@@ -540,16 +562,145 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
     files += staged.targets.size();
     t.mark_step();
   }
-  bool unverified = false, failed = false;
-  const auto check = step_verifier(g, layout, knowledge, labels, o.no_verify, unverified, failed);
-  if (const auto rc = carry_out_verified(g, out, "install", t, check, failed)) return *rc;
+  StepChecks checks;
+  checks.skip = o.no_verify;
+  const auto check = step_verifier(g, layout, knowledge, labels, checks);
+  if (const auto rc = carry_out_verified(g, out, "install", t, check, checks)) return *rc;
   report_done(g, out, "install", t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,
-                          o.no_verify  ? ", not verified (--no-verify)"
-                          : unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
-                                       : ", verified on the GPU"),
-              keep, {{"installed", labels}, {"files", files}, {"verified", !o.no_verify && !unverified}});
-  return unverified ? 4 : 0;
+                          o.no_verify         ? ", not verified (--no-verify)"
+                          : checks.unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
+                                              : ", verified on the GPU"),
+              keep, {{"installed", labels}, {"files", files}, {"verified", !o.no_verify && !checks.unverified}});
+  return checks.unverified ? 4 : 0;
+}
+
+namespace {
+
+// What doctor says of an environment, as `fix` reports it before and after.
+struct Health {
+  int errors = 0, warnings = 0;
+  std::vector<std::string> error_rules;  // the rules that found errors, each once, in doctor's order
+};
+
+Health health_of(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
+                 const std::map<std::string, rules::RuleSettings>& settings) {
+  rules::DoctorOptions opts;
+  opts.threads = g.threads;
+  opts.settings = settings;
+  const auto report = rules::run_doctor(env, knowledge, opts);
+  Health h{report.errors, report.warnings, {}};
+  for (const auto& f : report.findings)
+    if (f.severity == rules::Severity::error &&
+        std::find(h.error_rules.begin(), h.error_rules.end(), f.rule) == h.error_rules.end())
+      h.error_rules.push_back(f.rule);
+  return h;
+}
+
+nlohmann::json health_json(const Health& h) {
+  return {{"errors", h.errors}, {"warnings", h.warnings}, {"error_rules", h.error_rules}};
+}
+
+std::string health_text(const Health& h) {
+  std::string s = fmt::format("{} {}", h.errors, h.errors == 1 ? "error" : "errors");
+  if (!h.error_rules.empty()) s += fmt::format(" ({})", fmt::join(h.error_rules, ", "));
+  return s + fmt::format(", {} {}", h.warnings, h.warnings == 1 ? "warning" : "warnings");
+}
+
+// The cuDNN the last verification loaded: its version and the file, as the loader named it.
+nlohmann::json cudnn_loaded(const StepChecks& checks) {
+  if (!checks.last || checks.unverified) return nullptr;
+  nlohmann::json j{{"version", nullptr}, {"path", nullptr}};
+  if (checks.last->cudnn_version) j["version"] = *checks.last->cudnn_version;
+  for (const auto& f : checks.last->loaded)
+    if (f.soname.starts_with("libcudnn.so") && f.path) j["path"] = *f.path;
+  return j;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int run_fix(const GlobalOptions& g, const FixCliOptions& o, std::ostream& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Located located = locate(g);
+  const Retention keep = retention(located);
+  // A dry run only reads, as plan fix does; a real one plans under the lock it writes under.
+  std::optional<tx::EnvLock> lock;
+  if (!o.dry_run) lock.emplace(located.layout.root_real, lock_wait(g), say_waiting);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full, true);
+  const Health before = health_of(g, env, knowledge, settings);
+  const PlannedFix planned = make_fix_plan(g, env, knowledge, o.cuda_major);
+  const auto plan = nlohmann::json::parse(planned.document);
+  const Style st = style_for(g);
+  nlohmann::json j{{"schema", 1},     {"command", "fix"},     {"venv", env.layout.root},
+                   {"plan", plan},    {"dry_run", o.dry_run}, {"before", health_json(before)},
+                   {"changed", false}};
+  const auto finish = [&](int rc, const std::string& text) {
+    j["seconds"] = seconds_since(t0);
+    if (g.json)
+      out << j.dump() << '\n';
+    else if (!g.quiet || rc != 0)
+      out << text;
+    return rc;
+  };
+  if (!planned.plan.ok())
+    return finish(1, plan_fix_text(env, planned.plan, st) + "nothing was changed: no safe plan (above)\n");
+  if (planned.plan.steps.empty()) {
+    j["after"] = j["before"];
+    return finish(0,
+                  fmt::format("nothing to do: {} needs no step (doctor: {})\n", env.layout.root, health_text(before)));
+  }
+  const std::string shown = plan_fix_text(env, planned.plan, st);
+  if (!planned.plan.needs.empty()) {
+    std::vector<std::string> names;
+    for (const auto& n : planned.plan.needs) names.push_back(n.name + " " + n.version);
+    j["error"] = fmt::format("no wheel for {}", fmt::join(names, ", "));
+    return finish(2, shown + fmt::format("nothing was changed: no wheel for {} in the sources given (--find-links "
+                                         "DIR, --index-url URL, or the pip and uv caches with --offline)\n",
+                                         fmt::join(names, ", ")));
+  }
+  if (o.dry_run) return finish(0, shown + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
+  if (!g.json && !g.quiet) out << shown << std::flush;
+  const auto said = step_labels(plan);
+  confirm(g, fmt::format("carry out these {} steps", said.size()));
+
+  tx::Transaction t(env.layout.root_real, "fix");
+  stage_plan(g, env, plan, t);
+  show_progress(g, t, "fixing");
+  StepChecks checks;
+  checks.skip = o.no_verify;
+  const auto check = step_verifier(g, env.layout, knowledge, said, checks);
+  if (const auto rc = carry_out_verified(g, out, "fix", t, check, checks)) return *rc;
+
+  auto scan = scan_options(g);
+  scan.cache_dir.clear();  // files just renamed into place
+  const r::Environment now = r::scan_environment(env.layout, scan);
+  const Health after = health_of(g, now, knowledge, settings);
+  const nlohmann::json cudnn = cudnn_loaded(checks);
+  const bool verified = !o.no_verify && !checks.unverified;
+  std::string summary =
+      fmt::format("fixed {}: {} {}\n", env.layout.root, said.size(), said.size() == 1 ? "step" : "steps");
+  summary += fmt::format("  before: {}\n  after:  {}\n", health_text(before), health_text(after));
+  if (o.no_verify)
+    summary += "  not verified (--no-verify)\n";
+  else if (checks.unverified)
+    summary += "  not verified: no GPU driver (libcuda.so.1) here; run `cudafix verify` on a GPU node\n";
+  else
+    summary += fmt::format("  verified on the GPU after each step; cuDNN {} loaded from {}\n",
+                           cudnn["version"].is_null() ? "?" : cudnn["version"].dump(),
+                           cudnn["path"].is_null() ? "?" : env.display(cudnn["path"].get<std::string>()));
+  summary += fmt::format("  took {:.2f} s", seconds_since(t0));
+  j["changed"] = true;
+  j["steps"] = said;
+  j["after"] = health_json(after);
+  j["verified"] = verified;
+  j["cudnn"] = cudnn;
+  j["seconds"] = seconds_since(t0);
+  report_done(g, out, "fix", t, summary, keep, j);
+  return checks.unverified ? 4 : 0;
 }
 
 }  // namespace cudafix::cli

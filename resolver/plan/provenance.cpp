@@ -261,7 +261,9 @@ std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Know
     if (!g.since.empty()) {
       const auto have = Version::parse(identity_of().version);
       const auto since = Version::parse(g.since);
-      if (have && since && *have < *since) continue;
+      // A version not known (bytes no owner's RECORD describes) gates the group out: a library
+      // reported missing must be one the loader is known to load.
+      if (!have || !since || *have < *since) continue;
     }
     const auto sonames = g.sonames_for(g.sonames_by_major.empty() ? std::nullopt : identity_of().major);
     if (sonames.empty()) continue;

@@ -801,5 +801,86 @@ TEST_F(HybridCuda12Torch, ApplyCarriesOutTheSavedPlanAndRollbackUndoesItByteForB
   EXPECT_FALSE(fs::exists(test::site_packages(venv) + "/nvidia/cudnn/lib/libcudnn_adv.so.9"));
 }
 
+// `fix`: the seed case on a real venv. pip's uninstall of the CUDA 13 cuDNN took the files the
+// CUDA 12 one lists; fix reinstalls it from the wheel folder as one transaction, says what doctor
+// found before and after, and a second fix has nothing to do.
+bool host_has_a_gpu_driver() { return run_shell("ldconfig -p | grep -q 'libcuda.so.1 '").exit_code == 0; }
+
+TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndASecondFixHasNothingToDo) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});
+  ASSERT_EQ(test::venv_pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+  const std::string broken = hashes_of(dir);
+  const std::string args =
+      " --venv " + shell_quote(dir) + k_no_cache + " --ld-library-path '' --find-links " + shell_quote(links_);
+  const auto run_text = [&](const std::string& cmd) {
+    return run_shell("env -u VIRTUAL_ENV -u PIP_FIND_LINKS " + shell_quote(test::k_bin) + " " + cmd + args +
+                     " --color never </dev/null 2>&1");
+  };
+  // The dry run shows the plan and changes nothing; so does a run with no -y and no terminal.
+  const auto dry = run_text("fix --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.out;
+  EXPECT_THAT(dry.out, HasSubstr("1. reinstall nvidia-cudnn-cu12 9.10.2.21"));
+  EXPECT_THAT(dry.out, HasSubstr("dry run: nothing was changed"));
+  const auto unasked = run_text("fix");
+  EXPECT_EQ(unasked.exit_code, 2) << unasked.out;
+  EXPECT_THAT(unasked.out, HasSubstr("give -y (there is no terminal to ask on)"));
+  EXPECT_TRUE(hashes_of(dir) == broken) << "a dry run or an unconfirmed fix changed the venv";
+
+  if (host_has_a_gpu_driver()) GTEST_SKIP() << "a GPU driver is installed: the no-driver exit code cannot be seen";
+  const auto fixed = test::cudafix_json("fix -y" + args);
+  EXPECT_EQ(fixed.exit_code, 4) << fixed.out;  // done; no driver here to verify with
+  EXPECT_EQ(fixed.doc["changed"], true);
+  EXPECT_EQ(fixed.doc["verified"], false);
+  EXPECT_EQ(fixed.doc["steps"], json({"reinstall nvidia-cudnn-cu12 9.10.2.21"}));
+  EXPECT_THAT(fixed.doc["before"]["error_rules"], ::testing::Contains("metadata-only"));
+  // What is left is the fixture's: its fake cuDNN lacks the sub-libraries the real one dlopens.
+  EXPECT_EQ(fixed.doc["after"]["error_rules"], json({"missing-dlopen-library"})) << fixed.doc["after"].dump();
+  // pip agrees: the files are back under their dist, and its checks pass.
+  EXPECT_TRUE(fs::exists(site(dir) + "/nvidia/cudnn/lib/libcudnn.so.9"));
+  EXPECT_THAT(test::venv_pip(dir, "show -f nvidia-cudnn-cu12").out, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9"));
+  EXPECT_EQ(test::venv_pip(dir, "check").exit_code, 0);
+  const auto again = test::cudafix_json("fix -y" + args);
+  EXPECT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_EQ(again.doc["changed"], false);
+  EXPECT_EQ(again.doc["after"], fixed.doc["after"]);
+  // The fix is one transaction: rolled back, the venv is as pip left it.
+  const auto back = run_text("rollback -y");
+  ASSERT_EQ(back.exit_code, 0) << back.out;
+  EXPECT_TRUE(hashes_of(dir) == broken) << "the rollback of fix did not give the broken venv back";
+}
+
+TEST_F(PlanFix, FixWithoutTheWheelItNeedsChangesNothingAndNamesTheWheel) {
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});
+  ASSERT_EQ(test::venv_pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+  const std::string broken = hashes_of(dir);
+  const auto r = test::cudafix_json("fix -y --venv " + shell_quote(dir) + k_no_cache + " --ld-library-path ''");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(r.doc["error"], "no wheel for nvidia-cudnn-cu12 9.10.2.21");
+  EXPECT_EQ(r.doc["changed"], false);
+  EXPECT_TRUE(hashes_of(dir) == broken);
+}
+
+TEST_F(HybridCuda12Torch, FixRemovesTheCuda13StackKeepingEveryByteTheCuda12OneNeeds) {
+  test::TempDir t;
+  const std::string venv = copy(t);
+  const auto fixed = run("fix -y --no-verify --find-links " + shell_quote(links_), venv);
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.out;
+  EXPECT_EQ(fixed.doc["changed"], true);
+  EXPECT_THAT(fixed.doc["before"]["error_rules"], ::testing::Contains("shared-path"));
+  EXPECT_THAT(fixed.doc["after"]["error_rules"], ::testing::Not(::testing::Contains("shared-path")));
+  // The CUDA 12 cuDNN's files hold its own wheel's bytes: what pip would verify.
+  const auto record =
+      resolver::try_read_file(test::site_packages(venv) + "/nvidia_cudnn_cu12-9.10.2.21.dist-info/RECORD");
+  ASSERT_TRUE(record);
+  EXPECT_EQ(test::venv_pip(venv, "check").exit_code, 0);
+  const auto doctor = run("doctor --verify-hashes --select hash-mismatch", venv);
+  EXPECT_EQ(doctor.exit_code, 0) << doctor.out;
+  const auto again = run("fix -y --no-verify --find-links " + shell_quote(links_), venv);
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_EQ(again.doc["changed"], false) << again.out;
+}
+
 }  // namespace
 }  // namespace cudafix

@@ -425,5 +425,41 @@ TEST(VerifyAfterAStep, AFailedVerificationUndoesTheInstallAndExitsOne) {
   EXPECT_THAT(good.out, HasSubstr("verified on the GPU"));
 }
 
+// `fix` with the live check: a cuDNN whose handle creation fails is rolled back, file for file;
+// the good one is verified and its version said.
+TEST(FixVerified, AStepWhoseVerificationFailsIsUndoneAndTheGoodWheelIsVerified) {
+  FakeVenv venv("v91900", false);  // nvidia-cudnn-cu13 metadata-only
+  TempDir w;
+  const auto listing = [&] {
+    return run_shell("cd " + shell_quote(venv.root()) +
+                     " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
+                     "xargs -0 sha256sum")
+        .out;
+  };
+  const std::string before = listing();
+  const auto fix = [&](const std::string& cudnn) {
+    const std::string folder = w.path() + "/" + cudnn;
+    fs::create_directories(folder);
+    test::make_wheel(folder, "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + k_verify + "/cudnn/" +
+                                 cudnn + "/libcudnn.so.9");
+    return test::cudafix_json("fix -y --find-links " + shell_quote(folder) + " --venv " + shell_quote(venv.root()) +
+                              " --ld-library-path " + shell_quote(fake_cuda("ok")) + test::k_no_cache);
+  };
+  const auto bad = fix("create_fails");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  EXPECT_EQ(bad.doc["undone"], true);
+  EXPECT_THAT(bad.doc["error"].get<std::string>(),
+              HasSubstr("verification after step 1 (reinstall nvidia-cudnn-cu13 9.19.0.56) failed"));
+  EXPECT_EQ(listing(), before);
+  const auto good = fix("v91900");
+  ASSERT_EQ(good.exit_code, 0) << good.out;
+  EXPECT_EQ(good.doc["verified"], true);
+  EXPECT_EQ(good.doc["cudnn"]["version"], 91900);
+  EXPECT_THAT(good.doc["cudnn"]["path"].get<std::string>(), HasSubstr("nvidia/cudnn/lib/libcudnn.so.9"));
+  EXPECT_THAT(good.doc["before"]["error_rules"], ::testing::Contains("metadata-only"));
+  // What is left is the fixture's: its fake cuDNN lacks the sub-libraries the real one dlopens.
+  EXPECT_EQ(good.doc["after"]["error_rules"], json({"missing-dlopen-library"})) << good.doc["after"].dump();
+}
+
 }  // namespace
 }  // namespace cudafix

@@ -1,0 +1,161 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# cudafix's Ansible module: repairs a Python GPU environment with `cudafix fix`, or, in check
+# mode, says what it would change (`cudafix fix --dry-run`, which changes nothing).
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: cudafix
+short_description: Repair the CUDA libraries of a Python environment with cudafix
+description:
+  - Runs C(cudafix fix -y --json) on a venv; in check mode C(cudafix fix --dry-run --json), which
+    plans and runs doctor but changes nothing.
+  - C(changed) only when cudafix carried out steps; a second run on a repaired venv is C(ok).
+  - The diff shows doctor's errors before and after.
+  - Fails with cudafix's message and exit code when no safe plan exists, a wheel is found
+    nowhere, or a step's GPU verification fails (cudafix then rolled everything back).
+options:
+  venv:
+    description: The environment (a venv root or an interpreter prefix).
+    required: true
+    type: path
+  find_links:
+    description: Folders of wheels to repair from (C(--find-links)).
+    type: list
+    elements: path
+    default: []
+  index_url:
+    description: A package index (Simple API) to fetch wheels from.
+    type: str
+  offline:
+    description: No network; wheels from I(find_links) and the pip, uv and cudafix caches only.
+    type: bool
+    default: false
+  cuda_major:
+    description: The CUDA major to repair for (default, the one the consumers need).
+    type: int
+  verify:
+    description:
+      - Verify after each step with a live cuInit and cuDNN handle (rolled back when it fails).
+      - Where no GPU driver is present the steps are kept and the result says C(verified=false).
+    type: bool
+    default: true
+  binary:
+    description: The cudafix to run (default, the one on PATH).
+    type: path
+    default: cudafix
+"""
+
+EXAMPLES = r"""
+- name: Repair the training venv from the image's wheel folder
+  cudafix:
+    venv: /opt/train/.venv
+    find_links: [/opt/wheels]
+    offline: true
+"""
+
+RETURN = r"""
+steps:
+  description: The steps carried out (in check mode, the ones that would be).
+  type: list
+  returned: always
+before:
+  description: doctor's errors and warnings before.
+  type: dict
+  returned: always
+after:
+  description: doctor's errors and warnings after (in check mode, absent).
+  type: dict
+  returned: when changed
+verified:
+  description: Whether each step was verified on the GPU.
+  type: bool
+  returned: when changed
+transaction:
+  description: The transaction id; C(cudafix rollback ID) undoes it.
+  type: str
+  returned: when changed
+exit_code:
+  description:
+    - cudafix's exit code (0 done and verified, or nothing to do; 4 done without a GPU driver to
+      verify with). Not named C(rc), which Ansible reads as failure when it is not 0.
+    - On failure C(rc) is cudafix's exit code (1 no safe plan or a verification failed and all was
+      undone, 2 could not run).
+  type: int
+  returned: always
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def health_line(h):
+    if not h:
+        return ""
+    rules = ", ".join(h.get("error_rules", []))
+    return "%d errors%s, %d warnings\n" % (h.get("errors", 0), " (%s)" % rules if rules else "", h.get("warnings", 0))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            venv=dict(type="path", required=True),
+            find_links=dict(type="list", elements="path", default=[]),
+            index_url=dict(type="str"),
+            offline=dict(type="bool", default=False),
+            cuda_major=dict(type="int"),
+            verify=dict(type="bool", default=True),
+            binary=dict(type="path", default="cudafix"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    binary = p["binary"]
+    if "/" not in binary:
+        binary = module.get_bin_path(binary, required=True)
+    args = [binary, "fix", "--json", "--venv", p["venv"]]
+    args += ["--dry-run"] if module.check_mode else ["-y"]
+    for folder in p["find_links"]:
+        args += ["--find-links", folder]
+    if p["index_url"]:
+        args += ["--index-url", p["index_url"]]
+    if p["offline"]:
+        args.append("--offline")
+    if p["cuda_major"] is not None:
+        args += ["--cuda-major", str(p["cuda_major"])]
+    if not p["verify"]:
+        args.append("--no-verify")
+    rc, out, err = module.run_command(args, environ_update={"VIRTUAL_ENV": ""})
+    try:
+        doc = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    except ValueError:
+        module.fail_json(msg="cudafix printed no JSON: %s" % (err or out).strip(), rc=rc, cmd=args)
+    if rc not in (0, 4):
+        message = doc.get("error") or (err.strip().splitlines() or ["cudafix exited %d" % rc])[-1]
+        module.fail_json(msg="cudafix: %s" % message, rc=rc, cmd=args, stderr=err, result=doc)
+    plan_steps = ["%s %s %s" % (s.get("action"), s.get("name"), s.get("version"))
+                  for s in doc.get("plan", {}).get("steps", [])]
+    result = dict(exit_code=rc, before=doc.get("before"), cmd=args)
+    if module.check_mode:
+        result.update(changed=bool(plan_steps), steps=plan_steps)
+        if plan_steps:
+            result["diff"] = dict(before=health_line(doc.get("before")),
+                                  after="(check mode) would carry out: %s\n" % "; ".join(plan_steps))
+        module.exit_json(**result)
+    changed = bool(doc.get("changed"))
+    result.update(changed=changed, steps=doc.get("steps", []), after=doc.get("after"),
+                  verified=doc.get("verified", False), transaction=doc.get("transaction"), cudnn=doc.get("cudnn"))
+    if changed:
+        result["diff"] = dict(before=health_line(doc.get("before")), after=health_line(doc.get("after")))
+    warnings = []
+    if rc == 4:
+        warnings.append("cudafix carried out the steps but found no GPU driver to verify them with")
+    module.exit_json(warnings=warnings, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+# bash completion for cudafix (installed as share/bash-completion/completions/cudafix).
+# tests/release/check_completions.py keeps the commands and options here those of `cudafix --help`.
+_cudafix() {
+  local cur prev words cword
+  _init_completion 2>/dev/null || {
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD - 1]}
+    words=("${COMP_WORDS[@]}")
+    cword=$COMP_CWORD
+  }
+  local commands="scan why doctor verify plan rules explain remove install apply fix history rollback snapshot demo"
+  local global="--help --version --venv --python --json --lock-timeout --color --quiet --verbose --ld-library-path
+    --ld-so-cache --threads --timings --no-cache --find-links --index-url --extra-index-url --no-index --offline
+    --http-timeout --retries --rules"
+  case $prev in
+    --venv | --find-links) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --rules | --ld-so-cache | --consumer | -o | --output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --color) COMPREPLY=($(compgen -W "auto always never" -- "$cur")); return ;;
+    --python | -p | --index-url | --extra-index-url | --threads | --lock-timeout | --http-timeout | --retries | \
+      --timeout | --cuda-major | --select | --ignore | --snapshot | --delete | --ld-library-path) return ;;
+  esac
+  local command="" sub="" i
+  for ((i = 1; i < cword; i++)); do
+    case ${words[i]} in
+      -*) ;;
+      *) if [ -z "$command" ]; then command=${words[i]}; elif [ "$command" = plan ] && [ -z "$sub" ]; then sub=${words[i]}; fi ;;
+    esac
+  done
+  local own=""
+  case $command in
+    "") COMPREPLY=($(compgen -W "$commands $global" -- "$cur")); return ;;
+    plan) [ -z "$sub" ] && { COMPREPLY=($(compgen -W "remove fix" -- "$cur")); return; }
+      [ "$sub" = fix ] && own="--cuda-major --output" ;;
+    doctor) own="--verify-hashes --select --ignore" ;;
+    verify) own="--timeout --consumer" ;;
+    remove) own="--force --yes" ;;
+    install) own="--no-verify --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -X '!*.whl' -- "$cur") $(compgen -d -- "$cur")); return; } ;;
+    apply) own="--no-verify --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return; } ;;
+    fix) own="--cuda-major --dry-run --no-verify --yes" ;;
+    rollback) own="--snapshot --yes" ;;
+    snapshot) own="--list --delete --yes" ;;
+    explain) [[ $cur != -* ]] && {
+      COMPREPLY=($(compgen -W "$(cudafix rules 2>/dev/null | awk 'NR > 1 {print $1}')" -- "$cur")); return; } ;;
+    demo) [[ $cur != -* ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
+  esac
+  COMPREPLY=($(compgen -W "$own $global" -- "$cur"))
+}
+complete -F _cudafix cudafix

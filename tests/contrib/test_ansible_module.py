@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""contrib/ansible/library/cudafix.py run by Debian's ansible-core (`ansible-playbook -c local`)
+against real venvs: check mode changes nothing and says what would change; the real run repairs
+and reports changed with doctor's before and after as its diff; a second run is ok (unchanged);
+a wheel found nowhere fails with cudafix's message and exit code.
+
+usage: test_ansible_module.py CUDAFIX_BIN SOURCE_DIR FIXTURES_DIR
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fleet_fixture as fx  # noqa: E402
+
+BIN, SOURCE, FIXTURES = sys.argv[1:4] if len(sys.argv) >= 4 else ("", "", "")
+
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: repair the venv
+      cudafix:
+        venv: "{{ venv }}"
+        find_links: "{{ links }}"
+        offline: true
+        binary: "{{ cudafix }}"
+      register: fixed
+      ignore_errors: true
+    - name: keep the result for the test
+      copy:
+        content: "{{ fixed | to_json }}"
+        dest: "{{ result_file }}"
+      check_mode: false
+"""
+
+
+class AnsibleModule(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not shutil.which("ansible-playbook"):
+            raise unittest.SkipTest("ansible-playbook is not installed (Debian's ansible-core)")
+        cls.tmp = tempfile.mkdtemp(prefix="cudafix-ansible-")
+        cls.links = os.path.join(cls.tmp, "wheels")
+        cls.wheels = fx.make_wheels(SOURCE, FIXTURES, cls.links)
+        cls.playbook = os.path.join(cls.tmp, "play.yml")
+        with open(cls.playbook, "w") as f:
+            f.write(PLAYBOOK)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def play(self, venv, links, check=False):
+        result = os.path.join(self.tmp, "result.json")
+        if os.path.exists(result):
+            os.remove(result)
+        env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(SOURCE, "contrib/ansible/library"),
+                   ANSIBLE_LOCAL_TEMP=os.path.join(self.tmp, "ansible-local"),
+                   ANSIBLE_REMOTE_TEMP=os.path.join(self.tmp, "ansible-remote"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_PYTHON_INTERPRETER=fx.PYTHON, ANSIBLE_RETRY_FILES_ENABLED="0")
+        env.pop("PIP_FIND_LINKS", None)
+        env.pop("VIRTUAL_ENV", None)
+        extra = json.dumps({"venv": venv, "links": links, "cudafix": BIN, "result_file": result})
+        args = ["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", extra, self.playbook]
+        if check:
+            args += ["--check", "--diff"]
+        r = fx.run(args, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(result) as f:
+            return json.load(f), r.stdout
+
+    def test_check_mode_then_the_repair_then_nothing_to_do(self):
+        venv = fx.broken_venv(os.path.join(self.tmp, "venv"), self.wheels)
+        broken = fx.tree_hash(venv)
+        checked, out = self.play(venv, [self.links], check=True)
+        self.assertTrue(checked["changed"], checked)
+        self.assertEqual(checked["steps"], ["reinstall nvidia-cudnn-cu12 9.10.2.21"])
+        self.assertIn("metadata-only", checked["diff"]["before"])
+        self.assertIn("would carry out: reinstall nvidia-cudnn-cu12", out)  # --diff shows it
+        self.assertEqual(fx.tree_hash(venv), broken, "check mode changed the venv")
+
+        fixed, _ = self.play(venv, [self.links])
+        self.assertTrue(fixed["changed"], fixed)
+        self.assertFalse(fixed.get("failed", False), fixed)
+        self.assertIn(fixed["exit_code"], (0, 4))  # 4: no GPU driver here to verify with
+        self.assertEqual(fixed["steps"], ["reinstall nvidia-cudnn-cu12 9.10.2.21"])
+        self.assertIn("metadata-only", fixed["before"]["error_rules"])
+        self.assertNotIn("metadata-only", fixed["after"]["error_rules"])
+        self.assertIn("metadata-only", fixed["diff"]["before"])
+        self.assertNotIn("metadata-only", fixed["diff"]["after"])
+        self.assertTrue(fixed["transaction"])
+        site = [os.path.join(venv, "lib", d, "site-packages") for d in os.listdir(os.path.join(venv, "lib"))][0]
+        self.assertTrue(os.path.exists(os.path.join(site, "nvidia/cudnn/lib/libcudnn.so.9")))
+        pip_check = fx.run([os.path.join(venv, "bin", "python"), "-m", "pip", "check"])
+        self.assertEqual(pip_check.returncode, 0, pip_check.stdout)
+
+        repaired = fx.tree_hash(venv)
+        again, _ = self.play(venv, [self.links])
+        self.assertFalse(again["changed"], again)
+        self.assertEqual(again["steps"], [])
+        checked_again, _ = self.play(venv, [self.links], check=True)
+        self.assertFalse(checked_again["changed"], checked_again)
+        self.assertEqual(fx.tree_hash(venv), repaired, "the second run changed the venv")
+
+    def test_a_wheel_found_nowhere_fails_with_cudafix_message_and_exit_code(self):
+        venv = fx.broken_venv(os.path.join(self.tmp, "venv-nowheel"), self.wheels)
+        broken = fx.tree_hash(venv)
+        empty = os.path.join(self.tmp, "empty")
+        os.makedirs(empty, exist_ok=True)
+        failed, _ = self.play(venv, [empty])
+        self.assertTrue(failed["failed"], failed)
+        self.assertEqual(failed["rc"], 2)
+        self.assertEqual(failed["msg"], "cudafix: no wheel for nvidia-cudnn-cu12 9.10.2.21")
+        self.assertEqual(fx.tree_hash(venv), broken)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
