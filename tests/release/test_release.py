@@ -64,7 +64,8 @@ class Release(unittest.TestCase):
         (top,) = os.listdir(unpacked)
         root = os.path.join(unpacked, top)
         for f in ("bin/cudafix", "bin/cudafix-probe", "share/man/man1/cudafix.1", "share/cudafix/knowledge.toml",
-                  "share/bash-completion/completions/cudafix", "share/zsh/site-functions/_cudafix"):
+                  "share/bash-completion/completions/cudafix", "share/zsh/site-functions/_cudafix",
+                  "share/cudafix/cudafix-node-check", "share/cudafix/ansible/library/cudafix.py"):
             self.assertTrue(os.path.exists(os.path.join(root, f)), f)
         libs = self.expect_demo_repairs(os.path.join(root, "bin/cudafix"), "bundle")
         archive = [p for p in libs if "libarchive.so" in p]
