@@ -17,7 +17,8 @@ strip --strip-debug "$out/cudafix" "$out/cudafix-probe"
 {
   ldd "$build/cudafix"
   for soname in libarchive.so.13 libcrypto.so.3 libcurl.so.4; do
-    path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ {print $NF; exit}')
+    # awk reads to the end: an early exit would make ldconfig die of SIGPIPE, failing the pipe.
+    path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ && !found {print $NF; found = 1}')
     echo "$soname => $path (0)"
     ldd "$path"
   done

@@ -239,6 +239,7 @@ int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& 
   opts.probe = probe_path();
   opts.timeout = std::chrono::milliseconds(static_cast<long long>(v.timeout_s * 1000));
   opts.consumer = v.consumer;
+  opts.nccl = v.nccl;
   const auto report = installer::probe::verify_environment(env, knowledge, opts);
   if (g.json)
     out << verify_json(env, knowledge, report) << '\n';

@@ -41,6 +41,7 @@ int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out)
 struct VerifyCliOptions {
   double timeout_s = 60;
   std::optional<std::string> consumer;
+  bool nccl = false;  // --nccl: an all-reduce across the visible GPUs with the environment's NCCL
 };
 int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& out);
 struct DoctorCliOptions {

@@ -219,6 +219,13 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
     d.path(*rep.consumer);
   else
     w.null();
+  w.key("nccl");
+  if (rep.nccl)
+    d.path(*rep.nccl);
+  else
+    w.null();
+  optional_number(w, "nccl_version", rep.nccl_version);
+  optional_string(w, "cuda_visible_devices", rep.visible_devices);
   w.key("stages").begin_array();
   for (const auto& s : rep.records.stages) {
     w.begin_object().key("stage").value(s.stage).key("device");
@@ -236,7 +243,8 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
     w.begin_object().key("stage").value(s.stage).key("skipped").value(true).key("detail").value(s.why).end_object();
   w.end_array();
   w.key("devices").begin_array();
-  for (const auto& dev : rep.records.devices)
+  for (const auto& dev : rep.records.devices) {
+    const auto* failed = p::failed_stage_of(rep.records, dev.ordinal);
     w.begin_object()
         .key("ordinal")
         .value(dev.ordinal)
@@ -246,8 +254,16 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
         .value(dev.compute_capability)
         .key("uuid")
         .value(dev.uuid)
-        .end_object();
+        .key("pci_bus_id")
+        .value(dev.pci)
+        .key("ok")
+        .value(failed == nullptr);
+    optional_string(w, "failed_stage",
+                    failed ? std::optional<std::string>(p::stage_label(*failed)) : std::optional<std::string>());
+    w.end_object();
+  }
   w.end_array();
+
   w.key("loaded").begin_array();
   for (const auto& f : rep.loaded) {
     w.begin_object().key("soname").value(f.soname).key("path");

@@ -195,6 +195,9 @@ int main(int argc, char** argv) {
       ->add_option("--consumer", verify_opts.consumer,
                    "the library to dlopen for cuDNN (default: the environment's, e.g. torch/lib/libtorch_cuda.so)")
       ->check(CLI::ExistingFile);
+  verify->add_flag("--nccl", verify_opts.nccl,
+                   "also run one NCCL all-reduce across every visible GPU with the environment's libnccl.so.2 "
+                   "(NVLink multicast off)");
   auto* plan = app.add_subcommand("plan", "dry runs and repair plans; changes nothing");
   plan->require_subcommand(1);
   std::vector<std::string> remove_dists;

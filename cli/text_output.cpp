@@ -330,11 +330,19 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
         "  driver    {}{}{}\n", r::to_valid_utf8(*rep.libcuda),
         rep.libcuda_real && *rep.libcuda_real != *rep.libcuda ? " -> " + r::to_valid_utf8(*rep.libcuda_real) : "",
         rep.driver_version ? fmt::format(", CUDA {}", p::cuda_version_text(*rep.driver_version)) : "");
-  for (const auto& d : rep.records.devices)
-    out += fmt::format("  device {}  {}, compute capability {}{}\n", d.ordinal, r::to_valid_utf8(d.name),
-                       d.compute_capability, d.uuid.empty() ? "" : ", " + d.uuid);
+  if (rep.visible_devices)
+    out += fmt::format("  visible   CUDA_VISIBLE_DEVICES={}\n", r::to_valid_utf8(*rep.visible_devices));
+  for (const auto& d : rep.records.devices) {
+    const auto failed = p::failed_stage_of(rep.records, d.ordinal);
+    out += fmt::format("  device {}  {}, compute capability {}{}{}  {}\n", d.ordinal, r::to_valid_utf8(d.name),
+                       d.compute_capability, d.uuid.empty() ? "" : ", " + d.uuid, d.pci.empty() ? "" : ", PCI " + d.pci,
+                       failed ? st.bad("FAILED at " + p::stage_label(*failed)) : st.good("ok"));
+  }
   if (rep.consumer) out += fmt::format("  consumer  {}\n", shown(env, *rep.consumer));
   if (rep.cudnn_version) out += fmt::format("  cuDNN     {}\n", *rep.cudnn_version);
+  if (rep.nccl)
+    out += fmt::format("  NCCL      {}{}\n", shown(env, *rep.nccl),
+                       rep.nccl_version ? fmt::format(", version {}", *rep.nccl_version) : "");
   out += st.bold("stages") + "\n";
   for (const auto& s : rep.records.stages) out += stage_line(s, rep.run.timed_out, st);
   for (const auto& s : rep.skipped) out += fmt::format("  {} {:>9}  {}: {}\n", st.dim("skip "), "-", s.stage, s.why);

@@ -32,7 +32,7 @@ _cudafix() {
     plan) [ -z "$sub" ] && { COMPREPLY=($(compgen -W "remove fix" -- "$cur")); return; }
       [ "$sub" = fix ] && own="--cuda-major --output" ;;
     doctor) own="--verify-hashes --select --ignore" ;;
-    verify) own="--timeout --consumer" ;;
+    verify) own="--timeout --consumer --nccl" ;;
     remove) own="--force --yes" ;;
     install) own="--no-verify --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -X '!*.whl' -- "$cur") $(compgen -d -- "$cur")); return; } ;;
     apply) own="--no-verify --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return; } ;;

@@ -341,4 +341,12 @@ std::optional<std::string_view> find_name(const std::array<Entry, N>& table, int
 std::optional<std::string_view> cu_result_name(int code) { return find_name(k_cu_results, code); }
 std::optional<std::string_view> cudnn_status_name(int code) { return find_name(k_cudnn_statuses, code); }
 
+std::optional<std::string_view> nccl_result_name(int code) {
+  static constexpr std::string_view names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
+                                               "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
+                                               "ncclRemoteError",   "ncclInProgress"};
+  if (code < 0 || code >= static_cast<int>(std::size(names))) return std::nullopt;
+  return names[code];
+}
+
 }  // namespace cudafix::installer::probe

@@ -9,17 +9,25 @@
  * record, so a hang or a crash still leaves the stage it happened in. The record format is
  * documented in installer/probe/protocol.hpp, which parses it.
  *
- * Usage: cudafix-probe [--consumer PATH | --cudnn PATH] [--cudnn-soname SONAME]
+ * Usage: cudafix-probe [--consumer PATH | --cudnn PATH] [--cudnn-soname SONAME] [--nccl PATH]
  *   --consumer PATH  dlopen this cuDNN consumer (RTLD_LAZY|RTLD_LOCAL), so the real loader
  *                    resolves its whole NEEDED tree, then use the cuDNN it brought in
  *   --cudnn PATH     no consumer: dlopen this libcudnn itself
- * Without either, the cuDNN stages are skipped.
+ *   --nccl PATH      where two or more devices came up, dlopen this libnccl.so.2 and run one
+ *                    all-reduce of a float buffer across all of them (driver API memory, the
+ *                    default stream), checking the sum; NCCL_NVLS_ENABLE=0 is set first, so
+ *                    that NVLink multicast stays off on shared hosts
+ * Without --consumer or --cudnn, the cuDNN stages are skipped.
+ *
+ * A device whose stage fails is named and left out of the later stages; the others go on, and
+ * the probe ends "stopped" when any failed.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +46,14 @@ typedef void* CUcontext;
 typedef struct {
   unsigned char bytes[16];
 } CUuuid;
-enum { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76 };
+typedef unsigned long long CUdeviceptr;
+enum {
+  CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+  CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
+  CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+};
 typedef void* cudnnHandle_t;
 typedef CUresult (*GetIntFn)(int*);
 typedef CUresult (*InitFn)(unsigned);
@@ -51,6 +66,20 @@ typedef CUresult (*SetCurrentFn)(CUcontext);
 typedef size_t (*CudnnVersionFn)(void);
 typedef int (*CudnnCreateFn)(cudnnHandle_t*);
 typedef int (*CudnnDestroyFn)(cudnnHandle_t);
+typedef CUresult (*MemAllocFn)(CUdeviceptr*, size_t);
+typedef CUresult (*MemFreeFn)(CUdeviceptr);
+typedef CUresult (*MemcpyHtoDFn)(CUdeviceptr, const void*, size_t);
+typedef CUresult (*MemcpyDtoHFn)(void*, CUdeviceptr, size_t);
+typedef CUresult (*SyncFn)(void);
+/* NCCL's ABI as far as the probe uses it (nccl.h: ncclResult_t, ncclDataType_t and ncclRedOp_t
+ * are enums; ncclFloat32 is 7, ncclSum 0; a stream is a CUstream, NULL the default one). */
+typedef struct ncclComm* ncclComm_t;
+enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0 };
+typedef int (*NcclGetVersionFn)(int*);
+typedef int (*NcclCommInitAllFn)(ncclComm_t*, int, const int*);
+typedef int (*NcclAllReduceFn)(const void*, void*, size_t, int, int, ncclComm_t, void*);
+typedef int (*NcclGroupFn)(void);
+typedef int (*NcclCommDestroyFn)(ncclComm_t);
 
 static void write_all(const char* buf, size_t len) {
   while (len > 0) {
@@ -150,6 +179,16 @@ static void cu_stage_end(const char* stage, int device, CUresult rc, const char*
   if (rc != 0) finish(1);
 }
 
+/* A device's stage: ends it with the code and, on failure, marks the device failed instead of
+ * stopping, so that the other devices are still checked. Returns whether it succeeded. */
+static int device_failed[MAX_DEVICES];
+static int any_device_failed;
+static int device_stage_end(const char* stage, int device, long long code, const char* detail) {
+  end(stage, device, code == 0, &code, detail);
+  if (code != 0) device_failed[device] = any_device_failed = 1;
+  return code == 0;
+}
+
 static void missing_symbol(const char* stage, int device, const char* name) {
   char msg[256];
   snprintf(msg, sizeof msg, "symbol %s not found", name);
@@ -161,7 +200,12 @@ static void missing_symbol(const char* stage, int device, const char* name) {
   type var = (type)sym(lib, name, fallback);                 \
   if (!var) missing_symbol(stage, device, name)
 
+static void cudnn_stages(const char* consumer, const char* cudnn_path, const char* cudnn_soname, int count,
+                         CUcontext* contexts, SetCurrentFn set_current);
+static void nccl_stages(const char* nccl_path, void* cuda, int count, CUcontext* contexts, SetCurrentFn set_current);
+
 int main(int argc, char** argv) {
+  const char* nccl_path = NULL;
   const char* consumer = NULL;
   const char* cudnn_path = NULL;
   const char* cudnn_soname = "libcudnn.so.9";
@@ -172,6 +216,8 @@ int main(int argc, char** argv) {
       cudnn_path = argv[i + 1];
     else if (strcmp(argv[i], "--cudnn-soname") == 0)
       cudnn_soname = argv[i + 1];
+    else if (strcmp(argv[i], "--nccl") == 0)
+      nccl_path = argv[i + 1];
   }
   char buf[512];
 
@@ -218,33 +264,47 @@ int main(int argc, char** argv) {
     begin("cuDeviceGet", d);
     rc = device_get(&dev, d);
     char name[256] = "";
-    int major = 0, minor = 0;
+    int major = 0, minor = 0, bus = 0, slot = 0, domain = 0;
     CUuuid uuid;
     memset(&uuid, 0, sizeof uuid);
     if (rc == 0) rc = get_name(name, (int)sizeof name, dev);
     if (rc == 0) rc = get_attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     if (rc == 0) rc = get_attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    if (rc == 0) rc = get_attr(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
+    if (rc == 0) rc = get_attr(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+    if (rc == 0) rc = get_attr(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
     if (rc == 0 && get_uuid) rc = get_uuid(&uuid, dev);
     CUuuid parent = uuid;
     if (rc == 0 && get_parent_uuid && get_parent_uuid != get_uuid && get_parent_uuid(&parent, dev) != 0) parent = uuid;
     snprintf(buf, sizeof buf, "%s", name);
-    cu_stage_end("cuDeviceGet", d, rc, buf);
-    char ordf[16], ccf[32], uuidf[64];
+    if (!device_stage_end("cuDeviceGet", d, rc, buf)) continue;
+    char ordf[16], ccf[32], uuidf[64], pcif[32];
     snprintf(ordf, sizeof ordf, "%d", d);
     snprintf(ccf, sizeof ccf, "%d.%d", major, minor);
+    snprintf(pcif, sizeof pcif, "%04x:%02x:%02x.0", (unsigned)domain & 0xffff, (unsigned)bus & 0xff,
+             (unsigned)slot & 0x1f);
     const unsigned char* u = uuid.bytes;
     snprintf(uuidf, sizeof uuidf, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
              memcmp(parent.bytes, uuid.bytes, sizeof uuid.bytes) != 0 ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4],
              u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-    emit(5, "D", ordf, name, ccf, get_uuid ? uuidf : "");
+    emit(6, "D", ordf, name, ccf, get_uuid ? uuidf : "", pcif);
 
     begin("cuDevicePrimaryCtxRetain", d);
     rc = retain(&contexts[d], dev);
     if (rc == 0) rc = set_current(contexts[d]);
-    cu_stage_end("cuDevicePrimaryCtxRetain", d, rc, "");
+    device_stage_end("cuDevicePrimaryCtxRetain", d, rc, "");
   }
 
-  if (!consumer && !cudnn_path) finish(0);
+  if (consumer || cudnn_path) cudnn_stages(consumer, cudnn_path, cudnn_soname, count, contexts, set_current);
+  if (nccl_path) nccl_stages(nccl_path, cuda, count, contexts, set_current);
+  finish(any_device_failed);
+  return 0;
+}
+
+/* The cuDNN stages: the consumer (or cuDNN) dlopened, its version, a handle on each device. */
+static void cudnn_stages(const char* consumer, const char* cudnn_path, const char* cudnn_soname, int count,
+                         CUcontext* contexts, SetCurrentFn set_current) {
+  char buf[512];
   void* cudnn = NULL;
   if (consumer) {
     begin("dlopen consumer", NO_DEVICE);
@@ -276,19 +336,113 @@ int main(int argc, char** argv) {
   CudnnCreateFn create = (CudnnCreateFn)sym(cudnn, "cudnnCreate", NULL);
   CudnnDestroyFn destroy = (CudnnDestroyFn)sym(cudnn, "cudnnDestroy", NULL);
   for (int d = 0; d < count; ++d) {
+    if (device_failed[d]) continue;
     set_current(contexts[d]);
     begin("cudnnCreate", d);
     if (!create) missing_symbol("cudnnCreate", d, "cudnnCreate");
     cudnnHandle_t handle = NULL;
-    long long code = create(&handle);
-    end("cudnnCreate", d, code == 0, &code, "");
-    if (code != 0) finish(1);
+    if (!device_stage_end("cudnnCreate", d, create(&handle), "")) continue;
     begin("cudnnDestroy", d);
     if (!destroy) missing_symbol("cudnnDestroy", d, "cudnnDestroy");
-    code = destroy(handle);
-    end("cudnnDestroy", d, code == 0, &code, "");
-    if (code != 0) finish(1);
+    device_stage_end("cudnnDestroy", d, destroy(handle), "");
   }
-  finish(0);
-  return 0;
+}
+
+#define NCCL_COUNT 1024
+
+/* One all-reduce (sum) across every device that came up: device d contributes d + 1 in each of
+ * NCCL_COUNT floats, so each element must come back as n(n+1)/2. */
+static void nccl_stages(const char* nccl_path, void* cuda, int count, CUcontext* contexts, SetCurrentFn set_current) {
+  int devices[MAX_DEVICES], n = 0;
+  for (int d = 0; d < count; ++d)
+    if (!device_failed[d]) devices[n++] = d;
+  if (n < 2) return; /* cudafix says the check needs two */
+  char buf[512];
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  begin("dlopen libnccl.so.2", NO_DEVICE);
+  void* nccl = dlopen(nccl_path, RTLD_NOW | RTLD_LOCAL);
+  if (!nccl) {
+    const char* err = dlerror();
+    end("dlopen libnccl.so.2", NO_DEVICE, 0, NULL, err ? err : "dlopen failed");
+    finish(1);
+  }
+  struct link_map* lm = NULL;
+  end("dlopen libnccl.so.2", NO_DEVICE, 1, NULL, dlinfo(nccl, RTLD_DI_LINKMAP, &lm) == 0 && lm ? lm->l_name : "");
+  begin("ncclGetVersion", NO_DEVICE);
+  CU_FN(nccl, NcclGetVersionFn, get_version, "ncclGetVersion", NULL, "ncclGetVersion", NO_DEVICE);
+  int version = 0;
+  long long code = get_version(&version);
+  snprintf(buf, sizeof buf, "%d", version);
+  end("ncclGetVersion", NO_DEVICE, code == 0, &code, buf);
+  if (code != 0) finish(1);
+
+  CU_FN(cuda, MemAllocFn, mem_alloc, "cuMemAlloc_v2", "cuMemAlloc", "nccl buffers", NO_DEVICE);
+  CU_FN(cuda, MemFreeFn, mem_free, "cuMemFree_v2", "cuMemFree", "nccl buffers", NO_DEVICE);
+  CU_FN(cuda, MemcpyHtoDFn, to_device, "cuMemcpyHtoD_v2", "cuMemcpyHtoD", "nccl buffers", NO_DEVICE);
+  CU_FN(cuda, MemcpyDtoHFn, to_host, "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "nccl buffers", NO_DEVICE);
+  CU_FN(cuda, SyncFn, synchronize, "cuCtxSynchronize", NULL, "nccl buffers", NO_DEVICE);
+  static float host[NCCL_COUNT];
+  CUdeviceptr send[MAX_DEVICES], recv[MAX_DEVICES];
+  for (int i = 0; i < n; ++i) {
+    begin("nccl buffers", devices[i]);
+    for (int k = 0; k < NCCL_COUNT; ++k) host[k] = (float)(devices[i] + 1);
+    set_current(contexts[devices[i]]);
+    CUresult rc = mem_alloc(&send[i], sizeof host);
+    if (rc == 0) rc = mem_alloc(&recv[i], sizeof host);
+    if (rc == 0) rc = to_device(send[i], host, sizeof host);
+    cu_stage_end("nccl buffers", devices[i], rc, "");
+  }
+
+  begin("ncclCommInitAll", NO_DEVICE);
+  CU_FN(nccl, NcclCommInitAllFn, init_all, "ncclCommInitAll", NULL, "ncclCommInitAll", NO_DEVICE);
+  ncclComm_t comms[MAX_DEVICES];
+  code = init_all(comms, n, devices);
+  snprintf(buf, sizeof buf, "%d devices", n);
+  end("ncclCommInitAll", NO_DEVICE, code == 0, &code, buf);
+  if (code != 0) finish(1);
+
+  begin("ncclAllReduce", NO_DEVICE);
+  CU_FN(nccl, NcclGroupFn, group_start, "ncclGroupStart", NULL, "ncclAllReduce", NO_DEVICE);
+  CU_FN(nccl, NcclGroupFn, group_end, "ncclGroupEnd", NULL, "ncclAllReduce", NO_DEVICE);
+  CU_FN(nccl, NcclAllReduceFn, all_reduce, "ncclAllReduce", NULL, "ncclAllReduce", NO_DEVICE);
+  code = group_start();
+  for (int i = 0; i < n && code == 0; ++i) {
+    set_current(contexts[devices[i]]);
+    code = all_reduce((const void*)(uintptr_t)send[i], (void*)(uintptr_t)recv[i], NCCL_COUNT, NCCL_FLOAT32, NCCL_SUM,
+                      comms[i], NULL);
+  }
+  if (code == 0) code = group_end();
+  end("ncclAllReduce", NO_DEVICE, code == 0, &code, "");
+  if (code != 0) finish(1);
+
+  begin("nccl sum", NO_DEVICE);
+  float expected = 0;
+  for (int i = 0; i < n; ++i) expected += (float)(devices[i] + 1);
+  int wrong = 0;
+  for (int i = 0; i < n && !wrong; ++i) {
+    set_current(contexts[devices[i]]);
+    CUresult rc = synchronize();
+    if (rc == 0) rc = to_host(host, recv[i], sizeof host);
+    if (rc != 0) {
+      snprintf(buf, sizeof buf, "waiting for device %d's all-reduce or copying it back returned %d", devices[i], rc);
+      wrong = 1;
+    }
+    for (int k = 0; k < NCCL_COUNT && !wrong; ++k)
+      if (host[k] != expected) {
+        snprintf(buf, sizeof buf, "device %d element %d is %g, not the sum %g", devices[i], k, (double)host[k],
+                 (double)expected);
+        wrong = 1;
+      }
+  }
+  if (!wrong)
+    snprintf(buf, sizeof buf, "%d floats summed over %d devices: %g each, as expected", NCCL_COUNT, n,
+             (double)expected);
+  end("nccl sum", NO_DEVICE, !wrong, NULL, buf);
+  CU_FN(nccl, NcclCommDestroyFn, destroy, "ncclCommDestroy", NULL, "nccl sum", NO_DEVICE);
+  for (int i = 0; i < n; ++i) {
+    destroy(comms[i]);
+    mem_free(send[i]);
+    mem_free(recv[i]);
+  }
+  if (wrong) finish(1);
 }

@@ -76,6 +76,24 @@ bool has_gpu_node(const HostFacts& h) {
   });
 }
 
+// Whether a CUDA_VISIBLE_DEVICES entry names one of the driver's GPUs: an index below their
+// count, or a prefix of one's UUID.
+bool names_a_driver_gpu(const HostFacts& h, const std::string& entry) {
+  if (!entry.empty() && std::all_of(entry.begin(), entry.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::stoul(entry) < h.driver_gpus.size();
+  return std::any_of(h.driver_gpus.begin(), h.driver_gpus.end(), [&](const DriverGpu& g) {
+    return !g.uuid.empty() && g.uuid.rfind(entry.substr(0, entry.find('/')), 0) == 0;
+  });
+}
+
+std::string driver_gpus_text(const HostFacts& h) {
+  std::string out;
+  for (std::size_t i = 0; i < h.driver_gpus.size(); ++i)
+    out += fmt::format("{}{}: {}{}", i ? "; " : "", i, h.driver_gpus[i].pci,
+                       h.driver_gpus[i].uuid.empty() ? "" : " " + h.driver_gpus[i].uuid);
+  return out;
+}
+
 DiagnosisEntry visible_devices(const HostFacts& h) {
   DiagnosisEntry e{"CUDA_VISIBLE_DEVICES hides every GPU", "CUDA_VISIBLE_DEVICES", "", false};
   if (!h.cuda_visible_devices) {
@@ -94,6 +112,11 @@ DiagnosisEntry visible_devices(const HostFacts& h) {
   std::string first = v.substr(0, v.find(','));
   if (!std::regex_match(first, valid)) {
     e.result = fmt::format("\"{}\": its first entry \"{}\" names no device, and CUDA stops reading there", v, first);
+    e.likely = true;
+  } else if (!h.driver_gpus.empty() && !names_a_driver_gpu(h, std::string(resolver::trim(first)))) {
+    e.result = fmt::format("\"{}\": its first entry \"{}\" is none of the {} GPU{} the driver has ({})", v,
+                           resolver::trim(first), h.driver_gpus.size(), h.driver_gpus.size() == 1 ? "" : "s",
+                           driver_gpus_text(h));
     e.likely = true;
   } else {
     e.result =
@@ -222,6 +245,37 @@ DiagnosisEntry driver_age(const FailureFacts& f) {
   return e;
 }
 
+std::vector<DiagnosisEntry> hidden_devices(const HostFacts& h, const std::vector<std::string>& seen) {
+  std::vector<DiagnosisEntry> out;
+  for (const auto& gpu : h.driver_gpus) {
+    if (std::find(seen.begin(), seen.end(), gpu.pci) != seen.end()) continue;
+    const std::string node = gpu.minor >= 0 ? fmt::format("/dev/nvidia{}", gpu.minor) : "";
+    const auto it =
+        std::find_if(h.device_nodes.begin(), h.device_nodes.end(), [&](const DeviceNode& n) { return n.path == node; });
+    const int err = it == h.device_nodes.end() ? ENOENT : it->open_errno;
+    DiagnosisEntry e;
+    e.likely = true;
+    e.check = fmt::format("/proc/driver/nvidia/gpus/{}, {} and CUDA_VISIBLE_DEVICES", gpu.pci,
+                          node.empty() ? "its device file" : node);
+    if (h.cuda_visible_devices) {
+      e.cause = fmt::format("GPU {} is left out of CUDA_VISIBLE_DEVICES", gpu.pci);
+      e.result = fmt::format("the driver has it; CUDA_VISIBLE_DEVICES={}", *h.cuda_visible_devices);
+    } else if (err == ENOENT) {
+      e.cause = fmt::format("GPU {} has no device file here (a container given only some GPUs)", gpu.pci);
+      e.result = fmt::format("the driver has it; {}: absent", node.empty() ? "its minor is unknown" : node);
+    } else if (err == EPERM || err == EACCES) {
+      e.cause = fmt::format("GPU {} is hidden by a cgroup's device rule", gpu.pci);
+      e.result = fmt::format("the driver has it; open({}) failed: {}", node, std::strerror(err));
+    } else {
+      e.cause = fmt::format("GPU {} was not seen by the probe", gpu.pci);
+      e.result =
+          fmt::format("the driver has it; {} opens{}", node, err ? fmt::format(" with {}", std::strerror(err)) : "");
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 std::string cuda_version_text(int version) { return fmt::format("{}.{}", version / 1000, (version % 1000) / 10); }
 
 HostFacts gather_host_facts(const std::vector<std::string>& ld_library_path) {
@@ -245,6 +299,16 @@ HostFacts gather_host_facts(const std::vector<std::string>& ld_library_path) {
   h.uvm_module_loaded = modules.find("nvidia_uvm ") != std::string::npos;
   if (!dir_names("/proc/driver/nvidia-nvswitch").empty()) h.nvswitch_present = true;
   h.fabric_manager_running = h.nvswitch_present && process_running("nv-fabricmanager");
+  static const std::regex minor_re(R"(Device Minor:\s*([0-9]+))");
+  static const std::regex uuid_re(R"(GPU UUID:\s*(GPU-[0-9a-fA-F-]+))");
+  for (const auto& pci : dir_names("/proc/driver/nvidia/gpus")) {
+    if (pci.starts_with(".")) continue;
+    DriverGpu gpu{pci, -1, ""};
+    const std::string info = read_text_or_empty("/proc/driver/nvidia/gpus/" + pci + "/information");
+    if (std::regex_search(info, m, minor_re)) gpu.minor = std::stoi(m[1].str());
+    if (std::regex_search(info, m, uuid_re)) gpu.uuid = m[1].str();
+    h.driver_gpus.push_back(std::move(gpu));
+  }
   h.ld_library_path = ld_library_path;
   return h;
 }

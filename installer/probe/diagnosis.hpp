@@ -16,8 +16,16 @@ struct DeviceNode {
   int open_errno = 0;  // of open(O_RDWR): 0 opened, EPERM/EACCES denied (cgroup), ENOENT absent
 };
 
+// A GPU the kernel driver knows (/proc/driver/nvidia/gpus/<pci>/information).
+struct DriverGpu {
+  std::string pci;   // "0000:1b:00.0", lower case as the probe writes it
+  int minor = -1;    // "Device Minor": its /dev/nvidiaN
+  std::string uuid;  // "GPU UUID"
+};
+
 struct HostFacts {
   std::optional<std::string> cuda_visible_devices;   // unset: nullopt
+  std::vector<DriverGpu> driver_gpus;                // empty where /proc/driver/nvidia is not visible
   std::vector<DeviceNode> device_nodes;              // /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidiaN
   std::optional<std::string> kernel_module_version;  // /proc/driver/nvidia/version: "580.159.04"
   bool uvm_module_loaded = false;                    // nvidia_uvm in /proc/modules
@@ -49,6 +57,10 @@ struct DiagnosisEntry {
 };
 
 [[nodiscard]] std::vector<DiagnosisEntry> diagnose(const FailureFacts& failure, const HostFacts& host);
+// The GPUs the kernel driver has that the probe did not see (`seen`: the PCI bus ids it reported),
+// each with why: left out of CUDA_VISIBLE_DEVICES, its /dev/nvidiaN absent (a container given
+// only some devices), or denied (a cgroup's device rule). Empty when every GPU was seen.
+[[nodiscard]] std::vector<DiagnosisEntry> hidden_devices(const HostFacts& host, const std::vector<std::string>& seen);
 // Whether the driver is older than the environment's runtime (the driver API has no code for it).
 [[nodiscard]] DiagnosisEntry driver_age(const FailureFacts& failure);
 

@@ -51,10 +51,10 @@ bool parse_line(const std::vector<std::string>& f, ProbeRecords& out) {
     s.ms = static_cast<double>(*ns) / 1e6;
     s.code = f[5] == "-" ? std::nullopt : resolver::to_number<long long>(f[5]);
     s.detail = f[6];
-  } else if (kind == "D" && f.size() == 5) {
+  } else if (kind == "D" && (f.size() == 5 || f.size() == 6)) {
     const auto ordinal = resolver::to_number<int>(f[1]);
     if (!ordinal) return false;
-    out.devices.push_back({*ordinal, f[2], f[3], f[4]});
+    out.devices.push_back({*ordinal, f[2], f[3], f[4], f.size() == 6 ? f[5] : ""});
   } else if (kind == "M" && f.size() == 4) {
     const auto dev = resolver::to_number<std::uint64_t>(f[1]);
     const auto ino = resolver::to_number<std::uint64_t>(f[2]);

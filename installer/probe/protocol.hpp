@@ -8,13 +8,17 @@
 //   E  STAGE DEVICE OK NS CODE DETAIL     it ended: OK 1/0, NS its duration in nanoseconds,
 //                                         CODE the CUresult / cudnnStatus_t or -, DETAIL text
 //                                         (the path dlopen loaded, the version, dlerror())
-//   D  ORDINAL NAME CC UUID               a visible device (CC "9.0", UUID "GPU-..." or, for a MIG instance, "MIG-...")
+//   D  ORDINAL NAME CC UUID PCI           a visible device (CC "9.0", UUID "GPU-..." or, for a MIG instance, "MIG-...";
+//                                         PCI "0000:1b:00.0"; probes before it wrote no PCI field)
 //   M  DEV INO PATH                       a file mapped into the probe (dl_iterate_phdr)
 //   X  done|stopped                       the last record: every stage ran, or one failed
 //
 // Stages, in order: "dlopen libcuda.so.1", cuDriverGetVersion, cuInit, cuDeviceGetCount, per
 // device cuDeviceGet and cuDevicePrimaryCtxRetain, then "dlopen consumer" (or "dlopen cuDNN"),
-// cudnnGetVersion, and per device cudnnCreate and cudnnDestroy.
+// cudnnGetVersion, and per device cudnnCreate and cudnnDestroy; with --nccl and two or more
+// devices up, "dlopen libnccl.so.2", ncclGetVersion, per device "nccl buffers", then
+// ncclCommInitAll, ncclAllReduce and "nccl sum". A device whose stage failed has no later
+// stages; the others go on.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +44,7 @@ struct DeviceRecord {
   std::string name;
   std::string compute_capability;
   std::string uuid;
+  std::string pci;  // "0000:1b:00.0"; empty from an older probe
 };
 
 struct MappedRecord {

@@ -28,12 +28,21 @@ std::string_view to_string(Outcome outcome) {
 std::optional<std::string> code_name(const StageRecord& s) {
   if (!s.code) return std::nullopt;
   const int code = static_cast<int>(*s.code);
-  const auto name = s.stage.rfind("cudnn", 0) == 0 ? cudnn_status_name(code) : cu_result_name(code);
+  const auto name = s.stage.rfind("cudnn", 0) == 0 ? cudnn_status_name(code)
+                    : s.stage.rfind("nccl", 0) == 0
+                        ? (s.stage == "nccl buffers" ? cu_result_name(code) : nccl_result_name(code))
+                        : cu_result_name(code);
   return name ? std::optional<std::string>(*name) : std::nullopt;
 }
 
 std::string stage_label(const StageRecord& s) {
   return s.device ? fmt::format("{} on device {}", s.stage, *s.device) : s.stage;
+}
+
+const StageRecord* failed_stage_of(const ProbeRecords& records, int ordinal) {
+  for (const auto& s : records.stages)
+    if (s.device == ordinal && (!s.ended || !s.ok)) return &s;
+  return nullptr;
 }
 
 std::string signal_name(int sig) {

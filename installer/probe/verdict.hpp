@@ -28,6 +28,8 @@ struct Verdict {
 // "cuInit", "cudnnCreate on device 1".
 [[nodiscard]] std::string stage_label(const StageRecord& stage);
 [[nodiscard]] std::string signal_name(int signal);
+// The first stage of device `ordinal` that failed or never returned, if one did.
+[[nodiscard]] const StageRecord* failed_stage_of(const ProbeRecords& records, int ordinal);
 
 [[nodiscard]] Verdict judge(const ProbeRecords& records, const ProbeRun& run);
 

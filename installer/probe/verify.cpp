@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <regex>
 
 #include "resolver/base/text.hpp"
@@ -56,7 +57,8 @@ struct Prediction {
 
 // The probe's process as the loader model sees it: the probe, libcuda.so.1 dlopened by it, then
 // the consumer (or cuDNN) dlopened by path.
-Prediction predict(const r::Environment& env, const std::string& probe, const std::optional<std::string>& library) {
+Prediction predict(const r::Environment& env, const std::string& probe, const std::optional<std::string>& library,
+                   const std::optional<std::string>& nccl) {
   r::LoaderConfig config = env.loader->config();
   config.main_executable = probe;
   Prediction p{std::make_unique<r::LoaderModel>(config, env.loader->shared_elf_cache(), env.loader->shared_ld_cache()),
@@ -65,6 +67,7 @@ Prediction predict(const r::Environment& env, const std::string& probe, const st
   const r::Resolution cuda = p.model->resolve(p.process, p.process.main, k_libcuda);
   if (cuda.found()) p.model->load(p.process, *cuda.path);
   if (library) p.model->load(p.process, *library);
+  if (nccl) p.model->load(p.process, *nccl);
   return p;
 }
 
@@ -226,6 +229,44 @@ std::optional<Check> cudnn_version_check(const r::Environment& env, const Verify
   return c;
 }
 
+// NCCL's version code for a dist version: "2.28.9" -> 22809 (NCCL_VERSION_CODE since 2.9).
+std::optional<long long> nccl_version_number(std::string_view dist_version) {
+  const auto parts = r::split(dist_version, '.');
+  if (parts.size() < 3) return std::nullopt;
+  const auto major = resolver::to_number<long long>(parts[0]), minor = resolver::to_number<long long>(parts[1]),
+             patch = resolver::to_number<long long>(parts[2]);
+  if (!major || !minor || !patch) return std::nullopt;
+  return *major * 10000 + *minor * 100 + *patch;
+}
+
+// The NCCL the probe loaded against the dist that owns it: ncclGetVersion() and the version the
+// dist's own number means.
+std::optional<Check> nccl_version_check(const r::Environment& env, const VerifyReport& rep) {
+  if (!rep.nccl || !rep.nccl_version) return std::nullopt;
+  Check c{"NCCL version", true, ""};
+  const std::string real = r::real_path_of(*rep.nccl);
+  const auto owners = env.owners_of(real);
+  if (owners.empty()) {
+    c.detail = fmt::format("ncclGetVersion() = {} from {}; no dist owns it", *rep.nccl_version, env.display(real));
+    return c;
+  }
+  const auto& d = env.dists[static_cast<std::size_t>(owners.front())];
+  const auto want = nccl_version_number(d.version);
+  c.ok = !want || *want == *rep.nccl_version;
+  c.detail =
+      fmt::format("ncclGetVersion() = {} from {} ({} {}){}", *rep.nccl_version, env.display(real), d.metadata.name,
+                  d.version, c.ok ? "" : fmt::format(": version mismatch, the dist means {}", want.value_or(0)));
+  return c;
+}
+
+// How many devices came up (a context retained), from the records.
+int devices_up(const ProbeRecords& records) {
+  int n = 0;
+  for (const auto& s : records.stages)
+    if (s.stage == "cuDevicePrimaryCtxRetain" && s.ended && s.ok) ++n;
+  return n;
+}
+
 std::optional<int> runtime_major(const r::Environment& env, const Prediction& p) {
   static const std::regex cudart(R"(libcudart\.so\.([0-9]+))");
   std::optional<int> best;
@@ -319,11 +360,28 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
     for (const char* s : {"dlopen consumer", "cudnnGetVersion", "cudnnCreate", "cudnnDestroy"})
       rep.skipped.push_back({s, why});
   }
-  Prediction prediction = predict(env, o.probe, rep.consumer ? rep.consumer : rep.cudnn);
+  if (o.nccl) {
+    // The libnccl.so.2 the consumer's tree resolves to, as the model predicts it; else the
+    // environment's own.
+    Prediction first = predict(env, o.probe, rep.consumer ? rep.consumer : rep.cudnn, std::nullopt);
+    if (auto it = first.process.by_name.find(o.nccl_soname); it != first.process.by_name.end())
+      rep.nccl = first.process.objects[static_cast<std::size_t>(it->second)].real;
+    else
+      rep.nccl = environment_provider(env, o.nccl_soname);
+    if (rep.nccl)
+      cmd.args.insert(cmd.args.end(), {"--nccl", *rep.nccl});
+    else
+      rep.skipped.push_back({"ncclAllReduce", fmt::format("no {} in the environment", o.nccl_soname)});
+  }
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) rep.visible_devices = visible;
 
   rep.run = run_probe(cmd);
   rep.records = parse_probe_records(rep.run.output);
   rep.verdict = judge(rep.records, rep.run);
+  // The probe dlopens NCCL only where two devices came up: the model does as it did.
+  const bool nccl_loaded = rep.nccl && find_stage(rep.records, "dlopen libnccl.so.2");
+  Prediction prediction =
+      predict(env, o.probe, rep.consumer ? rep.consumer : rep.cudnn, nccl_loaded ? rep.nccl : std::nullopt);
   if (const auto* s = find_stage(rep.records, "dlopen libcuda.so.1"); s && s->ok) {
     rep.libcuda = s->detail;
     rep.libcuda_real = r::real_path_of(s->detail);
@@ -333,15 +391,28 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
   if (const auto* s = find_stage(rep.records, "cudnnGetVersion"); s && s->ok)
     rep.cudnn_version = resolver::to_number<long long>(s->detail);
   rep.runtime_major = runtime_major(env, prediction);
+  if (const auto* s = find_stage(rep.records, "ncclGetVersion"); s && s->ok)
+    rep.nccl_version = resolver::to_number<long long>(s->detail);
+  if (rep.nccl && rep.verdict.outcome == Outcome::ok && !find_stage(rep.records, "ncclCommInitAll"))
+    rep.skipped.push_back(
+        {"ncclAllReduce",
+         fmt::format("an all-reduce needs two or more GPUs; {} visible{}", devices_up(rep.records),
+                     rep.visible_devices ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", *rep.visible_devices) : "")});
 
   const auto* loaded_stage = find_stage(rep.records, rep.consumer ? "dlopen consumer" : "dlopen cuDNN");
   rep.loaded = compare_loaded(rep.records, prediction, knowledge, loaded_stage && loaded_stage->ok);
   rep.checks.push_back(loaded_files_check(env, rep.loaded));
   if (auto c = cudnn_version_check(env, rep, o.cudnn_soname)) rep.checks.push_back(*c);
+  if (auto c = nccl_version_check(env, rep)) rep.checks.push_back(*c);
   const HostFacts host = gather_host_facts(env.loader->config().ld_library_path);
   if (rep.driver_version && rep.runtime_major) rep.checks.push_back(driver_check(rep, knowledge, host));
 
   rep.diagnosis = diagnose(failure_facts(rep), host);
+  if (const auto* counted = find_stage(rep.records, "cuDeviceGetCount"); counted && counted->ok) {
+    std::vector<std::string> seen;
+    for (const auto& d : rep.records.devices) seen.push_back(d.pci);
+    for (auto& e : hidden_devices(host, seen)) rep.diagnosis.push_back(std::move(e));
+  }
   if (rep.verdict.outcome == Outcome::ok) {
     const auto failed = std::find_if(rep.checks.begin(), rep.checks.end(), [](const Check& c) { return !c.ok; });
     if (failed != rep.checks.end()) {

@@ -21,6 +21,9 @@ struct VerifyOptions {
   std::chrono::milliseconds timeout{60000};
   std::optional<std::string> consumer;  // default: chosen from the objects that NEED cuDNN
   std::string cudnn_soname = "libcudnn.so.9";
+  // --nccl: one all-reduce across every visible GPU with the libnccl.so.2 the model predicts.
+  bool nccl = false;
+  std::string nccl_soname = "libnccl.so.2";
 };
 
 // One file the probe had mapped, beside the model's prediction for its soname.
@@ -56,6 +59,9 @@ struct VerifyReport {
   std::optional<int> driver_version;
   std::optional<long long> cudnn_version;
   std::optional<int> runtime_major;
+  std::optional<std::string> nccl;             // --nccl: the libnccl.so.2 given to the probe
+  std::optional<long long> nccl_version;       // ncclGetVersion()
+  std::optional<std::string> visible_devices;  // CUDA_VISIBLE_DEVICES as the probe saw it
   std::vector<LoadedFile> loaded;
   std::vector<Check> checks;
   std::vector<DiagnosisEntry> diagnosis;

@@ -1,6 +1,7 @@
 // End-to-end: `cudafix verify` runs the real cudafix-probe against fake libcuda.so.1 and
 // libcudnn.so.9 libraries built from C (tests/fixtures/fake_cuda.c, fake_cudnn.c), selected
 // through the library path, and against the CUDA toolkit's real stub libcuda where installed.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "resolver/base/text.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 
@@ -35,7 +37,8 @@ std::string fake_cuda(const std::string& behaviour) { return k_verify + "/cuda/"
 // behaviour) and nvidia-cuda-runtime's libcudart.so.13, each with its dist-info.
 class FakeVenv {
  public:
-  explicit FakeVenv(const std::string& cudnn = "v91900", bool with_cudnn_files = true) {
+  // `nccl`: also nvidia-nccl-cu13 2.28.9 with that fake libnccl.so.2 (tests/fixtures/fake_nccl.c).
+  explicit FakeVenv(const std::string& cudnn = "v91900", bool with_cudnn_files = true, const std::string& nccl = "") {
     write_file(root() + "/pyvenv.cfg", "home = /usr/bin\nversion = 3.12.3\n");
     add_dist("torch", "2.11.0", {{"torch/lib/libtorch_cuda.so", k_verify + "/libtorch_cuda.so"}},
              "Requires-Dist: nvidia-cudnn-cu13==9.19.0.56; platform_system == \"Linux\"\n");
@@ -44,6 +47,9 @@ class FakeVenv {
     add_dist(
         "nvidia-cudnn-cu13", "9.19.0.56",
         {{"nvidia/cudnn/lib/libcudnn.so.9", with_cudnn_files ? k_verify + "/cudnn/" + cudnn + "/libcudnn.so.9" : ""}});
+    if (!nccl.empty())
+      add_dist("nvidia-nccl-cu13", "2.28.9",
+               {{"nvidia/nccl/lib/libnccl.so.2", k_verify + "/nccl/" + nccl + "/libnccl.so.2"}});
   }
   [[nodiscard]] std::string root() const { return dir_.path() + "/venv"; }
   [[nodiscard]] std::string site() const { return root() + "/lib/python3.12/site-packages"; }
@@ -459,6 +465,106 @@ TEST(FixVerified, AStepWhoseVerificationFailsIsUndoneAndTheGoodWheelIsVerified) 
   EXPECT_THAT(good.doc["before"]["error_rules"], ::testing::Contains("metadata-only"));
   // What is left is the fixture's: its fake cuDNN lacks the sub-libraries the real one dlopens.
   EXPECT_EQ(good.doc["after"]["error_rules"], json({"missing-dlopen-library"})) << good.doc["after"].dump();
+}
+
+// --- every device on its own, and NCCL across them -----------------------------------------
+
+TEST(VerifyDevices, EachDeviceIsReportedWithItsPciBusIdAndOneFailingDeviceIsNamedWhileTheOthersGoOn) {
+  FakeVenv venv;
+  const auto four = verify(venv, fake_cuda("four_devices"));
+  ASSERT_EQ(four.exit_code, 0) << four.text;
+  ASSERT_EQ(four.doc["devices"].size(), 4u);
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(four.doc["devices"][d]["pci_bus_id"], fmt::format("0000:{:02x}:00.0", 0x1b + d));
+    EXPECT_EQ(four.doc["devices"][d]["ok"], true);
+    EXPECT_TRUE(stage(four.doc, "cudnnCreate", d)) << d;
+  }
+  EXPECT_THAT(four.text, HasSubstr("device 3  Fake GPU 3, compute capability 9.0, GPU-"));
+  EXPECT_THAT(four.text, HasSubstr(", PCI 0000:1e:00.0  ok"));
+
+  const auto one_bad = verify(venv, fake_cuda("ctx_fails_on1"));
+  EXPECT_EQ(one_bad.exit_code, 1) << one_bad.text;
+  EXPECT_EQ(one_bad.doc["message"], "cuDevicePrimaryCtxRetain on device 1 returned 2 (CUDA_ERROR_OUT_OF_MEMORY)");
+  EXPECT_EQ(one_bad.doc["devices"][1]["ok"], false);
+  EXPECT_EQ(one_bad.doc["devices"][1]["failed_stage"], "cuDevicePrimaryCtxRetain on device 1");
+  // Device 0 was still checked through to its cuDNN handle; device 1 was left out after it failed.
+  EXPECT_EQ(one_bad.doc["devices"][0]["ok"], true);
+  const json* create0 = stage(one_bad.doc, "cudnnCreate", 0);
+  ASSERT_TRUE(create0);
+  EXPECT_EQ((*create0)["ok"], true);
+  EXPECT_FALSE(stage(one_bad.doc, "cudnnCreate", 1));
+  EXPECT_THAT(one_bad.text, HasSubstr("FAILED at cuDevicePrimaryCtxRetain on device 1"));
+}
+
+TEST(VerifyDevices, CudaVisibleDevicesIsShownAsTheProbeSawIt) {
+  FakeVenv venv;
+  const auto v =
+      verify(venv, fake_cuda("one_device"), "", "CUDA_VISIBLE_DEVICES=GPU-00010203-0405-0607-0809-0a0b0c0d0e0f");
+  EXPECT_EQ(v.exit_code, 0) << v.text;
+  EXPECT_EQ(v.doc["cuda_visible_devices"], "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f");
+  EXPECT_THAT(v.text, HasSubstr("visible   CUDA_VISIBLE_DEVICES=GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"));
+}
+
+TEST(VerifyNccl, AnAllReduceAcrossBothDevicesWithTheEnvironmentsNcclChecksTheSumAndTheVersion) {
+  FakeVenv venv("v91900", true, "v22809");
+  TempDir t;
+  const std::string env_file = t.path() + "/nvls";
+  const auto v = verify(venv, fake_cuda("ok"), "--nccl", "FAKE_NCCL_ENV_FILE=" + shell_quote(env_file));
+  ASSERT_EQ(v.exit_code, 0) << v.text;
+  for (const char* s : {"dlopen libnccl.so.2", "ncclGetVersion", "ncclCommInitAll", "ncclAllReduce", "nccl sum"}) {
+    const json* st = stage(v.doc, s);
+    ASSERT_TRUE(st) << s;
+    EXPECT_EQ((*st)["ok"], true) << s;
+  }
+  EXPECT_EQ((*stage(v.doc, "nccl sum"))["detail"], "1024 floats summed over 2 devices: 3 each, as expected");
+  EXPECT_EQ(v.doc["nccl_version"], 22809);
+  EXPECT_THAT(v.doc["nccl"].get<std::string>(), HasSubstr("nvidia/nccl/lib/libnccl.so.2"));
+  bool version_checked = false;
+  for (const auto& c : v.doc["checks"])
+    if (c["check"] == "NCCL version") {
+      version_checked = true;
+      EXPECT_EQ(c["ok"], true) << c.dump();
+      EXPECT_THAT(c["detail"].get<std::string>(), HasSubstr("(nvidia-nccl-cu13 2.28.9)"));
+    }
+  EXPECT_TRUE(version_checked);
+  // The NCCL mapped is the one the model predicted, and NVLink multicast was off.
+  bool nccl_compared = false;
+  for (const auto& f : v.doc["loaded"])
+    if (f["soname"] == "libnccl.so.2") nccl_compared = f["match"] == true;
+  EXPECT_TRUE(nccl_compared) << v.doc["loaded"].dump();
+  EXPECT_EQ(resolver::try_read_file(env_file).value_or("(not written)"), "0");
+}
+
+TEST(VerifyNccl, AWrongSumAFailedInitAHangAndAnotherVersionEachFailNamingWhat) {
+  const auto run = [](const std::string& nccl, const std::string& args = "--nccl") {
+    FakeVenv venv("v91900", true, nccl);
+    return verify(venv, fake_cuda("ok"), args);
+  };
+  const auto wrong = run("wrong");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_EQ(wrong.doc["message"], "nccl sum failed: device 0 element 0 is 4, not the sum 3");
+  const auto init = run("init5");
+  EXPECT_EQ(init.exit_code, 1);
+  EXPECT_EQ(init.doc["message"], "ncclCommInitAll returned 5 (ncclInvalidUsage)");
+  const auto hang = run("hang", "--nccl --timeout 2");
+  EXPECT_EQ(hang.exit_code, 1);
+  EXPECT_EQ(hang.doc["outcome"], "timeout");
+  EXPECT_THAT(hang.doc["message"].get<std::string>(), HasSubstr("timeout at ncclCommInitAll"));
+  const auto other = run("v22700");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_EQ(other.doc["failed_check"], "NCCL version");
+}
+
+TEST(VerifyNccl, OnOneVisibleGpuTheAllReduceIsSkippedSayingItNeedsTwo) {
+  FakeVenv venv("v91900", true, "v22809");
+  const auto v = verify(venv, fake_cuda("one_device"), "--nccl");
+  EXPECT_EQ(v.exit_code, 0) << v.text;
+  EXPECT_FALSE(stage(v.doc, "ncclCommInitAll"));
+  bool said = false;
+  for (const auto& s : v.doc["stages"])
+    if (s.value("skipped", false) && s["stage"] == "ncclAllReduce")
+      said = s["detail"] == "an all-reduce needs two or more GPUs; 1 visible";
+  EXPECT_TRUE(said) << v.doc["stages"].dump();
 }
 
 }  // namespace

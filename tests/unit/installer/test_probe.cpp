@@ -185,5 +185,50 @@ TEST(CudnnVersion, DistVersionsMapToCudnnGetVersionNumbers) {
   EXPECT_FALSE(cudnn_version_number("9").has_value());
 }
 
+// The GPUs the driver has that the probe did not see, each with its reason.
+TEST(Diagnosis, AGpuTheDriverHasAndTheProbeDidNotSeeIsNamedWithWhyItIsHidden) {
+  HostFacts h = gpu_host();
+  h.driver_gpus = {{"0000:1b:00.0", 0, ""}, {"0000:1c:00.0", 1, ""}, {"0000:1d:00.0", 2, ""}};
+  h.device_nodes.push_back({"/dev/nvidia2", EPERM});  // nvidia1: absent
+  const std::vector<std::string> seen = {"0000:1b:00.0"};
+  const auto d = hidden_devices(h, seen);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].cause, "GPU 0000:1c:00.0 has no device file here (a container given only some GPUs)");
+  EXPECT_EQ(d[1].cause, "GPU 0000:1d:00.0 is hidden by a cgroup's device rule");
+  EXPECT_THAT(d[1].result, ::testing::HasSubstr("open(/dev/nvidia2) failed"));
+  h.cuda_visible_devices = "0";
+  const auto by_env = hidden_devices(h, seen);
+  ASSERT_EQ(by_env.size(), 2u);
+  EXPECT_EQ(by_env[0].cause, "GPU 0000:1c:00.0 is left out of CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(by_env[0].result, "the driver has it; CUDA_VISIBLE_DEVICES=0");
+  EXPECT_TRUE(hidden_devices(h, {"0000:1b:00.0", "0000:1c:00.0", "0000:1d:00.0"}).empty());
+}
+
+// On the one-GPU H200, CUDA_VISIBLE_DEVICES=1 made cuInit return CUDA_ERROR_NO_DEVICE: an index
+// the driver does not have hides every GPU, as an unknown UUID does.
+TEST(Diagnosis, ACudaVisibleDevicesEntryNoneOfTheDriversGpusMatchHidesEveryGpu) {
+  HostFacts h = gpu_host();
+  h.driver_gpus = {{"0000:00:06.0", 0, "GPU-2cb515dc-58e4-5355-4db1-09ec475ae9e7"}};
+  for (const char* hides : {"1", "GPU-ffff", "GPU-2cb515dd"}) {
+    h.cuda_visible_devices = hides;
+    const auto d = diagnose(failure(100), h);
+    const auto* e = likely(d, "CUDA_VISIBLE_DEVICES hides every GPU");
+    ASSERT_NE(e, nullptr) << hides;
+    EXPECT_THAT(e->result, ::testing::HasSubstr("is none of the 1 GPU the driver has (0: 0000:00:06.0 GPU-2cb5"));
+  }
+  for (const char* names : {"0", "GPU-2cb515dc", "GPU-2cb515dc-58e4-5355-4db1-09ec475ae9e7"}) {
+    h.cuda_visible_devices = names;
+    EXPECT_EQ(likely(diagnose(failure(100), h), "CUDA_VISIBLE_DEVICES hides every GPU"), nullptr) << names;
+  }
+}
+
+TEST(Protocol, ADeviceRecordCarriesItsPciBusIdAndAnOlderProbesHasNone) {
+  const auto r = parse_probe_records("D\t0\tNVIDIA H200\t9.0\tGPU-ab\t0000:1b:00.0\nD\t1\tOld\t8.0\tGPU-cd\n");
+  ASSERT_EQ(r.devices.size(), 2u);
+  EXPECT_EQ(r.devices[0].pci, "0000:1b:00.0");
+  EXPECT_EQ(r.devices[1].pci, "");
+  EXPECT_TRUE(r.malformed.empty());
+}
+
 }  // namespace
 }  // namespace cudafix::installer::probe
