@@ -30,6 +30,44 @@ std::string dist_list(const r::Environment& env, const std::vector<int>& owners)
   return out;
 }
 
+// The deepest folder every path lies under, with its trailing '/' ("nvidia/nccl/"), or "".
+std::string common_folder(const std::vector<std::string>& paths) {
+  std::string prefix = paths.front().substr(0, paths.front().rfind('/') + 1);
+  for (const auto& p : paths)
+    while (!prefix.empty() && !p.starts_with(prefix)) {
+      const auto slash = prefix.size() >= 2 ? prefix.rfind('/', prefix.size() - 2) : std::string::npos;
+      prefix = slash == std::string::npos ? "" : prefix.substr(0, slash + 1);
+    }
+  return prefix;
+}
+
+// Evidence lines "PATH: WHAT" that say the same WHAT of several paths, as one line per WHAT and
+// the folder those paths share: "44 paths under nvidia/nccl/include/: bytes on disk are no
+// owner's". Other lines stay as they are, in their order; -v shows every line.
+std::vector<std::string> grouped_evidence(const std::vector<std::string>& lines) {
+  std::map<std::string, std::vector<std::string>> paths_by_what;
+  for (const auto& l : lines) {
+    const auto colon = l.find(": ");
+    if (colon != std::string::npos && l.find('/') < colon)
+      paths_by_what[l.substr(colon + 2)].push_back(l.substr(0, colon));
+  }
+  std::vector<std::string> out;
+  std::set<std::string> said;
+  for (const auto& l : lines) {
+    const auto colon = l.find(": ");
+    const auto it = colon == std::string::npos ? paths_by_what.end() : paths_by_what.find(l.substr(colon + 2));
+    if (it == paths_by_what.end() || it->second.size() < 3) {
+      out.push_back(l);
+      continue;
+    }
+    if (!said.insert(it->first).second) continue;
+    const std::string prefix = common_folder(it->second);
+    out.push_back(fmt::format("{} paths {}: {}", it->second.size(),
+                              prefix.empty() ? std::string("in several folders") : "under " + prefix, it->first));
+  }
+  return out;
+}
+
 // "and"-joined names: "a and b", "a, b and c".
 std::string and_list(const std::vector<std::string>& names) {
   if (names.size() < 2) return names.empty() ? "" : names.front();
@@ -61,10 +99,7 @@ std::string shared_path_groups(const r::Environment& env,
       out += fmt::format("  {} is listed by {}\n", paths.front(), who);
       continue;
     }
-    std::string prefix = paths.front().substr(0, paths.front().rfind('/') + 1);
-    for (const auto& p : paths)
-      while (!prefix.empty() && !p.starts_with(prefix))
-        prefix = prefix.substr(0, prefix.rfind('/', prefix.size() - 2) + 1);
+    const std::string prefix = common_folder(paths);
     const std::size_t gone = gone_by_owners[owners];
     out += fmt::format("  {} paths {} are listed by {}{}\n", paths.size(),
                        prefix.empty() ? std::string("in several folders") : "under " + prefix, who,
@@ -397,10 +432,11 @@ void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
                      r::to_valid_utf8(f.message));
   const bool details = f.severity != rules::Severity::info || st.verbose;
   if (details) {
-    const std::size_t limit = st.verbose ? f.evidence.size() : std::min<std::size_t>(f.evidence.size(), 6);
-    for (std::size_t i = 0; i < limit; ++i) out += fmt::format("{}      {}\n", indent, r::to_valid_utf8(f.evidence[i]));
-    if (limit < f.evidence.size())
-      out += st.dim(fmt::format("{}      ... {} more (-v)\n", indent, f.evidence.size() - limit));
+    const auto evidence = st.verbose ? f.evidence : grouped_evidence(f.evidence);
+    const std::size_t limit = st.verbose ? evidence.size() : std::min<std::size_t>(evidence.size(), 6);
+    for (std::size_t i = 0; i < limit; ++i) out += fmt::format("{}      {}\n", indent, r::to_valid_utf8(evidence[i]));
+    if (limit < evidence.size())
+      out += st.dim(fmt::format("{}      ... {} more (-v)\n", indent, evidence.size() - limit));
   }
   if (auto it = effects.find(f.id); it != effects.end())
     for (const auto* e : it->second) finding_lines(rep, *e, effects, st, depth + 1, explained, out);

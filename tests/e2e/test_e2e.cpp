@@ -419,7 +419,7 @@ TEST(Demo, WalksTheWorkflowBreakingAndRepairingTheExampleInAMinutesRead) {
   EXPECT_THAT(why.out, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9 (nvidia_cudnn_cu13-9.19.0.56.dist-info)"));
 }
 
-TEST(Scan, SharedPathsAreGroupedByFolderAndOwnersAndListedWithVerbose) {
+TEST(Scan, SharedPathsAreGroupedByFolderAndOwnersInScanAndDoctorAndListedWithVerbose) {
   TempDir tmp;
   const std::string dir = tmp.path() + "/demo";
   // The demo's example before its walk: both cuDNNs and both NCCLs installed.
@@ -430,6 +430,13 @@ TEST(Scan, SharedPathsAreGroupedByFolderAndOwnersAndListedWithVerbose) {
   EXPECT_THAT(grouped.out,
               HasSubstr("Paths listed by more than one dist (67)\n  22 paths under nvidia/cudnn/ are listed by "
                         "both nvidia-cudnn-cu12 9.10.2.21 and nvidia-cudnn-cu13 9.19.0.56"));
+  // doctor's evidence says one thing of many paths once, with their folder; -v lists each.
+  const auto doctor = cudafix("doctor --select shared-path --color never --venv " + shell_quote(dir) + k_no_cache);
+  EXPECT_THAT(doctor.out, HasSubstr("paths under nvidia/nccl/include/: bytes on disk are no owner's"));
+  EXPECT_THAT(doctor.out, HasSubstr("`pip uninstall nvidia-nccl-cu12` would delete all 45 shared paths"));
+  const auto doctor_all =
+      cudafix("doctor -v --select shared-path --color never --venv " + shell_quote(dir) + k_no_cache);
+  EXPECT_THAT(doctor_all.out, HasSubstr("nvidia/nccl/include/nccl.h: bytes on disk are no owner's"));
   const auto all = cudafix("scan -v --color never --venv " + shell_quote(dir) + k_no_cache);
   EXPECT_THAT(all.out, HasSubstr("  nvidia/cudnn/lib/libcudnn.so.9\n    owners: nvidia_cudnn_cu12-9.10.2.21.dist-info, "
                                  "nvidia_cudnn_cu13-9.19.0.56.dist-info"));
