@@ -88,6 +88,56 @@ static void merge_transaction_settings(const std::string& text, const std::strin
   }
 }
 
+// [sources] index_url = URL, extra_index_urls = [URL...], find_links = [DIR...]: each file's on
+// top of the one before; a folder is relative to the file that names it.
+static void merge_source_settings(const std::string& text, const std::string& source, Configuration& c) {
+  const toml::table doc = rules::parse_toml(text, source);
+  const auto* node = doc.get("sources");
+  if (!node) return;
+  const auto* table = node->as_table();
+  const auto where = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
+  if (!table) throw r::Error(fmt::format("{}: [sources] must be a table", where(*node)));
+  const auto strings = [&](const toml::node& value, const std::string& key) {
+    std::vector<std::string> out;
+    const auto* array = value.as_array();
+    if (!array) throw r::Error(fmt::format("{}: [sources] {} must be an array of strings", where(value), key));
+    for (const auto& item : *array) {
+      const auto str = item.value<std::string>();
+      if (!str) throw r::Error(fmt::format("{}: [sources] {} must be an array of strings", where(item), key));
+      out.push_back(*str);
+    }
+    return out;
+  };
+  const std::string folder = r::parent_dir(std::filesystem::absolute(source).string());
+  for (const auto& [key, value] : *table) {
+    const std::string k(key.str());
+    if (k == "index_url") {
+      const auto url = value.value<std::string>();
+      if (!url) throw r::Error(fmt::format("{}: [sources] index_url must be a string", where(value)));
+      c.index_url = *url;
+    } else if (k == "extra_index_urls") {
+      c.extra_index_urls = strings(value, k);
+    } else if (k == "find_links") {
+      c.find_links.clear();
+      for (const auto& dir : strings(value, k))
+        c.find_links.push_back(dir.starts_with("/") ? dir : r::join_normal(folder, dir));
+    } else {
+      throw r::Error(
+          fmt::format("{}: unknown key '{}' in [sources]; the keys are index_url, extra_index_urls and "
+                      "find_links",
+                      where(value), k));
+    }
+  }
+}
+
+GlobalOptions with_configured_sources(const GlobalOptions& g, const Configuration& config) {
+  GlobalOptions out = g;
+  out.config_index_url = config.index_url;
+  out.config_extra_index_urls = config.extra_index_urls;
+  out.config_find_links = config.find_links;
+  return out;
+}
+
 // `venv_root`: the environment's root, whose cudafix.toml is read; none, none.
 Configuration load_configuration(const GlobalOptions& g, const std::optional<std::string>& venv_root) {
   Configuration c{rules::builtin_knowledge(), {}};
@@ -105,6 +155,7 @@ Configuration load_configuration(const GlobalOptions& g, const std::optional<std
     rules::merge_knowledge(text, f, c.knowledge);
     rules::merge_rule_settings(text, f, c.rule_settings);
     merge_transaction_settings(text, f, c);
+    merge_source_settings(text, f, c);
   }
   return c;
 }
@@ -332,6 +383,10 @@ installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g, 
                                                         const std::vector<std::string>& supported_tags) {
   installer::source::SourceSettings s;
   installer::source::read_environment(s);
+  if (s.index_urls.empty()) {  // the configuration files rank below the environment, as pip's do
+    if (g.config_index_url) s.index_urls.push_back(*g.config_index_url);
+    s.index_urls.insert(s.index_urls.end(), g.config_extra_index_urls.begin(), g.config_extra_index_urls.end());
+  }
   if (g.index_url) {
     s.index_urls.erase(s.index_urls.begin(), s.index_urls.begin() + (s.index_urls.empty() ? 0 : 1));
     s.index_urls.insert(s.index_urls.begin(), *g.index_url);
@@ -419,6 +474,7 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
   if (folders.empty() && pip_find_links_env)
     for (auto f : r::split(pip_find_links, ' '))
       if (!f.empty()) folders.emplace_back(f);
+  if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
   auto found = installer::find_wheels(folders, opts.supported_tags);
   for (const auto& diag : found.diagnostics) std::cerr << fmt::format("cudafix: warning: {}\n", diag.to_string());
   opts.wheels = std::move(found.wheels);
@@ -440,8 +496,10 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
   return out;
 }
 
-int run_plan_fix(const GlobalOptions& g, const PlanFixCliOptions& p, std::ostream& out) {
-  const auto& [env, knowledge, settings] = scan_kept(g);
+int run_plan_fix(const GlobalOptions& options, const PlanFixCliOptions& p, std::ostream& out) {
+  Located located = locate(options);
+  const GlobalOptions g = with_configured_sources(options, located.config);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const PlannedFix planned = make_fix_plan(g, env, knowledge, p.cuda_major, p.pip_find_links_env);
   if (p.output) {
     r::AtomicFile f(*p.output);

@@ -34,6 +34,11 @@ struct GlobalOptions {
   bool offline = false;                       // --offline: the pip, uv and cudafix caches only
   double http_timeout_s = 15;                 // --http-timeout (pip's --timeout)
   int retries = 5;                            // --retries, as pip's
+  // [sources] of the configuration files (cli/session.hpp): used where neither the command line
+  // nor the environment names an index or a wheel folder, as pip ranks its config files.
+  std::optional<std::string> config_index_url;
+  std::vector<std::string> config_extra_index_urls;
+  std::vector<std::string> config_find_links;
 };
 
 int run_scan(const GlobalOptions& g, std::ostream& out);

@@ -28,6 +28,10 @@ struct Configuration {
   std::map<std::string, rules::RuleSettings> rule_settings;
   // [transactions] keep: how many finished transactions keep their backups (0: all).
   std::size_t keep_transactions = 10;
+  // [sources] index_url, extra_index_urls, find_links (folders relative to the file's own).
+  std::optional<std::string> index_url{};
+  std::vector<std::string> extra_index_urls{};
+  std::vector<std::string> find_links{};
 };
 
 struct Scanned {
@@ -43,6 +47,8 @@ struct Located {
 };
 
 [[nodiscard]] std::optional<std::string> env_var(const char* name);
+// The options with the configuration's [sources] below them (GlobalOptions::config_*).
+[[nodiscard]] GlobalOptions with_configured_sources(const GlobalOptions& g, const Configuration& config);
 [[nodiscard]] Style style_for(const GlobalOptions& g);
 // The environment the options name, recovered from an interrupted transaction, its configuration read.
 [[nodiscard]] Located locate(const GlobalOptions& g);

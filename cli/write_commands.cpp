@@ -505,7 +505,7 @@ std::vector<std::string> step_labels(const nlohmann::json& plan) {
 
 }  // namespace
 
-int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& out) {
+int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostream& out) {
   const auto text = r::try_read_file(o.plan);
   if (!text) throw r::Error(fmt::format("{}: cannot read the plan", o.plan));
   const auto plan = nlohmann::json::parse(*text, nullptr, false);
@@ -513,7 +513,8 @@ int run_apply(const GlobalOptions& g, const ApplyCliOptions& o, std::ostream& ou
     throw r::Error(fmt::format("{} is not a plan document (write one with `cudafix plan fix -o PLAN.json`)", o.plan));
   if (!plan.value("ok", false))
     throw r::Error(fmt::format("{} is a plan that found no safe order: {}", o.plan, plan.value("problem", "")));
-  Located located = locate(g);
+  Located located = locate(options);
+  const GlobalOptions g = with_configured_sources(options, located.config);
   const Retention keep = retention(located);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
@@ -623,9 +624,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int run_fix(const GlobalOptions& g, const FixCliOptions& o, std::ostream& out) {
+int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& out) {
   const auto t0 = std::chrono::steady_clock::now();
-  Located located = locate(g);
+  Located located = locate(options);
+  const GlobalOptions g = with_configured_sources(options, located.config);
   const Retention keep = retention(located);
   // A dry run only reads, as plan fix does; a real one plans under the lock it writes under.
   std::optional<tx::EnvLock> lock;

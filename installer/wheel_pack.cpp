@@ -128,7 +128,7 @@ std::string pack_installed_dist(const r::Environment& env, int dist, const std::
   std::string escaped = name;  // PEP 427 escapes the name's '-' as '_'
   std::replace(escaped.begin(), escaped.end(), '-', '_');
   const std::string file_name = escaped + "-" + d.metadata.version + "-" + wheel_tag(dist_info_dir) + ".whl";
-  const std::string path = r::join_normal(out_dir, file_name);
+  std::string path = r::join_normal(out_dir, file_name);
   const std::string tmp = path + ".part";
   ZipOut zip(tmp);
   std::string record;

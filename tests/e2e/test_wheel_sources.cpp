@@ -208,6 +208,34 @@ TEST_F(WheelSources, TheIndexSettingsFollowPipsPrecedence) {
   EXPECT_EQ(none.doc["needs"].size(), 1U);
 }
 
+// [sources] in cudafix.toml: below the command line and the environment, as pip's config files.
+TEST_F(WheelSources, TheIndexAndTheWheelFolderCanComeFromCudafixToml) {
+  TempDir t;
+  const auto v = broken_venv(t);
+  IndexServer server(wheels_, t.path(), "");
+  test::write_file(v + "/cudafix.toml", "[sources]\nindex_url = \"" + server.url() + "/simple\"\n");
+  ASSERT_NO_FATAL_FAILURE(expect_reinstall_from_index(plan_fix(t, v, ""), "JSON"));
+  // The environment outranks the file: an unreachable PIP_INDEX_URL is used, and nothing is found.
+  const auto env_wins =
+      plan_fix(t, v, "--retries 0",
+               "CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/cold") + " PIP_INDEX_URL=http://127.0.0.1:9/simple");
+  EXPECT_TRUE(env_wins.doc["steps"][0]["wheel"].is_null()) << env_wins.out;
+  // A wheel folder named relative to the file.
+  TempDir w;
+  test::write_file(w.path() + "/cudafix.toml", "[sources]\nfind_links = [\"wheels\"]\n");
+  fs::create_directories(w.path() + "/wheels");
+  for (const auto& e : fs::directory_iterator(wheels_))
+    fs::copy(e.path(), w.path() + "/wheels/" + e.path().filename().string());
+  const auto folder = plan_fix(t, v, "--rules " + shell_quote(w.path() + "/cudafix.toml") + " --no-index");
+  ASSERT_FALSE(folder.doc["steps"][0]["wheel"].is_null()) << folder.out;
+  EXPECT_THAT(folder.doc["steps"][0]["wheel"]["file"].get<std::string>(), HasSubstr(w.path() + "/wheels/"));
+  // A key it does not know is an error naming the file and line.
+  test::write_file(v + "/cudafix.toml", "[sources]\n\nindex = \"x\"\n");
+  const auto bad = plan_fix(t, v, "");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr(v + "/cudafix.toml:3: unknown key 'index' in [sources]"));
+}
+
 TEST_F(WheelSources, ServerErrorsAreRetriedAndRetryAfterHonoured) {
   for (const std::string fault : {"500x2", "429"}) {
     TempDir t;
