@@ -1,5 +1,6 @@
 // The commands that change an environment (docs/cli.md): remove, history, rollback, snapshot,
-// apply and install, each one transaction of installer/txn/.
+// apply and install, each one transaction of installer/txn/; and the pieces `fix` shares with
+// them (cli/transaction_steps.hpp).
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "cli/json_output.hpp"
 #include "cli/session.hpp"
 #include "cli/text_output.hpp"
+#include "cli/transaction_steps.hpp"
 #include "installer/probe/verify.hpp"
 #include "installer/source/sources.hpp"
 #include "installer/txn/changes.hpp"
@@ -53,7 +55,8 @@ std::string state_name(const tx::JournalRead& t) {
   }
 }
 
-// Writing needs a yes: -y, or one typed at a terminal.
+}  // namespace
+
 void confirm(const GlobalOptions& g, const std::string& what) {
   if (g.yes) return;
   if (!::isatty(0))
@@ -64,14 +67,8 @@ void confirm(const GlobalOptions& g, const std::string& what) {
   if (answer != "y" && answer != "Y" && answer != "yes") throw r::Error("not confirmed; nothing was changed");
 }
 
-struct Retention {
-  std::string root;
-  std::size_t count = 0;
-};
-
 Retention retention(const Located& located) { return {located.layout.root_real, located.config.keep_transactions}; }
 
-// A bar of ops carried out, on a terminal and without --json.
 void show_progress(const GlobalOptions& g, tx::Transaction& t, const char* what) {
   if (!g.json) t.on_progress(progress_bar(what, "changes"));
 }
@@ -85,9 +82,8 @@ const r::EnvLayout& writable(const r::Environment& env) {
   return env.layout;
 }
 
-// What a committed transaction says; then the backups beyond [transactions] keep are removed.
 int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const tx::Transaction& t,
-                const std::string& text, const Retention& keep, nlohmann::json extra = nlohmann::json::object()) {
+                const std::string& text, const Retention& keep, nlohmann::json extra) {
   const auto pruned = tx::prune_transactions(keep.root, keep.count);
   if (g.json) {
     extra["schema"] = 1;
@@ -106,8 +102,6 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
   }
   return 0;
 }
-
-}  // namespace
 
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out) {
   Located located = locate(g);
@@ -371,15 +365,7 @@ void plan_leftovers(const r::Environment& env, int dist, const std::vector<std::
   }
 }
 
-// The live verification after each step (installer/probe/verify.hpp), on the environment scanned
-// afresh the way the command scanned it. No driver: `unverified`, and the steps go on. A failed
-// one sets `failed` and throws, which undoes the transaction. `last` keeps the latest report.
-struct StepChecks {
-  bool skip = false;
-  bool unverified = false;
-  bool failed = false;
-  std::optional<installer::probe::VerifyReport> last;
-};
+}  // namespace
 
 std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::EnvLayout& layout,
                                                const r::Knowledge& knowledge, const std::vector<std::string>& steps,
@@ -406,8 +392,6 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
   };
 }
 
-// A transaction carried out with the verification after each step: exit 1 (every change undone,
-// and said) when a verification failed; any other failure is thrown on.
 std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out, const std::string& command,
                                       tx::Transaction& t, const std::function<void(std::size_t)>& check,
                                       const StepChecks& checks) {
@@ -428,6 +412,8 @@ std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
   }
   return std::nullopt;
 }
+
+namespace {
 
 // A plan step's wheel as a file: the one it names, or, for a wheel read by range from an index,
 // a download of it (cudafix's wheel cache first), its SHA-256 the plan's.
@@ -451,8 +437,8 @@ std::string planned_wheel_file(const GlobalOptions& g, const r::Environment& env
   return got.file;
 }
 
-// A plan document's steps staged into `t`, one journal step each; returns how many files they
-// write or delete. The wheels come from their files, or downloads checked against the plan.
+}  // namespace
+
 std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const nlohmann::json& plan,
                        tx::Transaction& t) {
   const auto& layout = writable(env);
@@ -495,15 +481,12 @@ std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const 
   return files;
 }
 
-// Each step as the confirmation and the verification name it: "reinstall nvidia-cudnn-cu13 9.19.0.56".
 std::vector<std::string> step_labels(const nlohmann::json& plan) {
   std::vector<std::string> said;
   for (const auto& st : plan["steps"])
     said.push_back(st.value("action", "") + " " + st.value("name", "") + " " + st.value("version", ""));
   return said;
 }
-
-}  // namespace
 
 int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostream& out) {
   const auto text = r::try_read_file(o.plan);
@@ -573,135 +556,6 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
                           : checks.unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
                                               : ", verified on the GPU"),
               keep, {{"installed", labels}, {"files", files}, {"verified", !o.no_verify && !checks.unverified}});
-  return checks.unverified ? 4 : 0;
-}
-
-namespace {
-
-// What doctor says of an environment, as `fix` reports it before and after.
-struct Health {
-  int errors = 0, warnings = 0;
-  std::vector<std::string> error_rules;  // the rules that found errors, each once, in doctor's order
-};
-
-Health health_of(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
-                 const std::map<std::string, rules::RuleSettings>& settings) {
-  rules::DoctorOptions opts;
-  opts.threads = g.threads;
-  opts.settings = settings;
-  const auto report = rules::run_doctor(env, knowledge, opts);
-  Health h{report.errors, report.warnings, {}};
-  for (const auto& f : report.findings)
-    if (f.severity == rules::Severity::error &&
-        std::find(h.error_rules.begin(), h.error_rules.end(), f.rule) == h.error_rules.end())
-      h.error_rules.push_back(f.rule);
-  return h;
-}
-
-nlohmann::json health_json(const Health& h) {
-  return {{"errors", h.errors}, {"warnings", h.warnings}, {"error_rules", h.error_rules}};
-}
-
-std::string health_text(const Health& h) {
-  std::string s = fmt::format("{} {}", h.errors, h.errors == 1 ? "error" : "errors");
-  if (!h.error_rules.empty()) s += fmt::format(" ({})", fmt::join(h.error_rules, ", "));
-  return s + fmt::format(", {} {}", h.warnings, h.warnings == 1 ? "warning" : "warnings");
-}
-
-// The cuDNN the last verification loaded: its version and the file, as the loader named it.
-nlohmann::json cudnn_loaded(const StepChecks& checks) {
-  if (!checks.last || checks.unverified) return nullptr;
-  nlohmann::json j{{"version", nullptr}, {"path", nullptr}};
-  if (checks.last->cudnn_version) j["version"] = *checks.last->cudnn_version;
-  for (const auto& f : checks.last->loaded)
-    if (f.soname.starts_with("libcudnn.so") && f.path) j["path"] = *f.path;
-  return j;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
-int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& out) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Located located = locate(options);
-  const GlobalOptions g = with_configured_sources(options, located.config);
-  const Retention keep = retention(located);
-  // A dry run only reads, as plan fix does; a real one plans under the lock it writes under.
-  std::optional<tx::EnvLock> lock;
-  if (!o.dry_run) lock.emplace(located.layout.root_real, lock_wait(g), say_waiting);
-  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full, true);
-  const Health before = health_of(g, env, knowledge, settings);
-  const PlannedFix planned = make_fix_plan(g, env, knowledge, o.cuda_major);
-  const auto plan = nlohmann::json::parse(planned.document);
-  const Style st = style_for(g);
-  nlohmann::json j{{"schema", 1},     {"command", "fix"},     {"venv", env.layout.root},
-                   {"plan", plan},    {"dry_run", o.dry_run}, {"before", health_json(before)},
-                   {"changed", false}};
-  const auto finish = [&](int rc, const std::string& text) {
-    j["seconds"] = seconds_since(t0);
-    if (g.json)
-      out << j.dump() << '\n';
-    else if (!g.quiet || rc != 0)
-      out << text;
-    return rc;
-  };
-  if (!planned.plan.ok())
-    return finish(1, plan_fix_text(env, planned.plan, st) + "nothing was changed: no safe plan (above)\n");
-  if (planned.plan.steps.empty()) {
-    j["after"] = j["before"];
-    return finish(0,
-                  fmt::format("nothing to do: {} needs no step (doctor: {})\n", env.layout.root, health_text(before)));
-  }
-  const std::string shown = plan_fix_text(env, planned.plan, st);
-  if (!planned.plan.needs.empty()) {
-    std::vector<std::string> names;
-    for (const auto& n : planned.plan.needs) names.push_back(n.name + " " + n.version);
-    j["error"] = fmt::format("no wheel for {}", fmt::join(names, ", "));
-    return finish(2, shown + fmt::format("nothing was changed: no wheel for {} in the sources given (--find-links "
-                                         "DIR, --index-url URL, or the pip and uv caches with --offline)\n",
-                                         fmt::join(names, ", ")));
-  }
-  if (o.dry_run) return finish(0, shown + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
-  if (!g.json && !g.quiet) out << shown << std::flush;
-  const auto said = step_labels(plan);
-  confirm(g, fmt::format("carry out these {} steps", said.size()));
-
-  tx::Transaction t(env.layout.root_real, "fix");
-  stage_plan(g, env, plan, t);
-  show_progress(g, t, "fixing");
-  StepChecks checks;
-  checks.skip = o.no_verify;
-  const auto check = step_verifier(g, env.layout, knowledge, said, checks);
-  if (const auto rc = carry_out_verified(g, out, "fix", t, check, checks)) return *rc;
-
-  auto scan = scan_options(g);
-  scan.cache_dir.clear();  // files just renamed into place
-  const r::Environment now = r::scan_environment(env.layout, scan);
-  const Health after = health_of(g, now, knowledge, settings);
-  const nlohmann::json cudnn = cudnn_loaded(checks);
-  const bool verified = !o.no_verify && !checks.unverified;
-  std::string summary =
-      fmt::format("fixed {}: {} {}\n", env.layout.root, said.size(), said.size() == 1 ? "step" : "steps");
-  summary += fmt::format("  before: {}\n  after:  {}\n", health_text(before), health_text(after));
-  if (o.no_verify)
-    summary += "  not verified (--no-verify)\n";
-  else if (checks.unverified)
-    summary += "  not verified: no GPU driver (libcuda.so.1) here; run `cudafix verify` on a GPU node\n";
-  else
-    summary += fmt::format("  verified on the GPU after each step; cuDNN {} loaded from {}\n",
-                           cudnn["version"].is_null() ? "?" : cudnn["version"].dump(),
-                           cudnn["path"].is_null() ? "?" : env.display(cudnn["path"].get<std::string>()));
-  summary += fmt::format("  took {:.2f} s", seconds_since(t0));
-  j["changed"] = true;
-  j["steps"] = said;
-  j["after"] = health_json(after);
-  j["verified"] = verified;
-  j["cudnn"] = cudnn;
-  j["seconds"] = seconds_since(t0);
-  report_done(g, out, "fix", t, summary, keep, j);
   return checks.unverified ? 4 : 0;
 }
 

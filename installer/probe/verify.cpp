@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <regex>
 
@@ -229,14 +230,24 @@ std::optional<Check> cudnn_version_check(const r::Environment& env, const Verify
   return c;
 }
 
-// NCCL's version code for a dist version: "2.28.9" -> 22809 (NCCL_VERSION_CODE since 2.9).
-std::optional<long long> nccl_version_number(std::string_view dist_version) {
+// The first three numbers of a dist version ("9.19.0.56" -> 9, 19, 0), if it has them.
+std::optional<std::array<long long, 3>> major_minor_patch(std::string_view dist_version) {
   const auto parts = r::split(dist_version, '.');
   if (parts.size() < 3) return std::nullopt;
-  const auto major = resolver::to_number<long long>(parts[0]), minor = resolver::to_number<long long>(parts[1]),
-             patch = resolver::to_number<long long>(parts[2]);
-  if (!major || !minor || !patch) return std::nullopt;
-  return *major * 10000 + *minor * 100 + *patch;
+  std::array<long long, 3> out{};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto n = resolver::to_number<long long>(parts[i]);
+    if (!n) return std::nullopt;
+    out[i] = *n;
+  }
+  return out;
+}
+
+// NCCL's version code for a dist version: "2.28.9" -> 22809 (NCCL_VERSION_CODE since 2.9).
+std::optional<long long> nccl_version_number(std::string_view dist_version) {
+  const auto v = major_minor_patch(dist_version);
+  if (!v) return std::nullopt;
+  return (*v)[0] * 10000 + (*v)[1] * 100 + (*v)[2];
 }
 
 // The NCCL the probe loaded against the dist that owns it: ncclGetVersion() and the version the
@@ -330,12 +341,9 @@ FailureFacts failure_facts(const VerifyReport& rep) {
 }  // namespace
 
 std::optional<long long> cudnn_version_number(std::string_view dist_version) {
-  const auto parts = r::split(dist_version, '.');
-  if (parts.size() < 3) return std::nullopt;
-  const auto major = resolver::to_number<long long>(parts[0]), minor = resolver::to_number<long long>(parts[1]),
-             patch = resolver::to_number<long long>(parts[2]);
-  if (!major || !minor || !patch) return std::nullopt;
-  return *major * (*major >= 9 ? 10000 : 1000) + *minor * 100 + *patch;
+  const auto v = major_minor_patch(dist_version);
+  if (!v) return std::nullopt;
+  return (*v)[0] * ((*v)[0] >= 9 ? 10000 : 1000) + (*v)[1] * 100 + (*v)[2];
 }
 
 int VerifyReport::exit_code() const {

@@ -94,6 +94,14 @@ Verify verify(const FakeVenv& venv, const std::string& library_path, const std::
   return v;
 }
 
+// Every file's SHA-256 under a venv, cudafix's own folder and the lock aside.
+std::string hashes_of(const std::string& root) {
+  return run_shell("cd " + shell_quote(root) +
+                   " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
+                   "xargs -0 sha256sum")
+      .out;
+}
+
 const json* stage(const json& doc, const std::string& name, int device = -1) {
   for (const auto& s : doc["stages"])
     if (s["stage"] == name && (device < 0 ? s["device"].is_null() : s["device"] == device)) return &s;
@@ -405,12 +413,7 @@ TEST(Verify, LdSoCacheOptionIsRefusedBecauseTheRealLoaderReadsTheHostsCache) {
 TEST(VerifyAfterAStep, AFailedVerificationUndoesTheInstallAndExitsOne) {
   FakeVenv venv;
   TempDir w;
-  const auto listing = [&] {
-    return run_shell("cd " + shell_quote(venv.root()) +
-                     " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
-                     "xargs -0 sha256sum")
-        .out;
-  };
+  const auto listing = [&] { return hashes_of(venv.root()); };
   const std::string before = listing();
   const auto install = [&](const std::string& cudnn) {
     const std::string wheel = test::make_wheel(
@@ -436,12 +439,7 @@ TEST(VerifyAfterAStep, AFailedVerificationUndoesTheInstallAndExitsOne) {
 TEST(FixVerified, AStepWhoseVerificationFailsIsUndoneAndTheGoodWheelIsVerified) {
   FakeVenv venv("v91900", false);  // nvidia-cudnn-cu13 metadata-only
   TempDir w;
-  const auto listing = [&] {
-    return run_shell("cd " + shell_quote(venv.root()) +
-                     " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
-                     "xargs -0 sha256sum")
-        .out;
-  };
+  const auto listing = [&] { return hashes_of(venv.root()); };
   const std::string before = listing();
   const auto fix = [&](const std::string& cudnn) {
     const std::string folder = w.path() + "/" + cudnn;

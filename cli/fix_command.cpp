@@ -1,0 +1,151 @@
+// `cudafix fix`: plan fix, then the plan carried out as one transaction verified after each
+// step (cli/transaction_steps.hpp), with doctor's verdict before and after.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/commands.hpp"
+#include "cli/json_output.hpp"
+#include "cli/session.hpp"
+#include "cli/text_output.hpp"
+#include "cli/transaction_steps.hpp"
+#include "installer/txn/transaction.hpp"
+#include "rules/doctor.hpp"
+
+namespace cudafix::cli {
+namespace r = cudafix::resolver;
+namespace tx = installer::txn;
+
+namespace {
+
+// What doctor says of an environment, as `fix` reports it before and after.
+struct Health {
+  int errors = 0, warnings = 0;
+  std::vector<std::string> error_rules;  // the rules that found errors, each once, in doctor's order
+};
+
+Health health_of(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
+                 const std::map<std::string, rules::RuleSettings>& settings) {
+  rules::DoctorOptions opts;
+  opts.threads = g.threads;
+  opts.settings = settings;
+  const auto report = rules::run_doctor(env, knowledge, opts);
+  Health h{report.errors, report.warnings, {}};
+  for (const auto& f : report.findings)
+    if (f.severity == rules::Severity::error &&
+        std::find(h.error_rules.begin(), h.error_rules.end(), f.rule) == h.error_rules.end())
+      h.error_rules.push_back(f.rule);
+  return h;
+}
+
+nlohmann::json health_json(const Health& h) {
+  return {{"errors", h.errors}, {"warnings", h.warnings}, {"error_rules", h.error_rules}};
+}
+
+std::string health_text(const Health& h) {
+  std::string s = fmt::format("{} {}", h.errors, h.errors == 1 ? "error" : "errors");
+  if (!h.error_rules.empty()) s += fmt::format(" ({})", fmt::join(h.error_rules, ", "));
+  return s + fmt::format(", {} {}", h.warnings, h.warnings == 1 ? "warning" : "warnings");
+}
+
+// The cuDNN the last verification loaded: its version and the file, as the loader named it.
+nlohmann::json cudnn_loaded(const StepChecks& checks) {
+  if (!checks.last || checks.unverified) return nullptr;
+  nlohmann::json j{{"version", nullptr}, {"path", nullptr}};
+  if (checks.last->cudnn_version) j["version"] = *checks.last->cudnn_version;
+  for (const auto& f : checks.last->loaded)
+    if (f.soname.starts_with("libcudnn.so") && f.path) j["path"] = *f.path;
+  return j;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Located located = locate(options);
+  const GlobalOptions g = with_configured_sources(options, located.config);
+  const Retention keep = retention(located);
+  // A dry run only reads, as plan fix does; a real one plans under the lock it writes under.
+  std::optional<tx::EnvLock> lock;
+  if (!o.dry_run) lock.emplace(located.layout.root_real, lock_wait(g), say_waiting);
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full, true);
+  const Health before = health_of(g, env, knowledge, settings);
+  const PlannedFix planned = make_fix_plan(g, env, knowledge, o.cuda_major);
+  const auto plan = nlohmann::json::parse(planned.document);
+  const Style st = style_for(g);
+  nlohmann::json j{{"schema", 1},     {"command", "fix"},     {"venv", env.layout.root},
+                   {"plan", plan},    {"dry_run", o.dry_run}, {"before", health_json(before)},
+                   {"changed", false}};
+  const auto finish = [&](int rc, const std::string& text) {
+    j["seconds"] = seconds_since(t0);
+    if (g.json)
+      out << j.dump() << '\n';
+    else if (!g.quiet || rc != 0)
+      out << text;
+    return rc;
+  };
+  if (!planned.plan.ok())
+    return finish(1, plan_fix_text(env, planned.plan, st) + "nothing was changed: no safe plan (above)\n");
+  if (planned.plan.steps.empty()) {
+    j["after"] = j["before"];
+    return finish(0,
+                  fmt::format("nothing to do: {} needs no step (doctor: {})\n", env.layout.root, health_text(before)));
+  }
+  const std::string shown = plan_fix_text(env, planned.plan, st);
+  if (!planned.plan.needs.empty()) {
+    std::vector<std::string> names;
+    for (const auto& n : planned.plan.needs) names.push_back(n.name + " " + n.version);
+    j["error"] = fmt::format("no wheel for {}", fmt::join(names, ", "));
+    return finish(2, shown + fmt::format("nothing was changed: no wheel for {} in the sources given (--find-links "
+                                         "DIR, --index-url URL, or the pip and uv caches with --offline)\n",
+                                         fmt::join(names, ", ")));
+  }
+  if (o.dry_run) return finish(0, shown + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
+  if (!g.json && !g.quiet) out << shown << std::flush;
+  const auto said = step_labels(plan);
+  confirm(g, fmt::format("carry out these {} steps", said.size()));
+
+  tx::Transaction t(env.layout.root_real, "fix");
+  stage_plan(g, env, plan, t);
+  show_progress(g, t, "fixing");
+  StepChecks checks;
+  checks.skip = o.no_verify;
+  const auto check = step_verifier(g, env.layout, knowledge, said, checks);
+  if (const auto rc = carry_out_verified(g, out, "fix", t, check, checks)) return *rc;
+
+  auto scan = scan_options(g);
+  scan.cache_dir.clear();  // files just renamed into place
+  const r::Environment now = r::scan_environment(env.layout, scan);
+  const Health after = health_of(g, now, knowledge, settings);
+  const nlohmann::json cudnn = cudnn_loaded(checks);
+  const bool verified = !o.no_verify && !checks.unverified;
+  std::string summary =
+      fmt::format("fixed {}: {} {}\n", env.layout.root, said.size(), said.size() == 1 ? "step" : "steps");
+  summary += fmt::format("  before: {}\n  after:  {}\n", health_text(before), health_text(after));
+  if (o.no_verify)
+    summary += "  not verified (--no-verify)\n";
+  else if (checks.unverified)
+    summary += "  not verified: no GPU driver (libcuda.so.1) here; run `cudafix verify` on a GPU node\n";
+  else
+    summary += fmt::format("  verified on the GPU after each step; cuDNN {} loaded from {}\n",
+                           cudnn["version"].is_null() ? "?" : cudnn["version"].dump(),
+                           cudnn["path"].is_null() ? "?" : env.display(cudnn["path"].get<std::string>()));
+  summary += fmt::format("  took {:.2f} s", seconds_since(t0));
+  j["changed"] = true;
+  j["steps"] = said;
+  j["after"] = health_json(after);
+  j["verified"] = verified;
+  j["cudnn"] = cudnn;
+  j["seconds"] = seconds_since(t0);
+  report_done(g, out, "fix", t, summary, keep, j);
+  return checks.unverified ? 4 : 0;
+}
+
+}  // namespace cudafix::cli

@@ -1,0 +1,71 @@
+// What the commands that change an environment share (cli/write_commands.cpp defines it;
+// cli/fix_command.cpp uses it too): the confirmation, the retention of backups, the progress bar,
+// the commit's report, a plan document's steps staged into a transaction, and the live
+// verification after each step.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "cli/session.hpp"
+#include "installer/probe/verify.hpp"
+#include "installer/txn/transaction.hpp"
+
+namespace cudafix::cli {
+
+// Writing needs a yes: -y, or one typed at a terminal; throws Error otherwise.
+void confirm(const GlobalOptions& g, const std::string& what);
+
+// Where backups are pruned after a commit, and how many transactions keep theirs.
+struct Retention {
+  std::string root;
+  std::size_t count = 0;
+};
+[[nodiscard]] Retention retention(const Located& located);
+
+// A bar of ops carried out, on a terminal and without --json.
+void show_progress(const GlobalOptions& g, installer::txn::Transaction& t, const char* what);
+
+// The environment's layout, refusing a bare site folder (cudafix changes a venv or a prefix).
+const resolver::EnvLayout& writable(const resolver::Environment& env);
+
+// What a committed transaction says (text, or `extra` with the transaction's fields as JSON);
+// then the backups beyond [transactions] keep are removed. Returns 0.
+int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command,
+                const installer::txn::Transaction& t, const std::string& text, const Retention& keep,
+                nlohmann::json extra = nlohmann::json::object());
+
+// The live verification after each step (installer/probe/verify.hpp), on the environment scanned
+// afresh the way the command scanned it. No driver: `unverified`, and the steps go on. A failed
+// one sets `failed` and throws, which undoes the transaction. `last` keeps the latest report.
+struct StepChecks {
+  bool skip = false;
+  bool unverified = false;
+  bool failed = false;
+  std::optional<installer::probe::VerifyReport> last;
+};
+[[nodiscard]] std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const resolver::EnvLayout& layout,
+                                                             const resolver::Knowledge& knowledge,
+                                                             const std::vector<std::string>& steps, StepChecks& checks);
+
+// A transaction carried out with the verification after each step: exit 1 (every change undone,
+// and said) when a verification failed; any other failure is thrown on.
+[[nodiscard]] std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
+                                                    const std::string& command, installer::txn::Transaction& t,
+                                                    const std::function<void(std::size_t)>& check,
+                                                    const StepChecks& checks);
+
+// A plan document's steps staged into `t`, one journal step each; returns how many files they
+// write or delete. The wheels come from their files, or downloads checked against the plan.
+std::size_t stage_plan(const GlobalOptions& g, const resolver::Environment& env, const nlohmann::json& plan,
+                       installer::txn::Transaction& t);
+
+// Each step as the confirmation and the verification name it: "reinstall nvidia-cudnn-cu13 9.19.0.56".
+[[nodiscard]] std::vector<std::string> step_labels(const nlohmann::json& plan);
+
+}  // namespace cudafix::cli
