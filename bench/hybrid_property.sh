@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The hybrid CUDA 12/13 property (tests/e2e/test_hybrid_property.cpp) over many more rounds than
-# CI's 12, each seed its own sample: plan fix on a real pip-made venv, carried out, then judged by
+# CI's 6, each seed its own sample: plan fix on a real pip-made venv, carried out, then judged by
 # doctor, pip check and glibc's ld.so --list.
 #   bench/hybrid_property.sh [BUILD_DIR] [ROUNDS] [SEEDS...]
 set -euo pipefail

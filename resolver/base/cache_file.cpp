@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -77,11 +78,22 @@ std::optional<Stamp> stamp_at(int dir_fd, const char* name, int flags, unsigned 
   return stamp_of(st);
 }
 
+std::chrono::milliseconds settle_time() {
+  static const std::chrono::milliseconds settle = [] {
+    const char* ms = std::getenv("CUDAFIX_CACHE_SETTLE_MS");
+    if (ms == nullptr || *ms == '\0') return k_settle;
+    char* end = nullptr;
+    const long long value = std::strtoll(ms, &end, 10);
+    return *end == '\0' && value >= 0 && value <= 3'600'000 ? std::chrono::milliseconds(value) : k_settle;
+  }();
+  return settle;
+}
+
 bool settled(const Stamp& stamp, std::chrono::system_clock::time_point run_start) {
   const auto ctime =
       std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
           std::chrono::seconds(stamp.ctime_sec) + std::chrono::nanoseconds(stamp.ctime_nsec)));
-  return ctime + k_settle <= run_start;
+  return ctime + settle_time() <= run_start;
 }
 
 std::string cache_file_name(std::string_view cache_dir, std::string_view kind, const std::vector<std::string>& roots) {

@@ -33,7 +33,10 @@ class AtomicFile;
 // A change to a file or folder within the same clock tick as cudafix read it would leave its
 // ctime as it was, so only what had been still for this long when the run started is kept ("racily
 // clean", as git calls it); 2 s covers file systems that keep whole seconds.
-inline constexpr std::chrono::seconds k_settle{2};
+inline constexpr std::chrono::milliseconds k_settle{2000};
+// k_settle, or the milliseconds $CUDAFIX_CACHE_SETTLE_MS gives (read once): the tests, on file
+// systems with nanosecond stamps, set it so that they need not wait 2 s for what they wrote.
+[[nodiscard]] std::chrono::milliseconds settle_time();
 
 // The cache files of one kind kept in the folder: the most recently written.
 inline constexpr std::size_t k_kept_files = 32;

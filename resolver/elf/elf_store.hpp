@@ -3,7 +3,7 @@
 // headers and dynamic segment.
 //
 // An object's answer is reused when its stamp (cache_file.hpp: device, inode, size, ctime, mtime)
-// is the one it had when it was read, and kept only when the object had been still for k_settle
+// is the one it had when it was read, and kept only when the object had been still for settle_time()
 // when the scan started. Files that are not ELF (a linker script named libfoo.so) are kept as
 // such; files that could not be opened are not kept.
 //

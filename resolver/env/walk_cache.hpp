@@ -5,7 +5,7 @@
 //
 // A folder's listing is reused when its stamp (cache_file.hpp: device, inode, size, ctime, mtime)
 // is the one it had when it was listed, and kept only when the folder had been still for
-// k_settle when the walk started.
+// settle_time() when the walk started.
 //
 // The payload of the cache file (cache_file.hpp; magic "cfxwalk4"), one per set of walked roots:
 //   u32 folder count F; u32 path bytes P; u64 entry count E; u64 name bytes S;

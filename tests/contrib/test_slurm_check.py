@@ -14,7 +14,9 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 import fleet_fixture as fx  # noqa: E402
+import unittest_report  # noqa: E402
 
 BIN, SOURCE, FIXTURES = sys.argv[1:4] if len(sys.argv) >= 4 else ("", "", "")
 
@@ -94,4 +96,4 @@ class SlurmNodeCheck(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    unittest_report.main()

@@ -13,6 +13,7 @@
 #include <map>
 #include <thread>
 
+#include "resolver/base/cache_file.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/elf/elf_writer.hpp"
 #include "tests/e2e/cudafix_run.hpp"
@@ -222,7 +223,7 @@ TEST(WalkCache, AnswersAsAFullListingWouldAfterRealPipInstallsAndUninstalls) {
         << r.out;
     return std::pair{reused, folders};
   };
-  std::this_thread::sleep_for(std::chrono::milliseconds(2100));  // the venv's folders settle
+  std::this_thread::sleep_for(cudafix::resolver::settle_time() + std::chrono::milliseconds(100));  // the folders settle
   EXPECT_EQ(cached(), uncached());
   const auto [reused, folders] = reuse();
   EXPECT_GT(folders, 10u);
@@ -267,7 +268,7 @@ TEST(WalkCache, IsNotUsedWhereTheFileSystemIsNotOneItTrusts) {
   const std::string inner =
       "mount -t ramfs ramfs " + shell_quote(mnt) + " && mkdir -p " + shell_quote(site + "/foo-1.0.dist-info") +
       " && printf 'Name: foo\\nVersion: 1.0\\n' > " + shell_quote(meta) +
-      " && sleep 2.1 && for i in 1 2; do env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(cache) + " " +
+      " && sleep " + std::to_string(static_cast<double>(cudafix::resolver::settle_time().count()) / 1000.0 + 0.1) + " && for i in 1 2; do env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(cache) + " " +
       shell_quote(k_bin) + " scan --venv " + shell_quote(site) + " --json --timings >/dev/null; done";
   const auto r = run_shell("unshare -m sh -c " + shell_quote(inner));
   EXPECT_EQ(r.exit_code, 0) << r.out;

@@ -10,8 +10,9 @@
 // consumer object finds each CUDA library in the venv, byte for byte the target major's build, and loses nothing it
 // found before.
 //
-// CUDAFIX_HYBRID_ROUNDS sets the number of rounds (default 12) and CUDAFIX_HYBRID_SEED the seed;
-// bench/hybrid_property.sh runs many more.
+// Each run takes a new seed and prints it; CUDAFIX_HYBRID_SEED=N runs that seed again.
+// CUDAFIX_HYBRID_ROUNDS sets the number of rounds: 6 by default, a CI sample (each round is a
+// dozen pip runs); bench/hybrid_property.sh runs many more.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <random>
@@ -201,9 +203,13 @@ void carry_out(const json& plan, const std::string& venv, const std::string& lin
 
 TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAndGlibc) {
   const char* env_rounds = std::getenv("CUDAFIX_HYBRID_ROUNDS");
-  const int rounds = env_rounds ? std::atoi(env_rounds) : 12;
+  const int rounds = env_rounds ? std::atoi(env_rounds) : 6;
   const char* env_seed = std::getenv("CUDAFIX_HYBRID_SEED");
-  std::mt19937 rng(env_seed ? static_cast<unsigned>(std::strtoul(env_seed, nullptr, 10)) : 20261201u);
+  const unsigned seed = env_seed ? static_cast<unsigned>(std::strtoul(env_seed, nullptr, 10)) : std::random_device{}();
+  std::cout << "seed " << seed << " (run it again: CUDAFIX_HYBRID_SEED=" << seed << ")\n";
+  RecordProperty("seed", std::to_string(seed));
+  SCOPED_TRACE(fmt::format("seed {} (CUDAFIX_HYBRID_SEED={} runs it again)", seed, seed));
+  std::mt19937 rng(seed);
   const auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   int reinstalls = 0, removals = 0, installs = 0, pip_uninstalls = 0, foreign_last = 0, applied_by_cudafix = 0;
   for (int round = 0; round < rounds; ++round) {

@@ -17,6 +17,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import unittest_report  # noqa: E402
+
 BUILD, SOURCE = (os.path.abspath(a) for a in sys.argv[1:3]) if len(sys.argv) >= 3 else ("", "")
 PYTHON = "/usr/bin/python3"
 
@@ -131,10 +134,12 @@ class Release(unittest.TestCase):
         options = set(re.findall(r"(--[a-z][a-z-]+)", help_text))
         for c in commands + ["plan remove", "plan fix"]:
             options |= set(re.findall(r"(--[a-z][a-z-]+)", run([binary] + c.split() + ["--help"]).stdout))
+        man_text = man.replace("\\-", "-")  # roff writes a hyphen as \-
         for o in sorted(options):
             self.assertIn(o, bash, "bash completion lacks " + o)
             self.assertIn(o, zsh, "zsh completion lacks " + o)
+            self.assertRegex(man_text, r"(?<![a-z-])%s(?![a-z-])" % re.escape(o), "the man page lacks " + o)
 
 
 if __name__ == "__main__":
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    unittest_report.main()

@@ -59,7 +59,7 @@ struct Objects {
   }
 };
 
-void let_settle() { std::this_thread::sleep_for(k_settle + std::chrono::milliseconds(100)); }
+void let_settle() { std::this_thread::sleep_for(settle_time() + std::chrono::milliseconds(100)); }
 
 TEST(ElfStore, AnUnchangedObjectIsAnsweredFromTheStoreAndAChangedOneIsReadAgain) {
   Objects o;

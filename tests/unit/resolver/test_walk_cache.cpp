@@ -42,8 +42,8 @@ void make_site(const std::string& site) {
 constexpr std::size_t k_folders = 1 + 20 * 4;
 
 // Waits until every folder written so far is older than the settle time, so that a walk keeps
-// its listing (a folder changed within k_settle of a walk is listed again next time).
-void let_settle() { std::this_thread::sleep_for(k_settle + std::chrono::milliseconds(100)); }
+// its listing (a folder changed within settle_time() of a walk is listed again next time).
+void let_settle() { std::this_thread::sleep_for(settle_time() + std::chrono::milliseconds(100)); }
 
 struct Site {
   test::TempDir t;
@@ -102,7 +102,7 @@ TEST(WalkCache, AnUnchangedTreeIsTakenFromTheCacheAndAChangedFolderIsListedAgain
 }
 
 TEST(WalkCache, AFolderChangedWithinTheSettleTimeIsNeverKept) {
-  Site s;  // just written: every folder's ctime is within k_settle
+  Site s;  // just written: every folder's ctime is within settle_time()
   const auto first = s.walk();
   EXPECT_TRUE(first.cache.written);
   const auto second = s.walk();
