@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -49,14 +50,33 @@ const Fault& fault() {
   return f;
 }
 
-// Whether this call of `call` is the one to fail; sets errno when it is.
-bool injected(const char* call) {
-  const Fault& f = fault();
-  if (f.call != call) return false;
+// The trace file, opened once for appending; none unless CUDAFIX_TEST_FAULT_TRACE names one.
+std::FILE* trace() {
+  static std::FILE* const file = [] {
+    const char* path = std::getenv("CUDAFIX_TEST_FAULT_TRACE");
+    return path && *path ? std::fopen(path, "ae") : nullptr;
+  }();
+  return file;
+}
+
+std::mutex& hook_mutex() {
   static std::mutex m;
+  return m;
+}
+
+// Whether this call of `call` on `path` is the one to fail; sets errno when it is.
+bool injected(const char* call, const std::string& path) {
+  const Fault& f = fault();
+  std::FILE* const t = trace();
+  if (f.call != call && t == nullptr) return false;
   static std::map<std::string, long> counts;
-  std::lock_guard<std::mutex> lock(m);
-  if (++counts[call] != f.nth) return false;
+  std::lock_guard<std::mutex> lock(hook_mutex());
+  const long n = ++counts[call];
+  if (t != nullptr) {
+    std::fprintf(t, "%s %ld %s\n", call, n, path.c_str());
+    std::fflush(t);
+  }
+  if (f.call != call || n != f.nth) return false;
   errno = f.err;
   return true;
 }
@@ -73,27 +93,28 @@ bool syncing() {
 }  // namespace
 
 void rename_path(const std::string& from, const std::string& to) {
-  if (injected("rename") || ::rename(from.c_str(), to.c_str()) != 0)
+  if (injected("rename", from) || ::rename(from.c_str(), to.c_str()) != 0)
     fail("rename", fmt::format("{} -> {}", from, to), errno);
 }
 
 void make_dir(const std::string& path, unsigned mode) {
-  if (injected("mkdir") || (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)) fail("mkdir", path, errno);
+  if (injected("mkdir", path) || (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)) fail("mkdir", path, errno);
 }
 
 bool remove_dir_if_empty(const std::string& path) {
+  if (injected("rmdir", path)) fail("rmdir", path, errno);
   if (::rmdir(path.c_str()) == 0) return true;
   if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOENT) return false;
   fail("rmdir", path, errno);
 }
 
 void link_path(const std::string& from, const std::string& to) {
-  if (injected("link") || ::link(from.c_str(), to.c_str()) != 0) fail("link", fmt::format("{} -> {}", from, to), errno);
+  if (injected("link", from) || ::link(from.c_str(), to.c_str()) != 0) fail("link", fmt::format("{} -> {}", from, to), errno);
 }
 
 void sync_fd(int fd, const std::string& what) {
   if (!syncing()) return;
-  if (injected("fsync") || ::fsync(fd) != 0) fail("fsync", what, errno);
+  if (injected("fsync", what) || ::fsync(fd) != 0) fail("fsync", what, errno);
 }
 
 void start_writeback(int fd) {
@@ -105,7 +126,7 @@ void sync_file_system(const std::string& folder) {
   if (!syncing()) return;
   const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) fail("open", folder, errno);
-  const int rc = injected("fsync") ? -1 : ::syncfs(fd);
+  const int rc = injected("fsync", folder) ? -1 : ::syncfs(fd);
   const int err = errno;
   ::close(fd);
   if (rc != 0) fail("syncfs", folder, err);
@@ -134,7 +155,7 @@ void sync_path(const std::string& path) {
 void write_all(int fd, const void* data, std::size_t size, const std::string& path) {
   const auto* p = static_cast<const char*>(data);
   while (size > 0) {
-    const ssize_t n = injected("write") ? -1 : ::write(fd, p, size);
+    const ssize_t n = injected("write", path) ? -1 : ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail("write", path, errno);
     p += n;
@@ -158,6 +179,14 @@ void write_synced(const std::string& path, std::string_view text) {
 bool exists_nofollow(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
+}
+
+void fault_trace_mark(std::string_view what) {
+  std::FILE* const t = trace();
+  if (t == nullptr) return;
+  std::lock_guard<std::mutex> lock(hook_mutex());
+  std::fprintf(t, "mark %.*s\n", static_cast<int>(what.size()), what.data());
+  std::fflush(t);
 }
 
 void journal_step() {

@@ -3,7 +3,13 @@
 //
 // Test hooks, read from the environment once:
 //   CUDAFIX_TEST_FAULT=CALL:N:ERRNO   the N-th call (1-based) of CALL (write, rename, fsync,
-//                                     link, mkdir) fails with ERRNO (ENOSPC, EIO, EACCES).
+//                                     link, mkdir, rmdir) fails with ERRNO (ENOSPC, EIO, EACCES).
+//   CUDAFIX_TEST_FAULT_TRACE=FILE     each such call is appended to FILE as it is made, so that a
+//                                     test can aim a fault at the middle of a change:
+//                                       CALL N PATH     the N-th call of CALL, on PATH
+//                                       mark intent     the journal's intent is synced: the
+//                                                       changes to the environment start
+//                                       mark commit     the commit record is synced
 //   CUDAFIX_TEST_KILL_AT=N            the process kills itself (SIGKILL) at journal step N: each
 //                                     journal record appended and each op carried out is a step.
 //   CUDAFIX_TEST_PAUSE_AT=N:MS        the process sleeps MS milliseconds at journal step N, the
@@ -42,5 +48,7 @@ void write_synced(const std::string& path, std::string_view text);
 
 // The kill hook: counts one journal step, and kills the process at the chosen one.
 void journal_step();
+// A "mark WHAT" line in the fault trace, where one is asked for.
+void fault_trace_mark(std::string_view what);
 
 }  // namespace cudafix::installer::txn

@@ -231,6 +231,7 @@ void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
   std::size_t done = 0;
   try {
     append_synced(dir() + "/journal", intent);
+    fault_trace_mark("intent");
     journal_step();
     std::size_t step = 0;
     for (; done < ops_.size(); ++done) {
@@ -241,6 +242,7 @@ void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
     }
     sync_folders(ops_);
     append(json{{"record", "commit"}}.dump());
+    fault_trace_mark("commit");
   } catch (const std::exception& e) {
     const std::string why = e.what();
     undo_ops(ops_, std::min(done + 1, ops_.size()));

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,52 @@ inline void make_venv(const std::string& dir, const std::vector<std::string>& wh
   const auto r = run_shell("cp -a " + shell_quote(dir) + " " + shell_quote(kept));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   venv_for[key] = kept;
+}
+
+// A call the fault hooks can fail (installer/txn/file_ops.hpp): its kind, its count among the
+// calls of that kind in its run (what CUDAFIX_TEST_FAULT=CALL:N:ERRNO names), and its path.
+struct FaultPoint {
+  std::string call;
+  long nth = 0;
+  std::string path;
+};
+
+// The fault-able calls a run made while it changed the environment, from the journal's intent
+// (synced before the first change) to its commit record, as its CUDAFIX_TEST_FAULT_TRACE file
+// lists them.
+inline std::vector<FaultPoint> calls_during_the_change(const std::string& trace) {
+  std::vector<FaultPoint> out;
+  bool changing = false;
+  std::istringstream in(trace);
+  for (std::string line; std::getline(in, line);) {
+    if (line == "mark intent") changing = true;
+    if (line == "mark commit") break;
+    if (!changing || line.starts_with("mark ")) continue;
+    FaultPoint p;
+    std::istringstream fields(line);
+    fields >> p.call >> p.nth;
+    std::getline(fields >> std::ws, p.path);
+    out.push_back(p);
+  }
+  return out;
+}
+
+// Where a fault is aimed: of `points`, the first, the middle and the last call of each kind in
+// `calls`.
+inline std::vector<FaultPoint> first_middle_and_last(const std::vector<FaultPoint>& points,
+                                                     const std::vector<std::string>& calls) {
+  std::vector<FaultPoint> out;
+  for (const auto& call : calls) {
+    std::vector<FaultPoint> of_kind;
+    for (const auto& p : points)
+      if (p.call == call) of_kind.push_back(p);
+    if (of_kind.empty()) continue;
+    std::vector<std::size_t> at{0, of_kind.size() / 2, of_kind.size() - 1};
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    for (const auto i : at) out.push_back(of_kind[i]);
+  }
+  return out;
 }
 
 // The site-packages folder of a venv made by make_venv (lib/python3.X/site-packages).

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -200,21 +201,45 @@ TEST_F(Transactions, AKillAtEveryJournalStepLeavesTheBeforeOrTheAfterStateOnceRe
   EXPECT_GE(afters, 1) << "a kill after the commit record keeps the removal";
 }
 
-TEST_F(Transactions, InjectedDiskErrorsUndoEveryChangeAndSayWhatFailed) {
+// A disk error at the first, a middle and the last of each kind of call a removal of two dists
+// makes while it changes the venv (their four folders renamed aside whole, the folders synced,
+// the commit record written and synced), found by tracing a run without faults: every change
+// undone hash for hash, the call and the error named, and the next run works.
+TEST_F(Transactions, InjectedDiskErrorsMidChangeUndoEveryChangeAndSayWhatFailed) {
   const std::string before = tree_of(base_);
-  for (const char* fault : {"rename:2:ENOSPC", "rename:3:EIO", "fsync:3:EIO", "write:2:ENOSPC", "rename:3:EACCES"}) {
+  TempDir ref;
+  const std::string traced = copy(ref), trace = ref.path() + "/trace";
+  ASSERT_EQ(cudafix("remove alpha gamma -y", traced, "CUDAFIX_TEST_FAULT_TRACE=" + trace).exit_code, 0);
+  const std::string after = tree_of(traced);
+  const auto during = test::calls_during_the_change(resolver::try_read_file(trace).value_or(""));
+  const auto points = test::first_middle_and_last(during, {"rename", "rmdir", "fsync", "write"});
+  std::map<std::string, int> kinds;
+  for (const auto& p : points) ++kinds[p.call];
+  EXPECT_EQ(kinds["rename"], 3) << "four folders renamed aside, one by one";
+  EXPECT_GE(kinds["fsync"], 2);
+  EXPECT_GE(kinds["write"], 1) << "the commit record";
+  const std::pair<const char*, const char*> errors[] = {
+      {"ENOSPC", "No space left on device"}, {"EIO", "Input/output error"}, {"EACCES", "Permission denied"}};
+  std::size_t i = 0;
+  for (const auto& p : points) {
+    const auto& [name, says] = errors[i++ % std::size(errors)];
+    const std::string fault = p.call + ":" + std::to_string(p.nth) + ":" + name;
     TempDir t;
     const std::string v = copy(t);
-    const auto r = cudafix("remove alpha -y", v, std::string("CUDAFIX_TEST_FAULT=") + fault);
+    const auto r = cudafix("remove alpha gamma -y", v, "CUDAFIX_TEST_FAULT=" + fault);
     EXPECT_EQ(r.exit_code, 2) << fault << ": " << r.out;
-    EXPECT_THAT(r.out, ::testing::AnyOf(HasSubstr("No space left"), HasSubstr("Input/output error"),
-                                        HasSubstr("Permission denied")))
-        << fault;
+    EXPECT_THAT(r.out, HasSubstr(says)) << fault;
+    EXPECT_THAT(r.out, HasSubstr("every change was undone")) << fault;
+    // The message names the call and, where it is the venv's own, the file.
+    const auto in_venv = p.path.find("/venv/");
+    if (p.path.find("/.cudafix/") == std::string::npos && in_venv != std::string::npos) {
+      EXPECT_THAT(r.out, HasSubstr(p.call + " " + v + p.path.substr(in_venv + 5))) << fault;
+    }
     EXPECT_SAME_TREE(tree_of(v), before) << fault << ": " << r.out;
-    EXPECT_TRUE(pip_names(v).count("alpha")) << fault;
-    // The next run finds nothing to recover and works.
-    const auto again = cudafix("remove alpha -y", v);
+    EXPECT_TRUE(pip_names(v).count("alpha") && pip_names(v).count("gamma")) << fault;
+    const auto again = cudafix("remove alpha gamma -y", v);
     EXPECT_EQ(again.exit_code, 0) << fault << ": " << again.out;
+    EXPECT_SAME_TREE(tree_of(v), after) << fault;
   }
 }
 

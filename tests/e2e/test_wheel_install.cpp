@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -200,18 +201,32 @@ TEST_F(WheelInstall, AKillAtEveryStepOrAFullDiskLeavesTheBeforeOrTheAfterState) 
   }
   EXPECT_GT(befores, 5);
   EXPECT_GE(afters, 1);
-  // A full disk, a failing disk and a refused write, on a write, a rename (the sixth: the fourth
-  // file put in place) and an fsync: everything undone, the call and the error named.
-  const std::pair<const char*, const char*> faults[] = {{"rename:6:ENOSPC", "No space left on device"},
-                                                        {"rename:4:EACCES", "Permission denied"},
-                                                        {"fsync:2:EIO", "Input/output error"},
-                                                        {"write:1:ENOSPC", "No space left on device"},
-                                                        {"write:2:EIO", "Input/output error"}};
-  for (const auto& [fault, says] : faults) {
+  // A full disk, a failing disk and a refused write at the first, a middle and the last of each
+  // kind of call the install makes while it changes the venv (the files renamed into place, the
+  // folders made for them, the folders synced, the commit record), found by tracing a run
+  // without faults: everything undone, the error named, and the next run installs.
+  ASSERT_NO_FATAL_FAILURE(fresh_copy());
+  const std::string trace = ref.path() + "/trace";
+  ASSERT_EQ(install("CUDAFIX_TEST_FAULT_TRACE=" + trace).exit_code, 0);
+  const auto during = test::calls_during_the_change(resolver::try_read_file(trace).value_or(""));
+  const auto points = test::first_middle_and_last(during, {"rename", "mkdir", "fsync", "write"});
+  std::map<std::string, int> kinds;
+  for (const auto& p : points) ++kinds[p.call];
+  EXPECT_EQ(kinds["rename"], 3) << "the wheel's files are renamed into place one by one";
+  EXPECT_GE(kinds["mkdir"], 2) << "into folders made for them";
+  EXPECT_GE(kinds["fsync"], 2);
+  EXPECT_GE(kinds["write"], 1) << "the commit record";
+  const std::pair<const char*, const char*> errors[] = {
+      {"ENOSPC", "No space left on device"}, {"EIO", "Input/output error"}, {"EACCES", "Permission denied"}};
+  std::size_t i = 0;
+  for (const auto& p : points) {
+    const auto& [name, says] = errors[i++ % std::size(errors)];
+    const std::string fault = p.call + ":" + std::to_string(p.nth) + ":" + name;
     ASSERT_NO_FATAL_FAILURE(fresh_copy());
-    const auto failed = install(std::string("CUDAFIX_TEST_FAULT=") + fault);
+    const auto failed = install("CUDAFIX_TEST_FAULT=" + fault);
     EXPECT_EQ(failed.exit_code, 2) << fault << ": " << failed.out;
     EXPECT_THAT(failed.out, HasSubstr(says)) << fault;
+    EXPECT_THAT(failed.out, HasSubstr("every change was undone")) << fault;
     EXPECT_EQ(files_of(v), before) << fault << ": " << failed.out;
     EXPECT_EQ(install("").exit_code, 0) << fault << ": the next run finds nothing to recover";
     EXPECT_EQ(files_of(v), after) << fault;
