@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/plan/provenance.hpp"
@@ -13,15 +15,57 @@ namespace {
 
 std::string checksum(std::string_view json) { return resolver::sha256_hex(json).substr(0, 16); }
 
-Op op_of(const nlohmann::json& j) {
+// An op record; none for an op kind this version does not know.
+std::optional<Op> op_of(const nlohmann::json& j) {
   Op op;
   const std::string kind = j.value("op", "");
-  op.kind = kind == "rmdir" ? OpKind::rmdir : kind == "mkdir" ? OpKind::mkdir : OpKind::move;
+  if (kind == "move") {
+    op.kind = OpKind::move;
+  } else if (kind == "rmdir") {
+    op.kind = OpKind::rmdir;
+  } else if (kind == "mkdir") {
+    op.kind = OpKind::mkdir;
+  } else {
+    return std::nullopt;
+  }
   op.from = j.value("from", "");
   op.to = j.value("to", "");
   op.path = j.value("path", "");
   op.mode = j.value("mode", 0755u);
   return op;
+}
+
+// Takes one checksummed record into `out`; false (and `out.unreadable` says why) when this
+// version does not understand it. Throws nlohmann's errors for a field of another type.
+bool take_record(const nlohmann::json& j, JournalRead& out, bool& begun) {
+  const std::string record = j.value("record", "");
+  if (record == "begin") {
+    begun = true;
+    out.id = j.value("id", "");
+    out.time = j.value("time", std::int64_t{0});
+    out.command = j.value("command", "");
+    out.root = j.value("root", "");
+  } else if (record == "op") {
+    const auto op = op_of(j);
+    if (!op) {
+      out.unreadable = fmt::format("an op of a kind this cudafix does not know ('{}')", j.value("op", ""));
+      return false;
+    }
+    out.ops.push_back(*op);
+  } else if (record == "intent_end") {
+    out.state = TxState::intended;
+  } else if (record == "commit") {
+    out.state = TxState::committed;
+  } else if (record == "aborted") {
+    out.state = TxState::aborted;
+    out.aborted_why = j.value("why", "");
+  } else if (record == "rolled_back_by") {
+    out.rolled_back_by = j.value("id", "");
+  } else {
+    out.unreadable = fmt::format("a record this cudafix does not know ('{}')", record);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -33,8 +77,9 @@ JournalRead read_journal(const std::string& path) {
   if (!text) throw resolver::Error(fmt::format("{}: cannot read the journal", path));
   JournalRead out;
   bool begun = false;
-  std::size_t pos = 0;
+  std::size_t pos = 0, line_number = 0;
   while (pos < text->size()) {
+    ++line_number;
     const auto end = text->find('\n', pos);
     if (end == std::string::npos) {
       out.torn = true;  // the last line never got its newline
@@ -51,24 +96,15 @@ JournalRead read_journal(const std::string& path) {
       out.torn = true;
       break;
     }
-    const std::string record = j.value("record", "");
-    if (record == "begin") {
-      begun = true;
-      out.id = j.value("id", "");
-      out.time = j.value("time", std::int64_t{0});
-      out.command = j.value("command", "");
-      out.root = j.value("root", "");
-    } else if (record == "op") {
-      out.ops.push_back(op_of(j));
-    } else if (record == "intent_end") {
-      out.state = TxState::intended;
-    } else if (record == "commit") {
-      out.state = TxState::committed;
-    } else if (record == "aborted") {
-      out.state = TxState::aborted;
-      out.aborted_why = j.value("why", "");
-    } else if (record == "rolled_back_by") {
-      out.rolled_back_by = j.value("id", "");
+    bool taken = false;
+    try {
+      taken = take_record(j, out, begun);
+    } catch (const nlohmann::json::exception&) {
+      out.unreadable = "a field of the wrong type";
+    }
+    if (!taken) {
+      out.unreadable = fmt::format("line {}: {}", line_number, out.unreadable);
+      break;
     }
   }
   if (!begun) throw resolver::Error(fmt::format("{}: no begin record", path));

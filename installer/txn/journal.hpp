@@ -15,7 +15,10 @@
 //   <root>/.cudafix/tx/<id>/new/...   staged files, renamed into place by `move` ops
 //   <root>/.cudafix/tx/<id>/old/...   what the ops moved aside: the backups a rollback uses
 // A line whose checksum does not match, or the last line without its newline, is a torn tail:
-// it and everything after it are cut on reading, as ninja cuts its log.
+// it and everything after it are cut on reading, as ninja cuts its log. A line whose checksum
+// holds but whose record this version does not know (a record or op kind it has no word for, a
+// field of another type) was written on purpose, by a newer cudafix or by hand: reading stops
+// there and says so (`unreadable`), and nothing is done with that transaction.
 //
 // What survives: every op is a rename within one file system, and the whole intent is synced
 // (file and folder) before the first rename, so after a kill -9 at any point the next command
@@ -53,6 +56,7 @@ struct JournalRead {
   std::string aborted_why;
   std::optional<std::string> rolled_back_by;
   bool torn = false;  // a torn tail was cut
+  std::string unreadable;  // "line N: why", where a checksummed record could not be understood
 };
 
 // One line of the journal, checksummed.

@@ -1,0 +1,113 @@
+// The journal reader on what a kill, a torn write, a flipped bit or a newer cudafix leaves:
+// what it keeps, what it cuts, and what it refuses to act on (installer/txn/journal.hpp).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "installer/txn/journal.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "tests/support/process.hpp"
+
+namespace cudafix::installer::txn {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string k_begin =
+    R"({"record":"begin","id":"20261203T101559.150-1-0","time":1764756959,"command":"remove alpha","root":"/v"})";
+const std::string k_op1 = R"({"record":"op","n":0,"op":"move","from":"/v/a","to":"/v/.cudafix/tx/x/old/a"})";
+const std::string k_op2 = R"({"record":"op","n":1,"op":"rmdir","path":"/v/lib","mode":493})";
+const std::string k_intent_end = R"({"record":"intent_end","ops":2})";
+const std::string k_commit = R"({"record":"commit"})";
+
+// A journal file made of these lines, as transaction.cpp writes them; `tail` appended raw.
+JournalRead read(const std::vector<std::string>& records, const std::string& tail = "") {
+  test::TempDir t;
+  std::string text;
+  for (const auto& r : records) text += journal_line(r);
+  test::write_file(t.path() + "/journal", text + tail);
+  return read_journal(t.path() + "/journal");
+}
+
+TEST(Journal, AWholeJournalGivesItsCommandOpsAndState) {
+  const auto j = read({k_begin, k_op1, k_op2, k_intent_end, k_commit});
+  EXPECT_EQ(j.id, "20261203T101559.150-1-0");
+  EXPECT_EQ(j.command, "remove alpha");
+  ASSERT_EQ(j.ops.size(), 2u);
+  EXPECT_EQ(j.ops[0].kind, OpKind::move);
+  EXPECT_EQ(j.ops[0].from, "/v/a");
+  EXPECT_EQ(j.ops[1].kind, OpKind::rmdir);
+  EXPECT_EQ(j.ops[1].mode, 493u);
+  EXPECT_EQ(j.state, TxState::committed);
+  EXPECT_FALSE(j.torn);
+  EXPECT_TRUE(j.unreadable.empty());
+}
+
+TEST(Journal, ALastLineWithoutItsNewlineIsATornTailAndIsCut) {
+  // The commit record was being written when the process died: the transaction is not committed.
+  std::string commit = journal_line(k_commit);
+  commit.pop_back();
+  const auto j = read({k_begin, k_op1, k_op2, k_intent_end}, commit);
+  EXPECT_TRUE(j.torn);
+  EXPECT_EQ(j.state, TxState::intended) << "a commit that never reached the disk whole does not count";
+  EXPECT_EQ(j.ops.size(), 2u);
+}
+
+TEST(Journal, ARecordCutShortIsATornTail) {
+  // Half of an op's line, newline and all: its checksum cannot hold.
+  const std::string half = journal_line(k_op2).substr(0, 40) + "\n";
+  const auto j = read({k_begin, k_op1}, half);
+  EXPECT_TRUE(j.torn);
+  EXPECT_EQ(j.ops.size(), 1u);
+  EXPECT_EQ(j.state, TxState::open);
+}
+
+TEST(Journal, ALineWhoseChecksumFailsCutsItAndEverythingAfterIt) {
+  std::string flipped = journal_line(k_op2);
+  flipped[flipped.find("rmdir")] = 'R';  // one byte changed on disk
+  const auto j = read({k_begin, k_op1}, flipped + journal_line(k_intent_end) + journal_line(k_commit));
+  EXPECT_TRUE(j.torn);
+  EXPECT_EQ(j.ops.size(), 1u);
+  EXPECT_EQ(j.state, TxState::open) << "a commit after a damaged line is not believed";
+}
+
+TEST(Journal, ALineThatIsNotJsonIsATornTail) {
+  const auto j = read({k_begin}, journal_line("not json at all"));
+  EXPECT_TRUE(j.torn);
+}
+
+TEST(Journal, ARecordOfANewerFormatStopsTheReadingAndSaysWhichLine) {
+  const auto j = read({k_begin, k_op1, R"({"record":"checkpoint","at":1})", k_op2, k_intent_end});
+  EXPECT_THAT(j.unreadable, HasSubstr("line 3"));
+  EXPECT_THAT(j.unreadable, HasSubstr("'checkpoint'"));
+  EXPECT_EQ(j.ops.size(), 1u) << "nothing after it is taken";
+  EXPECT_EQ(j.state, TxState::open);
+  EXPECT_FALSE(j.torn) << "its checksum holds: it was written on purpose";
+}
+
+TEST(Journal, AnOpOfAKindThisVersionDoesNotKnowIsNotTakenForAMove) {
+  const auto j = read({k_begin, R"({"record":"op","n":0,"op":"symlink","from":"/etc/passwd","to":"/v/x"})"});
+  EXPECT_TRUE(j.ops.empty()) << "an unknown op is never carried out or undone as a rename";
+  EXPECT_THAT(j.unreadable, HasSubstr("line 2"));
+  EXPECT_THAT(j.unreadable, HasSubstr("'symlink'"));
+}
+
+TEST(Journal, AFieldOfTheWrongTypeIsUnreadableNotACrash) {
+  const auto j = read({k_begin, R"({"record":"op","n":0,"op":"mkdir","path":"/v/d","mode":"rwx"})"});
+  EXPECT_TRUE(j.ops.empty());
+  EXPECT_THAT(j.unreadable, HasSubstr("line 2: a field of the wrong type"));
+}
+
+TEST(Journal, AJournalWithoutItsBeginRecordIsAnError) {
+  try {
+    (void)read({k_op1});
+    FAIL() << "read a journal with no begin record";
+  } catch (const resolver::Error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("no begin record"));
+  }
+}
+
+}  // namespace
+}  // namespace cudafix::installer::txn
