@@ -66,6 +66,13 @@ class AnsibleModule(unittest.TestCase):
                    ANSIBLE_PYTHON_INTERPRETER=fx.PYTHON, ANSIBLE_RETRY_FILES_ENABLED="0")
         env.pop("PIP_FIND_LINKS", None)
         env.pop("VIRTUAL_ENV", None)
+        # A home and caches of the test's own: --offline reads the user's pip and uv caches, and a
+        # developer's would change what this test sees.
+        home = os.path.join(self.tmp, "home")
+        os.makedirs(home, exist_ok=True)
+        for var in ("PIP_CACHE_DIR", "UV_CACHE_DIR", "XDG_CONFIG_HOME", "CUDAFIX_CACHE_DIR"):
+            env.pop(var, None)
+        env.update(HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"))
         extra = json.dumps({"venv": venv, "links": links, "cudafix": BIN, "result_file": result})
         args = ["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", extra, self.playbook]
         if check:

@@ -827,9 +827,10 @@ TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndASecondFixHasNothingToDo) {
   EXPECT_THAT(unasked.out, HasSubstr("give -y (there is no terminal to ask on)"));
   EXPECT_TRUE(hashes_of(dir) == broken) << "a dry run or an unconfirmed fix changed the venv";
 
-  if (host_has_a_gpu_driver()) GTEST_SKIP() << "a GPU driver is installed: the no-driver exit code cannot be seen";
-  const auto fixed = test::cudafix_json("fix -y" + args);
-  EXPECT_EQ(fixed.exit_code, 4) << fixed.out;  // done; no driver here to verify with
+  // --no-verify: the same on a host with a GPU driver as on one without (the verdict of a
+  // verification is FixWithoutADriverIsDoneButUnverifiedAndExits4's, and the GPU machine's).
+  const auto fixed = test::cudafix_json("fix -y --no-verify" + args);
+  EXPECT_EQ(fixed.exit_code, 0) << fixed.out;
   EXPECT_EQ(fixed.doc["changed"], true);
   EXPECT_EQ(fixed.doc["verified"], false);
   EXPECT_EQ(fixed.doc["steps"], json({"reinstall nvidia-cudnn-cu12 9.10.2.21"}));
@@ -848,6 +849,20 @@ TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndASecondFixHasNothingToDo) {
   const auto back = run_text("rollback -y");
   ASSERT_EQ(back.exit_code, 0) << back.out;
   EXPECT_TRUE(hashes_of(dir) == broken) << "the rollback of fix did not give the broken venv back";
+}
+
+// Where no GPU driver can be loaded, fix does the work and says it could not verify it: exit 4.
+TEST_F(PlanFix, FixWithoutADriverIsDoneButUnverifiedAndExits4) {
+  if (host_has_a_gpu_driver()) GTEST_SKIP() << "a GPU driver is installed: the no-driver exit code cannot be seen";
+  TempDir t;
+  const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});
+  ASSERT_EQ(test::venv_pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+  const auto fixed = test::cudafix_json("fix -y --venv " + shell_quote(dir) + k_no_cache +
+                                        " --ld-library-path '' --find-links " + shell_quote(links_));
+  EXPECT_EQ(fixed.exit_code, 4) << fixed.out;
+  EXPECT_EQ(fixed.doc["changed"], true);
+  EXPECT_EQ(fixed.doc["verified"], false);
+  EXPECT_TRUE(fs::exists(site(dir) + "/nvidia/cudnn/lib/libcudnn.so.9"));
 }
 
 TEST_F(PlanFix, FixWithoutTheWheelItNeedsChangesNothingAndNamesTheWheel) {

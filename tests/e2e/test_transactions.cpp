@@ -253,7 +253,10 @@ TEST_F(Transactions, TheLockUvTakesMakesCudafixWaitThenGiveUpChangingNothing) {
                                  "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.flock(f, fcntl.LOCK_EX); "
                                  "print('held', flush=True); time.sleep(6)") +
                              " " + shell_quote(v + "/.lock");
-  const auto r = run_shell("(" + holder + " &) ; sleep 1; env -u VIRTUAL_ENV " + shell_quote(test::k_bin) +
+  // cudafix starts once the holder says it holds the lock, not after a guess at how long that takes.
+  const std::string held = shell_quote(t.path() + "/held");
+  const auto r = run_shell("(" + holder + " > " + held + " &) ; until grep -q held " + held +
+                           " 2>/dev/null; do sleep 0.01; done; env -u VIRTUAL_ENV " + shell_quote(test::k_bin) +
                            " remove alpha -y --lock-timeout 1 --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("waiting for " + v + "/.lock"));
@@ -288,11 +291,14 @@ TEST_F(Transactions, TwoCudafixRunsAtOnceTakeTurnsAndBothLand) {
   const std::string before = tree_of(v);
   const std::string run = "env -u VIRTUAL_ENV " + shell_quote(test::k_bin);
   const std::string first_out = shell_quote(t.path() + "/first.out");
-  // The first sleeps 2 s at its second journal step, the lock held; the second starts meanwhile.
+  // The first sleeps 2 s at its second journal step, the lock held; the second starts as soon as
+  // the first's transaction exists (its .cudafix/active, written under the lock), not after a guess.
+  const std::string active = shell_quote(v + "/.cudafix/active");
   const auto second =
       run_shell("(CUDAFIX_TEST_PAUSE_AT=2:2000 " + run + " remove alpha -y --venv " + shell_quote(v) +
-                test::k_no_cache + " > " + first_out + " 2>&1; echo rc=$? >> " + first_out + ") & sleep 0.7; " + run +
-                " remove gamma -y --venv " + shell_quote(v) + test::k_no_cache + " 2>&1; echo rc=$?; wait");
+                test::k_no_cache + " > " + first_out + " 2>&1; echo rc=$? >> " + first_out + ") & until [ -e " +
+                active + " ]; do sleep 0.01; done; " + run + " remove gamma -y --venv " + shell_quote(v) +
+                test::k_no_cache + " 2>&1; echo rc=$?; wait");
   const std::string first = resolver::try_read_file(t.path() + "/first.out").value_or("");
   EXPECT_THAT(first, HasSubstr("removed alpha 1.0")) << first;
   EXPECT_THAT(first, HasSubstr("rc=0")) << first;
