@@ -156,6 +156,17 @@ inline std::vector<FaultPoint> first_middle_and_last(const std::vector<FaultPoin
   return out;
 }
 
+// The disk errors the fault tests inject in turn, each with what strerror says of it.
+inline const std::vector<std::pair<std::string, std::string>> k_disk_errors = {
+    {"ENOSPC", "No space left on device"}, {"EIO", "Input/output error"}, {"EACCES", "Permission denied"}};
+
+// How many of `points` there are of each kind of call.
+inline std::map<std::string, int> count_by_call(const std::vector<FaultPoint>& points) {
+  std::map<std::string, int> out;
+  for (const auto& p : points) ++out[p.call];
+  return out;
+}
+
 // The site-packages folder of a venv made by make_venv (lib/python3.X/site-packages).
 inline std::string site_packages(const std::string& venv) {
   for (const auto& e : std::filesystem::directory_iterator(venv + "/lib")) return e.path().string() + "/site-packages";

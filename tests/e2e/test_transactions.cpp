@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "installer/txn/journal.hpp"
 #include "resolver/base/text.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 
@@ -213,16 +214,13 @@ TEST_F(Transactions, InjectedDiskErrorsMidChangeUndoEveryChangeAndSayWhatFailed)
   const std::string after = tree_of(traced);
   const auto during = test::calls_during_the_change(resolver::try_read_file(trace).value_or(""));
   const auto points = test::first_middle_and_last(during, {"rename", "rmdir", "fsync", "write"});
-  std::map<std::string, int> kinds;
-  for (const auto& p : points) ++kinds[p.call];
+  auto kinds = test::count_by_call(points);
   EXPECT_EQ(kinds["rename"], 3) << "four folders renamed aside, one by one";
   EXPECT_GE(kinds["fsync"], 2);
   EXPECT_GE(kinds["write"], 1) << "the commit record";
-  const std::pair<const char*, const char*> errors[] = {
-      {"ENOSPC", "No space left on device"}, {"EIO", "Input/output error"}, {"EACCES", "Permission denied"}};
   std::size_t i = 0;
   for (const auto& p : points) {
-    const auto& [name, says] = errors[i++ % std::size(errors)];
+    const auto& [name, says] = test::k_disk_errors[i++ % test::k_disk_errors.size()];
     const std::string fault = p.call + ":" + std::to_string(p.nth) + ":" + name;
     TempDir t;
     const std::string v = copy(t);
@@ -281,6 +279,33 @@ TEST_F(Transactions, ARemovalNeverTouchesAFileOutsideTheEnvironment) {
   const auto r = cudafix("remove alpha -y --force", v);
   EXPECT_TRUE(fs::exists(outside + "/precious.txt")) << r.out;
   EXPECT_EQ(resolver::try_read_file(outside + "/precious.txt").value_or(""), "keep me\n");
+}
+
+// A journal planted in the venv (a wheel's .data/data/ can write .cudafix/) with an op of a kind
+// this cudafix does not know: a read-only command must not take it for a rename and undo it.
+// Before the reader refused such records, `history` "undid" this one by moving the venv's file
+// out to the path the op named.
+TEST_F(Transactions, APlantedJournalWithAnOpOfAnUnknownKindIsRefusedAndNothingMoves) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string outside = t.path() + "/outside", victim = test::site_packages(v) + "/alpha/__init__.py";
+  fs::create_directories(outside);
+  const std::string id = "20261203T111500.000-1-0", tx = v + "/.cudafix/tx/" + id;
+  fs::create_directories(tx);
+  const json records[] = {
+      {{"record", "begin"}, {"id", id}, {"time", 1}, {"command", "remove x"}, {"root", v}},
+      {{"record", "op"}, {"n", 0}, {"op", "swap"}, {"from", outside + "/planted"}, {"to", victim}},
+      {{"record", "intent_end"}, {"ops", 1}}};
+  std::string journal;
+  for (const auto& r : records) journal += installer::txn::journal_line(r.dump());
+  test::write_file(tx + "/journal", journal);
+  test::write_file(v + "/.cudafix/active", id + "\n");
+  const std::string before = tree_of(v);
+  const auto r = cudafix("history", v);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("line 2: an op of a kind this cudafix does not know ('swap')"));
+  EXPECT_FALSE(fs::exists(outside + "/planted")) << r.out;
+  EXPECT_SAME_TREE(tree_of(v), before);
 }
 
 // Two cudafix on one environment: the second waits for the first's lock, says so, then plans

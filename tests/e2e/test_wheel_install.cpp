@@ -210,17 +210,14 @@ TEST_F(WheelInstall, AKillAtEveryStepOrAFullDiskLeavesTheBeforeOrTheAfterState) 
   ASSERT_EQ(install("CUDAFIX_TEST_FAULT_TRACE=" + trace).exit_code, 0);
   const auto during = test::calls_during_the_change(resolver::try_read_file(trace).value_or(""));
   const auto points = test::first_middle_and_last(during, {"rename", "mkdir", "fsync", "write"});
-  std::map<std::string, int> kinds;
-  for (const auto& p : points) ++kinds[p.call];
+  auto kinds = test::count_by_call(points);
   EXPECT_EQ(kinds["rename"], 3) << "the wheel's files are renamed into place one by one";
   EXPECT_GE(kinds["mkdir"], 2) << "into folders made for them";
   EXPECT_GE(kinds["fsync"], 2);
   EXPECT_GE(kinds["write"], 1) << "the commit record";
-  const std::pair<const char*, const char*> errors[] = {
-      {"ENOSPC", "No space left on device"}, {"EIO", "Input/output error"}, {"EACCES", "Permission denied"}};
   std::size_t i = 0;
   for (const auto& p : points) {
-    const auto& [name, says] = errors[i++ % std::size(errors)];
+    const auto& [name, says] = test::k_disk_errors[i++ % test::k_disk_errors.size()];
     const std::string fault = p.call + ":" + std::to_string(p.nth) + ":" + name;
     ASSERT_NO_FATAL_FAILURE(fresh_copy());
     const auto failed = install("CUDAFIX_TEST_FAULT=" + fault);
