@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -109,7 +109,8 @@ bool remove_dir_if_empty(const std::string& path) {
 }
 
 void link_path(const std::string& from, const std::string& to) {
-  if (injected("link", from) || ::link(from.c_str(), to.c_str()) != 0) fail("link", fmt::format("{} -> {}", from, to), errno);
+  if (injected("link", from) || ::link(from.c_str(), to.c_str()) != 0)
+    fail("link", fmt::format("{} -> {}", from, to), errno);
 }
 
 void sync_fd(int fd, const std::string& what) {

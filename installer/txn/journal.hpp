@@ -55,7 +55,7 @@ struct JournalRead {
   TxState state = TxState::open;
   std::string aborted_why;
   std::optional<std::string> rolled_back_by;
-  bool torn = false;  // a torn tail was cut
+  bool torn = false;       // a torn tail was cut
   std::string unreadable;  // "line N: why", where a checksummed record could not be understood
 };
 

@@ -299,10 +299,10 @@ std::vector<std::string> recover(const std::string& root, std::chrono::milliseco
     return said;
   }
   if (!tx.unreadable.empty())
-    throw resolver::Error(fmt::format(
-        "{}: {}: cudafix cannot tell what transaction {} changed, so it left it as it is (a newer cudafix "
-        "wrote it? that version can recover it)",
-        journal, tx.unreadable, id));
+    throw resolver::Error(
+        fmt::format("{}: {}: cudafix cannot tell what transaction {} changed, so it left it as it is (a newer cudafix "
+                    "wrote it? that version can recover it)",
+                    journal, tx.unreadable, id));
   if (tx.state == TxState::committed || tx.state == TxState::aborted) {
     said.push_back(fmt::format("recovering: transaction {} ({}) had {}; nothing to undo", id, tx.command,
                                tx.state == TxState::committed ? "committed" : "been undone"));
@@ -319,8 +319,8 @@ std::vector<std::string> recover(const std::string& root, std::chrono::milliseco
 
 void plan_rollback(const JournalRead& done, Transaction& undo) {
   if (!done.unreadable.empty())
-    throw resolver::Error(fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id,
-                                      done.unreadable));
+    throw resolver::Error(
+        fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id, done.unreadable));
   for (auto it = done.ops.rbegin(); it != done.ops.rend(); ++it) {
     const Op& op = *it;
     switch (op.kind) {

@@ -81,8 +81,8 @@ inline void make_venv(const std::string& dir, const std::vector<std::string>& wh
     key += w + "\n" + std::to_string(size) + " " + std::to_string(mtime) + "\n";
   }
   auto copy = [&](const std::string& from) {
-    const auto r = run_shell("mkdir -p " + shell_quote(dir) + " && cp -a " + shell_quote(from + "/.") + " " +
-                             shell_quote(dir));
+    const auto r =
+        run_shell("mkdir -p " + shell_quote(dir) + " && cp -a " + shell_quote(from + "/.") + " " + shell_quote(dir));
     ASSERT_EQ(r.exit_code, 0) << r.out;
   };
   if (const auto it = venv_for.find(key); it != venv_for.end()) return copy(it->second);

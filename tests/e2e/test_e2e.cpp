@@ -267,9 +267,10 @@ TEST(WalkCache, IsNotUsedWhereTheFileSystemIsNotOneItTrusts) {
   const std::string site = mnt + "/site", meta = site + "/foo-1.0.dist-info/METADATA";
   const std::string inner =
       "mount -t ramfs ramfs " + shell_quote(mnt) + " && mkdir -p " + shell_quote(site + "/foo-1.0.dist-info") +
-      " && printf 'Name: foo\\nVersion: 1.0\\n' > " + shell_quote(meta) +
-      " && sleep " + std::to_string(static_cast<double>(cudafix::resolver::settle_time().count()) / 1000.0 + 0.1) + " && for i in 1 2; do env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(cache) + " " +
-      shell_quote(k_bin) + " scan --venv " + shell_quote(site) + " --json --timings >/dev/null; done";
+      " && printf 'Name: foo\\nVersion: 1.0\\n' > " + shell_quote(meta) + " && sleep " +
+      std::to_string(static_cast<double>(cudafix::resolver::settle_time().count()) / 1000.0 + 0.1) +
+      " && for i in 1 2; do env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(cache) + " " + shell_quote(k_bin) +
+      " scan --venv " + shell_quote(site) + " --json --timings >/dev/null; done";
   const auto r = run_shell("unshare -m sh -c " + shell_quote(inner));
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("walk cache: not used: a file system at or below the roots is not one whose "

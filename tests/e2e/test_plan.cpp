@@ -888,16 +888,16 @@ TEST_F(HybridCuda12Torch, FixRemovesTheCuda13StackKeepingEveryByteTheCuda12OneNe
   // The CUDA 12 cuDNN's files hold its own wheel's bytes, each compared with the wheel's member
   // by Python's zipfile (not by cudafix's reading of a RECORD).
   EXPECT_EQ(test::venv_pip(venv, "check").exit_code, 0);
-  const auto same = run_shell(
-      test::k_python + " -c " +
-      shell_quote("import os, sys, zipfile\n"
-                  "site, whl = sys.argv[1:3]\n"
-                  "z = zipfile.ZipFile(whl)\n"
-                  "files = [n for n in z.namelist() if '.dist-info/' not in n and not n.endswith('/')]\n"
-                  "bad = [n for n in files if open(os.path.join(site, n), 'rb').read() != z.read(n)]\n"
-                  "print(len(files), 'files compared; differ:', bad)\n"
-                  "sys.exit(1 if bad or not files else 0)\n") +
-      " " + shell_quote(test::site_packages(venv)) + " " + shell_quote(wheels_.at("cudnn12")) + " 2>&1");
+  const auto same =
+      run_shell(test::k_python + " -c " +
+                shell_quote("import os, sys, zipfile\n"
+                            "site, whl = sys.argv[1:3]\n"
+                            "z = zipfile.ZipFile(whl)\n"
+                            "files = [n for n in z.namelist() if '.dist-info/' not in n and not n.endswith('/')]\n"
+                            "bad = [n for n in files if open(os.path.join(site, n), 'rb').read() != z.read(n)]\n"
+                            "print(len(files), 'files compared; differ:', bad)\n"
+                            "sys.exit(1 if bad or not files else 0)\n") +
+                " " + shell_quote(test::site_packages(venv)) + " " + shell_quote(wheels_.at("cudnn12")) + " 2>&1");
   EXPECT_EQ(same.exit_code, 0) << same.out;
   EXPECT_THAT(same.out, HasSubstr("2 files compared")) << same.out;
   const auto again = run("fix -y --no-verify --find-links " + shell_quote(links_), venv);

@@ -292,10 +292,9 @@ TEST_F(Transactions, APlantedJournalWithAnOpOfAnUnknownKindIsRefusedAndNothingMo
   fs::create_directories(outside);
   const std::string id = "20261203T111500.000-1-0", tx = v + "/.cudafix/tx/" + id;
   fs::create_directories(tx);
-  const json records[] = {
-      {{"record", "begin"}, {"id", id}, {"time", 1}, {"command", "remove x"}, {"root", v}},
-      {{"record", "op"}, {"n", 0}, {"op", "swap"}, {"from", outside + "/planted"}, {"to", victim}},
-      {{"record", "intent_end"}, {"ops", 1}}};
+  const json records[] = {{{"record", "begin"}, {"id", id}, {"time", 1}, {"command", "remove x"}, {"root", v}},
+                          {{"record", "op"}, {"n", 0}, {"op", "swap"}, {"from", outside + "/planted"}, {"to", victim}},
+                          {{"record", "intent_end"}, {"ops", 1}}};
   std::string journal;
   for (const auto& r : records) journal += installer::txn::journal_line(r.dump());
   test::write_file(tx + "/journal", journal);
@@ -319,11 +318,10 @@ TEST_F(Transactions, TwoCudafixRunsAtOnceTakeTurnsAndBothLand) {
   // The first sleeps 2 s at its second journal step, the lock held; the second starts as soon as
   // the first's transaction exists (its .cudafix/active, written under the lock), not after a guess.
   const std::string active = shell_quote(v + "/.cudafix/active");
-  const auto second =
-      run_shell("(CUDAFIX_TEST_PAUSE_AT=2:2000 " + run + " remove alpha -y --venv " + shell_quote(v) +
-                test::k_no_cache + " > " + first_out + " 2>&1; echo rc=$? >> " + first_out + ") & until [ -e " +
-                active + " ]; do sleep 0.01; done; " + run + " remove gamma -y --venv " + shell_quote(v) +
-                test::k_no_cache + " 2>&1; echo rc=$?; wait");
+  const auto second = run_shell(
+      "(CUDAFIX_TEST_PAUSE_AT=2:2000 " + run + " remove alpha -y --venv " + shell_quote(v) + test::k_no_cache + " > " +
+      first_out + " 2>&1; echo rc=$? >> " + first_out + ") & until [ -e " + active + " ]; do sleep 0.01; done; " + run +
+      " remove gamma -y --venv " + shell_quote(v) + test::k_no_cache + " 2>&1; echo rc=$?; wait");
   const std::string first = resolver::try_read_file(t.path() + "/first.out").value_or("");
   EXPECT_THAT(first, HasSubstr("removed alpha 1.0")) << first;
   EXPECT_THAT(first, HasSubstr("rc=0")) << first;
