@@ -160,6 +160,22 @@ inline std::vector<FaultPoint> first_middle_and_last(const std::vector<FaultPoin
 inline const std::vector<std::pair<std::string, std::string>> k_disk_errors = {
     {"ENOSPC", "No space left on device"}, {"EIO", "Input/output error"}, {"EACCES", "Permission denied"}};
 
+// A fault aimed at one point: CUDAFIX_TEST_FAULT's value, and what the error's message says.
+struct AimedFault {
+  FaultPoint point;
+  std::string spec;  // CALL:N:ERRNO
+  std::string says;
+};
+// `points`, each given the next of k_disk_errors in turn.
+inline std::vector<AimedFault> aim_disk_errors(const std::vector<FaultPoint>& points) {
+  std::vector<AimedFault> out;
+  for (const auto& p : points) {
+    const auto& [name, says] = k_disk_errors[out.size() % k_disk_errors.size()];
+    out.push_back({p, p.call + ":" + std::to_string(p.nth) + ":" + name, says});
+  }
+  return out;
+}
+
 // How many of `points` there are of each kind of call.
 inline std::map<std::string, int> count_by_call(const std::vector<FaultPoint>& points) {
   std::map<std::string, int> out;

@@ -218,10 +218,7 @@ TEST_F(Transactions, InjectedDiskErrorsMidChangeUndoEveryChangeAndSayWhatFailed)
   EXPECT_EQ(kinds["rename"], 3) << "four folders renamed aside, one by one";
   EXPECT_GE(kinds["fsync"], 2);
   EXPECT_GE(kinds["write"], 1) << "the commit record";
-  std::size_t i = 0;
-  for (const auto& p : points) {
-    const auto& [name, says] = test::k_disk_errors[i++ % test::k_disk_errors.size()];
-    const std::string fault = p.call + ":" + std::to_string(p.nth) + ":" + name;
+  for (const auto& [p, fault, says] : test::aim_disk_errors(points)) {
     TempDir t;
     const std::string v = copy(t);
     const auto r = cudafix("remove alpha gamma -y", v, "CUDAFIX_TEST_FAULT=" + fault);

@@ -215,10 +215,7 @@ TEST_F(WheelInstall, AKillAtEveryStepOrAFullDiskLeavesTheBeforeOrTheAfterState) 
   EXPECT_GE(kinds["mkdir"], 2) << "into folders made for them";
   EXPECT_GE(kinds["fsync"], 2);
   EXPECT_GE(kinds["write"], 1) << "the commit record";
-  std::size_t i = 0;
-  for (const auto& p : points) {
-    const auto& [name, says] = test::k_disk_errors[i++ % test::k_disk_errors.size()];
-    const std::string fault = p.call + ":" + std::to_string(p.nth) + ":" + name;
+  for (const auto& [p, fault, says] : test::aim_disk_errors(points)) {
     ASSERT_NO_FATAL_FAILURE(fresh_copy());
     const auto failed = install("CUDAFIX_TEST_FAULT=" + fault);
     EXPECT_EQ(failed.exit_code, 2) << fault << ": " << failed.out;
