@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -182,6 +184,57 @@ inline std::map<std::string, int> count_by_call(const std::vector<FaultPoint>& p
   for (const auto& p : points) ++out[p.call];
   return out;
 }
+
+// Every file's hash, every symlink's target and every folder under `dir`, cudafix's own folder
+// and the lock aside: the state a test compares.
+inline std::string tree_of(const std::string& dir) {
+  const std::string q = shell_quote(dir);
+  return run_shell("cd " + q +
+                   " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
+                   "xargs -0 -r sha256sum && find . -path ./.cudafix -prune -o -type l -printf '%p -> %l\\n' | sort "
+                   "&& find . -path ./.cudafix -prune -o -type d -print | sort")
+      .out;
+}
+
+// The lines in which two trees differ (the first few), for failure messages.
+inline std::string tree_diff(const std::string& a, const std::string& b) {
+  std::set<std::string> la, lb;
+  std::string line;
+  std::istringstream ia(a), ib(b);
+  while (std::getline(ia, line)) la.insert(line);
+  while (std::getline(ib, line)) lb.insert(line);
+  std::string out;
+  int shown = 0;
+  for (const auto& l : la)
+    if (!lb.count(l) && shown++ < 8) out += "- " + l + "\n";
+  for (const auto& l : lb)
+    if (!la.count(l) && shown++ < 16) out += "+ " + l + "\n";
+  return out;
+}
+
+// Files and folders outside an environment that a hostile input aims at: a folder of canaries
+// (a file, a folder holding one, a shared-library name) whose whole tree a test compares after
+// each command. Nothing cudafix does may change it.
+class Canaries {
+ public:
+  explicit Canaries(std::string dir) : dir_(std::move(dir)) {
+    std::filesystem::create_directories(dir_ + "/folder");
+    write(dir_ + "/canary.txt", "outside the environment\n");
+    write(dir_ + "/folder/inner.txt", "inside a folder outside\n");
+    write(dir_ + "/libcanary.so.1", "not a library\n");
+    before_ = tree_of(dir_);
+  }
+  [[nodiscard]] const std::string& dir() const { return dir_; }
+  // "" when nothing changed; otherwise the lines that differ.
+  [[nodiscard]] std::string changes() const {
+    const std::string now = tree_of(dir_);
+    return now == before_ ? std::string() : tree_diff(before_, now);
+  }
+
+ private:
+  std::string dir_, before_;
+  static void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+};
 
 // The site-packages folder of a venv made by make_venv (lib/python3.X/site-packages).
 inline std::string site_packages(const std::string& venv) {

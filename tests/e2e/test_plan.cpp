@@ -754,12 +754,7 @@ namespace cudafix {
 namespace {
 
 // Every file's hash under a venv, cudafix's own folder and the lock aside.
-std::string hashes_of(const std::string& venv) {
-  return test::run_shell("cd " + test::shell_quote(venv) +
-                         " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
-                         "xargs -0 -r sha256sum && find . -path ./.cudafix -prune -o -type l -printf '%p -> %l\\n'")
-      .out;
-}
+std::string hashes_of(const std::string& venv) { return test::tree_of(venv); }
 
 // The plan carried out by cudafix itself: one transaction, then judged by doctor and by pip, and
 // undone by rollback to the very bytes it started from.

@@ -26,32 +26,8 @@ using test::shell_quote;
 using test::TempDir;
 using ::testing::HasSubstr;
 
-// Every file's hash and every symlink's target under the venv, cudafix's own folder and the
-// lock aside: the state a test compares.
-std::string tree_of(const std::string& venv) {
-  const std::string q = shell_quote(venv);
-  return run_shell("cd " + q +
-                   " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
-                   "xargs -0 -r sha256sum && find . -path ./.cudafix -prune -o -type l -printf '%p -> %l\\n' | sort "
-                   "&& find . -path ./.cudafix -prune -o -type d -print | sort")
-      .out;
-}
-
-// The lines in which two trees differ (the first few), for failure messages.
-std::string tree_diff(const std::string& a, const std::string& b) {
-  std::set<std::string> la, lb;
-  std::string line;
-  std::istringstream ia(a), ib(b);
-  while (std::getline(ia, line)) la.insert(line);
-  while (std::getline(ib, line)) lb.insert(line);
-  std::string out;
-  int shown = 0;
-  for (const auto& l : la)
-    if (!lb.count(l) && shown++ < 8) out += "- " + l + "\n";
-  for (const auto& l : lb)
-    if (!la.count(l) && shown++ < 16) out += "+ " + l + "\n";
-  return out;
-}
+using test::tree_diff;
+using test::tree_of;
 
 #define EXPECT_SAME_TREE(now, expected) EXPECT_TRUE((now) == (expected)) << tree_diff(expected, now)
 
