@@ -1,13 +1,18 @@
 #include "cli/commands.hpp"
 #include "cli/session.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -23,6 +28,8 @@
 #include "installer/probe/verify.hpp"
 #include "installer/source/sources.hpp"
 #include "installer/txn/changes.hpp"
+#include "installer/txn/file_ops.hpp"
+#include "installer/txn/landlock.hpp"
 #include "installer/txn/transaction.hpp"
 #include "installer/wheel_install.hpp"
 #include "installer/wheel_source.hpp"
@@ -173,16 +180,107 @@ std::chrono::milliseconds lock_wait(const GlobalOptions& g) {
 
 void say_waiting(const std::string& what) { std::cerr << "cudafix: " << what << '\n'; }
 
+// This process may write only beneath the environment's root and the cache folder from here on:
+// the kernel refuses the rest (Landlock), and each path-changing call resolves its folder beneath
+// one of them (openat2). Said under -v, and where the kernel lacks either.
+void fence(const r::EnvLayout& layout, const GlobalOptions& g) {
+  std::vector<std::string> folders{layout.root_real};
+  installer::txn::confine_to(layout.root_real);
+  if (const std::string cache = cache_dir(); !g.no_cache && !cache.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(cache, ec);
+    if (!ec) {
+      installer::txn::confine_to(cache);
+      folders.push_back(r::real_path_of(cache));
+    }
+  }
+  const auto f = installer::txn::fence_writes_beneath(folders);
+  if (g.verbose) {
+    if (f.applied)
+      std::cerr << fmt::format("cudafix: writes fenced by the kernel (Landlock ABI {}) to {}\n", f.abi,
+                               fmt::join(folders, " and "));
+    else
+      std::cerr << fmt::format("cudafix: no Landlock fence: {}; cudafix's own checks only\n", f.why);
+    if (!installer::txn::kernel_confines())
+      std::cerr << "cudafix: this kernel has no openat2 (Linux 5.6+): each folder's real path is checked instead\n";
+  }
+  // The fence's own test: a write outside, tried past every check cudafix makes, that the kernel
+  // must refuse.
+  if (const auto outside = env_var("CUDAFIX_TEST_WRITE_OUTSIDE")) {
+    const int fd = ::open(outside->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw r::Error(
+          fmt::format("{}: {}: the kernel refused a write outside the environment", *outside, std::strerror(errno)));
+    ::close(fd);
+  }
+}
+
 // A transaction a killed run left is finished or undone before anything reads the environment.
-void recover_interrupted(const r::EnvLayout& layout, const GlobalOptions& g) {
-  if (layout.kind == r::EnvKind::site_dir) return;
+void recover_in_process(const r::EnvLayout& layout, const GlobalOptions& g) {
   for (const auto& line : installer::txn::recover(layout.root_real, lock_wait(g), say_waiting))
     std::cerr << "cudafix: " << line << '\n';
 }
 
-Located locate(const GlobalOptions& g) {
+// A reading command recovers in a child, fenced as a writing command is, so that the fence
+// does not outlive the recovery in the command itself (its --output, its reports).
+void recover_in_child(const r::EnvLayout& layout, const GlobalOptions& g) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw r::Error(fmt::format("pipe: {}", std::strerror(errno)));
+  std::cout.flush();
+  std::cerr.flush();
+  const pid_t child = ::fork();
+  if (child < 0) throw r::Error(fmt::format("fork: {}", std::strerror(errno)));
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    int code = 0;
+    try {
+      fence(layout, g);
+      recover_in_process(layout, g);
+    } catch (const std::exception& e) {
+      const std::string why = e.what();
+      (void)!::write(pipe_fds[1], why.data(), why.size());
+      code = 3;
+    }
+    std::cerr.flush();
+    ::_exit(code);
+  }
+  ::close(pipe_fds[1]);
+  std::string why;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    why.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!why.empty()) throw r::Error(why);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw r::Error(
+        fmt::format("recovering {}: the recovery process ended abnormally (status {})", layout.root, status));
+}
+
+void recover_interrupted(const r::EnvLayout& layout, const GlobalOptions& g, Access access) {
+  if (layout.kind == r::EnvKind::site_dir) return;
+  if (access == Access::write) {
+    fence(layout, g);
+    recover_in_process(layout, g);
+    return;
+  }
+  struct stat st {};
+  if (::lstat((layout.root_real + "/.cudafix/active").c_str(), &st) == 0) recover_in_child(layout, g);
+}
+
+Located locate(const GlobalOptions& g, Access access, std::vector<std::string>* refused) {
   r::EnvLayout layout = r::locate_environment(locate_request(g));
-  recover_interrupted(layout, g);
+  try {
+    recover_interrupted(layout, g, access);
+  } catch (const r::Error& e) {
+    if (!refused) throw;
+    refused->push_back(e.what());
+  }
   Configuration config = load_configuration(g, layout.root);
   return {std::move(layout), std::move(config)};
 }
@@ -323,8 +421,8 @@ std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what,
 
 int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& out) {
   // The rules files decide which rules run, and so how much to scan: read them first.
-  Located located = locate(g);
   rules::DoctorOptions opts;
+  Located located = locate(g, Access::read, &opts.refused_recovery);
   opts.verify_hashes = d.verify_hashes;
   opts.select = d.select;
   opts.ignore = d.ignore;

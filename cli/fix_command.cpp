@@ -69,7 +69,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& out) {
   const auto t0 = std::chrono::steady_clock::now();
-  Located located = locate(options);
+  Located located = locate(options, Access::write);
   const GlobalOptions g = with_configured_sources(options, located.config);
   const Retention keep = retention(located);
   // A dry run only reads, as plan fix does; a real one plans under the lock it writes under.

@@ -50,8 +50,16 @@ struct Located {
 // The options with the configuration's [sources] below them (GlobalOptions::config_*).
 [[nodiscard]] GlobalOptions with_configured_sources(const GlobalOptions& g, const Configuration& config);
 [[nodiscard]] Style style_for(const GlobalOptions& g);
-// The environment the options name, recovered from an interrupted transaction, its configuration read.
-[[nodiscard]] Located locate(const GlobalOptions& g);
+// What a command may do to the environment it locates.
+enum class Access {
+  read,   // reads only; a killed change it finds is recovered in a child process, fenced
+  write,  // changes it: this process is fenced (Landlock) and confined (openat2) before it recovers
+};
+// The environment the options name, recovered from an interrupted transaction, its configuration
+// read. With `refused`, a recovery cudafix will not carry out (untrusted state) is said there
+// instead of thrown: doctor reports it.
+[[nodiscard]] Located locate(const GlobalOptions& g, Access access = Access::read,
+                             std::vector<std::string>* refused = nullptr);
 // Scanned and kept until exit (freeing a large model costs more than some phases of the scan).
 const Scanned& scan_kept(const GlobalOptions& g, Located located, resolver::ScanDepth depth = resolver::ScanDepth::full,
                          bool parse_requirements = false);

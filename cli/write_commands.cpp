@@ -24,6 +24,7 @@
 #include "installer/txn/transaction.hpp"
 #include "installer/wheel_install.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/env/state_folder.hpp"
 #include "resolver/plan/plan.hpp"
 #include "resolver/plan/provenance.hpp"
 
@@ -104,7 +105,7 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
 }
 
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out) {
-  Located located = locate(g);
+  Located located = locate(g, Access::write);
   const Retention keep = retention(located);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   // Scanned under the lock: pip takes none, so what was planned before it is not trusted.
@@ -142,7 +143,10 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
 
 int run_history(const GlobalOptions& g, std::ostream& out) {
   const Located located = locate(g);
-  const auto all = tx::transactions(located.layout.root_real);
+  std::vector<std::string> distrusted;
+  const auto all = tx::transactions(located.layout.root_real, &distrusted);
+  if (!g.json)
+    for (const auto& why : distrusted) std::cerr << "cudafix: not shown, not trusted: " << why << '\n';
   nlohmann::json list = nlohmann::json::array();
   std::uint64_t total = 0;
   std::string text;
@@ -159,11 +163,8 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
                         t.ops.size(), state_name(t), static_cast<double>(held) / 1e6);
   }
   if (g.json) {
-    out << nlohmann::json{{"schema", 1},
-                          {"command", "history"},
-                          {"venv", located.layout.root},
-                          {"transactions", list},
-                          {"bytes_held", total}}
+    out << nlohmann::json{{"schema", 1},          {"command", "history"},     {"venv", located.layout.root},
+                          {"transactions", list}, {"distrusted", distrusted}, {"bytes_held", total}}
                .dump()
         << '\n';
   } else {
@@ -174,10 +175,15 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
 }
 
 int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out) {
-  Located located = locate(g);
+  Located located = locate(g, Access::write);
   const Retention keep = retention(located);
   const std::string root = located.layout.root_real;
   tx::EnvLock lock(root, lock_wait(g), say_waiting);
+  if (const auto listed = r::records_listing_protected(located.layout); !listed.empty())
+    throw r::Error(
+        fmt::format("refused: a dist's RECORD lists cudafix's own state or the venv's files, so a wheel "
+                    "may have written them and cudafix trusts none of its history: {}; nothing was changed",
+                    fmt::join(listed, "; ")));
   if (o.snapshot) {
     const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
     writable(env);
@@ -238,7 +244,7 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
 }
 
 int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out) {
-  Located located = locate(g);
+  Located located = locate(g, Access::write);
   const std::string root = located.layout.root_real;
   if (o.list) {
     nlohmann::json list = nlohmann::json::array();
@@ -496,7 +502,7 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
     throw r::Error(fmt::format("{} is not a plan document (write one with `cudafix plan fix -o PLAN.json`)", o.plan));
   if (!plan.value("ok", false))
     throw r::Error(fmt::format("{} is a plan that found no safe order: {}", o.plan, plan.value("problem", "")));
-  Located located = locate(options);
+  Located located = locate(options, Access::write);
   const GlobalOptions g = with_configured_sources(options, located.config);
   const Retention keep = retention(located);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
@@ -526,7 +532,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   // Every wheel validated before the environment is even locked.
   std::vector<installer::ValidatedWheel> wheels;
   for (const auto& w : o.wheels) wheels.push_back(installer::validate_wheel(w));
-  Located located = locate(g);
+  Located located = locate(g, Access::write);
   const Retention keep = retention(located);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full);

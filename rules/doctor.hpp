@@ -59,6 +59,8 @@ struct DoctorOptions {
   unsigned threads = 0;
   std::map<std::string, RuleSettings> settings;                                // from the TOML files
   std::function<void(std::uint64_t done, std::uint64_t total)> hash_progress;  // bytes hashed
+  // What the caller's recovery refused to obey (cudafix's state not trusted): untrusted-state says it.
+  std::vector<std::string> refused_recovery;
 };
 
 struct DoctorReport {

@@ -17,6 +17,7 @@
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/env/state_folder.hpp"
 #include "resolver/plan/provenance.hpp"
 
 namespace cudafix::installer::txn {
@@ -59,6 +60,21 @@ bool everything_below_goes(const std::string& dir, const std::set<std::string>& 
 }
 
 std::string snapshots_root(const std::string& root) { return root + "/.cudafix/snapshots"; }
+
+// Letters, digits, '-', '_' and '.', not first, at most 128: a name joined into a path alone.
+bool is_snapshot_name(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name.front() == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == '.';
+  });
+}
+
+void check_snapshot_name(const std::string& name) {
+  if (!is_snapshot_name(name))
+    throw r::Error(fmt::format("snapshot name '{}': use up to 128 letters, digits, '-', '_' or '.', not a leading '.'",
+                               name.substr(0, 128)));
+}
 
 struct Entry {
   std::string rel;
@@ -120,17 +136,16 @@ void plan_removal_ops(const r::Environment& env, const r::Deletion& deletion, Tr
 
 SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
                            const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
-  if (name.empty() || name.find('/') != std::string::npos || name.starts_with("."))
-    throw r::Error(
-        fmt::format("snapshot name '{}': use letters, digits, '-', '_' or '.', not '/' or a leading '.'", name));
+  check_snapshot_name(name);
   const std::string root = env.layout.root_real;
   const std::string dir = snapshot_dir(root, name);
   if (exists_nofollow(dir)) throw r::Error(fmt::format("snapshot '{}' exists already ({})", name, dir));
   const std::string tmp = snapshots_root(root) + "/." + name + ".partial";
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp + "/tree", ec);
-  if (ec) throw r::Error(fmt::format("{}: {}", tmp, ec.message()));
+  confine_to(root);
+  make_state_folders(root);
+  make_dirs(snapshots_root(root), 0700);
+  remove_tree(tmp);
+  make_dirs(tmp + "/tree", 0700);
   SnapshotInfo info;
   info.name = name;
   info.time = static_cast<std::int64_t>(std::time(nullptr));
@@ -139,7 +154,7 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   std::vector<std::pair<std::string, std::string>> files(listed.begin(), listed.end());
   std::set<std::string> folders;
   for (const auto& [abs, hash] : files) folders.insert(r::parent_dir(tmp + "/tree/" + r::relative_to(abs, root)));
-  for (const auto& f : folders) fs::create_directories(f, ec);
+  for (const auto& f : folders) make_dirs(f);
   std::vector<json> made(files.size());
   std::atomic<std::size_t> linked{0}, copied{0}, symlinks{0}, seen{0};
   std::atomic<std::uint64_t> bytes{0};
@@ -160,7 +175,13 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
     } else if (S_ISREG(st.st_mode)) {
       e["type"] = "file";
       const std::string into = tmp + "/tree/" + rel;
-      if (::link(abs.c_str(), into.c_str()) == 0) {
+      bool hardlinked = true;
+      try {
+        link_path(abs, into);
+      } catch (const r::Error&) {
+        hardlinked = false;
+      }
+      if (hardlinked) {
         ++linked;
       } else {
         // Another file system, or one that refuses hard links: a copy, counted and said.
@@ -208,12 +229,17 @@ std::vector<SnapshotInfo> list_snapshots(const std::string& root) {
     if (!j.is_object()) continue;
     SnapshotInfo s;
     s.name = n;
-    s.time = j.value("time", std::int64_t{0});
-    s.linked = j.value("linked", std::size_t{0});
-    s.copied = j.value("copied", std::size_t{0});
-    for (const auto& e : j["entries"]) {
-      ++s.files;
-      if (e.value("type", "") == "file") s.bytes += e.value("size", std::uint64_t{0});
+    try {
+      s.time = j.value("time", std::int64_t{0});
+      s.linked = j.value("linked", std::size_t{0});
+      s.copied = j.value("copied", std::size_t{0});
+      if (!j["entries"].is_array()) continue;
+      for (const auto& e : j["entries"]) {
+        ++s.files;
+        if (e.value("type", "") == "file") s.bytes += e.value("size", std::uint64_t{0});
+      }
+    } catch (const json::exception&) {
+      continue;  // not a manifest cudafix wrote: not listed
     }
     out.push_back(s);
   }
@@ -222,16 +248,32 @@ std::vector<SnapshotInfo> list_snapshots(const std::string& root) {
 }
 
 void delete_snapshot(const std::string& root, const std::string& name) {
+  check_snapshot_name(name);
   const std::string dir = snapshot_dir(root, name);
-  if (name.empty() || name.find('/') != std::string::npos || !exists_nofollow(dir + "/manifest.json"))
+  if (!exists_nofollow(dir + "/manifest.json"))
     throw r::Error(fmt::format("no snapshot named '{}' in {}", name, snapshots_root(root)));
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  if (ec) throw r::Error(fmt::format("{}: {}", dir, ec.message()));
+  remove_tree(dir);
 }
 
+namespace {
+RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& name, Transaction& tx);
+}  // namespace
+
 RestoreCheck plan_restore(const r::Environment& env, const std::string& name, Transaction& tx) {
+  try {
+    return plan_restore_checked(env, name, tx);
+  } catch (const json::exception& e) {
+    throw r::Error(fmt::format("{}/manifest.json: a field of the wrong type ({}); nothing was changed",
+                               snapshot_dir(env.layout.root_real, name), e.what()));
+  }
+}
+
+namespace {
+RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& name, Transaction& tx) {
+  check_snapshot_name(name);
   const std::string root = env.layout.root_real;
+  if (auto why = r::state_folder_problem(root); !why.empty())
+    throw r::Error(fmt::format("cudafix's state cannot be trusted: {}; nothing was changed", why));
   const std::string dir = snapshot_dir(root, name);
   const auto text = r::try_read_file(dir + "/manifest.json");
   if (!text) throw r::Error(fmt::format("no snapshot named '{}' in {}", name, snapshots_root(root)));
@@ -247,10 +289,13 @@ RestoreCheck plan_restore(const r::Environment& env, const std::string& name, Tr
   std::vector<Restore> restores;
   std::set<std::string> kept;
   for (const auto& e : manifest["entries"]) {
-    const std::string rel = e.value("path", "");
-    const std::string abs = r::join_normal(root, rel);
-    if (rel.empty() || !r::is_within(abs, root) || abs == root)
-      throw r::Error(fmt::format("{}/manifest.json: entry '{}' is outside the environment", dir, rel));
+    const std::string rel = e.is_object() && e["path"].is_string() ? e["path"].get<std::string>() : "";
+    if (!r::is_clean_relative(rel) || r::is_protected_path(rel))
+      throw r::Error(
+          fmt::format("{}/manifest.json: entry '{}' is not a normal path inside the environment (or names "
+                      "cudafix's own state); nothing was changed",
+                      dir, rel.substr(0, 256)));
+    const std::string abs = root + "/" + rel;
     kept.insert(abs);
     struct stat now {
     }, was{};
@@ -293,13 +338,14 @@ RestoreCheck plan_restore(const r::Environment& env, const std::string& name, Tr
   }
   for (const auto& rs : restores) {
     const std::string staged = tx.new_dir() + "/" + r::relative_to(rs.abs, root);
-    std::error_code ec;
-    fs::create_directories(r::parent_dir(staged), ec);
-    if (rs.symlink)
-      fs::create_symlink(rs.target, staged, ec);
-    else
+    make_dirs(r::parent_dir(staged));
+    if (rs.symlink) {
+      std::error_code ec;
+      fs::create_symlink(rs.target, staged, ec);  // in the transaction's own new/, made by it
+      if (ec) throw r::Error(fmt::format("{}: {}", staged, ec.message()));
+    } else {
       link_path(rs.from, staged);
-    if (ec) throw r::Error(fmt::format("{}: {}", staged, ec.message()));
+    }
     tx.put(staged, rs.abs);
     ++check.restore;
   }
@@ -310,5 +356,7 @@ RestoreCheck plan_restore(const r::Environment& env, const std::string& name, Tr
     if (!kept.count(f)) tx.remove_folder_if_empty(f, mode_of(f));
   return check;
 }
+
+}  // namespace
 
 }  // namespace cudafix::installer::txn

@@ -1,11 +1,15 @@
 #include "installer/txn/file_ops.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/openat2.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -13,10 +17,13 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
 
 namespace cudafix::installer::txn {
 namespace {
@@ -90,26 +97,234 @@ bool syncing() {
   return on;
 }
 
+// The folders cudafix may change, each open as a directory descriptor of its real path: every
+// path-changing call beneath one resolves its folder with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_MAGICLINKS) from that descriptor, so that the kernel, not a check made earlier,
+// keeps a symlinked folder, a ".." or a bug from leading the call outside.
+struct Confined {
+  std::string path;  // as callers name it (the lexical path, or the real one)
+  std::string real;
+  int fd = -1;
+};
+
+std::mutex& confined_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::vector<Confined>& confined() {
+  static auto* roots = new std::vector<Confined>();  // never freed: the descriptors live as long as the process
+  return *roots;
+}
+
+std::atomic<bool> openat2_missing{false};  // the kernel has no openat2 (before 5.6): the userspace checks alone
+
+long openat2_beneath(int dirfd, const char* path, int flags) {
+  open_how how{};
+  how.flags = static_cast<std::uint64_t>(flags) | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  long fd = 0;
+  do fd = ::syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+  while (fd < 0 && errno == EAGAIN);
+  return fd;
+}
+
+// The folder a path's last part is in, open beneath the confined root it lies under, and that
+// part's name: what the *at calls take. Without confinement (nothing registered), the path as it is.
+class Parent {
+ public:
+  Parent(const char* call, const std::string& path) {
+    std::optional<Confined> root;
+    {
+      std::lock_guard<std::mutex> lock(confined_mutex());
+      if (confined().empty()) {
+        name_ = path;
+        return;
+      }
+      for (const auto& c : confined())
+        if (resolver::is_within(path, c.path) && (!root || c.path.size() > root->path.size())) root = c;
+      if (!root)
+        throw resolver::Error(fmt::format("{} {}: outside the environment {}; cudafix changes nothing there", call,
+                                          path, confined().front().path));
+    }
+    if (path == root->path) {
+      fd_ = root->fd;
+      name_ = ".";
+      return;
+    }
+    const std::string rel = path.substr(root->path.size() + 1);
+    if (!resolver::is_clean_relative(rel))
+      throw resolver::Error(fmt::format("{} {}: not a normal path (a '.', '..' or empty part); refused", call, path));
+    const auto slash = rel.rfind('/');
+    name_ = slash == std::string::npos ? rel : rel.substr(slash + 1);
+    const std::string folder = slash == std::string::npos ? "." : rel.substr(0, slash);
+    if (openat2_missing) {
+      open_checked_by_realpath(call, path, *root, folder);
+      return;
+    }
+    const long fd = openat2_beneath(root->fd, folder.c_str(), O_PATH | O_DIRECTORY);
+    if (fd < 0 && errno == ENOSYS) {
+      openat2_missing = true;
+      open_checked_by_realpath(call, path, *root, folder);
+      return;
+    }
+    if (fd < 0 && (errno == EXDEV || errno == ELOOP))
+      throw resolver::Error(fmt::format(
+          "{} {}: the folder {}/{} leads outside {} (a symlink on the way out); refused, nothing there was changed",
+          call, path, root->path, folder, root->path));
+    if (fd < 0) {
+      missing_ = errno;  // ENOENT, ENOTDIR: the call fails as it would on the path itself
+      return;
+    }
+    fd_ = static_cast<int>(fd);
+    owned_ = true;
+  }
+  ~Parent() {
+    if (owned_) ::close(fd_);
+  }
+  Parent(const Parent&) = delete;
+  Parent& operator=(const Parent&) = delete;
+
+  // The folder's descriptor, or -1 with errno set where it could not be opened.
+  [[nodiscard]] int fd() const {
+    if (missing_ != 0) errno = missing_;
+    return missing_ != 0 ? -1 : fd_;
+  }
+  [[nodiscard]] const char* name() const { return name_.c_str(); }
+  [[nodiscard]] bool missing() const { return missing_ != 0; }
+
+ private:
+  int fd_ = AT_FDCWD;
+  bool owned_ = false;
+  int missing_ = 0;
+  std::string name_;
+
+  void open_checked_by_realpath(const char* call, const std::string& path, const Confined& root,
+                                const std::string& folder) {
+    const std::string abs = folder == "." ? root.real : root.real + "/" + folder;
+    const std::string real = resolver::real_path_of(abs);
+    if (!resolver::is_within(real, root.real))
+      throw resolver::Error(
+          fmt::format("{} {}: the folder {} leads to {}, outside {} (a symlink); refused, nothing there was changed",
+                      call, path, abs, real, root.path));
+    const int fd = ::open(abs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      missing_ = errno;
+      return;
+    }
+    fd_ = fd;
+    owned_ = true;
+  }
+};
+
 }  // namespace
 
+void confine_to(const std::string& path) {
+  const std::string real = resolver::real_path_of(path);
+  std::lock_guard<std::mutex> lock(confined_mutex());
+  for (const auto& c : confined())
+    if (c.path == path) return;
+  const int fd = ::open(real.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail("open", real, errno);
+  confined().push_back({path, real, fd});
+  if (real != path) confined().push_back({real, real, fd});
+}
+
+bool kernel_confines() { return !openat2_missing; }
+
 void rename_path(const std::string& from, const std::string& to) {
-  if (injected("rename", from) || ::rename(from.c_str(), to.c_str()) != 0)
+  const Parent a("rename", from), b("rename", to);
+  if (injected("rename", from) || ::renameat(a.fd(), a.name(), b.fd(), b.name()) != 0)
     fail("rename", fmt::format("{} -> {}", from, to), errno);
 }
 
 void make_dir(const std::string& path, unsigned mode) {
-  if (injected("mkdir", path) || (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)) fail("mkdir", path, errno);
+  const Parent p("mkdir", path);
+  if (injected("mkdir", path) || (::mkdirat(p.fd(), p.name(), mode) != 0 && errno != EEXIST))
+    fail("mkdir", path, errno);
+}
+
+void make_dirs(const std::string& path, unsigned mode) {
+  if (exists_nofollow(path)) return;
+  const std::string parent = resolver::parent_dir(path);
+  if (parent != path && parent != "/" && !parent.empty()) make_dirs(parent, mode);
+  make_dir(path, mode);
 }
 
 bool remove_dir_if_empty(const std::string& path) {
+  const Parent p("rmdir", path);
   if (injected("rmdir", path)) fail("rmdir", path, errno);
-  if (::rmdir(path.c_str()) == 0) return true;
+  if (::unlinkat(p.fd(), p.name(), AT_REMOVEDIR) == 0) return true;
   if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOENT) return false;
   fail("rmdir", path, errno);
 }
 
+void remove_file(const std::string& path) {
+  const Parent p("unlink", path);
+  if (::unlinkat(p.fd(), p.name(), 0) != 0 && errno != ENOENT) fail("unlink", path, errno);
+}
+
+namespace {
+
+// Removes everything in the open folder `fd` (closed here), never following a symlink: each
+// entry is unlinked by name from its folder's descriptor, so no path is resolved again.
+void empty_folder(int fd, const std::string& shown, int depth) {
+  if (depth > 256) {
+    ::close(fd);
+    throw resolver::Error(fmt::format("{}: folders nested over 256 deep; not removed", shown));
+  }
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    fail("opendir", shown, errno);
+  }
+  std::vector<std::pair<std::string, bool>> entries;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st {};
+    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    entries.emplace_back(std::string(name), S_ISDIR(st.st_mode));
+  }
+  for (const auto& [name, folder] : entries) {
+    if (folder) {
+      const int sub = ::openat(::dirfd(d), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) continue;
+      try {
+        empty_folder(sub, shown + "/" + name, depth + 1);
+      } catch (...) {
+        ::closedir(d);
+        throw;
+      }
+    }
+    if (::unlinkat(::dirfd(d), name.c_str(), folder ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) {
+      const int err = errno;
+      ::closedir(d);
+      fail("unlink", shown + "/" + name, err);
+    }
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
+void remove_tree(const std::string& path) {
+  const Parent p("rmdir", path);
+  if (p.missing()) return;
+  struct stat st {};
+  if (::fstatat(p.fd(), p.name(), &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    const int fd = ::openat(p.fd(), p.name(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) fail("open", path, errno);
+    empty_folder(fd, path, 0);
+  }
+  if (::unlinkat(p.fd(), p.name(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT)
+    fail("unlink", path, errno);
+}
+
 void link_path(const std::string& from, const std::string& to) {
-  if (injected("link", from) || ::link(from.c_str(), to.c_str()) != 0)
+  const Parent a("link", from), b("link", to);
+  if (injected("link", from) || ::linkat(a.fd(), a.name(), b.fd(), b.name(), 0) != 0)
     fail("link", fmt::format("{} -> {}", from, to), errno);
 }
 
@@ -123,10 +338,16 @@ void start_writeback(int fd) {
   if (syncing()) (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
+int open_file(const std::string& path, int flags, unsigned mode) {
+  const Parent p("open", path);
+  const int fd = ::openat(p.fd(), p.name(), flags | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) fail("open", path, errno);
+  return fd;
+}
+
 void sync_file_system(const std::string& folder) {
   if (!syncing()) return;
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail("open", folder, errno);
+  const int fd = open_file(folder, O_RDONLY | O_DIRECTORY, 0);
   const int rc = injected("fsync", folder) ? -1 : ::syncfs(fd);
   const int err = errno;
   ::close(fd);
@@ -138,9 +359,7 @@ namespace {
 // An open file, closed however the scope ends.
 struct OpenFile {
   int fd;
-  OpenFile(const std::string& path, int flags) : fd(::open(path.c_str(), flags | O_CLOEXEC, 0644)) {
-    if (fd < 0) fail("open", path, errno);
-  }
+  OpenFile(const std::string& path, int flags) : fd(open_file(path, flags, 0644)) {}
   ~OpenFile() { ::close(fd); }
   OpenFile(const OpenFile&) = delete;
   OpenFile& operator=(const OpenFile&) = delete;
@@ -172,14 +391,16 @@ void append_synced(const std::string& path, std::string_view text) {
 
 void write_synced(const std::string& path, std::string_view text) {
   const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
+  remove_file(tmp);
   append_synced(tmp, text);
   rename_path(tmp, path);
 }
 
 bool exists_nofollow(const std::string& path) {
+  const Parent p("stat", path);
+  if (p.missing()) return false;
   struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0;
+  return ::fstatat(p.fd(), p.name(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 void fault_trace_mark(std::string_view what) {

@@ -24,8 +24,27 @@
 
 namespace cudafix::installer::txn {
 
+// Confinement: once a folder is registered, every call below on a path beneath it resolves the
+// path's folder with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) from a descriptor of the
+// folder's real path and acts on the last part with the *at call, so that a symlinked folder (or
+// a ".." in a planted journal) that leads outside refuses the call, by the kernel and by name. A
+// path beneath no registered folder is refused. With nothing registered, paths are used as given.
+// On a kernel without openat2 (before 5.6) each folder's realpath is checked instead.
+void confine_to(const std::string& folder);
+// Whether openat2 does the confining (false: the realpath checks alone).
+[[nodiscard]] bool kernel_confines();
+
 void rename_path(const std::string& from, const std::string& to);
 void make_dir(const std::string& path, unsigned mode);
+// `path` and each missing folder above it.
+void make_dirs(const std::string& path, unsigned mode = 0755);
+// Removes `path` and everything below it, never following a symlink (one is removed, not
+// entered); one already gone is not an error.
+void remove_tree(const std::string& path);
+// Unlinks a file; one already gone is not an error.
+void remove_file(const std::string& path);
+// open(2) of `path` (never through a final symlink), confined as above; throws naming the path.
+[[nodiscard]] int open_file(const std::string& path, int flags, unsigned mode = 0644);
 // Removes an empty folder; false when it is not empty (it stays).
 bool remove_dir_if_empty(const std::string& path);
 void link_path(const std::string& from, const std::string& to);

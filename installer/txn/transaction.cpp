@@ -19,6 +19,7 @@
 #include "installer/txn/file_ops.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/env/state_folder.hpp"
 
 namespace cudafix::installer::txn {
 namespace {
@@ -27,6 +28,38 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string active_file(const std::string& root) { return root + "/.cudafix/active"; }
+std::string state_dir(const std::string& root) { return root + "/.cudafix"; }
+
+// Whether `p` is a path a journal of `root` may name: absolute, normal, beneath the root (not
+// the root itself), and, inside cudafix's own folder, only in a transaction's new/ or old/.
+std::string path_problem(const std::string& p, const std::string& root) {
+  if (p.empty() || p[0] != '/' || resolver::lexically_normal(p) != p || p.find("//") != std::string::npos)
+    return fmt::format("'{}' is not a normal absolute path", p);
+  if (p == root || !resolver::is_within(p, root)) return fmt::format("'{}' is outside the environment {}", p, root);
+  const std::string rel = p.substr(root.size() + 1);
+  if (!resolver::is_protected_path(rel)) return {};
+  if (!rel.starts_with(".cudafix/")) return fmt::format("'{}' is the environment's own {}", p, rel);
+  {
+    // .cudafix/tx/<id>/(new|old)[/...]
+    const std::string_view r(rel);
+    const auto id_end = r.find('/', 12);
+    const bool in_tx = r.starts_with(".cudafix/tx/") && id_end != std::string_view::npos &&
+                       resolver::is_transaction_id(r.substr(12, id_end - 12)) &&
+                       (r.substr(id_end).starts_with("/new") || r.substr(id_end).starts_with("/old")) &&
+                       (r.size() == id_end + 4 || r[id_end + 4] == '/');
+    if (!in_tx) return fmt::format("'{}' is cudafix's own state, not a transaction's new/ or old/", p);
+  }
+  return {};
+}
+
+std::string op_problem(const Op& op, const std::string& root) {
+  if (op.mode > 07777) return fmt::format("mode {:o} is not a file mode", op.mode);
+  if (op.kind == OpKind::move) {
+    if (auto why = path_problem(op.from, root); !why.empty()) return why;
+    return path_problem(op.to, root);
+  }
+  return path_problem(op.path, root);
+}
 
 // Sortable and unique: UTC time to the millisecond, then the process id.
 std::string new_id() {
@@ -76,22 +109,30 @@ void carry_out_op(const Op& op) {
 }
 
 // Undoes `ops` (the first `done` of them may have happened), newest first, each by what the
-// disk shows, so that undoing twice, or undoing what never happened, changes nothing.
-void undo_ops(const std::vector<Op>& ops, std::size_t done) {
+// disk shows, so that undoing twice, or undoing what never happened, changes nothing. An op that
+// cannot be undone does not stop the others: each failure is returned, naming where its path is.
+std::vector<std::string> undo_ops(const std::vector<Op>& ops, std::size_t done) {
+  std::vector<std::string> failed;
   for (std::size_t i = done; i-- > 0;) {
     const Op& op = ops[i];
-    switch (op.kind) {
-      case OpKind::move:
-        if (exists_nofollow(op.to) && !exists_nofollow(op.from)) rename_path(op.to, op.from);
-        break;
-      case OpKind::mkdir:
-        if (exists_nofollow(op.path)) (void)remove_dir_if_empty(op.path);
-        break;
-      case OpKind::rmdir:
-        if (!exists_nofollow(op.path)) make_dir(op.path, op.mode);
-        break;
+    try {
+      switch (op.kind) {
+        case OpKind::move:
+          if (exists_nofollow(op.to) && !exists_nofollow(op.from)) rename_path(op.to, op.from);
+          break;
+        case OpKind::mkdir:
+          if (exists_nofollow(op.path)) (void)remove_dir_if_empty(op.path);
+          break;
+        case OpKind::rmdir:
+          if (!exists_nofollow(op.path)) make_dir(op.path, op.mode);
+          break;
+      }
+    } catch (const std::exception& e) {
+      failed.push_back(op.kind == OpKind::move ? fmt::format("{} is still at {} ({})", op.from, op.to, e.what())
+                                               : fmt::format("{} ({})", op.path, e.what()));
     }
   }
+  return failed;
 }
 
 void sync_folders(const std::vector<Op>& ops) {
@@ -111,6 +152,16 @@ void sync_folders(const std::vector<Op>& ops) {
 }  // namespace
 
 std::string tx_root(const std::string& root) { return root + "/.cudafix/tx"; }
+
+std::string distrust(const JournalRead& tx, const std::string& root, std::string_view folder) {
+  if (!tx.unreadable.empty()) return tx.unreadable;
+  if (!resolver::is_transaction_id(tx.id) || tx.id != folder)
+    return fmt::format("its id '{}' is not the transaction id its folder is named by", tx.id.substr(0, 64));
+  if (tx.root != root) return fmt::format("it was written for {}, not this environment", tx.root);
+  for (std::size_t i = 0; i < tx.ops.size(); ++i)
+    if (auto why = op_problem(tx.ops[i], root); !why.empty()) return fmt::format("op {}: {}", i, why);
+  return {};
+}
 
 EnvLock::EnvLock(const std::string& root, std::chrono::milliseconds wait,
                  const std::function<void(const std::string&)>& waiting) {
@@ -144,11 +195,14 @@ EnvLock::~EnvLock() {
 }
 
 Transaction::Transaction(const std::string& root, const std::string& command) : root_(root), id_(new_id()) {
-  std::error_code ec;
-  fs::create_directories(dir() + "/old", ec);
-  fs::create_directories(dir() + "/new", ec);
-  if (ec) throw resolver::Error(fmt::format("{}: cannot make the transaction's folder: {}", dir(), ec.message()));
+  confine_to(root_);
+  make_state_folders(root_);
+  make_dir(dir(), 0700);
+  make_dir(dir() + "/old", 0700);
+  make_dir(dir() + "/new", 0700);
+  sync_path(tx_root(root_));  // the transaction's folder is an entry of tx/ that recovery relies on
   write_synced(active_file(root_), id_ + "\n");
+  sync_path(state_dir(root_));
   append(json{{"record", "begin"},
               {"id", id_},
               {"time", static_cast<std::int64_t>(std::time(nullptr))},
@@ -189,10 +243,10 @@ void Transaction::move(const std::string& from, const std::string& to) {
 void Transaction::move_aside(const std::string& path) {
   if (!resolver::is_within(path, root_) || path == root_)
     throw resolver::Error(fmt::format("{} is outside the environment {}; nothing was changed", path, root_));
+  if (auto why = path_problem(path, root_); !why.empty())
+    throw resolver::Error(fmt::format("refusing to move {} aside: {}; nothing was changed", path, why));
   const std::string backup = dir() + "/old/" + resolver::relative_to(path, root_);
-  std::error_code ec;
-  fs::create_directories(resolver::parent_dir(backup), ec);
-  if (ec) throw resolver::Error(fmt::format("{}: {}", resolver::parent_dir(backup), ec.message()));
+  make_dirs(resolver::parent_dir(backup), 0700);
   move(path, backup);
 }
 
@@ -245,34 +299,71 @@ void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
     fault_trace_mark("commit");
   } catch (const std::exception& e) {
     const std::string why = e.what();
-    undo_ops(ops_, std::min(done + 1, ops_.size()));
+    const auto stuck = undo_ops(ops_, std::min(done + 1, ops_.size()));
+    if (!stuck.empty()) {
+      // The journal and active stay: the next command's recovery tries again.
+      throw resolver::Error(fmt::format("{}; undoing it failed for {} of the changes, which recovery will retry: {}",
+                                        why, stuck.size(), fmt::join(stuck, "; ")));
+    }
     try {
       append(json{{"record", "aborted"}, {"why", why}}.dump());
     } catch (const std::exception&) {
       // The journal cannot be written (the disk is full): recovery finds the ops undone already.
     }
-    ::unlink(active_file(root_).c_str());
+    remove_file(active_file(root_));
     throw resolver::Error(fmt::format("{}; every change was undone", why));
   }
-  ::unlink(active_file(root_).c_str());
+  remove_file(active_file(root_));
 }
 
 void Transaction::abandon() {
   if (started_) return;
   started_ = true;
-  std::error_code ec;
-  fs::remove_all(dir(), ec);
-  ::unlink(active_file(root_).c_str());
+  try {
+    remove_tree(dir());
+    remove_file(active_file(root_));
+  } catch (const std::exception&) {
+    // Left for prune: a transaction never carried out holds nothing the environment needs.
+  }
 }
 
 Transaction::~Transaction() { abandon(); }
 
-std::vector<JournalRead> transactions(const std::string& root) {
+void make_state_folders(const std::string& root) {
+  if (auto why = resolver::state_folder_problem(root); !why.empty())
+    throw resolver::Error(fmt::format("cudafix's state cannot be trusted: {}; nothing was changed", why));
+  const bool made = !exists_nofollow(state_dir(root)) || !exists_nofollow(tx_root(root));
+  make_dir(state_dir(root), 0700);
+  make_dir(tx_root(root), 0700);
+  if (made) {
+    sync_path(state_dir(root));
+    sync_path(root);
+  }
+}
+
+std::vector<JournalRead> transactions(const std::string& root, std::vector<std::string>* distrusted) {
   std::vector<JournalRead> out;
+  if (auto why = resolver::state_folder_problem(root); !why.empty()) {
+    if (distrusted) distrusted->push_back(why);
+    return out;
+  }
   std::error_code ec;
   for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string folder = tx_root(root) + "/" + name;
+    struct stat st {};
+    if (!resolver::is_transaction_id(name) || ::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      if (distrusted)
+        distrusted->push_back(fmt::format("{}: not a transaction's folder (its name or type)", folder.substr(0, 512)));
+      continue;
+    }
     try {
-      out.push_back(read_journal(it->path().string() + "/journal"));
+      auto tx = read_journal(folder + "/journal");
+      if (auto why = distrust(tx, root, name); !why.empty()) {
+        if (distrusted) distrusted->push_back(fmt::format("{}/journal: {}", folder, why));
+        continue;
+      }
+      out.push_back(std::move(tx));
     } catch (const resolver::Error&) {
       // A folder whose journal never got its begin record holds nothing that was done.
     }
@@ -284,17 +375,28 @@ std::vector<JournalRead> transactions(const std::string& root) {
 std::vector<std::string> recover(const std::string& root, std::chrono::milliseconds wait,
                                  const std::function<void(const std::string&)>& waiting) {
   if (!exists_nofollow(active_file(root))) return {};
+  if (auto why = resolver::state_folder_problem(root); !why.empty())
+    throw resolver::Error(
+        fmt::format("{} names a transaction to recover, but cudafix's state cannot be trusted: {}; "
+                    "nothing was changed",
+                    active_file(root), why));
+  confine_to(root);
   EnvLock lock(root, wait, waiting);
   const auto id_text = resolver::try_read_file(active_file(root));
   if (!id_text) return {};  // another run finished it while we waited
   const std::string id(resolver::trim(*id_text));
+  if (!resolver::is_transaction_id(id))
+    throw resolver::Error(
+        fmt::format("{} names '{}', which is not a transaction id: cudafix did not write it, and "
+                    "left it as it is (remove the file once you know where it came from)",
+                    active_file(root), id.substr(0, 64)));
   std::vector<std::string> said;
   const std::string journal = tx_root(root) + "/" + id + "/journal";
   JournalRead tx;
   try {
     tx = read_journal(journal);
   } catch (const resolver::Error&) {
-    ::unlink(active_file(root).c_str());
+    remove_file(active_file(root));
     said.push_back(fmt::format("recovering: transaction {} was stopped before it changed anything", id));
     return said;
   }
@@ -303,17 +405,27 @@ std::vector<std::string> recover(const std::string& root, std::chrono::milliseco
         fmt::format("{}: {}: cudafix cannot tell what transaction {} changed, so it left it as it is (a newer cudafix "
                     "wrote it? that version can recover it)",
                     journal, tx.unreadable, id));
+  if (auto why = distrust(tx, root, id); !why.empty())
+    throw resolver::Error(
+        fmt::format("{}: {}: cudafix did not write this journal, so it obeyed none of it and left "
+                    "it as it is",
+                    journal, why));
   if (tx.state == TxState::committed || tx.state == TxState::aborted) {
     said.push_back(fmt::format("recovering: transaction {} ({}) had {}; nothing to undo", id, tx.command,
                                tx.state == TxState::committed ? "committed" : "been undone"));
   } else {
-    undo_ops(tx.ops, tx.ops.size());
+    const auto stuck = undo_ops(tx.ops, tx.ops.size());
+    if (!stuck.empty())
+      throw resolver::Error(
+          fmt::format("recovering transaction {} ({}): {} of its {} changes could not be undone, "
+                      "and its journal stays for a later try: {}",
+                      id, tx.command, stuck.size(), tx.ops.size(), fmt::join(stuck, "; ")));
     append_synced(journal,
                   journal_line(json{{"record", "aborted"}, {"why", "interrupted; undone by recovery"}}.dump()));
     said.push_back(fmt::format("recovering: transaction {} ({}) was interrupted{}; its {} changes were undone", id,
                                tx.command, tx.torn ? " (a torn journal tail was cut)" : "", tx.ops.size()));
   }
-  ::unlink(active_file(root).c_str());
+  remove_file(active_file(root));
   return said;
 }
 
@@ -321,6 +433,8 @@ void plan_rollback(const JournalRead& done, Transaction& undo) {
   if (!done.unreadable.empty())
     throw resolver::Error(
         fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id, done.unreadable));
+  if (auto why = distrust(done, undo.root(), done.id); !why.empty())
+    throw resolver::Error(fmt::format("cannot roll back {}: its journal {}; nothing was changed", done.id, why));
   for (auto it = done.ops.rbegin(); it != done.ops.rend(); ++it) {
     const Op& op = *it;
     switch (op.kind) {
@@ -330,7 +444,7 @@ void plan_rollback(const JournalRead& done, Transaction& undo) {
               fmt::format("cannot roll back {}: {} (what it moved to) is gone; nothing was changed", done.id, op.to));
         if (undo.will_exist(op.from)) undo.move_aside(op.from);
         std::vector<std::string> missing;
-        for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != "/";
+        for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
              p = resolver::parent_dir(p))
           missing.push_back(p);
         for (auto m = missing.rbegin(); m != missing.rend(); ++m) undo.make_folder(*m, 0755);
@@ -348,6 +462,8 @@ void plan_rollback(const JournalRead& done, Transaction& undo) {
 }
 
 void mark_rolled_back(const std::string& root, const std::string& id, const std::string& by) {
+  if (!resolver::is_transaction_id(id) || !resolver::is_transaction_id(by))
+    throw resolver::Error(fmt::format("'{}' is not a transaction id", id.substr(0, 64)));
   append_synced(tx_root(root) + "/" + id + "/journal",
                 journal_line(json{{"record", "rolled_back_by"}, {"id", by}}.dump()));
 }
@@ -370,11 +486,9 @@ Pruned prune_transactions(const std::string& root, std::size_t keep) {
   for (const auto& t : transactions(root)) {
     if (t.state != TxState::committed && t.state != TxState::aborted) continue;
     if (++finished <= keep) continue;
-    const std::string dir = tx_root(root) + "/" + t.id;
+    const std::string dir = tx_root(root) + "/" + t.id;  // t.id is a checked id: transactions() says so
     const auto held = bytes_held(dir);
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    if (ec) throw resolver::Error(fmt::format("{}: cannot remove an old transaction's backups: {}", dir, ec.message()));
+    remove_tree(dir);
     pruned.ids.push_back(t.id);
     pruned.bytes += held;
   }

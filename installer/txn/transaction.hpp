@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "installer/txn/journal.hpp"
@@ -43,6 +44,7 @@ class Transaction {
   Transaction& operator=(const Transaction&) = delete;
 
   [[nodiscard]] const std::string& id() const { return id_; }
+  [[nodiscard]] const std::string& root() const { return root_; }
   [[nodiscard]] std::string dir() const;
   [[nodiscard]] std::string new_dir() const { return dir() + "/new"; }
 
@@ -82,8 +84,21 @@ class Transaction {
   void folder_op(OpKind kind, const std::string& path, unsigned mode);
 };
 
-// The transactions of an environment, newest first.
-[[nodiscard]] std::vector<JournalRead> transactions(const std::string& root);
+// Why the journal `tx`, read from the folder named `folder` under <root>/.cudafix/tx, cannot be
+// trusted ("" when it can): an unreadable record, an id that is not its folder's, another root,
+// or an op whose path is not normal, lies outside the root, or names the environment's own files
+// (.lock, pyvenv.cfg, cudafix.toml) or cudafix's state outside a transaction's new/ and old/.
+// Anything in an environment can write this folder, so nothing from it is obeyed unchecked.
+[[nodiscard]] std::string distrust(const JournalRead& tx, const std::string& root, std::string_view folder);
+
+// <root>/.cudafix and its tx/, 0700, synced into their parents when made; refuses untrusted ones.
+void make_state_folders(const std::string& root);
+
+// The trusted transactions of an environment, newest first; what was not trusted (a folder
+// that is not a transaction's, a journal distrust() refuses) is skipped and, where
+// `distrusted` is given, said there.
+[[nodiscard]] std::vector<JournalRead> transactions(const std::string& root,
+                                                    std::vector<std::string>* distrusted = nullptr);
 
 // Finishes or undoes a transaction a killed run left (a journal with no commit or abort): its
 // ops undone in reverse, each by what the disk shows. Returns what it did, one line each; takes

@@ -124,7 +124,9 @@ const SiteDir* EnvLayout::platlib() const {
 }
 
 EnvLayout read_layout(const std::string& dir_in, const std::string& found_by) {
-  const std::string dir = absolute_normal(dir_in);
+  // Resolved once, here: a venv given through a symlink is planned, staged and changed at the
+  // one real path, so that no later check finds a path of one spelling outside the other.
+  const std::string dir = real_path(absolute_normal(dir_in));
   if (!is_dir(dir)) throw Error(fmt::format("{} is not a directory", dir));
   EnvLayout layout;
   layout.found_by = found_by;

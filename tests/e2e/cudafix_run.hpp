@@ -236,6 +236,22 @@ class Canaries {
   static void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 };
 
+// The findings of `rule` in a doctor document.
+inline std::vector<nlohmann::json> of_rule(const nlohmann::json& doc, const std::string& rule) {
+  std::vector<nlohmann::json> out;
+  for (const auto& f : doc["findings"])
+    if (f["rule"] == rule) out.push_back(f);
+  return out;
+}
+
+// The findings of `rule`, which must have fired. tests/layout/check_rule_docs.py requires one
+// fires() for every registered rule in the end-to-end tests: the test that shows it working.
+inline std::vector<nlohmann::json> fires(const nlohmann::json& doc, const std::string& rule) {
+  auto found = of_rule(doc, rule);
+  EXPECT_FALSE(found.empty()) << rule << " did not fire: " << doc["findings"].dump(1).substr(0, 2000);
+  return found;
+}
+
 // The site-packages folder of a venv made by make_venv (lib/python3.X/site-packages).
 inline std::string site_packages(const std::string& venv) {
   for (const auto& e : std::filesystem::directory_iterator(venv + "/lib")) return e.path().string() + "/site-packages";

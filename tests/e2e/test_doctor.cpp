@@ -37,20 +37,8 @@ test::JsonRun doctor(const std::string& venv, const std::string& args = "") {
   return test::cudafix_json("doctor --venv " + shell_quote(venv) + k_no_cache + " " + args);
 }
 
-std::vector<json> of_rule(const json& doc, const std::string& rule) {
-  std::vector<json> out;
-  for (const auto& f : doc["findings"])
-    if (f["rule"] == rule) out.push_back(f);
-  return out;
-}
-
-// The findings of `rule`, which must have fired. tests/layout/check_rule_docs.py requires one
-// fires() for every registered rule in the end-to-end tests: the test that shows it working.
-std::vector<json> fires(const json& doc, const std::string& rule) {
-  auto found = of_rule(doc, rule);
-  EXPECT_FALSE(found.empty()) << rule << " did not fire: " << doc["findings"].dump(1).substr(0, 2000);
-  return found;
-}
+using test::fires;
+using test::of_rule;
 
 // The build machine's pip installs each wheel into a venv made without pip of its own.
 void install_into(const std::string& site, const std::vector<std::string>& wheels) {

@@ -1,0 +1,95 @@
+#include "resolver/env/state_folder.hpp"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "resolver/base/text.hpp"
+
+namespace cudafix::resolver::inline env {
+namespace {
+
+bool all_digits(std::string_view s, std::size_t from, std::size_t count) {
+  if (count == 0 || from + count > s.size()) return false;
+  for (std::size_t i = from; i < from + count; ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
+// The path of a RECORD row: the first CSV field, unquoted.
+std::string row_path(std::string_view line) {
+  if (!line.empty() && line.front() == '"') {
+    std::string out;
+    for (std::size_t i = 1; i < line.size(); ++i) {
+      if (line[i] == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        out += '"';
+        ++i;
+      } else if (line[i] == '"') {
+        break;
+      } else {
+        out += line[i];
+      }
+    }
+    return out;
+  }
+  return std::string(line.substr(0, line.find(',')));
+}
+
+}  // namespace
+
+bool is_transaction_id(std::string_view id) {
+  // YYYYMMDDTHHMMSS.mmm-PID-N, as installer/txn/transaction.cpp's new_id() writes it.
+  if (id.size() > 64 || id.size() < 23 || !all_digits(id, 0, 8) || id[8] != 'T' || !all_digits(id, 9, 6) ||
+      id[15] != '.' || !all_digits(id, 16, 3) || id[19] != '-')
+    return false;
+  const auto dash = id.find('-', 20);
+  if (dash == std::string_view::npos) return false;
+  return all_digits(id, 20, dash - 20) && all_digits(id, dash + 1, id.size() - dash - 1);
+}
+
+bool is_protected_path(std::string_view rel) {
+  return rel == ".cudafix" || rel.starts_with(".cudafix/") || rel == "cudafix.toml" || rel == "pyvenv.cfg" ||
+         rel == ".lock";
+}
+
+std::string state_folder_problem(const std::string& root) {
+  for (const std::string& folder : {root + "/.cudafix", root + "/.cudafix/tx"}) {
+    struct stat st {};
+    if (::lstat(folder.c_str(), &st) != 0) continue;
+    if (!S_ISDIR(st.st_mode)) return fmt::format("{} is not a folder (a symlink or a file put there)", folder);
+    if (st.st_uid != ::geteuid() && st.st_uid != 0)
+      return fmt::format("{} belongs to uid {}, neither this user ({}) nor root", folder, st.st_uid, ::geteuid());
+    if ((st.st_mode & 022) != 0)
+      return fmt::format("{} may be written by others (mode {:o}); cudafix makes it 0700", folder, st.st_mode & 07777);
+  }
+  return {};
+}
+
+std::vector<std::string> records_listing_protected(const EnvLayout& layout, std::size_t limit) {
+  std::vector<std::string> out;
+  for (const auto& site : layout.sites) {
+    if (site.root == SiteRoot::system) continue;
+    DIR* d = ::opendir(site.path.c_str());
+    if (d == nullptr) continue;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string_view name = e->d_name;
+      if (!name.ends_with(".dist-info")) continue;
+      const std::string record = site.path + "/" + std::string(name) + "/RECORD";
+      const auto text = try_read_file(record);
+      if (!text) continue;
+      for (const auto line : split(*text, '\n')) {
+        const std::string path = row_path(line);
+        if (path.empty()) continue;
+        const std::string abs = join_normal(site.path, path);
+        if (!is_within(abs, layout.root) || abs == layout.root) continue;
+        if (!is_protected_path(abs.substr(layout.root.size() + 1))) continue;
+        if (out.size() < limit) out.push_back(fmt::format("{}: {}", record, path.substr(0, 256)));
+      }
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+}  // namespace cudafix::resolver::inline env

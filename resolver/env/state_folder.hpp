@@ -1,0 +1,34 @@
+// cudafix's own state inside an environment, as untrusted input: anything that can write the
+// environment (pip installing a wheel whose .data/data/ lands in the root, a package's code,
+// another user) can plant files there, so the state is checked before any of it is read.
+//
+//   <root>/.cudafix/            0700, owned by the user running cudafix (or root)
+//   <root>/.cudafix/tx/<id>/    one transaction (installer/txn/journal.hpp)
+//   <root>/.cudafix/active      the id of the transaction in progress
+//   <root>/.cudafix/snapshots/  snapshots (installer/txn/changes.hpp)
+// An id is YYYYMMDDTHHMMSS.mmm-PID-N (at most 64 bytes); only such an id is joined into a path.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "resolver/env/venv.hpp"
+
+namespace cudafix::resolver::inline env {
+
+[[nodiscard]] bool is_transaction_id(std::string_view id);
+
+// The files of an environment no wheel may write and no RECORD may list: cudafix's state, its
+// configuration, the venv's pyvenv.cfg and lock. `rel` is relative to the root, normalised.
+[[nodiscard]] bool is_protected_path(std::string_view rel);
+
+// Why <root>/.cudafix cannot be trusted ("" when it can, or is absent): it or tx/ is not a real
+// folder, belongs to another user (neither this one nor root), or others may write it.
+[[nodiscard]] std::string state_folder_problem(const std::string& root);
+
+// RECORD rows of the environment's dists that name a protected path ("<RECORD file>: <row>"),
+// read straight from each site folder's dist-info RECORD files (at most `limit` of them said).
+[[nodiscard]] std::vector<std::string> records_listing_protected(const EnvLayout& layout, std::size_t limit = 16);
+
+}  // namespace cudafix::resolver::inline env

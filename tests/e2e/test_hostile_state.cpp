@@ -1,0 +1,337 @@
+// Hostile state and symlinks against the write path, on real venvs (python3 -m venv, wheels
+// installed by real pip): journals, `active` files and snapshots planted in .cudafix/ (by hand,
+// and by pip installing a wheel whose .data/data/ lands in the venv's root), symlinked folders
+// that lead out, and the kernel's fences (openat2 and Landlock) seen from outside: a write cudafix
+// is tricked or hooked into trying outside the environment, and every path-changing call of a
+// whole command under strace. Each test keeps canaries outside the venv and asserts they are
+// unchanged, that nothing died of a signal, and that a refusal names what it refused.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "installer/txn/journal.hpp"
+#include "resolver/base/text.hpp"
+#include "tests/e2e/cudafix_run.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using test::tree_diff;
+using test::tree_of;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string k_id = "20261203T120000.000-1-0";
+
+class HostileState : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    const std::string src = tmp_->path() + "/src", w = tmp_->path() + "/wheels";
+    fs::create_directories(src);
+    fs::create_directories(w);
+    test::write_file(src + "/a.so", "alpha library\n");
+    test::write_file(src + "/b.py", "print('alpha')\n");
+    alpha_ = test::make_wheel(w, "alpha 1.0 alpha/lib/liba.so=" + src + "/a.so alpha/__init__.py=" + src + "/b.py");
+    victim_ = test::make_wheel(w, "victim 2.0 shared/x.so=" + src + "/a.so victim/__init__.py=" + src + "/b.py");
+    base_ = tmp_->path() + "/base";
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(base_, {alpha_}));
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  // A copy of the venv, and canaries beside it (outside it).
+  struct Setup {
+    std::string venv;
+    test::Canaries canaries;
+  };
+  static Setup setup(const TempDir& t) {
+    const std::string v = t.path() + "/venv";
+    EXPECT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+    return {v, test::Canaries(t.path() + "/outside")};
+  }
+  // `cudafix ARGS --venv VENV`, standard error with the output, its cache in the test's folder.
+  static test::RunResult cudafix(const std::string& args, const std::string& venv, const std::string& env = "") {
+    return run_shell("env -u VIRTUAL_ENV XDG_CACHE_HOME=" + shell_quote(fs::path(venv).parent_path().string()) +
+                     "/cache " + env + " " + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(venv) +
+                     test::k_no_cache + " 2>&1");
+  }
+  // A journal written as cudafix writes one (checksummed lines), planted at <venv>/.cudafix/tx/<folder>.
+  static void plant_journal(const std::string& venv, const std::string& folder, const std::vector<json>& records) {
+    const std::string tx = venv + "/.cudafix/tx/" + folder;
+    fs::create_directories(tx + "/old");
+    fs::permissions(venv + "/.cudafix", fs::perms::owner_all);
+    fs::permissions(venv + "/.cudafix/tx", fs::perms::owner_all);
+    std::string text;
+    for (const auto& r : records) text += installer::txn::journal_line(r.dump());
+    test::write_file(tx + "/journal", text);
+  }
+  static json begin(const std::string& venv, const std::string& id = k_id) {
+    return {{"record", "begin"}, {"id", id}, {"time", 1}, {"command", "remove alpha"}, {"root", venv}};
+  }
+  static json move(std::size_t n, const std::string& from, const std::string& to) {
+    return {{"record", "op"}, {"n", n}, {"op", "move"}, {"from", from}, {"to", to}};
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string alpha_, victim_, base_;
+};
+
+#define EXPECT_NO_SIGNAL(r) EXPECT_LT((r).exit_code, 128) << (r).out
+
+// A committed journal whose op moved a file from outside into the venv's backups: rolling it
+// back would create that file outside. It is not listed, not rolled back, and said why.
+TEST_F(HostileState, APlantedJournalThatWouldWriteOutsideIsNeitherListedNorRolledBack) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const std::string old = v + "/.cudafix/tx/" + k_id + "/old/planted.txt";
+  plant_journal(v, k_id,
+                {begin(v),
+                 move(0, canaries.dir() + "/made-by-rollback.txt", old),
+                 {{"record", "intent_end"}, {"ops", 1}},
+                 {{"record", "commit"}}});
+  test::write_file(old, "planted\n");
+  const std::string before = tree_of(v);
+  const auto history = cudafix("history", v);
+  EXPECT_EQ(history.exit_code, 0) << history.out;
+  EXPECT_THAT(history.out, HasSubstr("not trusted"));
+  EXPECT_THAT(history.out, HasSubstr("outside the environment"));
+  const auto back = cudafix("rollback " + k_id + " -y", v);
+  EXPECT_NO_SIGNAL(back);
+  EXPECT_NE(back.exit_code, 0) << back.out;
+  EXPECT_THAT(back.out, HasSubstr("no transaction " + k_id));
+  EXPECT_EQ(canaries.changes(), "");
+  EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
+}
+
+// A killed change whose undo would move a file from outside into the venv: no command obeys it.
+// doctor (reading only) says why in untrusted-state; a write command refuses; both leave it.
+TEST_F(HostileState, APlantedInterruptedJournalIsNotRecoveredAndDoctorSaysWhy) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const std::string site = test::site_packages(v);
+  plant_journal(v, k_id,
+                {begin(v),
+                 move(0, site + "/alpha/planted.py", canaries.dir() + "/canary.txt"),
+                 {{"record", "intent_end"}, {"ops", 1}}});
+  test::write_file(v + "/.cudafix/active", k_id + "\n");
+  const std::string before = tree_of(v);
+  const auto doctor = test::cudafix_json("doctor --select untrusted-state --venv " + shell_quote(v) + test::k_no_cache);
+  EXPECT_EQ(doctor.exit_code, 1);
+  const auto found = test::fires(doctor.doc, "untrusted-state");
+  ASSERT_FALSE(found.empty());
+  EXPECT_THAT(found[0].dump(), HasSubstr("recovery refused"));
+  EXPECT_THAT(found[0].dump(), HasSubstr("outside the environment"));
+  const auto remove = cudafix("remove alpha -y", v);
+  EXPECT_NO_SIGNAL(remove);
+  EXPECT_EQ(remove.exit_code, 2) << remove.out;
+  EXPECT_THAT(remove.out, HasSubstr("obeyed none of it"));
+  EXPECT_EQ(canaries.changes(), "");
+  EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
+  EXPECT_TRUE(fs::exists(v + "/.cudafix/active"));
+}
+
+// `active` naming a path, not an id: never joined into one.
+TEST_F(HostileState, AnActiveFileNamingAPathIsNotFollowed) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  fs::create_directories(v + "/.cudafix");
+  fs::permissions(v + "/.cudafix", fs::perms::owner_all);
+  const std::string rel = fs::relative(canaries.dir() + "/folder", v + "/.cudafix/tx").string();
+  test::write_file(v + "/.cudafix/active", rel + "\n");
+  const auto doctor = test::cudafix_json("doctor --select untrusted-state --venv " + shell_quote(v) + test::k_no_cache);
+  EXPECT_EQ(doctor.exit_code, 1);
+  EXPECT_THAT(doctor.doc.dump(), HasSubstr("not a transaction id"));
+  const auto remove = cudafix("remove alpha -y", v);
+  EXPECT_NO_SIGNAL(remove);
+  EXPECT_EQ(remove.exit_code, 2) << remove.out;
+  EXPECT_THAT(remove.out, HasSubstr("not a transaction id"));
+  EXPECT_EQ(canaries.changes(), "");
+}
+
+// A journal whose id is a path, in a folder named like a transaction: pruning (keep = 1) after
+// two real removals removes only real transactions' folders.
+TEST_F(HostileState, PruningNeverRemovesWhatAPlantedIdNames) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const std::string id = "../../../outside/folder";
+  plant_journal(v, "20200101T000000.000-1-0",
+                {begin(v, id), {{"record", "intent_end"}, {"ops", 0}}, {{"record", "commit"}}});
+  test::write_file(v + "/cudafix.toml", "[transactions]\nkeep = 1\n");
+  ASSERT_EQ(cudafix("remove alpha -y", v).exit_code, 0);
+  ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  const auto third = cudafix("remove alpha -y", v);
+  ASSERT_EQ(third.exit_code, 0) << third.out;
+  EXPECT_THAT(third.out, HasSubstr("removed the backups of"));
+  EXPECT_EQ(canaries.changes(), "");
+  EXPECT_TRUE(fs::exists(v + "/.cudafix/tx/20200101T000000.000-1-0/journal"));
+}
+
+// pip itself plants the state: a wheel whose .data/data/ writes a journal into .cudafix/. doctor
+// names the dist's RECORD; rollback trusts none of the history while a RECORD lists it.
+TEST_F(HostileState, AWheelThatPipInstallsIntoCudafixStateIsReportedAndNotObeyed) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  ASSERT_EQ(cudafix("remove alpha -y", v).exit_code, 0);  // a real transaction to roll back
+  const std::string src = t.path() + "/journal";
+  std::string text;
+  for (const auto& r : {begin(v, k_id), {{"record", "intent_end"}, {"ops", 0}}, json{{"record", "commit"}}})
+    text += installer::txn::journal_line(r.dump());
+  test::write_file(src, text);
+  const std::string evil =
+      test::make_wheel(t.path(), "evil 1.0 evil-1.0.data/data/.cudafix/tx/" + k_id + "/journal=" + src);
+  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(evil)).exit_code, 0);
+  const auto doctor = test::cudafix_json("doctor --select untrusted-state --venv " + shell_quote(v) + test::k_no_cache);
+  const auto found = test::fires(doctor.doc, "untrusted-state");
+  ASSERT_FALSE(found.empty());
+  EXPECT_THAT(found[0].dump(), HasSubstr("evil-1.0.dist-info/RECORD"));
+  const std::string before = tree_of(v);
+  const auto back = cudafix("rollback -y", v);
+  EXPECT_NE(back.exit_code, 0);
+  EXPECT_THAT(back.out, HasSubstr("a dist's RECORD lists cudafix's own state"));
+  EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
+  EXPECT_EQ(canaries.changes(), "");
+}
+
+// site-packages/shared -> a folder outside: installing a wheel with shared/x.so is refused by
+// name, before anything moves (before, it wrote into the folder outside).
+TEST_F(HostileState, AnInstallThroughASymlinkedFolderLeadingOutsideIsRefused) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  fs::create_directory_symlink(canaries.dir() + "/folder", test::site_packages(v) + "/shared");
+  const std::string before = tree_of(v);
+  const auto r = cudafix("install " + shell_quote(victim_) + " -y --no-verify", v);
+  EXPECT_NO_SIGNAL(r);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("site-packages/shared leads outside"));
+  EXPECT_EQ(canaries.changes(), "");
+  EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
+  EXPECT_FALSE(fs::exists(v + "/.cudafix/active"));
+}
+
+// --venv given through a symlink: resolved once, so a second install (which moves the first's
+// files aside) plans and changes at the same real path.
+TEST_F(HostileState, AVenvGivenThroughASymlinkInstallsTwice) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const std::string link = t.path() + "/link";
+  fs::create_directory_symlink(v, link);
+  const auto first = cudafix("install " + shell_quote(victim_) + " -y --no-verify", link);
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  const auto second = cudafix("install " + shell_quote(victim_) + " -y --no-verify", link);
+  EXPECT_EQ(second.exit_code, 0) << second.out;
+  EXPECT_EQ(test::venv_pip(v, "check").exit_code, 0);
+  EXPECT_EQ(canaries.changes(), "");
+}
+
+// A planted snapshot: an entry that climbs out, and a tree/ that is a symlink to a folder
+// outside (restoring would hardlink an outside file into the venv). Both refused by name.
+TEST_F(HostileState, APlantedSnapshotCannotLinkOrRestoreFromOutside) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  ASSERT_EQ(cudafix("snapshot real", v).exit_code, 0);
+  const std::string snaps = v + "/.cudafix/snapshots";
+  fs::create_directories(snaps + "/climb/tree");
+  test::write_file(snaps + "/climb/manifest.json",
+                   json{{"name", "climb"},
+                        {"time", 1},
+                        {"entries", {{{"path", "../outside/canary.txt"}, {"type", "file"}, {"sha256", "x"}}}}}
+                       .dump());
+  fs::create_directories(snaps + "/link");
+  fs::create_directory_symlink(canaries.dir(), snaps + "/link/tree");
+  const std::string sha = run_shell(
+                              "python3 -c \"import hashlib,base64,sys;print(base64.urlsafe_b64encode("
+                              "hashlib.sha256(open(sys.argv[1],'rb').read()).digest()).rstrip(b'=').decode())\" " +
+                              shell_quote(canaries.dir() + "/canary.txt"))
+                              .out;
+  test::write_file(
+      snaps + "/link/manifest.json",
+      json{{"name", "link"},
+           {"time", 1},
+           {"entries", {{{"path", "canary.txt"}, {"type", "file"}, {"sha256", std::string(resolver::trim(sha))}}}}}
+          .dump());
+  const std::string before = tree_of(v);
+  const auto climb = cudafix("rollback --snapshot climb -y", v);
+  EXPECT_NO_SIGNAL(climb);
+  EXPECT_NE(climb.exit_code, 0);
+  EXPECT_THAT(climb.out, HasSubstr("'../outside/canary.txt' is not a normal path"));
+  const auto link = cudafix("rollback --snapshot link -y", v);
+  EXPECT_NO_SIGNAL(link);
+  EXPECT_NE(link.exit_code, 0);
+  EXPECT_THAT(link.out, HasSubstr("leads outside"));
+  EXPECT_EQ(canaries.changes(), "");
+  EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
+  EXPECT_FALSE(fs::exists(v + "/canary.txt"));
+}
+
+// The kernel's fence: a write outside, tried by a test hook past every check cudafix makes,
+// fails with EACCES, the command says so, and the venv is as it was.
+TEST_F(HostileState, TheLandlockFenceStopsAWriteOutsideTheEnvironment) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const std::string before = tree_of(v);
+  const std::string outside = canaries.dir() + "/written-past-the-checks";
+  const auto r = cudafix("-v remove alpha -y", v, "CUDAFIX_TEST_WRITE_OUTSIDE=" + shell_quote(outside));
+  EXPECT_THAT(r.out, HasSubstr("writes fenced by the kernel (Landlock ABI"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(outside + ": Permission denied: the kernel refused a write outside the environment"));
+  EXPECT_FALSE(fs::exists(outside));
+  EXPECT_EQ(canaries.changes(), "");
+  EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
+}
+
+// Every path-changing call of install, remove, snapshot and rollback, as strace sees it (each
+// *at call's folder descriptor decoded by -y): beneath the venv or the cache, or a device.
+TEST_F(HostileState, EveryPathChangingCallOfTheWriteCommandsIsBeneathTheRootOrTheCache) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const std::string trace = t.path() + "/trace";
+  const std::string strace = "strace -f -qq -y -e trace=%file -o " + shell_quote(trace) + " ";
+  const std::string cache = t.path() + "/cache";
+  std::string all;
+  for (const std::string& args :
+       {"install " + shell_quote(victim_) + " -y --no-verify", std::string("remove alpha -y"),
+        std::string("snapshot s"), std::string("rollback -y"), std::string("rollback --snapshot s -y")}) {
+    const auto r =
+        run_shell("env -u VIRTUAL_ENV XDG_CACHE_HOME=" + shell_quote(cache) + " " + strace + shell_quote(test::k_bin) +
+                  " " + args + " --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << args << ": " << r.out;
+    all += resolver::try_read_file(trace).value_or("");
+  }
+  // renameat2(3</v/x>, "a", 4</v/y>, "b", 0) = 0; mkdirat(3</v>, "d", 0700) = 0; openat(..., O_WRONLY|O_CREAT...)
+  const std::regex changing(
+      R"(^\d+ +((rename|renameat|renameat2|mkdir|mkdirat|rmdir|unlink|unlinkat|link|linkat|symlink|symlinkat)\(|(open|openat|creat)\(.*O_(WRONLY|RDWR|CREAT|TRUNC)))");
+  const std::regex first_path(R"(\((?:(-?\d+)<([^>]*)>, |AT_FDCWD, )?"([^"]*)\")");
+  std::istringstream lines(all);
+  std::string line;
+  int checked = 0;
+  std::vector<std::string> outside;
+  const std::string real_venv = fs::canonical(v).string(), real_cache = fs::weakly_canonical(cache).string();
+  while (std::getline(lines, line)) {
+    if (!std::regex_search(line, changing) || line.find(" = -1 ") != std::string::npos) continue;
+    std::smatch m;
+    if (!std::regex_search(line, m, first_path)) continue;
+    std::string path = m[3];
+    if (m[2].matched && !path.starts_with("/")) path = std::string(m[2]) + (path == "." ? "" : "/" + path);
+    if (!path.starts_with("/")) continue;  // relative to the working folder: none expected, shown below
+    ++checked;
+    const bool beneath = resolver::is_within(path, real_venv) || resolver::is_within(path, real_cache) ||
+                         resolver::is_within(path, v) || path.starts_with("/dev/") || path == trace;
+    if (!beneath) outside.push_back(line);
+  }
+  EXPECT_GT(checked, 20) << all.substr(0, 2000);
+  EXPECT_TRUE(outside.empty()) << outside.size()
+                               << " calls outside, the first: " << (outside.empty() ? "" : outside.front());
+  EXPECT_EQ(canaries.changes(), "");
+}
+
+}  // namespace
+}  // namespace cudafix
