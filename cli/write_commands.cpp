@@ -112,6 +112,13 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   const auto& layout = writable(env);
   const auto dists = dists_named(env, o.dists);
   const auto plan = r::plan_removal(env, knowledge, dists, g.threads);
+  // Rows that name what no removal may delete: refused whatever --force says.
+  if (const auto& refused = plan.cudafix.deletion.refused; !refused.empty()) {
+    std::vector<std::string> lines;
+    for (const auto& rf : refused) lines.push_back(rf.to_string(env));
+    throw r::Error(fmt::format("refusing to remove {}:\n  {}\nnothing was changed (--force does not override this)",
+                               fmt::join(o.dists, " "), fmt::join(lines, "\n  ")));
+  }
   if (!plan.safe_with_cudafix() && !o.force) {
     if (g.json)
       out << plan_remove_json(env, knowledge, plan) << '\n';
