@@ -104,8 +104,8 @@ class ProtectedPaths {
     if (!is_within(path, root_)) return std::nullopt;  // outside: the removal's own check refuses it
     if (path == root_) return std::string("is the environment's root");
     for (const auto& s : scheme_) {
-      if (path == s) return fmt::format("is {}, a scheme folder", s);
-      if (is_within(s, path)) return fmt::format("holds the scheme folder {}", s);
+      if (path == s) return fmt::format("is {}/, a scheme folder", relative_to(s, root_));
+      if (is_within(s, path)) return fmt::format("holds the scheme folder {}/", relative_to(s, root_));
     }
     const std::string rel = relative_to(path, root_);
     if (rel == ".cudafix" || rel.starts_with(".cudafix/")) return std::string("is cudafix's own state (.cudafix/)");
