@@ -24,6 +24,7 @@
 
 #include "cli/json_output.hpp"
 #include "cli/json_writer.hpp"
+#include "cli/printable.hpp"
 #include "cli/text_output.hpp"
 #include "installer/probe/verify.hpp"
 #include "installer/source/sources.hpp"
@@ -178,7 +179,7 @@ std::chrono::milliseconds lock_wait(const GlobalOptions& g) {
   return std::chrono::milliseconds(static_cast<long>(g.lock_timeout_s * 1000));
 }
 
-void say_waiting(const std::string& what) { std::cerr << "cudafix: " << what << '\n'; }
+void say_waiting(const std::string& what) { std::cerr << "cudafix: " << printable_lines(what) << '\n'; }
 
 // This process may write only beneath the environment's root and the cache folder from here on:
 // the kernel refuses the rest (Landlock), and each path-changing call resolves its folder beneath
@@ -218,7 +219,7 @@ void fence(const r::EnvLayout& layout, const GlobalOptions& g) {
 // A transaction a killed run left is finished or undone before anything reads the environment.
 void recover_in_process(const r::EnvLayout& layout, const GlobalOptions& g) {
   for (const auto& line : installer::txn::recover(layout.root_real, lock_wait(g), say_waiting))
-    std::cerr << "cudafix: " << line << '\n';
+    std::cerr << "cudafix: " << printable_lines(line) << '\n';
 }
 
 // A reading command recovers in a child, fenced as a writing command is, so that the fence
@@ -572,11 +573,13 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
       if (!f.empty()) folders.emplace_back(f);
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
   auto found = installer::find_wheels(folders, opts.supported_tags);
-  for (const auto& diag : found.diagnostics) std::cerr << fmt::format("cudafix: warning: {}\n", diag.to_string());
+  for (const auto& diag : found.diagnostics)
+    std::cerr << fmt::format("cudafix: warning: {}\n", printable(diag.to_string(), k_line_limit));
   opts.wheels = std::move(found.wheels);
   const auto t0 = std::chrono::steady_clock::now();
   out.plan = plan_with_sources(g, env, knowledge, opts, out.source_problems);
-  for (const auto& problem : out.source_problems) std::cerr << fmt::format("cudafix: warning: {}\n", problem);
+  for (const auto& problem : out.source_problems)
+    std::cerr << fmt::format("cudafix: warning: {}\n", printable(problem, k_line_limit));
   const auto t1 = std::chrono::steady_clock::now();
   out.fingerprint = r::fingerprint_of(env, out.plan);
   if (g.timings) {

@@ -15,6 +15,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/printable.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
   auto* llp = app.add_option("--ld-library-path", ld_library_path,
                              "the LD_LIBRARY_PATH the loader model assumes (default: this process's)");
   app.add_option("--ld-so-cache", g.ld_so_cache, "read this ld.so.cache instead of the host's");
-  app.add_option("--threads", g.threads, "worker threads (default: one per core)");
+  app.add_option("--threads", g.threads, "worker threads (default and most: one per core this process may run on)");
   app.add_flag("--timings", g.timings, "print how long each phase of the scan took (stderr)");
   app.add_flag("--no-cache", g.no_cache, "read every folder and library afresh, and keep nothing for the next run");
   app.add_option("--find-links", g.find_links, "a folder of wheels to plan with (repeatable; default $PIP_FIND_LINKS)")
@@ -271,6 +272,14 @@ int main(int argc, char** argv) {
   }
   g.color = color == "always" ? ColorMode::always : color == "never" ? ColorMode::never : ColorMode::auto_;
   if (llp->count()) g.ld_library_path = ld_library_path;
+  // More threads than cores buys nothing and costs a heap and a stack each (--threads 100000
+  // grew to 22 GB before it was capped).
+  if (const unsigned cores = cudafix::resolver::cores_available(); g.threads > cores) {
+    if (g.verbose)
+      std::cerr << fmt::format("cudafix: --threads {} capped at {}, the cores this process may run on\n", g.threads,
+                               cores);
+    g.threads = cores;
+  }
 
   std::string command = app.get_subcommands().front()->get_name();
   if (plan->parsed()) command += " " + plan->get_subcommands().front()->get_name();
@@ -294,11 +303,11 @@ int main(int argc, char** argv) {
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {
     if (g.json) std::cout << error_json(command, e.what()) << '\n';
-    std::cerr << fmt::format("cudafix: error: {}\n", e.what());
+    std::cerr << fmt::format("cudafix: error: {}\n", cudafix::cli::printable_lines(e.what()));
     return 2;
   } catch (const std::exception& e) {
     if (g.json) std::cout << error_json(command, e.what()) << '\n';
-    std::cerr << fmt::format("cudafix: error: {}\n", e.what());
+    std::cerr << fmt::format("cudafix: error: {}\n", cudafix::cli::printable_lines(e.what()));
     return 2;
   }
   return k_exit_usage;

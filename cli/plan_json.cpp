@@ -87,6 +87,14 @@ std::string plan_remove_json(const r::Environment& env, const r::Knowledge& know
   deletion_json(d, env, plan.cudafix.deletion);
   w.key("cudafix_keeps");
   d.paths(plan.cudafix.deletion.kept);
+  w.key("refused").begin_array();
+  for (const auto& rf : plan.cudafix.deletion.refused) {
+    w.begin_object().key("dist").value(env.dists[static_cast<std::size_t>(rf.dist)].dir_name).key("file");
+    d.path(rf.file);
+    w.key("line").value(static_cast<std::uint64_t>(rf.line)).key("entry").value(rf.entry).key("why").value(rf.why);
+    w.end_object();
+  }
+  w.end_array();
   w.key("breaks");
   breaks_json(d, env, plan.pip.breaks);
   w.key("breaks_with_cudafix");

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "cli/printable.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/unresolved.hpp"
 #include "rules/rule.hpp"
@@ -18,12 +19,12 @@ std::string paint(bool on, const char* code, std::string_view s) {
   return on ? fmt::format("\033[{}m{}\033[0m", code, s) : std::string(s);
 }
 
-std::string shown(const r::Environment& env, const std::string& path) { return r::to_valid_utf8(env.display(path)); }
+std::string shown(const r::Environment& env, const std::string& path) { return printable(env.display(path)); }
 
 std::string dist_list(const r::Environment& env, const std::vector<int>& owners) {
   if (owners.empty()) return "no dist";
   std::vector<std::string> names;
-  for (int i : owners) names.push_back(env.dists[static_cast<std::size_t>(i)].dir_name);
+  for (int i : owners) names.push_back(printable(env.dists[static_cast<std::size_t>(i)].dir_name));
   std::sort(names.begin(), names.end());
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -92,7 +93,7 @@ std::string shared_path_groups(const r::Environment& env,
     std::vector<std::string> names;
     for (int i : owners) {
       const auto& d = env.dists[static_cast<std::size_t>(i)];
-      names.push_back(d.metadata.name + " " + d.metadata.version);
+      names.push_back(printable(d.metadata.name + " " + d.metadata.version));
     }
     const std::string who = (owners.size() == 2 ? "both " : "all of ") + and_list(names);
     if (paths.size() == 1) {
@@ -113,9 +114,9 @@ bool inside_env(const r::Environment& env, const std::string& path) {
 }
 
 std::string answer(const r::Environment& env, const r::Resolution& res, const Style& st) {
-  if (!res.found()) return fmt::format("{} {}", r::to_valid_utf8(res.name), st.bad("=> not found"));
+  if (!res.found()) return fmt::format("{} {}", printable(res.name), st.bad("=> not found"));
   const std::string where = shown(env, *res.path);
-  return fmt::format("{} => {} {}", r::to_valid_utf8(res.name), inside_env(env, *res.path) ? where : st.warn(where),
+  return fmt::format("{} => {} {}", printable(res.name), inside_env(env, *res.path) ? where : st.warn(where),
                      st.dim(reason_label(env, res)));
 }
 
@@ -170,10 +171,9 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
   std::string out;
   std::size_t rows = 0;
   for (const auto& d : env.dists) rows += d.record.size();
-  out += fmt::format("{} {}\n", st.bold("Environment"), r::to_valid_utf8(env.layout.root));
+  out += fmt::format("{} {}\n", st.bold("Environment"), printable(env.layout.root));
   out += fmt::format("  Python {}, found by {}\n", env.layout.python_version.value_or("?"), env.layout.found_by);
-  for (const auto& s : env.layout.sites)
-    out += fmt::format("  {}: {}\n", r::to_string(s.root), r::to_valid_utf8(s.path));
+  for (const auto& s : env.layout.sites) out += fmt::format("  {}: {}\n", r::to_string(s.root), printable(s.path));
   out += fmt::format("  {} dists, {} RECORD rows, {} files walked (__pycache__ not entered), {} ELF shared objects\n",
                      env.dists.size(), rows, env.on_disk.size(), env.objects.size());
   const auto& c = env.loader->config();
@@ -200,7 +200,7 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
     for (std::size_t i = 0; i < env.dists.size(); ++i) {
       const auto& m = env.missing[i];
       if (m.empty()) continue;
-      out += fmt::format("  {}: {} of {} files missing, e.g. {}\n", env.dists[i].dir_name, m.size(),
+      out += fmt::format("  {}: {} of {} files missing, e.g. {}\n", printable(env.dists[i].dir_name), m.size(),
                          env.dists[i].record.size(), shown(env, m.front()));
     }
   }
@@ -232,8 +232,8 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
   if (!unexplained.empty()) {
     out += fmt::format("\n{} ({} sonames)\n", st.bad("NEEDED that resolve nowhere"), unexplained.size());
     for (const auto& [name, objs] : unexplained) {
-      out += fmt::format("  {} {}\n", st.bad(r::to_valid_utf8(name)),
-                         st.dim(fmt::format("needed by {} object(s)", objs.size())));
+      out +=
+          fmt::format("  {} {}\n", st.bad(printable(name)), st.dim(fmt::format("needed by {} object(s)", objs.size())));
       list_objects(objs, "    ");
     }
     out += "  `cudafix why SONAME` shows every place the loader looked.\n";
@@ -245,7 +245,7 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
     for (const auto& [kind, by_name] : explained) {
       out += fmt::format("  [{}]\n", kind);
       for (const auto& [name, objs] : by_name) {
-        out += fmt::format("    {}: {}\n", r::to_valid_utf8(name), r::to_valid_utf8(objs.front().why.text));
+        out += fmt::format("    {}: {}\n", printable(name), printable(objs.front().why.text, k_line_limit));
         if (st.verbose) list_objects(objs, "      ");
       }
     }
@@ -253,7 +253,7 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
 
   if (!env.diagnostics.empty()) {
     out += fmt::format("\n{} ({})\n", st.bold("Unreadable input"), env.diagnostics.size());
-    for (const auto& d : env.diagnostics) out += fmt::format("  {}\n", r::to_valid_utf8(d.to_string()));
+    for (const auto& d : env.diagnostics) out += fmt::format("  {}\n", printable(d.to_string(), k_line_limit));
   }
   return out;
 }
@@ -285,7 +285,7 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
     return out;
   }
 
-  out += fmt::format("{}\n", st.bold(r::to_valid_utf8(rep.query)));
+  out += fmt::format("{}\n", st.bold(printable(rep.query)));
   out += fmt::format("  provided in the environment by:{}\n", rep.providers.empty() ? " " + st.warn("nothing") : "");
   for (const auto* p : rep.providers)
     out += fmt::format("    {} ({})\n", shown(env, p->path), dist_list(env, p->owners));
@@ -295,7 +295,7 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
     out += fmt::format("      {}\n", answer(env, c.resolution, st));
     if (!c.resolution.found()) {
       out += fmt::format("      {}\n",
-                         r::to_valid_utf8(r::explain_unresolved(env, knowledge, *c.object, c.resolution).text));
+                         printable(r::explain_unresolved(env, knowledge, *c.object, c.resolution).text, k_line_limit));
       searched_lines(env, c.resolution, "        ", out);
     }
     if (c.fallback)
@@ -303,8 +303,7 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
                          c.fallback->found() ? answer(env, *c.fallback, st) : st.bad("nothing would provide it"));
   }
   if (rep.standalone) {
-    out += fmt::format("  dlopen(\"{}\") from Python: {}\n", r::to_valid_utf8(rep.query),
-                       answer(env, *rep.standalone, st));
+    out += fmt::format("  dlopen(\"{}\") from Python: {}\n", printable(rep.query), answer(env, *rep.standalone, st));
     if (!rep.standalone->found() || st.verbose) searched_lines(env, *rep.standalone, "    ", out);
   }
   if (rep.tree) {
@@ -350,7 +349,7 @@ std::string stage_line(const installer::probe::StageRecord& s, bool timed_out, c
       fmt::format("  {} {:>9}  {}", status, s.ended ? fmt::format("{:.1f} ms", s.ms) : "-", p::stage_label(s));
   if (s.code && *s.code != 0) line += fmt::format(": {} {}", *s.code, p::code_name(s).value_or("(unknown code)"));
   if (!s.ended) line += ": began and never returned";
-  if (!s.detail.empty() && s.stage != "cuInit") line += st.dim(fmt::format("  {}", r::to_valid_utf8(s.detail)));
+  if (!s.detail.empty() && s.stage != "cuInit") line += st.dim(fmt::format("  {}", printable(s.detail, k_line_limit)));
   return line + "\n";
 }
 
@@ -359,17 +358,16 @@ std::string stage_line(const installer::probe::StageRecord& s, bool timed_out, c
 std::string verify_text(const r::Environment& env, const installer::probe::VerifyReport& rep, const Style& st) {
   namespace p = installer::probe;
   std::string out = fmt::format("{} {}: {}\n", st.bold("cudafix verify"), outcome_headline(rep, st),
-                                r::to_valid_utf8(rep.verdict.message));
+                                printable(rep.verdict.message, k_line_limit));
   if (rep.libcuda)
-    out += fmt::format(
-        "  driver    {}{}{}\n", r::to_valid_utf8(*rep.libcuda),
-        rep.libcuda_real && *rep.libcuda_real != *rep.libcuda ? " -> " + r::to_valid_utf8(*rep.libcuda_real) : "",
-        rep.driver_version ? fmt::format(", CUDA {}", p::cuda_version_text(*rep.driver_version)) : "");
-  if (rep.visible_devices)
-    out += fmt::format("  visible   CUDA_VISIBLE_DEVICES={}\n", r::to_valid_utf8(*rep.visible_devices));
+    out +=
+        fmt::format("  driver    {}{}{}\n", printable(*rep.libcuda),
+                    rep.libcuda_real && *rep.libcuda_real != *rep.libcuda ? " -> " + printable(*rep.libcuda_real) : "",
+                    rep.driver_version ? fmt::format(", CUDA {}", p::cuda_version_text(*rep.driver_version)) : "");
+  if (rep.visible_devices) out += fmt::format("  visible   CUDA_VISIBLE_DEVICES={}\n", printable(*rep.visible_devices));
   for (const auto& d : rep.records.devices) {
     const auto failed = p::failed_stage_of(rep.records, d.ordinal);
-    out += fmt::format("  device {}  {}, compute capability {}{}{}  {}\n", d.ordinal, r::to_valid_utf8(d.name),
+    out += fmt::format("  device {}  {}, compute capability {}{}{}  {}\n", d.ordinal, printable(d.name),
                        d.compute_capability, d.uuid.empty() ? "" : ", " + d.uuid, d.pci.empty() ? "" : ", PCI " + d.pci,
                        failed ? st.bad("FAILED at " + p::stage_label(*failed)) : st.good("ok"));
   }
@@ -384,7 +382,8 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
   if (!rep.checks.empty()) {
     out += st.bold("checks") + "\n";
     for (const auto& c : rep.checks)
-      out += fmt::format("  {} {}: {}\n", c.ok ? st.good("ok  ") : st.bad("FAIL"), c.check, r::to_valid_utf8(c.detail));
+      out += fmt::format("  {} {}: {}\n", c.ok ? st.good("ok  ") : st.bad("FAIL"), c.check,
+                         printable(c.detail, k_line_limit));
   }
   std::string files;
   for (const auto& f : rep.loaded) {
@@ -401,11 +400,11 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
     out += st.bold("diagnosis") + "\n";
     for (const auto& e : rep.diagnosis)
       out += fmt::format("  {} {}\n      {}: {}\n", e.likely ? st.bad("likely:  ") : st.dim("unlikely:"), e.cause,
-                         e.check, r::to_valid_utf8(e.result));
+                         e.check, printable(e.result, k_line_limit));
   }
   for (const auto& w : rep.verdict.warnings) out += fmt::format("{} {}\n", st.warn("warning:"), w);
   if (!rep.run.errors.empty() && (st.verbose || rep.verdict.outcome != p::Outcome::ok))
-    out += st.bold("probe stderr (last lines)") + "\n" + r::to_valid_utf8(rep.run.errors) + "\n";
+    out += st.bold("probe stderr (last lines)") + "\n" + printable_lines(rep.run.errors) + "\n";
   return out;
 }
 
@@ -429,12 +428,13 @@ void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
                    std::set<std::string>& explained, std::string& out) {
   const std::string indent(static_cast<std::size_t>(depth) * 4, ' ');
   out += fmt::format("{}{}{}[{}] #{} {}\n", indent, depth ? "└ " : "", severity_label(f.severity, st), f.rule, f.id,
-                     r::to_valid_utf8(f.message));
+                     printable(f.message, k_line_limit));
   const bool details = f.severity != rules::Severity::info || st.verbose;
   if (details) {
     const auto evidence = st.verbose ? f.evidence : grouped_evidence(f.evidence);
     const std::size_t limit = st.verbose ? evidence.size() : std::min<std::size_t>(evidence.size(), 6);
-    for (std::size_t i = 0; i < limit; ++i) out += fmt::format("{}      {}\n", indent, r::to_valid_utf8(evidence[i]));
+    for (std::size_t i = 0; i < limit; ++i)
+      out += fmt::format("{}      {}\n", indent, printable(evidence[i], k_line_limit));
     if (limit < evidence.size())
       out += st.dim(fmt::format("{}      ... {} more (-v)\n", indent, evidence.size() - limit));
   }
@@ -513,7 +513,7 @@ void breaks_lines(const r::Environment& env, const std::vector<r::Break>& breaks
         "  {}{} {} {}: {} -> {}\n", shown(env, b.consumer), who, b.kind == r::RequiredBy::needed ? "NEEDs" : "dlopens",
         st.bold(b.soname), shown(env, b.before),
         b.after ? shown(env, *b.after) + (b.after_version ? " (" + *b.after_version + ")" : "") : st.bad("nothing"));
-    out += st.dim(fmt::format("    {}\n", b.why));
+    out += st.dim(fmt::format("    {}\n", printable(b.why, k_line_limit)));
   }
   if (limit < breaks.size()) out += st.dim(fmt::format("  ... {} more; -v shows them\n", breaks.size() - limit));
 }
@@ -524,7 +524,7 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
   std::vector<std::string> names;
   for (int d : plan.removing) {
     const auto& dist = env.dists[static_cast<std::size_t>(d)];
-    names.push_back(r::dist_label(dist));
+    names.push_back(printable(r::dist_label(dist)));
   }
   std::string out = fmt::format("{} {}\n", st.bold("cudafix plan remove"), fmt::join(names, ", "));
   out += fmt::format("pip uninstall would delete {}; cudafix would delete {}", deletion_summary(plan.pip.deletion),
@@ -541,21 +541,27 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
     for (const auto& l : o.left) {
       const auto& d = env.dists[static_cast<std::size_t>(l.dist)];
       if (l.metadata_only)
-        out += fmt::format("  {} {} would be left metadata-only: all {} of its files deleted\n", st.bad(d.name),
-                           d.version, l.paths.size());
+        out += fmt::format("  {} {} would be left metadata-only: all {} of its files deleted\n",
+                           st.bad(printable(d.name)), printable(d.version), l.paths.size());
       else
-        out += fmt::format("  {} {} would lose {}, e.g. {}\n", st.warn(d.name), d.version,
+        out += fmt::format("  {} {} would lose {}, e.g. {}\n", st.warn(printable(d.name)), printable(d.version),
                            count_of(l.paths.size(), "listed file", "listed files"), shown(env, l.paths.front()));
     }
   };
   section("with pip uninstall", plan.pip);
   if (plan.cudafix.deletion.files != plan.pip.deletion.files)
     section("with cudafix's owner-counted removal", plan.cudafix);
+  if (!plan.cudafix.deletion.refused.empty()) {
+    out +=
+        fmt::format("\n{}:\n", st.bad("refused: rows cudafix will not take at their word (it deletes none of them)"));
+    for (const auto& rf : plan.cudafix.deletion.refused)
+      out += fmt::format("  {}\n", printable(rf.to_string(env), k_line_limit));
+  }
   if (!plan.requirement_breaks.empty()) {
     out += fmt::format("\n{}:\n", st.bad("requirements left unmet"));
     for (const auto& rb : plan.requirement_breaks) {
       const auto& d = env.dists[static_cast<std::size_t>(rb.dist)];
-      out += fmt::format("  {} {} requires {}\n", d.name, d.version, rb.requirement);
+      out += fmt::format("  {} {} requires {}\n", printable(d.name), printable(d.version), printable(rb.requirement));
     }
   }
   out += "\n";
@@ -565,6 +571,8 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
     out += st.warn(
         "unsafe with pip uninstall; safe with owner counting (cudafix_would_delete), which keeps what other dists "
         "list\n");
+  else if (!plan.cudafix.deletion.refused.empty())
+    out += st.bad("unsafe: the dists list what no removal may delete, or cannot be read (refused above)\n");
   else
     out += st.bad("unsafe: the removal breaks what is listed above\n");
   return out;
@@ -575,18 +583,20 @@ std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, con
   if (plan.target)
     out += fmt::format("target: CUDA {}{}\n", *plan.target, plan.target_given ? " (given with --cuda-major)" : "");
   const std::size_t ev_limit = st.verbose ? plan.evidence.size() : std::min<std::size_t>(plan.evidence.size(), 6);
-  for (std::size_t i = 0; i < ev_limit; ++i) out += st.dim(fmt::format("  evidence: {}\n", plan.evidence[i].why));
+  for (std::size_t i = 0; i < ev_limit; ++i)
+    out += st.dim(fmt::format("  evidence: {}\n", printable(plan.evidence[i].why, k_line_limit)));
   if (ev_limit < plan.evidence.size())
     out += st.dim(fmt::format("  ... {} more; -v shows them\n", plan.evidence.size() - ev_limit));
   if (!plan.target && plan.ok())
     return out + st.good("nothing in the environment needs CUDA libraries: nothing to do\n");
   int n = 0;
   for (const auto& s : plan.steps) {
-    const std::string head = fmt::format("{}. {} {} {}", ++n, r::to_string(s.action), s.name, s.version);
+    const std::string head =
+        fmt::format("{}. {} {} {}", ++n, r::to_string(s.action), printable(s.name), printable(s.version));
     out += fmt::format(
         "\n{}{}\n", s.ok ? st.bold(head) : st.bad(head),
         s.wheel ? st.dim(" from " + (s.wheel->file.empty() ? s.wheel->url : s.wheel->file)) : std::string());
-    out += fmt::format("   why: {}\n", s.why);
+    out += fmt::format("   why: {}\n", printable(s.why, k_line_limit));
     if (!s.deletes.empty() || !s.keeps.empty())
       out += fmt::format("   deletes {}, keeps {} that other dists list\n", count_of(s.deletes.size(), "path", "paths"),
                          count_of(s.keeps.size(), "path", "paths"));
@@ -604,7 +614,7 @@ std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, con
   if (!plan.needs.empty()) {
     out += fmt::format(
         "\n{}:\n", st.warn("wheels the plan needs (give a folder with --find-links, or an index with --index-url)"));
-    for (const auto& need : plan.needs) out += fmt::format("  {} {}\n", need.name, need.version);
+    for (const auto& need : plan.needs) out += fmt::format("  {} {}\n", printable(need.name), printable(need.version));
   }
   if (!plan.remaining.empty()) {
     out += fmt::format("\n{}:\n", st.warn("still short of a consistent environment after the plan"));

@@ -15,6 +15,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/printable.hpp"
 #include "cli/session.hpp"
 #include "cli/text_output.hpp"
 #include "cli/transaction_steps.hpp"
@@ -95,7 +96,7 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
     extra["pruned_bytes"] = pruned.bytes;
     out << extra.dump() << '\n';
   } else if (!g.quiet) {
-    out << text << fmt::format(" (transaction {}; `cudafix rollback {}` undoes it)\n", t.id(), t.id());
+    out << printable_lines(text) << fmt::format(" (transaction {}; `cudafix rollback {}` undoes it)\n", t.id(), t.id());
     if (!pruned.ids.empty())
       out << fmt::format("removed the backups of {} older {} ({:.1f} MB): [transactions] keep = {}\n",
                          pruned.ids.size(), pruned.ids.size() == 1 ? "transaction" : "transactions",
@@ -113,6 +114,13 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   const auto& layout = writable(env);
   const auto dists = dists_named(env, o.dists);
   const auto plan = r::plan_removal(env, knowledge, dists, g.threads);
+  // Rows that name what no removal may delete: refused whatever --force says.
+  if (const auto& refused = plan.cudafix.deletion.refused; !refused.empty()) {
+    std::vector<std::string> lines;
+    for (const auto& rf : refused) lines.push_back(rf.to_string(env));
+    throw r::Error(fmt::format("refusing to remove {}:\n  {}\nnothing was changed (--force does not override this)",
+                               fmt::join(o.dists, " "), fmt::join(lines, "\n  ")));
+  }
   if (!plan.safe_with_cudafix() && !o.force) {
     if (g.json)
       out << plan_remove_json(env, knowledge, plan) << '\n';
@@ -159,8 +167,8 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
                     {"steps", t.ops.size()},
                     {"result", state_name(t)},
                     {"bytes_held", held}});
-    text += fmt::format("{}  {}  {:<40} {:>6} steps  {}  ({:.1f} MB kept)\n", t.id, when(t.time), t.command,
-                        t.ops.size(), state_name(t), static_cast<double>(held) / 1e6);
+    text += fmt::format("{}  {}  {:<40} {:>6} steps  {}  ({:.1f} MB kept)\n", printable(t.id), when(t.time),
+                        printable(t.command), t.ops.size(), printable(state_name(t)), static_cast<double>(held) / 1e6);
   }
   if (g.json) {
     out << nlohmann::json{{"schema", 1},          {"command", "history"},     {"venv", located.layout.root},
@@ -200,7 +208,7 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
                    .dump()
             << '\n';
       else
-        out << why << '\n';
+        out << printable_lines(why) << '\n';
       return 1;
     }
     confirm(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
@@ -413,7 +421,7 @@ std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
                             {"error", e.what()}}
                  .dump()
           << '\n';
-    std::cerr << fmt::format("cudafix: {}\n", e.what());
+    std::cerr << fmt::format("cudafix: {}\n", printable_lines(e.what()));
     return 1;
   }
   return std::nullopt;

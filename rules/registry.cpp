@@ -8,8 +8,8 @@ namespace cudafix::rules {
 namespace checks {
 // One definition in each rules/checks/<id>.cpp.
 extern const Rule shared_path, missing_files, metadata_only, mixed_cuda_major, unresolved_library, shadowed_library,
-    missing_dlopen_library, unsatisfied_requirement, unsatisfied_extra, duplicate_dist, hash_mismatch, invalid_metadata,
-    untrusted_state;
+    missing_dlopen_library, unsatisfied_requirement, unsatisfied_extra, duplicate_dist, hash_mismatch,
+    unreadable_record, invalid_metadata, untrusted_state;
 }  // namespace checks
 
 const std::vector<const Rule*>& registry() {
@@ -24,6 +24,7 @@ const std::vector<const Rule*>& registry() {
                                                  &checks::unsatisfied_extra,
                                                  &checks::duplicate_dist,
                                                  &checks::hash_mismatch,
+                                                 &checks::unreadable_record,
                                                  &checks::invalid_metadata,
                                                  &checks::untrusted_state};
   return rules;

@@ -29,33 +29,58 @@ std::string file_name_of(const std::string& url) {
   return path.substr(path.rfind('/') + 1);
 }
 
+// The JSON kind of a value, as an error names it: "a number", "an array".
+std::string kind_of(const nlohmann::json& v) {
+  const std::string name = v.type_name();
+  return (name == "array" || name == "object" ? "an " : "a ") + name;
+}
+
+// An optional string field of `obj`: nullopt when absent or null, and a refusal naming the
+// field (and where it is) when it holds another kind.
+std::optional<std::string> string_field(const nlohmann::json& obj, const char* key, const std::string& page_url,
+                                        const std::string& where) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string())
+    throw r::Error(fmt::format("{}: {}\"{}\" is {}, not a string", redact(page_url), where, key, kind_of(*it)));
+  return it->get<std::string>();
+}
+
 ProjectPage parse_json(std::string_view body, const std::string& page_url) {
   const auto doc = nlohmann::json::parse(body, nullptr, false);
   if (!doc.is_object()) throw r::Error(fmt::format("{}: the index's JSON page is not valid JSON", redact(page_url)));
-  const std::string api = doc.contains("meta") && doc["meta"].is_object() ? doc["meta"].value("api-version", "") : "";
+  std::string api;
+  if (const auto meta = doc.find("meta"); meta != doc.end() && meta->is_object())
+    api = string_field(*meta, "api-version", page_url, "meta's ").value_or("");
   if (!api.empty() && !api.starts_with("1."))
     throw r::Error(fmt::format("{}: the index speaks Simple API {}; cudafix reads 1.x", redact(page_url), api));
   ProjectPage page;
   page.format = "json";
   if (!doc.contains("files") || !doc["files"].is_array())
     throw r::Error(fmt::format("{}: the index's JSON page has no files list", redact(page_url)));
+  std::size_t n = 0;
   for (const auto& f : doc["files"]) {
+    const std::string where = fmt::format("file {}'s ", ++n);
     if (!f.is_object() || !f.contains("url") || !f["url"].is_string())
       throw r::Error(fmt::format("{}: a file of the index's JSON page has no url", redact(page_url)));
     IndexFile file;
     file.url = resolve_url(page_url, f["url"].get<std::string>());
-    file.filename = f.value("filename", "");
-    if (f.contains("hashes") && f["hashes"].is_object() && f["hashes"].contains("sha256") &&
-        f["hashes"]["sha256"].is_string())
-      file.sha256 = f["hashes"]["sha256"].get<std::string>();
-    if (f.contains("requires-python") && f["requires-python"].is_string())
-      file.requires_python = f["requires-python"].get<std::string>();
-    if (f.contains("yanked")) {
-      if (f["yanked"].is_string()) {
+    file.filename = string_field(f, "filename", page_url, where).value_or("");
+    if (const auto hashes = f.find("hashes"); hashes != f.end() && !hashes->is_null()) {
+      if (!hashes->is_object())
+        throw r::Error(fmt::format("{}: {}\"hashes\" is {}, not an object", redact(page_url), where, kind_of(*hashes)));
+      file.sha256 = string_field(*hashes, "sha256", page_url, where + "hashes' ").value_or("");
+    }
+    file.requires_python = string_field(f, "requires-python", page_url, where).value_or("");
+    if (const auto yanked = f.find("yanked"); yanked != f.end() && !yanked->is_null()) {
+      if (yanked->is_string()) {
         file.yanked = true;
-        file.yanked_reason = f["yanked"].get<std::string>();
+        file.yanked_reason = yanked->get<std::string>();
+      } else if (yanked->is_boolean()) {
+        file.yanked = yanked->get<bool>();
       } else {
-        file.yanked = f["yanked"].is_boolean() && f["yanked"].get<bool>();
+        throw r::Error(fmt::format("{}: {}\"yanked\" is {}, not a boolean or a string", redact(page_url), where,
+                                   kind_of(*yanked)));
       }
     }
     take_fragment(file);
@@ -196,7 +221,15 @@ ProjectPage parse_project_page(std::string_view body, const std::string& content
   std::string type = content_type.substr(0, content_type.find(';'));
   type = std::string(r::trim(type));
   std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (type == "application/vnd.pypi.simple.v1+json" || type == "application/json") return parse_json(body, page_url);
+  if (type == "application/vnd.pypi.simple.v1+json" || type == "application/json") {
+    // Every field is read by kind above; a JSON error that still escapes is the page's fault,
+    // not a reason to stop planning from the other indexes.
+    try {
+      return parse_json(body, page_url);
+    } catch (const nlohmann::json::exception& e) {
+      throw r::Error(fmt::format("{}: the index's JSON page is malformed ({})", redact(page_url), e.what()));
+    }
+  }
   if (type.empty() || type == "text/html" || type == "application/vnd.pypi.simple.v1+html")
     return parse_html(body, page_url);
   throw r::Error(fmt::format("{}: the index answered with {}, not a Simple API page", redact(page_url), type));

@@ -37,7 +37,9 @@ struct ProjectPage {
 [[nodiscard]] std::string project_url(const std::string& index_url, const std::string& normalized_name);
 
 // Reads a project page by its Content-Type; throws resolver::Error naming `page_url` (redacted)
-// and what is wrong: malformed JSON, an api-version of major other than 1, a file with no URL.
+// and what is wrong: malformed JSON, an api-version of major other than 1, a file with no URL, a
+// field of the wrong kind (named, with the file's place in the list: `file 3's "yanked" is a
+// number, not a boolean or a string`).
 [[nodiscard]] ProjectPage parse_project_page(std::string_view body, const std::string& content_type,
                                              const std::string& page_url);
 

@@ -92,19 +92,23 @@ struct Msgpack {
     if (!b) throw r::Error("a key that is not a string");
     return {reinterpret_cast<const char*>(p + b->first), b->second};
   }
-  void skip() {
+  // Nested arrays and maps are skipped by recursion, so their depth is bounded: CacheControl's
+  // entries nest three deep, a hostile one could nest a million (each level one byte).
+  void skip(unsigned depth = 0) {
+    if (depth > k_max_msgpack_depth)
+      throw r::Error(fmt::format("arrays or maps nested deeper than {} (at offset {})", k_max_msgpack_depth, at));
     if (!more(1)) throw r::Error("truncated");
     const unsigned char b = p[at];
     if (bytes()) return;
     if (auto m = map_size()) {
-      for (std::uint64_t i = 0; i < 2 * *m; ++i) skip();
+      for (std::uint64_t i = 0; i < 2 * *m; ++i) skip(depth + 1);
       return;
     }
     ++at;
     if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return;
     if ((b & 0xf0) == 0x90 || b == 0xdc || b == 0xdd) {
       const std::uint64_t k = (b & 0xf0) == 0x90 ? (b & 0x0fU) : be(b == 0xdc ? 2 : 4);
-      for (std::uint64_t i = 0; i < k; ++i) skip();
+      for (std::uint64_t i = 0; i < k; ++i) skip(depth + 1);
       return;
     }
     static const std::map<unsigned char, std::size_t> fixed{{0xcc, 1}, {0xcd, 2}, {0xce, 4}, {0xcf, 8}, {0xd0, 1},

@@ -9,7 +9,9 @@
 //   <pip cache>/http-v2/a/b/c/d/e/<sha224>      pip 23.3 on: the same header and map, the body
 //   <pip cache>/http-v2/a/b/c/d/e/<sha224>.body   beside it in its own file
 // The URL is not kept, so a body is known for a wheel by its own dist-info (METADATA's Name and
-// Version, WHEEL's Tag lines).
+// Version, WHEEL's Tag lines). The msgpack is walked for response.body, .status and .headers
+// alone; arrays and maps nested deeper than k_max_msgpack_depth make the entry a damaged one,
+// reported with its path (CacheControl writes three levels).
 //
 // uv (0.11):
 //   <uv cache>/wheels-v6/<index|path|url>/<16 hex>/<name>/<version>-<tags>[.http|.msgpack]
@@ -24,6 +26,8 @@
 #include <vector>
 
 namespace cudafix::installer::source {
+
+inline constexpr unsigned k_max_msgpack_depth = 32;
 
 struct CachedWheel {
   // kept: a wheel in cudafix's own cache, used where it lies.

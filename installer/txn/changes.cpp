@@ -113,6 +113,12 @@ std::string snapshot_dir(const std::string& root, const std::string& name) { ret
 void plan_removal_ops(const r::Environment& env, const r::Deletion& deletion, Transaction& tx) {
   for (const auto& f : deletion.files) check_inside(env, f);
   for (const auto& d : deletion.dirs) check_inside(env, d);
+  // The planner never lists a scheme folder, cudafix's state or the venv's core; a plan.json
+  // edited by hand might.
+  for (const auto* paths : {&deletion.files, &deletion.dirs})
+    for (const auto& p : *paths)
+      if (const auto why = r::protected_path(env.layout, p))
+        throw r::Error(fmt::format("refusing to remove {}: it {}; nothing was changed", p, *why));
   const std::set<std::string> files(deletion.files.begin(), deletion.files.end());
   // Top-most folders that go whole.
   std::vector<std::string> whole;

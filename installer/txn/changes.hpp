@@ -31,7 +31,8 @@ namespace cudafix::installer::txn {
 // The ops of an owner-counted removal: folders every file of which goes are moved aside whole
 // (as pip moves them), other listed files one by one, then the folders that empties removed.
 // Every path is checked first to lie inside the environment, each parent's real path too, so a
-// symlinked folder cannot lead a removal out of it; a path that fails refuses the whole removal.
+// symlinked folder cannot lead a removal out of it; a path that fails refuses the whole removal,
+// and so does one that resolver::protected_path protects (a scheme folder, cudafix's state).
 void plan_removal_ops(const resolver::Environment& env, const resolver::Deletion& deletion, Transaction& tx);
 
 struct SnapshotInfo {

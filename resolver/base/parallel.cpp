@@ -1,7 +1,10 @@
 #include "resolver/base/parallel.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -137,13 +140,27 @@ void prepare_this_thread() {
   if (const auto prepare = thread_preparation.load()) prepare();
 }
 
-unsigned thread_count(unsigned requested) {
-  if (requested) return requested;
-  // Asked once: glibc reads /sys/devices/system/cpu/online for it, three system calls, and a
-  // scan asked 25 times.
-  static const unsigned hw = std::thread::hardware_concurrency();
-  return hw ? hw : 1;
+unsigned cores_available() {
+  // Asked once: a scan asks 25 times. The set is grown until it holds every CPU the kernel knows.
+  static const unsigned cores = [] {
+    for (int cpus = 1024; cpus <= (1 << 20); cpus *= 2) {
+      cpu_set_t* set = CPU_ALLOC(static_cast<std::size_t>(cpus));
+      if (!set) break;
+      const std::size_t size = CPU_ALLOC_SIZE(static_cast<std::size_t>(cpus));
+      CPU_ZERO_S(size, set);
+      const int rc = ::sched_getaffinity(0, size, set);
+      const int count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+      CPU_FREE(set);
+      if (rc == 0) return static_cast<unsigned>(std::max(count, 1));
+      if (errno != EINVAL) break;
+    }
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw ? hw : 1U;
+  }();
+  return cores;
 }
+
+unsigned thread_count(unsigned requested) { return requested ? requested : cores_available(); }
 
 void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn) {
   const auto t = static_cast<unsigned>(std::min<std::size_t>(thread_count(threads), std::max<std::size_t>(n, 1)));

@@ -25,7 +25,12 @@ template <class Task>
   });
 }
 
-// The threads a request for `requested` means: itself, or 0 for one per core.
+// The cores this process may run on (sched_getaffinity(2): a cgroup's or taskset's CPU set,
+// not every CPU the machine has online); at least 1.
+[[nodiscard]] unsigned cores_available();
+// The threads a request for `requested` means: itself, or 0 for one per core available. The
+// command line caps what a user asks for at cores_available() (cli/main); the tests ask for
+// more on purpose, to run the phases that overlap from 4 threads on a 2-core machine.
 [[nodiscard]] unsigned thread_count(unsigned requested);
 
 // Runs fn(i) for i in [0, n) on the calling thread and up to `threads` - 1 pool threads (threads

@@ -165,52 +165,65 @@ std::string_view base_name(std::string_view path) {
   return pos == std::string_view::npos ? path : path.substr(pos + 1);
 }
 
+std::size_t utf8_sequence_length(std::string_view s) {
+  if (s.empty()) return 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const unsigned char c = p[0];
+  if (c < 0x80) return 1;
+  std::size_t len = 0;
+  std::uint32_t cp = 0;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (len > s.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    if ((p[k] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (p[k] & 0x3F);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+  if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+      (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+    return 0;
+  return len;
+}
+
+std::size_t first_invalid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    // Eight ASCII bytes at a time: RECORD text is almost all ASCII.
+    if (i + 8 <= s.size()) {
+      std::uint64_t v;
+      std::memcpy(&v, s.data() + i, 8);
+      if ((v & bytes_of(0x80)) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    const std::size_t len = utf8_sequence_length(s.substr(i));
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 std::string to_valid_utf8(std::string_view s, bool* lossy) {
   std::string out;
   out.reserve(s.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const std::size_t n = s.size();
   std::size_t i = 0;
-  auto replace = [&] {
-    out.append("\xEF\xBF\xBD");
-    if (lossy) *lossy = true;
-  };
-  while (i < n) {
-    const unsigned char c = p[i];
-    std::size_t len = 0;
-    std::uint32_t cp = 0;
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-      ++i;
-      continue;
-    }
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      replace();
-      ++i;
-      continue;
-    }
-    bool ok = i + len <= n;
-    for (std::size_t k = 1; ok && k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80)
-        ok = false;
-      else
-        cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
-    if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-               (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF))
-      ok = false;
-    if (!ok) {
-      replace();
+  while (i < s.size()) {
+    const std::size_t len = utf8_sequence_length(s.substr(i));
+    if (len == 0) {
+      out.append("\xEF\xBF\xBD");
+      if (lossy) *lossy = true;
       ++i;
       continue;
     }

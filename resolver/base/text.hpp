@@ -46,6 +46,11 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out);
 [[nodiscard]] std::string real_path_of(const std::string& path);
 [[nodiscard]] std::string_view base_name(std::string_view path);
 
+// The length of the valid UTF-8 sequence that starts `s` (1 for ASCII), or 0 when it is not one
+// (overlong forms, surrogates and values past U+10FFFF are not).
+[[nodiscard]] std::size_t utf8_sequence_length(std::string_view s);
+// The offset of the first byte of `s` that is not valid UTF-8, or npos.
+[[nodiscard]] std::size_t first_invalid_utf8(std::string_view s);
 // Replaces invalid UTF-8 with U+FFFD; `lossy` is set when anything was replaced.
 [[nodiscard]] std::string to_valid_utf8(std::string_view s, bool* lossy = nullptr);
 

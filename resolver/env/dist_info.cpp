@@ -232,6 +232,22 @@ std::string_view to_string(SiteRoot root) {
   return "platlib";
 }
 
+namespace {
+
+// Why a RECORD's text cannot be read at all, or "" when it can: pip opens it as UTF-8 text and
+// its csv reader stops at a NUL, so such a file lists nothing anyone can trust.
+std::string unreadable_record(std::string_view text, bool no_rows) {
+  if (const auto at = first_invalid_utf8(text); at != std::string_view::npos)
+    return fmt::format("cannot be read: it is not UTF-8 (byte {:#04x} at offset {})",
+                       static_cast<unsigned char>(text[at]), at);
+  if (const auto at = text.find('\0'); at != std::string_view::npos)
+    return fmt::format("cannot be read: it holds a NUL byte (at offset {})", at);
+  if (no_rows && !trim(text).empty()) return "cannot be read: no row of it parses as path,hash,size";
+  return "";
+}
+
+}  // namespace
+
 ParsedRecord parse_record(std::string text_in, const std::string& file) {
   ParsedRecord out;
   auto storage = std::make_shared<RecordStorage>();
@@ -303,6 +319,7 @@ ParsedRecord parse_record(std::string text_in, const std::string& file) {
       }
     }
   }
+  out.problem = unreadable_record(text, out.rows.empty());
   out.storage = std::move(storage);
   return out;
 }
@@ -465,10 +482,16 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
     d.record = std::move(parsed.rows);
     d.record_storage = std::move(parsed.storage);
     d.has_record = true;
+    d.record_problem = std::move(parsed.problem);
     for (auto& diag : parsed.diagnostics) out.diagnostics.push_back(std::move(diag));
   } else {
     out.diagnostics.push_back(
         {(dir / "RECORD").string(), std::nullopt, std::nullopt, "missing or unreadable; the dist's files are unknown"});
+    // There but unreadable (a folder, a FIFO, an I/O error): a listing nobody can read. A RECORD
+    // that is simply missing is pip's "no RECORD file" and stays a warning.
+    struct stat there {};
+    if (::fstatat(dir_fd, "RECORD", &there, AT_SYMLINK_NOFOLLOW) == 0)
+      d.record_problem = "cannot be read: it is no regular file, or reading it failed";
   }
   if (auto text = read("INSTALLER")) d.installer = std::string(trim(split(*text, '\n').front()));
   struct stat st {};

@@ -6,7 +6,10 @@
 //              one row per installed file: path relative to the folder holding the dist-info,
 //              `algo=urlsafe-base64-digest-without-padding` or empty, size in bytes or empty.
 //              Paths may climb out of site-packages (`../../../bin/tool`) but never out of the
-//              environment; rows that do are reported and ignored.
+//              environment; rows that do are reported and ignored. A RECORD that is not UTF-8,
+//              holds a NUL byte, or has text but no row that parses cannot be read at all
+//              (pip's csv reader fails on it too): its `problem` says why, and the dist's files
+//              are unknown (`cudafix remove` refuses it, doctor's unreadable-record reports it).
 //   INSTALLER  the installer's name on the first line (pip, uv, conda, ...).
 //   REQUESTED  present when the user asked for the dist by name.
 //   WHEEL      RFC 822 headers: Wheel-Version, Generator, Root-Is-Purelib, Tag.
@@ -63,6 +66,7 @@ struct ParsedRecord {
   std::shared_ptr<const RecordStorage> storage;
   std::vector<RecordRow> rows;
   std::vector<Diagnostic> diagnostics;
+  std::string problem;  // why the whole file cannot be read; empty when it can
 };
 
 struct ParsedMetadata {
@@ -113,7 +117,8 @@ struct DistInfo {
   std::shared_ptr<const RecordStorage> record_storage;  // what `record` points into
   std::vector<RecordRow> record;
   bool has_record = false;
-  std::string installer;  // first line of INSTALLER, empty when absent
+  std::string record_problem;  // why RECORD cannot be read at all (ParsedRecord::problem); empty when it can
+  std::string installer;       // first line of INSTALLER, empty when absent
   bool requested = false;
   std::optional<std::string> wheel_generator;
   std::optional<bool> root_is_purelib;

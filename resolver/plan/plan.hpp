@@ -56,10 +56,11 @@ struct Outcome {
   Deletion deletion;
   std::vector<Break> breaks;
   std::vector<LeftBehind> left;  // kept dists that lose files, sorted by dist
-  // Nothing required breaks, no requirement goes unmet, and no kept dist is left metadata-only
-  // (pip would call it installed and skip it ever after, even where nothing needs it today).
+  // No row of the removed dists is refused (Deletion::refused), nothing required breaks, no
+  // requirement goes unmet, and no kept dist is left metadata-only (pip would call it installed
+  // and skip it ever after, even where nothing needs it today).
   [[nodiscard]] bool safe(const std::vector<RequirementBreak>& requirement_breaks) const {
-    return breaks.empty() && requirement_breaks.empty() &&
+    return deletion.refused.empty() && breaks.empty() && requirement_breaks.empty() &&
            std::none_of(left.begin(), left.end(), [](const LeftBehind& l) { return l.metadata_only; });
   }
 };

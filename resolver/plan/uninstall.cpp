@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -86,7 +88,54 @@ std::vector<std::string> script_names(const DistInfo& d) {
   return out;
 }
 
+bool is_real_folder(const std::string& path) { return is_real_dir(path); }
+
+// The paths no removal deletes: the scheme roots (and the folders above them, up to the root),
+// cudafix's state and the venv's core, worked out once for a removal's thousands of rows.
+class ProtectedPaths {
+ public:
+  explicit ProtectedPaths(const EnvLayout& layout) : root_(layout.root_real) {
+    for (const char* s : {"bin", "include", "lib", "lib64"}) scheme_.push_back(root_ + "/" + s);
+    for (const auto& site : layout.sites)
+      if (is_within(site.real, root_)) scheme_.push_back(site.real);
+  }
+
+  [[nodiscard]] std::optional<std::string> why(const std::string& path) const {
+    if (!is_within(path, root_)) return std::nullopt;  // outside: the removal's own check refuses it
+    if (path == root_) return std::string("is the environment's root");
+    for (const auto& s : scheme_) {
+      if (path == s) return fmt::format("is {}/, a scheme folder", relative_to(s, root_));
+      if (is_within(s, path)) return fmt::format("holds the scheme folder {}/", relative_to(s, root_));
+    }
+    const std::string rel = relative_to(path, root_);
+    if (rel == ".cudafix" || rel.starts_with(".cudafix/")) return std::string("is cudafix's own state (.cudafix/)");
+    if (rel == "cudafix.toml") return std::string("is cudafix's configuration (cudafix.toml)");
+    if (rel == ".lock") return std::string("is the environment's lock (.lock)");
+    if (rel == "pyvenv.cfg") return std::string("is the venv's pyvenv.cfg");
+    if (rel.starts_with("bin/python") && rel.find('/', 4) == std::string::npos)
+      return fmt::format("is the environment's interpreter ({})", rel);
+    return std::nullopt;
+  }
+
+ private:
+  std::string root_;
+  std::vector<std::string> scheme_;
+};
+
 }  // namespace
+
+std::optional<std::string> protected_path(const EnvLayout& layout, const std::string& path) {
+  return ProtectedPaths(layout).why(path);
+}
+
+std::string Refusal::to_string(const Environment& env) const {
+  const std::string label = dist >= 0 && static_cast<std::size_t>(dist) < env.dists.size()
+                                ? dist_label(env.dists[static_cast<std::size_t>(dist)])
+                                : std::string("a dist");
+  if (entry.empty()) return fmt::format("{}: {} {}", label, env.display(file), why);
+  return fmt::format("{}: {}{} ('{}') {}", label, env.display(file), line ? fmt::format(" line {}", line) : "", entry,
+                     why);
+}
 
 std::string PipPaths::of(const std::string& lexical) {
   const std::string dir = parent_dir(lexical);
@@ -100,7 +149,8 @@ namespace {
 // The file system as the uninstall leaves it so far: the disk, minus what has been moved away.
 class Removal {
  public:
-  explicit Removal(std::string bound) : bound_(std::move(bound)) {}
+  // With `stop`, os.removedirs() never climbs into a protected folder (owner counting).
+  Removal(std::string bound, const ProtectedPaths* stop) : bound_(std::move(bound)), stop_(stop) {}
 
   [[nodiscard]] bool gone(const std::string& path) const {
     for (std::string p = path; p.size() > 1 && is_within(p, bound_); p = parent_dir(p))
@@ -136,6 +186,7 @@ class Removal {
   // os.removedirs(dir): removes it while it is empty, then its parent, and so on.
   void remove_empty_dirs(std::string dir) {
     for (; is_within(dir, bound_) && dir != bound_; dir = parent_dir(dir)) {
+      if (stop_ && stop_->why(dir)) return;
       const auto entries = list_dir(dir);
       if (!std::all_of(entries.begin(), entries.end(), [&](const std::string& n) { return gone(dir + "/" + n); }))
         return;
@@ -146,8 +197,11 @@ class Removal {
   [[nodiscard]] std::vector<std::string> files() const { return {gone_files_.begin(), gone_files_.end()}; }
   [[nodiscard]] std::vector<std::string> dirs() const { return {gone_dirs_.begin(), gone_dirs_.end()}; }
 
+  [[nodiscard]] const ProtectedPaths* stop() const { return stop_; }
+
  private:
   std::string bound_;
+  const ProtectedPaths* stop_ = nullptr;
   std::set<std::string> gone_files_, gone_dirs_;
 };
 
@@ -164,7 +218,7 @@ std::vector<std::string> compress_for_rename(const Removal& fs, const std::set<s
     return std::any_of(wildcards.begin(), wildcards.end(), [&](const std::string& w) { return p.starts_with(w); });
   };
   for (const auto& root : by_length) {
-    if (under_wildcard(root + "/")) continue;
+    if (under_wildcard(root + "/") || (fs.stop() && fs.stop()->why(root))) continue;
     std::vector<std::string> below, subdirs, dir_links;
     fs.walk(root, below, subdirs, dir_links);
     if (std::all_of(below.begin(), below.end(), [&](const std::string& f) { return paths.count(f) > 0; }))
@@ -190,9 +244,11 @@ Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, 
       if (!removing.count(o)) return true;
     return false;
   };
-  Removal fs(env.layout.root_real);
+  const ProtectedPaths guard(env.layout);
+  Removal fs(env.layout.root_real, counting == OwnerCounting::cudafix ? &guard : nullptr);
   for (const auto& p : earlier.deleted) fs.move_file(p);
   std::set<std::string> kept;
+  std::vector<Refusal> refused;
   PipPaths pip_paths;
   const std::string tag = cache_tag(env.layout);
   // pip uninstalls one dist after another, each seeing what the ones before it left.
@@ -200,27 +256,42 @@ Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, 
   for (int di : dists) {
     if (!done.insert(di).second) continue;
     const DistInfo& d = env.dists[static_cast<std::size_t>(di)];
+    const std::string listing = d.site_dir + "/" + d.dir_name + "/" + d.record_name();
+    if (!d.record_problem.empty()) {
+      refused.push_back({di, listing, 0, "", d.record_problem});
+      continue;
+    }
     std::set<std::string> paths;  // pip's UninstallPathSet._paths
-    auto add = [&](const std::string& lexical) {
+    // Returns why the path is refused, if it is; the caller names the row (the bytecode pip adds
+    // on its own is left out quietly).
+    auto add = [&](const std::string& lexical) -> std::optional<std::string> {
       const std::string p = pip_paths.of(lexical);
-      if (!fs.exists(p) || !is_within(p, fs.bound())) return;
+      if (!is_within(p, fs.bound())) return std::nullopt;
+      auto why = guard.why(p);
+      if (!why && fs.exists(p) && is_real_folder(p)) why = "is a folder (a row names a file or a symlink)";
+      if (why && counting == OwnerCounting::cudafix) return why;
+      if (!fs.exists(p)) return why;
       if (kept_owner(lexical))
         kept.insert(p);
       else
         paths.insert(p);
+      return why;
     };
     std::string lexical;
     for (const auto& row : d.record) {
       join_normal(d.site_dir, row.path, lexical);
-      add(lexical);
+      if (auto why = add(lexical)) refused.push_back({di, listing, row.line, std::string(row.path), *why});
       if (!lexical.ends_with(".py")) continue;
       const std::string stem = lexical.substr(0, lexical.size() - 3);
-      add(stem + ".pyc");
-      add(stem + ".pyo");
-      add(parent_dir(lexical) + "/__pycache__/" + std::string(base_name(stem)) + "." + tag + ".pyc");
+      (void)add(stem + ".pyc");
+      (void)add(stem + ".pyo");
+      (void)add(parent_dir(lexical) + "/__pycache__/" + std::string(base_name(stem)) + "." + tag + ".pyc");
     }
     if (env.layout.kind != EnvKind::site_dir)
-      for (const auto& name : script_names(d)) add(env.layout.root + "/bin/" + name);
+      for (const auto& name : script_names(d))
+        if (auto why = add(env.layout.root + "/bin/" + name))
+          refused.push_back(
+              {di, d.site_dir + "/" + d.dir_name + "/entry_points.txt", 0, "console script " + name, *why});
     // The moves, in sorted order. After a file's move os.removedirs() climbs from its folder;
     // after a folder's it does not (os.path.split("a/b/") has an empty tail), so a parent that
     // only a folder's move empties stays behind, empty.
@@ -240,6 +311,7 @@ Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, 
     if (!earlier.deleted.count(f)) out.files.push_back(f);
   out.dirs = fs.dirs();
   out.kept.assign(kept.begin(), kept.end());
+  out.refused = std::move(refused);
   return out;
 }
 

@@ -15,8 +15,18 @@
 //     something; a folder's move does not (pip passes it with a trailing '/'), so a parent that
 //     only a folder's move empties stays behind, empty.
 // cudafix's way is the same with owner counting: a path another kept dist's RECORD lists stays.
+//
+// Rows are not taken at their word. A RECORD row (or a console script) that names a scheme root
+// (the environment's root, bin/, include/, lib/, lib64, lib/pythonX.Y, a site folder), any real
+// folder (a row names a file or a symlink), cudafix's own state (.cudafix/, cudafix.toml, .lock)
+// or the venv's core (pyvenv.cfg, bin/python*) is refused: listed in `Deletion::refused`, and
+// never deleted the cudafix way (pip's way still shows what pip would do with it). A dist whose
+// RECORD cannot be read (DistInfo::record_problem) is refused whole. Under owner counting the
+// folders os.removedirs() empties stop below the scheme roots too.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -39,10 +49,27 @@ class PipPaths {
   std::unordered_map<std::string, std::string> real_dirs_;
 };
 
+// Why a removal must never delete `path` (absolute, its folder real): it is a scheme root or lies
+// above one, it is cudafix's state or the venv's core; nothing when it may go.
+[[nodiscard]] std::optional<std::string> protected_path(const EnvLayout& layout, const std::string& path);
+
+// A row of a dist that a removal will not take, or the dist's whole RECORD (`line` 0, `entry`
+// empty) when it cannot be read.
+struct Refusal {
+  int dist = -1;           // index into env.dists
+  std::string file;        // the RECORD (or entry_points.txt) that lists it, absolute
+  std::uint32_t line = 0;  // its line in `file`; 0 for the whole file
+  std::string entry;       // the row's path as written, or "console script NAME"
+  std::string why;
+  // "torch 2.11.0: RECORD line 12 ('.'): names site-packages, a scheme root"
+  [[nodiscard]] std::string to_string(const Environment& env) const;
+};
+
 struct Deletion {
   std::vector<std::string> files;  // files and symlinks, absolute, sorted
   std::vector<std::string> dirs;   // folders removed, absolute, sorted
   std::vector<std::string> kept;   // cudafix: listed paths that stay because a kept dist lists them
+  std::vector<Refusal> refused;    // rows (or whole RECORDs) of the removed dists that are refused
 };
 
 // Where a removal happens in a plan: after earlier steps removed dists, deleted files and

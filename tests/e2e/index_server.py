@@ -20,6 +20,8 @@ Faults (each applies to every /files/ request, counted per file):
   no-range     Range is ignored: always 200 and the whole file
   slow         each file's response sends nothing for 30 s
   redirect     /files/ answers 302 to --redirect-to + the same path
+  wrong-types  each file of a JSON page has a "filename" that is a number (a hostile or broken
+               index: its page must be refused by name, the other indexes still read)
 Every request is appended to LOG as one JSON line: method, path, range, whether an
 Authorization header came, and the Host.
 """
@@ -132,6 +134,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     entry["requires-python"] = meta["requires_python"]
                 if meta.get("yanked"):
                     entry["yanked"] = meta["yanked"]
+                if "wrong-types" in faults:
+                    entry["filename"] = 42
                 doc["files"].append(entry)
             body = json.dumps(doc).encode()
             ctype = "application/vnd.pypi.simple.v1+json"

@@ -346,7 +346,8 @@ TEST_F(CorpusVenv, JsonIsTheSameOnEveryRun) {
   const auto a = cudafix("scan --json --venv " + shell_quote(venv_) + k_no_cache);
   const auto b = cudafix("scan --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 1");
   EXPECT_EQ(a.out, b.out);
-  // From 4 threads on, dist-info is read while the tree is walked and ELF while paths are indexed.
+  // From 4 threads on, dist-info is read while the tree is walked and ELF while paths are indexed
+  // (--threads is capped at the cores this process may run on, so only where it has 4 or more).
   const auto c = cudafix("scan --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 8");
   EXPECT_EQ(a.out, c.out);
   const auto d = cudafix("doctor --json --venv " + shell_quote(venv_) + k_no_cache + " --threads 1");

@@ -371,6 +371,43 @@ TEST_F(WheelSources, OfflineTheWheelComesFromTheUsersPipCache) {
   EXPECT_THAT(newer.err, HasSubstr(pip_cache + "/http-v3: a pip cache layout newer than cudafix reads"));
 }
 
+// Before: a field of the wrong JSON kind threw nlohmann's type_error past the index reader's
+// handling of bad answers, so one broken extra index ended the whole plan with exit 2.
+TEST_F(WheelSources, AnExtraIndexAnsweringWrongTypedJsonIsRefusedByNameAndTheGoodIndexPlans) {
+  TempDir t, b;
+  const auto v = broken_venv(t);
+  IndexServer good(wheels_, t.path(), "");
+  IndexServer bad(wheels_, b.path(), "--fault wrong-types");
+  const auto p = plan_fix(t, v, "--index-url " + good.url() + "/simple --extra-index-url " + bad.url() + "/simple");
+  EXPECT_LT(p.exit_code, 128);
+  ASSERT_NO_FATAL_FAILURE(expect_reinstall_from_index(p, "JSON"));
+  // The broken index alone: its page refused, naming its URL and the field; no wheel, no crash.
+  TempDir c;
+  const auto alone = plan_fix(c, broken_venv(c), "--index-url " + bad.url() + "/simple");
+  EXPECT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_THAT(alone.doc.dump() + alone.err,
+              HasSubstr(bad.url() + "/simple/nvidia-cudnn-cu12/: file 1's \\\"filename\\\" "
+                                    "is a number, not a string"));
+  EXPECT_TRUE(alone.doc["steps"][0]["wheel"].is_null());
+}
+
+// A pip cache entry whose msgpack nests a million arrays: the walker recursed once a level and
+// ran off its stack. Now it is a damaged entry, named, and the plan goes on.
+TEST_F(WheelSources, ADeeplyNestedPipCacheEntryIsNamedAsDamagedNotACrash) {
+  TempDir t;
+  const auto v = broken_venv(t);
+  const std::string pip_cache = t.path() + "/pip-cache";
+  const std::string entry = pip_cache + "/http/0/1/2/3/4/" + std::string(51, 'a');
+  fs::create_directories(resolver::parent_dir(entry));
+  test::write_file(entry, "cc=4,\x81\xa4vary" + std::string(1'000'000, '\x91') + "\xc0");
+  const test::Canaries canaries(t.path() + "/canaries");
+  const auto p = plan_fix(t, v, "--offline", "PIP_CACHE_DIR=" + shell_quote(pip_cache) + " UV_CACHE_DIR=/nonexistent");
+  EXPECT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_THAT(p.doc["source_problems"].dump(),
+              HasSubstr(entry + ": a damaged pip cache entry (arrays or maps nested deeper than 32"));
+  EXPECT_EQ(canaries.changes(), "");
+}
+
 // A wheel whose objects are large and deflated, as NVIDIA's are: its PT_DYNAMIC segments lie deep
 // in the deflate streams (one at 92% of its object, one in the middle). The plan from the index
 // reads it by range and must know what the whole wheel says, object for object.

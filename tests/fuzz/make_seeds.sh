@@ -47,4 +47,8 @@ entry += s(b"status") + b"\xcc\xc8" + s(b"headers") + b"\x81" + s(b"Content-Type
 entry += s(b"vary") + b"\x80"
 open(sys.argv[2], "wb").write(entry)
 PY
+# A JSON page whose fields are of the wrong kind (nlohmann's type_error escaped the reader), and a
+# pip cache entry nesting 100,000 arrays (the msgpack walker recursed off its stack).
+printf '\0{"meta":{"api-version":1},"files":[{"filename":42,"url":"a.whl","hashes":"x","yanked":[1]}]}' > "$OUT/index/4"
+python3 -c 'import sys; open(sys.argv[1], "wb").write(b"\x02cc=4,\x81\xa4vary" + b"\x91" * 100000 + b"\xc0")' "$OUT/index/5"
 

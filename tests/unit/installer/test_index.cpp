@@ -71,6 +71,32 @@ TEST(IndexPage, AnUnreadablePageIsAnErrorNamingItWithoutCredentials) {
                resolver::Error);
 }
 
+// Before: `"filename": 42` threw nlohmann's type_error, which no caller catches as a bad answer.
+TEST(IndexPage, AFieldOfTheWrongJsonKindIsAnErrorNamingThePageAndTheField) {
+  const auto refused = [](const std::string& files, const std::string& meta = R"({"api-version":"1.1"})") {
+    try {
+      (void)parse_project_page(R"({"meta":)" + meta + R"(,"files":)" + files + "}",
+                               "application/vnd.pypi.simple.v1+json", k_page);
+    } catch (const resolver::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refused(R"([{"url":"a.whl","filename":42}])"),
+            k_page + R"(: file 1's "filename" is a number, not a string)");
+  EXPECT_EQ(refused(R"([{"url":"a.whl"},{"url":"b.whl","yanked":[1]}])"),
+            k_page + R"(: file 2's "yanked" is an array, not a boolean or a string)");
+  EXPECT_EQ(refused(R"([{"url":"a.whl","hashes":"ab12"}])"),
+            k_page + R"(: file 1's "hashes" is a string, not an object)");
+  EXPECT_EQ(refused(R"([{"url":"a.whl","hashes":{"sha256":7}}])"),
+            k_page + R"(: file 1's hashes' "sha256" is a number, not a string)");
+  EXPECT_EQ(refused(R"([{"url":"a.whl","requires-python":false}])"),
+            k_page + R"(: file 1's "requires-python" is a boolean, not a string)");
+  EXPECT_EQ(refused("[]", R"({"api-version":1.1})"), k_page + R"(: meta's "api-version" is a number, not a string)");
+  // null is absent, as PEP 691 allows.
+  EXPECT_EQ(refused(R"([{"url":"a.whl","filename":null,"requires-python":null}])"), "accepted");
+}
+
 TEST(PickWheel, TheHighestVersionWithASupportedTagAndAMetRequiresPython) {
   std::vector<IndexFile> files;
   const auto add = [&](const std::string& name, const std::string& rp = "", bool yanked = false) {

@@ -54,6 +54,18 @@ TEST(ParseRecord, AHashOutsideTheUrlsafeAlphabetIsMalformed) {
   EXPECT_EQ(bad, (std::vector<std::size_t>{2, 3, 4, 5}));
 }
 
+TEST(ParseRecord, ARecordThatIsNotUtf8HoldsANulOrHasNoRowCannotBeReadAtAll) {
+  EXPECT_EQ(parse_record("a.py,,\n", "RECORD").problem, "");
+  EXPECT_EQ(parse_record("", "RECORD").problem, "");
+  EXPECT_EQ(parse_record("caf\xc3\xa9.py,,\n", "RECORD").problem, "");
+  EXPECT_EQ(parse_record("a.py,,\nb\xff.py,,\n", "RECORD").problem,
+            "cannot be read: it is not UTF-8 (byte 0xff at offset 8)");
+  EXPECT_EQ(parse_record(std::string("a.py,,\n\0,,\n", 10), "RECORD").problem,
+            "cannot be read: it holds a NUL byte (at offset 7)");
+  EXPECT_EQ(parse_record("just words\nno commas\n", "RECORD").problem,
+            "cannot be read: no row of it parses as path,hash,size");
+}
+
 TEST(ParseRecord, NamesLineOfEveryBadRowAndKeepsTheRest) {
   const auto r =
       parse_record("a.py,sha256=x,1\nb.py,md5,2\nc.py,sha256=y,notanumber\nd.py,only-two\ne.py,,\n", "RECORD");
