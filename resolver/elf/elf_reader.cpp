@@ -237,7 +237,6 @@ template <class C>
 ElfLayoutRead read_layout(Image& image, unsigned encoding, const std::string& name) {
   Headers h = read_headers<C>(image, encoding, name);
   ElfLayoutRead out;
-  out.incomplete = image.missing();
   if (h.error.status == ElfReadStatus::invalid) {
     out.status = ElfReadStatus::invalid;
     out.diagnostic = std::move(h.error.diagnostic);
@@ -404,8 +403,10 @@ ElfLayoutRead read_elf_layout(const ElfPieces& object, const std::string& name) 
   const char* magic = object.bytes(0, SELFMAG);
   if (!magic || std::memcmp(magic, ELFMAG, SELFMAG) != 0) return {};
   Image image(object);
-  return by_class<ElfLayoutRead>(image, name,
-                                 [&]<class C>(C, unsigned data) { return read_layout<C>(image, data, name); });
+  auto out = by_class<ElfLayoutRead>(image, name,
+                                     [&]<class C>(C, unsigned data) { return read_layout<C>(image, data, name); });
+  out.incomplete = out.status == ElfReadStatus::invalid && image.missing();
+  return out;
 }
 
 ElfRead read_elf_pieces(const ElfPieces& object, const std::string& name) {

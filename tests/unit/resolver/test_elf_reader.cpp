@@ -167,18 +167,24 @@ TEST(ElfReader, ReadsAnObjectFromThePiecesTheLayoutNames) {
   for (bool large : {false, true}) {
     const std::string bytes = make_shared_object(hostile_spec(large));
     const std::string_view all(bytes);
-    const auto layout = read_elf_layout({bytes.size(), {{0, all.substr(0, 512)}}}, "x.so");
+    std::uint16_t phnum = 0;
+    std::memcpy(&phnum, bytes.data() + offsetof(Elf64_Ehdr, e_phnum), sizeof phnum);
+    const std::size_t headers = sizeof(Elf64_Ehdr) + phnum * sizeof(Elf64_Phdr);  // as the writer lays them out
+    const auto layout = read_elf_layout({bytes.size(), {{0, all.substr(0, headers)}}}, "x.so");
     ASSERT_EQ(layout.status, ElfReadStatus::ok) << layout.diagnostic.to_string();
     const ElfLayout& l = layout.layout;
     EXPECT_EQ(l.elf_class, ELFCLASS64);
     EXPECT_EQ(l.encoding, ELFDATA2LSB);
     ASSERT_GT(l.dynamic_size, 0U);
+    ASSERT_GE(l.dynamic_offset, headers);
     ASSERT_LE(l.dynamic_offset + l.dynamic_size, bytes.size());
     ElfPieces pieces{bytes.size(),
-                     {{0, all.substr(0, 512)}, {l.dynamic_offset, all.substr(l.dynamic_offset, l.dynamic_size)}}};
+                     {{0, all.substr(0, headers)}, {l.dynamic_offset, all.substr(l.dynamic_offset, l.dynamic_size)}}};
     const auto headers_only = read_elf_pieces(pieces, "x.so");
     EXPECT_EQ(headers_only.status, ElfReadStatus::invalid) << "the strings are in no piece";
+    // The rest, as two pieces around the ones already there.
     const std::uint64_t after = l.dynamic_offset + l.dynamic_size;
+    pieces.pieces.emplace_back(headers, all.substr(headers, l.dynamic_offset - headers));
     pieces.pieces.emplace_back(after, all.substr(after));
     const auto r = read_elf_pieces(pieces, "x.so");
     ASSERT_EQ(r.status, ElfReadStatus::ok) << r.diagnostic.to_string();
