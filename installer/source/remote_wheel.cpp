@@ -53,6 +53,9 @@ std::vector<std::string> fetch(HttpClient& http, const std::string& url,
   std::vector<std::size_t> asked;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     const auto [first, last] = ranges[i];
+    // A range computed from the wheel's own offsets that ends before it starts: they lie.
+    if (first > last)
+      throw r::Error(fmt::format("{}: its zip structures name bytes {}-{}, past its end", redact(url), first, last));
     if (!known.bytes.empty() && first >= known.at && last < known.at + known.bytes.size()) {
       out[i] = known.bytes.substr(first - known.at, last - first + 1);
       continue;
