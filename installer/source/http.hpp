@@ -63,9 +63,15 @@ struct HttpResponse {
   [[nodiscard]] bool ok() const { return error.empty(); }
 };
 
+// Answers to every request of one perform(), in order, as a server would give them: what a
+// client made with one sends instead of going to the network (tests, the fuzz targets).
+using HttpTransport = std::function<std::vector<HttpResponse>(const std::vector<HttpRequest>&)>;
+
 class HttpClient {
  public:
   explicit HttpClient(HttpOptions options);
+  // A client whose answers come from `canned`: libcurl is never opened, nothing is sent.
+  explicit HttpClient(HttpTransport canned);
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
@@ -80,6 +86,7 @@ class HttpClient {
 
  private:
   HttpOptions options_;
+  HttpTransport canned_;
   void* share_ = nullptr;  // CURLSH: DNS and TLS sessions across perform() calls
   void* multi_ = nullptr;  // CURLM: connections across perform() calls
   std::uint64_t received_ = 0;

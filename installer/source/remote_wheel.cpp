@@ -1,7 +1,6 @@
 #include "installer/source/remote_wheel.hpp"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -24,12 +23,8 @@ namespace r = cudafix::resolver;
 
 namespace {
 
-constexpr std::uint64_t k_tail = 64 * 1024;        // the first request: the end of the file
-constexpr std::uint64_t k_whole_member = 1 << 20;  // members up to this (compressed) are read whole
-constexpr std::uint64_t k_head = 64 * 1024;        // of a larger object: its headers
-constexpr std::uint64_t k_window = 1 << 20;        // a window of compressed bytes around PT_DYNAMIC
-constexpr std::uint64_t k_chunk = 1 << 20;         // inflating from the start: fetched this much at a time
-constexpr std::size_t k_local_slack = 1024;        // a local header's extra field beyond the central one's
+constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
+constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
 
 std::uint16_t u16(const unsigned char* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
 std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24); }
@@ -58,6 +53,9 @@ std::vector<std::string> fetch(HttpClient& http, const std::string& url,
   std::vector<std::size_t> asked;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     const auto [first, last] = ranges[i];
+    // A range computed from the wheel's own offsets that ends before it starts: they lie.
+    if (first > last)
+      throw r::Error(fmt::format("{}: its zip structures name bytes {}-{}, past its end", redact(url), first, last));
     if (!known.bytes.empty() && first >= known.at && last < known.at + known.bytes.size()) {
       out[i] = known.bytes.substr(first - known.at, last - first + 1);
       continue;
@@ -159,49 +157,56 @@ bool reads_as_dynamic(const unsigned char* p, std::size_t size) {
   return ended && strtab && strsz;
 }
 
-struct ElfLayout {
-  std::uint64_t dyn_offset = 0, dyn_size = 0;
-  std::vector<std::array<std::uint64_t, 3>> loads;  // offset, vaddr, filesz
+// Why resolver/elf refused a member, named by the wheel's URL and the member's name.
+r::Error not_valid_elf(const std::string& url, const std::string& member, const r::Diagnostic& d) {
+  const std::string at = d.offset ? fmt::format(" (at offset {:#x})", *d.offset) : "";
+  return r::Error(fmt::format("{}: {} is not a valid ELF object{}: {}", redact(url), member, at, d.message));
+}
+
+// What an object's first bytes say of where its dynamic segment lies, read by resolver/elf's
+// checked reader: every offset and size in them bounded by the member's size.
+struct Layout {
+  enum class Kind { not_elf, by_window, from_start } kind = Kind::not_elf;
+  r::ElfLayout elf;  // by_window: PT_DYNAMIC lies inside the member and is at most k_max_dynamic
 };
 
-// From a little-endian ELF64's first bytes; nullopt for any other kind (read from the start).
-std::optional<ElfLayout> layout_of(const std::string& head) {
-  const auto* p = bytes_of(head);
-  if (head.size() < 64 ||
-      std::memcmp(p,
-                  "\x7f"
-                  "ELF",
-                  4) != 0 ||
-      p[4] != 2 || p[5] != 1)
-    return std::nullopt;
-  const std::uint64_t phoff = u64(p + 32);
-  const std::uint16_t phentsize = u16(p + 54), phnum = u16(p + 56);
-  if (phentsize != 56 || phoff + std::uint64_t{phnum} * 56 > head.size()) return std::nullopt;
-  ElfLayout l;
-  for (std::uint16_t i = 0; i < phnum; ++i) {
-    const auto* ph = p + phoff + i * 56U;
-    const std::uint32_t type = u32(ph);
-    if (type == 2) {
-      l.dyn_offset = u64(ph + 8);
-      l.dyn_size = u64(ph + 32);
-    }
-    if (type == 1) l.loads.push_back({u64(ph + 8), u64(ph + 16), u64(ph + 32)});
+// `head`: the member's first bytes, of `size` in all. An object whose headers lie past them, or
+// that is not a little-endian ELF64 (the windows read 16-byte entries), is read from its start;
+// one whose headers are wrong is an Error naming the wheel and the member.
+Layout layout_of(const std::string& head, std::uint64_t size, const std::string& url, const std::string& member) {
+  const auto read = r::read_elf_layout({size, {{0, head}}}, redact(url) + ":" + member);
+  if (read.status == r::ElfReadStatus::not_elf) return {};
+  if (read.status == r::ElfReadStatus::invalid) {
+    if (read.incomplete) return {Layout::Kind::from_start, {}};
+    throw not_valid_elf(url, member, read.diagnostic);
   }
-  if (l.dyn_size == 0 || l.dyn_size > (1 << 20)) return std::nullopt;
-  return l;
+  const r::ElfLayout& l = read.layout;
+  if (l.elf_class != 2 || l.encoding != 1 || l.dynamic_size == 0 || l.dynamic_size > k_max_dynamic)
+    return {Layout::Kind::from_start, {}};
+  return {Layout::Kind::by_window, l};
+}
+
+// An object's dynamic section as resolver/elf read it: kept, or an Error naming the wheel and
+// the member (an object the loader would refuse is not planned from).
+void keep_elf(r::Wheel& w, const std::string& member, const r::ElfRead& elf, const std::string& url) {
+  if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(member, elf.info);
+  if (elf.status == r::ElfReadStatus::invalid) throw not_valid_elf(url, member, elf.diagnostic);
 }
 
 // The dynamic segment in a window of compressed bytes, inflated from each plausible block
 // boundary in turn: nullopt where no start gives it, known whole and unambiguous.
 // Pieces of an object, each where it lies in the file: what is known of it so far.
 struct Pieces {
+  std::uint64_t size = 0;  // the object's
   std::vector<std::pair<std::uint64_t, std::string>> v;
-  // The `len` bytes at `off`, or nullptr where no one piece holds them all.
-  [[nodiscard]] const char* span(std::uint64_t off, std::uint64_t len) const {
-    for (const auto& [at, bytes] : v)
-      if (off >= at && off + len <= at + bytes.size()) return bytes.data() + (off - at);
-    return nullptr;
+  // Views of them for resolver/elf, valid until `v` changes.
+  [[nodiscard]] r::ElfPieces view() const {
+    r::ElfPieces out{size, {}};
+    for (const auto& [at, bytes] : v) out.pieces.emplace_back(at, bytes);
+    return out;
   }
+  // The `len` bytes at `off`, or nullptr where no one piece holds them all.
+  [[nodiscard]] const char* span(std::uint64_t off, std::uint64_t len) const { return view().bytes(off, len); }
 };
 
 struct WindowFind {
@@ -261,8 +266,10 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
   return out;
 }
 
-// The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read.
-std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const ElfLayout& l) {
+// The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read;
+// nullopt where no PT_LOAD maps DT_STRTAB or the table runs out of the object (`size` bytes).
+std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const r::ElfLayout& l,
+                                                                      std::uint64_t size) {
   std::uint64_t strtab = 0, strsz = 0, last = 0;
   bool any = false;
   for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
@@ -274,13 +281,12 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
       any = true;
     }
   }
-  for (const auto& [off, vaddr, filesz] : l.loads)
-    if (strtab >= vaddr && strtab < vaddr + filesz) {
-      const std::uint64_t begin = off + (strtab - vaddr);
-      const std::uint64_t length = strsz <= 64 * 1024 || !any ? strsz : std::min(strsz, last + 4096);
-      return std::pair{begin, begin + length};
-    }
-  return std::nullopt;
+  const auto begin = l.file_offset(strtab);
+  if (!begin || *begin > size) return std::nullopt;
+  const std::uint64_t reach = last < UINT64_MAX - 4096 ? last + 4096 : UINT64_MAX;
+  const std::uint64_t length = strsz <= 64 * 1024 || !any ? strsz : std::min(strsz, reach);
+  if (length > size - *begin) return std::nullopt;
+  return std::pair{*begin, *begin + length};
 }
 
 // A window that ends with the member, inflated from its first block boundary to the end: its
@@ -305,12 +311,7 @@ std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::s
 // (its first bytes, a window inflated to its end): the string table starts with NUL where DT_STRTAB says, every name it
 // gives starts a string there, SONAME and NEEDED name shared objects, and DT_SYMTAB's first symbol is the null one. A
 // misread byte of an address or an offset fails one of these.
-bool consistent_with(const std::string& dyn, const ElfLayout& l, const Pieces& known) {
-  const auto file_offset = [&](std::uint64_t vaddr) -> std::optional<std::uint64_t> {
-    for (const auto& [off, va, filesz] : l.loads)
-      if (vaddr >= va && vaddr < va + filesz) return off + (vaddr - va);
-    return std::nullopt;
-  };
+bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::ElfPieces& known) {
   std::uint64_t strtab = 0, strsz = 0, symtab = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> names;  // tag, offset
   for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
@@ -320,17 +321,17 @@ bool consistent_with(const std::string& dyn, const ElfLayout& l, const Pieces& k
     if (tag == 6) symtab = val;
     if (tag == 1 || tag == 14 || tag == 15 || tag == 29) names.emplace_back(tag, val);
   }
-  const auto str = file_offset(strtab);
-  if (!str || strsz == 0) return false;
-  const char* first = known.span(*str, 1);
+  const auto str = l.file_offset(strtab);
+  if (!str || strsz == 0 || strsz > known.size || *str > known.size - strsz) return false;
+  const char* first = known.bytes(*str, 1);
   if (!first || *first != '\0') return false;
   for (const auto& [tag, off] : names) {
     if (off == 0 || off >= strsz) return false;
-    const char* before = known.span(*str + off - 1, 1);
+    const char* before = known.bytes(*str + off - 1, 1);
     if (!before || *before != '\0') return false;  // not the start of a string
     std::string name;
     for (std::uint64_t k = off; k < strsz; ++k) {
-      const char* c = known.span(*str + k, 1);
+      const char* c = known.bytes(*str + k, 1);
       if (!c) return false;
       if (*c == '\0') break;
       name += *c;
@@ -339,8 +340,8 @@ bool consistent_with(const std::string& dyn, const ElfLayout& l, const Pieces& k
       return false;
     if ((tag == 1 || tag == 14) && name.find(".so") == std::string::npos) return false;
   }
-  if (const auto sym = file_offset(symtab))
-    if (const char* null_symbol = known.span(*sym, 24))
+  if (const auto sym = l.file_offset(symtab))
+    if (const char* null_symbol = known.bytes(*sym, 24))
       return std::all_of(null_symbol, null_symbol + 24, [](char c) { return c == '\0'; });
   return true;
 }
@@ -348,7 +349,9 @@ bool consistent_with(const std::string& dyn, const ElfLayout& l, const Pieces& k
 }  // namespace
 
 RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::vector<std::string>& supported_tags,
-                             const std::string& temporary_file) {
+                             const std::string& temporary_file, const RangeLimits& limits) {
+  const std::uint64_t k_tail = limits.tail, k_whole_member = limits.whole_member, k_head = limits.head,
+                      k_window = limits.window, k_chunk = limits.chunk;
   RemoteRead out;
   const std::string& url = picked.file.url;
   const std::uint64_t before = http.bytes_received();
@@ -399,8 +402,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   w.dist_info = dist_info;
   struct Deep {
     Member* member;
-    ElfLayout layout;
-    std::string head;  // inflated from the start so far
+    r::ElfLayout layout;  // dynamic_size 0: read from its start, whole
+    std::string head;     // inflated from the start so far
   };
   std::vector<Deep> deep;
   for (std::size_t i = 0; i < wanted.size(); ++i) {
@@ -423,19 +426,12 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
       } else if (m.name == dist_info + "/RECORD") {
         record_text = std::move(inflated);
       } else {
-        const auto elf = r::read_elf_memory(inflated.data(), inflated.size(), redact(url) + ":" + m.name);
-        if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(m.name, elf.info);
+        keep_elf(w, m.name, r::read_elf_memory(inflated.data(), inflated.size(), redact(url) + ":" + m.name), url);
       }
       continue;
     }
-    if (const auto layout = layout_of(inflated)) {
-      deep.push_back({&m, *layout, std::move(inflated)});
-    } else if (inflated.size() >= 4 && std::memcmp(inflated.data(),
-                                                   "\x7f"
-                                                   "ELF",
-                                                   4) == 0) {
-      deep.push_back({&m, ElfLayout{}, std::move(inflated)});  // read from its start, whole
-    }
+    const Layout layout = layout_of(inflated, m.size, url, m.name);
+    if (layout.kind != Layout::Kind::not_elf) deep.push_back({&m, layout.elf, std::move(inflated)});
   }
 
   // The dynamic segments: a window of each where the segment should lie, all fetched at once;
@@ -447,9 +443,9 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
     for (std::size_t i = 0; i < deep.size(); ++i) {
       const Deep& d = deep[i];
       const Member& m = *d.member;
-      if (m.method != 8 || d.layout.dyn_size == 0 || dynamic[i].dyn) continue;
+      if (m.method != 8 || d.layout.dynamic_size == 0 || dynamic[i].dyn) continue;
       const std::uint64_t end = m.data + m.compressed;
-      const std::uint64_t after = m.size - d.layout.dyn_offset;  // bytes from the segment to the end
+      const std::uint64_t after = m.size - d.layout.dynamic_offset;  // bytes from the segment to the end
       std::uint64_t first = 0, last = end - 1;
       if (after <= (pass == 1 ? 2 : 4) * k_window) {
         // Near the end (CUDA libraries: .data is small): what follows the segment deflates to
@@ -461,7 +457,7 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
         // Elsewhere: where the segment would fall were the member evenly packed, the window
         // mostly before it (a block boundary must come first, 32 KiB ahead).
         const std::uint64_t window = pass == 1 ? k_window / 4 : 2 * k_window;
-        const double at = static_cast<double>(d.layout.dyn_offset) / static_cast<double>(m.size);
+        const double at = static_cast<double>(d.layout.dynamic_offset) / static_cast<double>(m.size);
         const auto estimate = m.data + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
         const std::uint64_t lead = 3 * window / 4;
         first = std::max(m.data, estimate > lead ? estimate - lead : 0);
@@ -475,8 +471,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
     r::parallel_for(window_of.size(), 0, [&](std::size_t k) {
       const Deep& d = deep[window_of[k]];
       const bool ends_member = windows[k].second + 1 == d.member->data + d.member->compressed;
-      dynamic[window_of[k]] =
-          dynamic_in_window(window_bytes[k], d.layout.dyn_size, ends_member, d.member->size, d.layout.dyn_offset);
+      dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], d.layout.dynamic_size, ends_member, d.member->size,
+                                                d.layout.dynamic_offset);
     });
   }
   for (std::size_t i = 0; i < deep.size(); ++i) {
@@ -505,11 +501,10 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
       }
       d.head = from_start->out;
     };
-    if (d.layout.dyn_size == 0) {
+    if (d.layout.dynamic_size == 0) {
       grow_to(m.size);
       ++out.objects_from_start;
-      const auto elf = r::read_elf_memory(d.head.data(), d.head.size(), redact(url) + ":" + m.name);
-      if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(m.name, elf.info);
+      keep_elf(w, m.name, r::read_elf_memory(d.head.data(), d.head.size(), redact(url) + ":" + m.name), url);
       continue;
     }
     std::string dyn;
@@ -517,19 +512,20 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
       dyn = *dynamic[i].dyn;
       ++out.objects_by_window;
     } else if (m.method == 0) {
-      dyn = fetch(http, url, {{m.data + d.layout.dyn_offset, m.data + d.layout.dyn_offset + d.layout.dyn_size - 1}})
+      dyn = fetch(http, url,
+                  {{m.data + d.layout.dynamic_offset, m.data + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
                 .front();
       ++out.objects_by_window;  // a stored member: the segment read where it lies
     } else {
-      grow_to(d.layout.dyn_offset + d.layout.dyn_size);
-      if (d.head.size() < d.layout.dyn_offset + d.layout.dyn_size)
+      grow_to(d.layout.dynamic_offset + d.layout.dynamic_size);
+      if (d.head.size() < d.layout.dynamic_offset + d.layout.dynamic_size)
         throw r::Error(fmt::format("{}: {} ends before its dynamic segment", redact(url), m.name));
-      dyn = d.head.substr(d.layout.dyn_offset, d.layout.dyn_size);
+      dyn = d.head.substr(d.layout.dynamic_offset, d.layout.dynamic_size);
       ++out.objects_from_start;
     }
-    auto strings = strings_needed(dyn, d.layout);
+    auto strings = strings_needed(dyn, d.layout, m.size);
     // What is known of the object exactly: its first bytes, and the window that reached its end.
-    Pieces known;
+    Pieces known{m.size, {}};
     known.v.emplace_back(0, d.head);
     if (dynamic[i].tail) known.v.push_back(*dynamic[i].tail);
     const auto have_strings = [&] { return strings && known.span(strings->first, strings->second - strings->first); };
@@ -549,42 +545,35 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
         grow_to(strings->second);
         known.v[0].second = d.head;
       }
-      if (!strings || !consistent_with(dyn, d.layout, known)) {
+      if (!strings || !consistent_with(dyn, d.layout, known.view())) {
         // The window's reading does not hold: the segment from the start instead.
         --out.objects_by_window;
         ++out.objects_from_start;
-        grow_to(d.layout.dyn_offset + d.layout.dyn_size);
-        if (d.head.size() < d.layout.dyn_offset + d.layout.dyn_size)
+        grow_to(d.layout.dynamic_offset + d.layout.dynamic_size);
+        if (d.head.size() < d.layout.dynamic_offset + d.layout.dynamic_size)
           throw r::Error(fmt::format("{}: {} ends before its dynamic segment", redact(url), m.name));
-        dyn = d.head.substr(d.layout.dyn_offset, d.layout.dyn_size);
-        strings = strings_needed(dyn, d.layout);
+        dyn = d.head.substr(d.layout.dynamic_offset, d.layout.dynamic_size);
+        strings = strings_needed(dyn, d.layout, m.size);
         known.v = {{0, d.head}};
       }
     }
-    if (!strings) continue;  // the loader could not read it either: the scan's rules say so
-    // The pieces the loader reads, where they lie in the file.
-    std::vector<std::pair<std::uint64_t, std::string>> pieces{{0, d.head}, {d.layout.dyn_offset, dyn}};
-    strings_from_end();
-    if (const char* str = known.span(strings->first, strings->second - strings->first)) {
-      pieces.emplace_back(strings->first, std::string(str, strings->second - strings->first));
-    } else if (m.method == 0) {
-      if (strings->second > m.size) continue;
-      pieces.emplace_back(strings->first,
-                          fetch(http, url, {{m.data + strings->first, m.data + strings->second - 1}}).front());
-    } else {
-      grow_to(strings->second);
-      pieces[0].second = d.head;
+    // The pieces the loader reads, where they lie in the object, read by resolver/elf from
+    // those alone. Without the strings (DT_STRTAB in no segment, or past the member's end) the
+    // reader says what is wrong, as the loader would refuse it.
+    Pieces pieces{m.size, {{0, d.head}, {d.layout.dynamic_offset, dyn}}};
+    if (strings) {
+      strings_from_end();
+      if (const char* str = known.span(strings->first, strings->second - strings->first)) {
+        pieces.v.emplace_back(strings->first, std::string(str, strings->second - strings->first));
+      } else if (m.method == 0) {
+        pieces.v.emplace_back(strings->first,
+                              fetch(http, url, {{m.data + strings->first, m.data + strings->second - 1}}).front());
+      } else {
+        grow_to(strings->second);
+        pieces.v[0].second = d.head;
+      }
     }
-    // The object as the loader sees it: those pieces and nothing else (an anonymous mapping:
-    // the pages between them cost nothing).
-    std::uint64_t extent = 0;
-    for (const auto& [at, bytes] : pieces) extent = std::max<std::uint64_t>(extent, at + bytes.size());
-    void* image = ::mmap(nullptr, extent, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (image == MAP_FAILED) throw r::Error(fmt::format("{}: cannot map {} bytes", m.name, extent));
-    for (const auto& [at, bytes] : pieces) std::memcpy(static_cast<char*>(image) + at, bytes.data(), bytes.size());
-    const auto elf = r::read_elf_memory(image, extent, redact(url) + ":" + m.name);
-    ::munmap(image, extent);
-    if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(m.name, elf.info);
+    keep_elf(w, m.name, r::read_elf_pieces(pieces.view(), redact(url) + ":" + m.name), url);
   }
   w.sha256 = picked.file.sha256;
   w.url = redact(url);  // shown and saved in plans: never with credentials

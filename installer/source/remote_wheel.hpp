@@ -42,9 +42,21 @@ struct RemoteRead {
   std::size_t members_whole = 0;         // members fetched whole (small ones)
 };
 
-// Throws resolver::Error naming the URL (redacted) and what is wrong with the wheel.
+// How much is asked for at a time. The defaults suit CUDA wheels; small ones (the fuzz target)
+// take every path with a wheel of a few kilobytes.
+struct RangeLimits {
+  std::uint64_t tail = 64 * 1024;        // the first request: the end of the file
+  std::uint64_t whole_member = 1 << 20;  // members up to this (compressed) are read whole
+  std::uint64_t head = 64 * 1024;        // of a larger object: its headers
+  std::uint64_t window = 1 << 20;        // a window of compressed bytes around PT_DYNAMIC
+  std::uint64_t chunk = 1 << 20;         // inflating from the start: fetched this much at a time
+};
+
+// Throws resolver::Error naming the URL (redacted) and what is wrong with the wheel; a shared
+// object whose ELF headers, dynamic segment or strings are malformed (read by resolver/elf's
+// checked reader, every offset and size bounded by the member) is named with its member.
 [[nodiscard]] RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked,
                                            const std::vector<std::string>& supported_tags,
-                                           const std::string& temporary_file);
+                                           const std::string& temporary_file, const RangeLimits& limits = {});
 
 }  // namespace cudafix::installer::source

@@ -38,6 +38,7 @@ ElfRead invalid(const std::string& name, std::optional<std::uint64_t> offset, st
 class Image {
  public:
   Image(const char* data, std::size_t size) : head_(data), head_size_(size), size_(size) {}
+  explicit Image(const ElfPieces& pieces) : pieces_(&pieces), head_(nullptr), head_size_(0), size_(pieces.size) {}
   // `head` holds the file's first `head_size` bytes; `whole` when that is all of it.
   Image(int fd, const char* head, std::size_t head_size, bool whole)
       : fd_(fd),
@@ -56,6 +57,11 @@ class Image {
 
   // [offset, offset + n), or nothing when any of it lies outside the file or cannot be read.
   const char* bytes(std::uint64_t offset, std::uint64_t n) {
+    if (pieces_) {
+      const char* p = pieces_->bytes(offset, n);
+      if (!p && offset <= *size_ && n <= *size_ - offset) missing_ = true;
+      return p;
+    }
     if (offset <= head_size_ && n <= head_size_ - offset) return head_ + offset;
     if (fd_ < 0 || offset > size() || n > size() - offset) return nullptr;
     auto buf = std::make_unique_for_overwrite<char[]>(n);
@@ -69,7 +75,12 @@ class Image {
     return chunks_.back().get();
   }
 
+  // Whether a range inside the file was asked for that no piece holds.
+  [[nodiscard]] bool missing() const { return missing_; }
+
  private:
+  const ElfPieces* pieces_ = nullptr;
+  bool missing_ = false;
   int fd_ = -1;
   const char* head_;
   std::size_t head_size_;
@@ -98,17 +109,6 @@ bool decode(Image& image, Elf_Type type, std::uint64_t offset, std::size_t count
   // libelf's translation from the file's class and byte order to this host's.
   const auto translate = C::klass == ELFCLASS64 ? elf64_xlatetom : elf32_xlatetom;
   return translate(&dst, &src, encoding) != nullptr;
-}
-
-struct Load {
-  std::uint64_t vaddr, offset, filesz;
-};
-
-std::optional<std::uint64_t> vaddr_to_offset(const std::vector<Load>& loads, std::uint64_t vaddr) {
-  for (const auto& l : loads)
-    if (vaddr >= l.vaddr && vaddr - l.vaddr < l.filesz && l.offset <= UINT64_MAX - (vaddr - l.vaddr))
-      return l.offset + (vaddr - l.vaddr);
-  return std::nullopt;
 }
 
 // The strings of DT_STRTAB the dynamic section names, read in the few ranges that hold them:
@@ -175,51 +175,106 @@ class StringReader {
   std::vector<Range> ranges_;
 };
 
+// The ELF header and the program headers: what the object is, and where the loader finds the
+// rest. `error` is invalid when they cannot be read.
+struct Headers {
+  ElfRead error;
+  ElfInfo info;  // class, machine and type
+  ElfLayout layout;
+  bool dynamic = false;  // a PT_DYNAMIC was found (of any size)
+};
+
+template <class C>
+Headers read_headers(Image& image, unsigned encoding, const std::string& name) {
+  Headers out;
+  std::vector<typename C::Ehdr> ehdrs;
+  if (!decode<C>(image, ELF_T_EHDR, 0, 1, encoding, ehdrs)) {
+    out.error = invalid(name, 0, fmt::format("not a complete ELF header ({} bytes)", image.size()));
+    return out;
+  }
+  const auto& ehdr = ehdrs.front();
+  out.info.elf_class = ehdr.e_ident[EI_CLASS];
+  out.info.machine = ehdr.e_machine;
+  out.info.type = ehdr.e_type;
+  out.layout.elf_class = ehdr.e_ident[EI_CLASS];
+  out.layout.encoding = static_cast<std::uint8_t>(encoding);
+
+  std::size_t phnum = ehdr.e_phnum;
+  if (phnum == PN_XNUM) {  // too many for the header: the count is section 0's sh_info
+    std::vector<typename C::Shdr> shdr0;
+    if (ehdr.e_shoff == 0 || !decode<C>(image, ELF_T_SHDR, ehdr.e_shoff, 1, encoding, shdr0)) {
+      out.error = invalid(name, ehdr.e_shoff,
+                          "bad program header table: e_phnum is PN_XNUM and section header 0 cannot be read");
+      return out;
+    }
+    phnum = shdr0.front().sh_info;
+  }
+  if (phnum > 0 && ehdr.e_phentsize != sizeof(typename C::Phdr)) {
+    out.error =
+        invalid(name, ehdr.e_phoff,
+                fmt::format("program header entries are {} bytes, not {}", ehdr.e_phentsize, sizeof(typename C::Phdr)));
+    return out;
+  }
+  std::vector<typename C::Phdr> phdrs;
+  if (!decode<C>(image, ELF_T_PHDR, ehdr.e_phoff, phnum, encoding, phdrs)) {
+    out.error = invalid(
+        name, ehdr.e_phoff,
+        fmt::format("program header table ({} entries) runs past the end of the file ({} bytes)", phnum, image.size()));
+    return out;
+  }
+  for (const auto& ph : phdrs) {
+    if (ph.p_type == PT_LOAD) out.layout.loads.push_back({ph.p_offset, ph.p_vaddr, ph.p_filesz});
+    if (ph.p_type == PT_DYNAMIC && !out.dynamic) {
+      out.dynamic = true;
+      out.layout.dynamic_offset = ph.p_offset;
+      out.layout.dynamic_size = ph.p_filesz;
+    }
+  }
+  return out;
+}
+
+template <class C>
+ElfLayoutRead read_layout(Image& image, unsigned encoding, const std::string& name) {
+  Headers h = read_headers<C>(image, encoding, name);
+  ElfLayoutRead out;
+  if (h.error.status == ElfReadStatus::invalid) {
+    out.status = ElfReadStatus::invalid;
+    out.diagnostic = std::move(h.error.diagnostic);
+    return out;
+  }
+  const ElfLayout& l = h.layout;
+  if (l.dynamic_offset > image.size() || l.dynamic_size > image.size() - l.dynamic_offset) {
+    out.status = ElfReadStatus::invalid;
+    out.diagnostic = invalid(name, l.dynamic_offset,
+                             fmt::format("dynamic segment ({} bytes at {:#x}) lies outside the file ({} bytes)",
+                                         l.dynamic_size, l.dynamic_offset, image.size()))
+                         .diagnostic;
+    return out;
+  }
+  out.status = ElfReadStatus::ok;
+  out.layout = std::move(h.layout);
+  return out;
+}
+
 // Reads what the dynamic loader reads: the ELF header, the program headers, the PT_DYNAMIC
 // segment and the strings it names. Section headers, which ld.so never looks at, are ignored (but
 // for section 0 when it holds the count of program headers).
 template <class C>
 ElfRead read_elf(Image& image, unsigned encoding, const std::string& name) {
-  std::vector<typename C::Ehdr> ehdrs;
-  if (!decode<C>(image, ELF_T_EHDR, 0, 1, encoding, ehdrs))
-    return invalid(name, 0, fmt::format("not a complete ELF header ({} bytes)", image.size()));
-  const auto& ehdr = ehdrs.front();
+  Headers h = read_headers<C>(image, encoding, name);
+  if (h.error.status == ElfReadStatus::invalid) return std::move(h.error);
   ElfRead out;
   out.status = ElfReadStatus::ok;
+  out.info = std::move(h.info);
   ElfInfo& info = out.info;
-  info.elf_class = ehdr.e_ident[EI_CLASS];
-  info.machine = ehdr.e_machine;
-  info.type = ehdr.e_type;
-
-  std::size_t phnum = ehdr.e_phnum;
-  if (phnum == PN_XNUM) {  // too many for the header: the count is section 0's sh_info
-    std::vector<typename C::Shdr> shdr0;
-    if (ehdr.e_shoff == 0 || !decode<C>(image, ELF_T_SHDR, ehdr.e_shoff, 1, encoding, shdr0))
-      return invalid(name, ehdr.e_shoff,
-                     "bad program header table: e_phnum is PN_XNUM and section header 0 cannot be read");
-    phnum = shdr0.front().sh_info;
-  }
-  if (phnum > 0 && ehdr.e_phentsize != sizeof(typename C::Phdr))
-    return invalid(
-        name, ehdr.e_phoff,
-        fmt::format("program header entries are {} bytes, not {}", ehdr.e_phentsize, sizeof(typename C::Phdr)));
-  std::vector<typename C::Phdr> phdrs;
-  if (!decode<C>(image, ELF_T_PHDR, ehdr.e_phoff, phnum, encoding, phdrs))
-    return invalid(
-        name, ehdr.e_phoff,
-        fmt::format("program header table ({} entries) runs past the end of the file ({} bytes)", phnum, image.size()));
-  std::vector<Load> loads;
-  const typename C::Phdr* dynamic = nullptr;
-  for (const auto& ph : phdrs) {
-    if (ph.p_type == PT_LOAD) loads.push_back({ph.p_vaddr, ph.p_offset, ph.p_filesz});
-    if (ph.p_type == PT_DYNAMIC && !dynamic) dynamic = &ph;
-  }
-  if (!dynamic) return out;  // static or not loadable: no dependencies to follow
+  const ElfLayout& layout = h.layout;
+  if (!h.dynamic) return out;  // static or not loadable: no dependencies to follow
   std::vector<typename C::Dyn> dyns;
-  if (!decode<C>(image, ELF_T_DYN, dynamic->p_offset, dynamic->p_filesz / sizeof(typename C::Dyn), encoding, dyns))
-    return invalid(name, dynamic->p_offset,
+  if (!decode<C>(image, ELF_T_DYN, layout.dynamic_offset, layout.dynamic_size / sizeof(typename C::Dyn), encoding,
+                 dyns))
+    return invalid(name, layout.dynamic_offset,
                    fmt::format("dynamic segment ({} bytes at {:#x}) lies outside the file ({} bytes)",
-                               dynamic->p_filesz, dynamic->p_offset, image.size()));
+                               layout.dynamic_size, layout.dynamic_offset, image.size()));
 
   std::vector<std::uint64_t> needed_offsets;
   std::optional<std::uint64_t> soname, rpath, runpath;
@@ -255,9 +310,10 @@ ElfRead read_elf(Image& image, unsigned encoding, const std::string& name) {
   const bool wants_strings = !needed_offsets.empty() || soname || rpath || runpath;
   if (!wants_strings) return out;
   if (!strtab || !strsz)
-    return invalid(name, dynamic->p_offset, "dynamic section names strings but has no DT_STRTAB/DT_STRSZ");
-  const auto str_off = vaddr_to_offset(loads, strtab);
-  if (!str_off) return invalid(name, dynamic->p_offset, fmt::format("DT_STRTAB {:#x} is in no loaded segment", strtab));
+    return invalid(name, layout.dynamic_offset, "dynamic section names strings but has no DT_STRTAB/DT_STRSZ");
+  const auto str_off = layout.file_offset(strtab);
+  if (!str_off)
+    return invalid(name, layout.dynamic_offset, fmt::format("DT_STRTAB {:#x} is in no loaded segment", strtab));
   StringReader strings(image, *str_off, strsz);
   for (auto off : needed_offsets) strings.want(off);
   for (const auto* off : {&soname, &rpath, &runpath})
@@ -292,21 +348,33 @@ ElfRead read_elf(Image& image, unsigned encoding, const std::string& name) {
   return out;
 }
 
-// The identification bytes libelf needs to translate the rest: class, byte order, version.
-ElfRead read_elf(Image& image, const std::string& name) {
+// The identification bytes libelf needs to translate the rest: class, byte order, version; then
+// `read` for the class, or why they cannot be read.
+template <class Result, class Read>
+Result by_class(Image& image, const std::string& name, Read read) {
   init_libelf();
+  const auto wrong = [&](std::uint64_t offset, std::string message) {
+    Result r;
+    r.status = ElfReadStatus::invalid;
+    r.diagnostic = invalid(name, offset, std::move(message)).diagnostic;
+    return r;
+  };
   const char* ident = image.bytes(0, EI_NIDENT);
-  if (!ident) return invalid(name, 0, fmt::format("not a complete ELF header ({} bytes)", image.size()));
+  if (!ident) return wrong(0, fmt::format("not a complete ELF header ({} bytes)", image.size()));
   const auto klass = static_cast<unsigned char>(ident[EI_CLASS]);
   const auto data = static_cast<unsigned char>(ident[EI_DATA]);
   const auto version = static_cast<unsigned char>(ident[EI_VERSION]);
   if (data != ELFDATA2LSB && data != ELFDATA2MSB)
-    return invalid(name, EI_DATA, fmt::format("unknown ELF byte order {} (e_ident[EI_DATA])", data));
+    return wrong(EI_DATA, fmt::format("unknown ELF byte order {} (e_ident[EI_DATA])", data));
   if (version != EV_CURRENT)
-    return invalid(name, EI_VERSION, fmt::format("unknown ELF version {} (e_ident[EI_VERSION])", version));
-  if (klass == ELFCLASS64) return read_elf<Elf64Types>(image, data, name);
-  if (klass == ELFCLASS32) return read_elf<Elf32Types>(image, data, name);
-  return invalid(name, EI_CLASS, fmt::format("unknown ELF class {} (e_ident[EI_CLASS])", klass));
+    return wrong(EI_VERSION, fmt::format("unknown ELF version {} (e_ident[EI_VERSION])", version));
+  if (klass == ELFCLASS64) return read(Elf64Types{}, data);
+  if (klass == ELFCLASS32) return read(Elf32Types{}, data);
+  return wrong(EI_CLASS, fmt::format("unknown ELF class {} (e_ident[EI_CLASS])", klass));
+}
+
+ElfRead read_elf(Image& image, const std::string& name) {
+  return by_class<ElfRead>(image, name, [&]<class C>(C, unsigned data) { return read_elf<C>(image, data, name); });
 }
 
 }  // namespace
@@ -314,6 +382,38 @@ ElfRead read_elf(Image& image, const std::string& name) {
 const std::optional<std::string>& ElfInfo::effective_rpath() const {
   static const std::optional<std::string> none;
   return runpath ? none : rpath;
+}
+
+std::optional<std::uint64_t> ElfLayout::file_offset(std::uint64_t vaddr) const {
+  for (const auto& l : loads)
+    if (vaddr >= l.vaddr && vaddr - l.vaddr < l.filesz && l.offset <= UINT64_MAX - (vaddr - l.vaddr))
+      return l.offset + (vaddr - l.vaddr);
+  return std::nullopt;
+}
+
+const char* ElfPieces::bytes(std::uint64_t offset, std::uint64_t n) const {
+  if (offset > size || n > size - offset) return nullptr;
+  for (const auto& [at, piece] : pieces)
+    if (offset >= at && offset - at <= piece.size() && n <= piece.size() - (offset - at))
+      return piece.data() + (offset - at);
+  return nullptr;
+}
+
+ElfLayoutRead read_elf_layout(const ElfPieces& object, const std::string& name) {
+  const char* magic = object.bytes(0, SELFMAG);
+  if (!magic || std::memcmp(magic, ELFMAG, SELFMAG) != 0) return {};
+  Image image(object);
+  auto out = by_class<ElfLayoutRead>(image, name,
+                                     [&]<class C>(C, unsigned data) { return read_layout<C>(image, data, name); });
+  out.incomplete = out.status == ElfReadStatus::invalid && image.missing();
+  return out;
+}
+
+ElfRead read_elf_pieces(const ElfPieces& object, const std::string& name) {
+  const char* magic = object.bytes(0, SELFMAG);
+  if (!magic || std::memcmp(magic, ELFMAG, SELFMAG) != 0) return {};
+  Image image(object);
+  return read_elf(image, name);
 }
 
 ElfRead read_elf_memory(const void* data, std::size_t size, const std::string& name) {

@@ -281,6 +281,48 @@ TEST_F(WheelSources, AWrongHashOrAStalledServerKeepsNothingAndSaysWhy) {
   }
 }
 
+// An index's wheel whose shared object lies about its own layout (tests/e2e/make_hostile_elf.py:
+// a PT_DYNAMIC whose offset wraps past 2^64 to the member's local header, one past the object's
+// end, program headers whose sum wraps, a load whose offset wraps, strings past the end). The
+// planner reads it by range through resolver/elf's checked reader: the wheel is refused with its
+// member named, nothing crashes, and neither the venv nor anything outside it changes, whether
+// the plan is asked for or `fix -y` would act on it. (Before, the first crashed the planner with
+// SIGSEGV, writing below a mapping; the others were planned from as objects without a dynamic
+// section.)
+TEST_F(WheelSources, AWheelWhoseObjectLiesAboutItsLayoutIsRefusedByNameAndNothingCrashes) {
+  TempDir gen;
+  const auto made = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_hostile_elf.py") +
+                              " " + shell_quote(gen.path()));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto cases = json::parse(made.out);
+  ASSERT_EQ(cases.size(), 5U);
+  for (const auto& c : cases) {
+    const std::string name = c["case"];
+    TempDir t;
+    const test::Canaries canaries(t.path() + "/outside");
+    const auto v = broken_venv(t);
+    const std::string before = test::tree_of(v);
+    IndexServer server(c["dir"], t.path(), "");
+    const std::string url = server.url() + "/files/" + fs::path(c["wheel"].get<std::string>()).filename().string();
+    const auto p = plan_fix(t, v, "--index-url " + server.url() + "/simple");
+    EXPECT_LT(p.exit_code, 128) << name << ": killed by a signal\n" << p.err;
+    EXPECT_EQ(p.exit_code, 0) << name << p.err;
+    ASSERT_EQ(p.doc["source_problems"].size(), 1U) << name << p.doc.dump(1);
+    const std::string why = p.doc["source_problems"][0];
+    EXPECT_THAT(why, HasSubstr(url + ": nvidia/cudnn/lib/libcudnn.so.9 is not a valid ELF object")) << name;
+    EXPECT_THAT(why, HasSubstr(c["expect"].get<std::string>())) << name;
+    EXPECT_TRUE(p.doc["steps"][0]["wheel"].is_null()) << name << p.doc.dump(1);
+    const auto fixed = run_shell(
+        "env -u VIRTUAL_ENV -u PIP_FIND_LINKS -u PIP_INDEX_URL CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/cache") +
+        " " + shell_quote(test::k_bin) + " fix -y --venv " + shell_quote(v) + test::k_no_cache +
+        " --ld-library-path '' --index-url " + server.url() + "/simple 2>&1");
+    EXPECT_LT(fixed.exit_code, 128) << name << ": killed by a signal\n" << fixed.out;
+    EXPECT_THAT(fixed.out, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9 is not a valid ELF object")) << name;
+    EXPECT_EQ(test::tree_of(v), before) << name << test::tree_diff(before, test::tree_of(v));
+    EXPECT_EQ(canaries.changes(), "") << name;
+  }
+}
+
 TEST_F(WheelSources, CredentialsComeFromNetrcOrTheUrlAndNeverShowOrFollowARedirect) {
   TempDir t;
   const auto v = broken_venv(t);

@@ -2,7 +2,7 @@
 # Seeds for the fuzz targets, from real inputs: make_seeds.sh FIXTURES OUT
 set -euo pipefail
 FIX=$1 OUT=$2
-mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index}
+mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index,remote_wheel}
 cp /etc/ld.so.cache "$OUT/ld_cache/host" 2>/dev/null || true
 i=0
 for f in $(find "$FIX" -name '*.so*' -type f | head -20); do cp "$f" "$OUT/elf/$((i++))"; done
@@ -52,3 +52,13 @@ PY
 printf '\0{"meta":{"api-version":1},"files":[{"filename":42,"url":"a.whl","hashes":"x","yanked":[1]}]}' > "$OUT/index/4"
 python3 -c 'import sys; open(sys.argv[1], "wb").write(b"\x02cc=4,\x81\xa4vary" + b"\x91" * 100000 + b"\xc0")' "$OUT/index/5"
 
+# The remote planner's (fuzz_remote_wheel): a byte for the canned server (0: it honours Range; 1:
+# it ignores it), then a wheel whose object is larger than the target's small limits, stored
+# and deflated, so that it is read by its headers and a window.
+for how in stored deflate; do
+  w=$(python3 "$src/tests/e2e/make_wheel.py" "$OUT/remote_wheel" fuzz 1.0 "fuzz/lib/libx.so=$so" \
+    --requires 'nvidia-cublas>=13' $([ $how = deflate ] && echo --deflate))
+  { printf '\0'; cat "$w"; } >"$OUT/remote_wheel/$how"
+  rm "$w"
+done
+{ printf '\1'; tail -c +2 "$OUT/remote_wheel/stored"; } >"$OUT/remote_wheel/no-range"

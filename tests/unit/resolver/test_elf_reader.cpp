@@ -139,8 +139,9 @@ TEST_P(ElfReaderRejects, HostileObjectsWithAPreciseMessage) {
     ASSERT_EQ(bytes.size() > 16 * 1024, large);
     const auto& b = GetParam();
     std::memcpy(bytes.data() + b.offset, &b.value, sizeof b.value);
-    for (const auto& r :
-         {read_elf_memory(bytes.data(), bytes.size(), "hostile.so"), read_as_file(bytes, "hostile.so")}) {
+    const ElfPieces whole{bytes.size(), {{0, bytes}}};
+    for (const auto& r : {read_elf_memory(bytes.data(), bytes.size(), "hostile.so"), read_as_file(bytes, "hostile.so"),
+                          read_elf_pieces(whole, "hostile.so")}) {
       ASSERT_EQ(r.status, ElfReadStatus::invalid) << (large ? "large" : "small");
       EXPECT_NE(r.diagnostic.message.find(b.expect), std::string::npos) << r.diagnostic.message;
       EXPECT_EQ(r.diagnostic.file, "hostile.so");
@@ -158,6 +159,80 @@ INSTANTIATE_TEST_SUITE_P(Cases, ElfReaderRejects,
                                            Broken{"ProgramHeaderSize", 54, 0x0003'0040ull, "not 56"},
                                            Broken{"LoadOffsetWrapsAround", 64 + 8, ~0ull - 100, "no loaded segment"}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// What a reader that fetches ranges has of an object (the remote planner): its first bytes, then
+// the dynamic segment and the strings where the layout says. From those pieces alone it reads as
+// the whole object does; without the strings it is invalid, as a range outside the file is.
+TEST(ElfReader, ReadsAnObjectFromThePiecesTheLayoutNames) {
+  for (bool large : {false, true}) {
+    const std::string bytes = make_shared_object(hostile_spec(large));
+    const std::string_view all(bytes);
+    std::uint16_t phnum = 0;
+    std::memcpy(&phnum, bytes.data() + offsetof(Elf64_Ehdr, e_phnum), sizeof phnum);
+    const std::size_t headers = sizeof(Elf64_Ehdr) + phnum * sizeof(Elf64_Phdr);  // as the writer lays them out
+    const auto layout = read_elf_layout({bytes.size(), {{0, all.substr(0, headers)}}}, "x.so");
+    ASSERT_EQ(layout.status, ElfReadStatus::ok) << layout.diagnostic.to_string();
+    const ElfLayout& l = layout.layout;
+    EXPECT_EQ(l.elf_class, ELFCLASS64);
+    EXPECT_EQ(l.encoding, ELFDATA2LSB);
+    ASSERT_GT(l.dynamic_size, 0U);
+    ASSERT_GE(l.dynamic_offset, headers);
+    ASSERT_LE(l.dynamic_offset + l.dynamic_size, bytes.size());
+    ElfPieces pieces{bytes.size(),
+                     {{0, all.substr(0, headers)}, {l.dynamic_offset, all.substr(l.dynamic_offset, l.dynamic_size)}}};
+    const auto headers_only = read_elf_pieces(pieces, "x.so");
+    EXPECT_EQ(headers_only.status, ElfReadStatus::invalid) << "the strings are in no piece";
+    // The rest, as two pieces around the ones already there.
+    const std::uint64_t after = l.dynamic_offset + l.dynamic_size;
+    pieces.pieces.emplace_back(headers, all.substr(headers, l.dynamic_offset - headers));
+    pieces.pieces.emplace_back(after, all.substr(after));
+    const auto r = read_elf_pieces(pieces, "x.so");
+    ASSERT_EQ(r.status, ElfReadStatus::ok) << r.diagnostic.to_string();
+    EXPECT_EQ(r.info.soname, "libx.so");
+    EXPECT_EQ(r.info.needed, (std::vector<std::string>{"liby.so"}));
+  }
+}
+
+// The layout from a head that stops inside the headers is `incomplete` (more of the object may
+// read); one whose headers lie (PT_DYNAMIC or the program headers outside the file, sums that
+// wrap) is invalid and not incomplete, from any head.
+TEST(ElfReader, TheLayoutTellsHeadersCutShortFromHeadersThatLie) {
+  const std::string bytes = make_shared_object(hostile_spec(false));
+  const std::string_view all(bytes);
+  for (std::size_t n : {4, 40, 64, 100}) {
+    const auto cut = read_elf_layout({bytes.size(), {{0, all.substr(0, n)}}}, "x.so");
+    EXPECT_EQ(cut.status, ElfReadStatus::invalid) << n;
+    EXPECT_TRUE(cut.incomplete) << n;
+  }
+  EXPECT_EQ(read_elf_layout({bytes.size(), {{0, all.substr(1)}}}, "x.so").status, ElfReadStatus::not_elf);
+  const std::pair<std::size_t, std::uint64_t> lies[] = {
+      {64 + 56 + 8, ~0ull - 16},  // PT_DYNAMIC's offset: offset + size wraps
+      {64 + 56 + 8, 1u << 30},    // past the end
+      {64 + 56 + 32, ~0ull},      // its size
+      {32, ~0ull - 55},           // e_phoff: phoff + phnum * 56 wraps
+  };
+  for (const auto& [at, value] : lies) {
+    std::string hostile = bytes;
+    std::memcpy(hostile.data() + at, &value, sizeof value);
+    const auto r = read_elf_layout({hostile.size(), {{0, hostile}}}, "x.so");
+    EXPECT_EQ(r.status, ElfReadStatus::invalid) << at;
+    EXPECT_FALSE(r.incomplete) << at;
+    EXPECT_EQ(r.diagnostic.file, "x.so");
+  }
+}
+
+// A range is read from one piece that holds it whole, and none that wraps or runs past the file.
+TEST(ElfReader, PiecesGiveOnlyRangesOnePieceHolds) {
+  const std::string a = "abcdef", b = "ghij";
+  const ElfPieces p{100, {{0, a}, {10, b}}};
+  EXPECT_EQ(std::string(p.bytes(2, 3), 3), "cde");
+  EXPECT_EQ(std::string(p.bytes(10, 4), 4), "ghij");
+  EXPECT_EQ(p.bytes(4, 4), nullptr) << "runs past the first piece";
+  EXPECT_EQ(p.bytes(6, 4), nullptr) << "between the pieces";
+  EXPECT_EQ(p.bytes(~0ull - 1, 4), nullptr);
+  EXPECT_EQ(p.bytes(11, ~0ull), nullptr);
+  EXPECT_EQ(ElfPieces({3, {{0, a}}}).bytes(2, 2), nullptr) << "past the file's size";
+}
 
 // Whatever the length a file is cut to, from memory or from a file, small or past the head that
 // is read first: never a crash, never an object read as whole.
