@@ -195,6 +195,7 @@ void fence(const r::EnvLayout& layout, const GlobalOptions& g) {
       folders.push_back(r::real_path_of(cache));
     }
   }
+  installer::txn::open_test_hooks();
   const auto f = installer::txn::fence_writes_beneath(folders);
   if (g.verbose) {
     if (f.applied)

@@ -67,6 +67,9 @@ void write_synced(const std::string& path, std::string_view text);
 
 // The kill hook: counts one journal step, and kills the process at the chosen one.
 void journal_step();
+// Opens the fault trace file now, where one is asked for: before the Landlock fence, which
+// would refuse opening it later (it lies outside the environment).
+void open_test_hooks();
 // A "mark WHAT" line in the fault trace, where one is asked for.
 void fault_trace_mark(std::string_view what);
 

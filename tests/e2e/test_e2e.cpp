@@ -495,11 +495,13 @@ TEST_F(HostileVenv, EscapingAndSymlinkedRecordRowsAreReportedAndNeverFollowed) {
   EXPECT_EQ(snapshot(tmp_.path()), before);
   const json* evil = find_by(j["dists"], "dist", "evil-1.0.dist-info");
   ASSERT_NE(evil, nullptr);
-  // The non-UTF-8 name comes out replaced where a document names it (what an uninstall deletes),
-  // and the document says so; the escaping and symlinked rows are never among what is deleted.
-  const json plan = run_json("plan remove evil --venv " + shell_quote(venv_) + k_no_cache);
-  EXPECT_THAT(plan["pip_would_delete"], ::testing::Contains("evil/\xEF\xBF\xBD\xEF\xBF\xBD.py")) << plan.dump();
-  EXPECT_EQ(plan["lossy"], true);
+  // A RECORD that is not UTF-8 is one pip cannot read either: the removal is judged unsafe and
+  // the document names the file and the byte; the escaping and symlinked rows are never among
+  // what is deleted.
+  const json plan = run_json("plan remove evil --venv " + shell_quote(venv_) + k_no_cache, 1);
+  EXPECT_EQ(plan["safe"], false);
+  EXPECT_THAT(plan["refused"].dump(), HasSubstr("evil-1.0.dist-info/RECORD")) << plan.dump();
+  EXPECT_THAT(plan["refused"].dump(), HasSubstr("it is not UTF-8 (byte 0xff")) << plan.dump();
   for (const auto& p : plan["pip_would_delete"]) {
     EXPECT_THAT(p.get<std::string>(), ::testing::Not(HasSubstr("passwd")));
     EXPECT_THAT(p.get<std::string>(), ::testing::Not(HasSubstr("shadow")));

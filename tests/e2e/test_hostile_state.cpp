@@ -60,7 +60,7 @@ class HostileState : public ::testing::Test {
   }
   // `cudafix ARGS --venv VENV`, standard error with the output, its cache in the test's folder.
   static test::RunResult cudafix(const std::string& args, const std::string& venv, const std::string& env = "") {
-    return run_shell("env -u VIRTUAL_ENV XDG_CACHE_HOME=" + shell_quote(fs::path(venv).parent_path().string()) +
+    return run_shell("env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(fs::path(venv).parent_path().string()) +
                      "/cache " + env + " " + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(venv) +
                      test::k_no_cache + " 2>&1");
   }
