@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "installer/mapped_file.hpp"
@@ -65,8 +65,7 @@ std::map<std::string, RecordEntry> parse_wheel_record(std::string text, const st
   std::map<std::string, RecordEntry> out;
   for (const auto& row : parsed.rows) {
     const std::string path(row.path);
-    if (const auto why = zip::bad_name(path); !why.empty())
-      refuse(wheel, path, "a RECORD row refused for " + why);
+    if (const auto why = zip::bad_name(path); !why.empty()) refuse(wheel, path, "a RECORD row refused for " + why);
     RecordEntry e;
     e.algorithm = std::string(row.hash_algo());
     if (!e.algorithm.empty() && !r::is_record_digest(e.algorithm))

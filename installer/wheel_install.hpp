@@ -66,7 +66,8 @@ struct ValidatedWheel {
 [[nodiscard]] ValidatedWheel validate_wheel(const std::string& path);
 // The same checks over a wheel's bytes in memory (a body in pip's cache), `label` naming it in
 // messages; there is no file name to check the dist-info against.
-[[nodiscard]] ValidatedWheel validate_wheel_bytes(const unsigned char* data, std::size_t size, const std::string& label);
+[[nodiscard]] ValidatedWheel validate_wheel_bytes(const unsigned char* data, std::size_t size,
+                                                  const std::string& label);
 // The file name pip would give it: NAME-VERSION-TAGS.whl, its Tag lines compressed (PEP 425).
 [[nodiscard]] std::string wheel_file_name(const ValidatedWheel& wheel);
 

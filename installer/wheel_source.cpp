@@ -33,8 +33,7 @@ r::Wheel complete_wheel(r::Wheel w, std::string metadata_text, std::string recor
   if (record_text.empty()) throw r::Error(fmt::format("{}: no {}/RECORD inside", path, w.dist_info));
   auto md = r::parse_metadata(metadata_text, path + ":" + w.dist_info + "/METADATA");
   w.metadata = std::move(md.metadata);
-  w.record =
-      r::parse_record(record_text_without_bom(std::move(record_text)), path + ":" + w.dist_info + "/RECORD");
+  w.record = r::parse_record(record_text_without_bom(std::move(record_text)), path + ":" + w.dist_info + "/RECORD");
   if (r::normalize_name(w.metadata.name) != w.wheel_name.normalized || w.metadata.version != w.wheel_name.version)
     throw r::Error(fmt::format("{}: its METADATA says {} {}, its file name {} {}", path, w.metadata.name,
                                w.metadata.version, w.wheel_name.name, w.wheel_name.version));

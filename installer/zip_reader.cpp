@@ -225,8 +225,7 @@ std::vector<Entry> parse_central_directory(const unsigned char* c, std::size_t n
     if (const auto why = bad_name(e.raw_name); !why.empty()) refuse(label, e.raw_name, "refused for " + why);
     const Zip64Fields want{e.size == k_zip64_marker, e.compressed == k_zip64_marker, e.local_offset == k_zip64_marker};
     if (u16(c + at + 34) != 0 && u16(c + at + 34) != 0xffff) refuse(label, e.raw_name, "on another disk");
-    read_zip64_extra(c + at + 46 + name_len, extra_len, want, e.size, e.compressed, &e.local_offset, label,
-                     e.raw_name);
+    read_zip64_extra(c + at + 46 + name_len, extra_len, want, e.size, e.compressed, &e.local_offset, label, e.raw_name);
     at += 46 + name_len + extra_len + comment_len;
     e.folder = e.raw_name.ends_with("/");
     e.name = normal_name(e.raw_name);
@@ -265,13 +264,16 @@ std::uint64_t parse_local_header(const unsigned char* p, std::size_t n, const En
   if (n - 30 < name_len + extra_len) refuse(label, e.raw_name, "its local header runs past the members");
   if (std::string_view(reinterpret_cast<const char*>(p + 30), name_len) != e.raw_name)
     refuse(label, e.raw_name, "its local header names another file");
-  if (method != e.method) refuse(label, e.raw_name, "its local header and the central directory disagree on compression");
-  if ((flags & 1) != (e.flags & 1)) refuse(label, e.raw_name, "its local header and the central directory disagree on encryption");
+  if (method != e.method)
+    refuse(label, e.raw_name, "its local header and the central directory disagree on compression");
+  if ((flags & 1) != (e.flags & 1))
+    refuse(label, e.raw_name, "its local header and the central directory disagree on encryption");
   std::uint64_t csize = u32(p + 18), usize = u32(p + 22);
   const std::uint32_t crc = u32(p + 14);
   // A ZIP64 local header holds both sizes in its extra field when either is marked.
   const bool marked = csize == k_zip64_marker || usize == k_zip64_marker;
-  if (marked) read_zip64_extra(p + 30 + name_len, extra_len, {true, true, false}, usize, csize, nullptr, label, e.raw_name);
+  if (marked)
+    read_zip64_extra(p + 30 + name_len, extra_len, {true, true, false}, usize, csize, nullptr, label, e.raw_name);
   if (!(flags & 8) && (crc != e.crc || csize != e.compressed || usize != e.size))
     refuse(label, e.raw_name, "its local header and the central directory disagree on CRC or sizes");
   return e.local_offset + 30 + name_len + extra_len;
@@ -285,8 +287,8 @@ Archive::Archive(const unsigned char* data, std::size_t size, std::string label)
   ranges.reserve(entries_.size());
   for (auto& e : entries_) {
     if (e.local_offset >= end.cd_offset) refuse(label_, e.raw_name, "its local header lies past the members");
-    e.data_offset = parse_local_header(data + e.local_offset, static_cast<std::size_t>(end.cd_offset - e.local_offset),
-                                       e, label_);
+    e.data_offset =
+        parse_local_header(data + e.local_offset, static_cast<std::size_t>(end.cd_offset - e.local_offset), e, label_);
     if (e.data_offset > end.cd_offset || e.compressed > end.cd_offset - e.data_offset)
       refuse(label_, e.raw_name,
              fmt::format("its data ({} bytes at {}) runs past the members' end ({})", e.compressed, e.data_offset,
@@ -369,7 +371,8 @@ void Archive::stream(const Entry& e, const std::function<void(const unsigned cha
     if (produced > e.size)
       refuse(label_, e.raw_name, fmt::format("it inflates to more than the {} bytes declared", e.size));
   }
-  if (total != e.size) refuse(label_, e.raw_name, fmt::format("it inflates to {} bytes, not the {} declared", total, e.size));
+  if (total != e.size)
+    refuse(label_, e.raw_name, fmt::format("it inflates to {} bytes, not the {} declared", total, e.size));
   if (crc != e.crc) refuse(label_, e.raw_name, "its CRC does not match the central directory's");
 }
 

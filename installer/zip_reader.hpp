@@ -40,7 +40,7 @@
 
 namespace cudafix::installer::zip {
 
-inline constexpr std::uint64_t k_max_entries = 1'000'000;            // torch has 15,000
+inline constexpr std::uint64_t k_max_entries = 1'000'000;               // torch has 15,000
 inline constexpr std::uint64_t k_max_member = std::uint64_t{64} << 30;  // 64 GiB
 inline constexpr std::uint64_t k_max_total = std::uint64_t{64} << 30;   // 64 GiB, all members
 inline constexpr std::uint64_t k_ratio_floor = std::uint64_t{1} << 20;  // members above are ratio-checked
@@ -48,8 +48,8 @@ inline constexpr std::uint64_t k_max_ratio = 1000;
 // WHEEL, METADATA, RECORD and entry_points.txt: read whole, so capped (torch's RECORD is 2 MB, the
 // largest METADATA on PyPI a few). A member over it is refused by name, before it is inflated.
 inline constexpr std::uint64_t k_max_metadata = std::uint64_t{16} << 20;  // 16 MiB
-inline constexpr std::size_t k_piece = std::size_t{1} << 20;             // a streamed read's pieces
-inline constexpr std::size_t k_end_search = 65535 + 22;                  // the end record and its comment
+inline constexpr std::size_t k_piece = std::size_t{1} << 20;              // a streamed read's pieces
+inline constexpr std::size_t k_end_search = 65535 + 22;                   // the end record and its comment
 
 struct Entry {
   std::string name;      // normalised; a folder's without its trailing `/`

@@ -87,7 +87,10 @@ DigestStream::DigestStream(std::string_view algorithm) {
   if (!is_record_digest(algorithm)) throw Error(fmt::format("{}: not a digest a RECORD may name", algorithm));
   ctx_ = c.ctx_new();
   c.init(static_cast<EVP_MD_CTX*>(ctx_),
-         algorithm == "sha512" ? c.sha512() : algorithm == "sha384" ? c.sha384() : c.sha256(), nullptr);
+         algorithm == "sha512"   ? c.sha512()
+         : algorithm == "sha384" ? c.sha384()
+                                 : c.sha256(),
+         nullptr);
 }
 
 DigestStream::~DigestStream() { libcrypto().ctx_free(static_cast<EVP_MD_CTX*>(ctx_)); }
