@@ -238,6 +238,16 @@ std::vector<Entry> parse_central_directory(const unsigned char* c, std::size_t n
     if (type == S_IFDIR && !e.folder) refuse(label, e.raw_name, "a folder whose name does not end with '/'");
     if (e.method != 0 && e.method != 8)
       refuse(label, e.raw_name, fmt::format("compression method {} (only stored and deflate)", e.method));
+    // Sizes, from the central directory alone (the local header must agree with it).
+    if (e.method == 0 && e.compressed != e.size)
+      refuse(label, e.raw_name,
+             fmt::format("stored, but its compressed size ({}) is not its size ({})", e.compressed, e.size));
+    if (e.size > k_max_member)
+      refuse(label, e.raw_name, fmt::format("{} bytes, over the limit of {} for one member", e.size, k_max_member));
+    if (e.size > k_ratio_floor && e.size / k_max_ratio > e.compressed)
+      refuse(label, e.raw_name,
+             fmt::format("a compression ratio over {}:1 ({} bytes from {})", k_max_ratio, e.size, e.compressed));
+    if (e.folder && e.size != 0) refuse(label, e.raw_name, "a folder entry that holds data");
     if (const auto [it, fresh] = normal.emplace(e.name, e.raw_name); !fresh) {
       // Two folder entries of one folder are harmless; anything else names one target twice.
       if (!(e.folder && files.count(e.name) == 0 && it->second.ends_with("/")))
@@ -293,15 +303,6 @@ Archive::Archive(const unsigned char* data, std::size_t size, std::string label)
       refuse(label_, e.raw_name,
              fmt::format("its data ({} bytes at {}) runs past the members' end ({})", e.compressed, e.data_offset,
                          end.cd_offset));
-    if (e.method == 0 && e.compressed != e.size)
-      refuse(label_, e.raw_name,
-             fmt::format("stored, but its compressed size ({}) is not its size ({})", e.compressed, e.size));
-    if (e.size > k_max_member)
-      refuse(label_, e.raw_name, fmt::format("{} bytes, over the limit of {} for one member", e.size, k_max_member));
-    if (e.size > k_ratio_floor && e.size / k_max_ratio > e.compressed)
-      refuse(label_, e.raw_name,
-             fmt::format("a compression ratio over {}:1 ({} bytes from {})", k_max_ratio, e.size, e.compressed));
-    if (e.folder && e.size != 0) refuse(label_, e.raw_name, "a folder entry that holds data");
     unpacked_ += e.size;
     if (unpacked_ > k_max_total)
       refuse(label_, "", fmt::format("over {} bytes unpacked, the limit for one archive", k_max_total));
