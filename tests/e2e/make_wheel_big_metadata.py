@@ -11,17 +11,19 @@ import zipfile
 
 
 def padded_text(prefix, n):
-    """`prefix`, then lines to about n bytes: two random hex digits in every 300 bytes."""
+    """`prefix`, then lines to about n bytes: two random hex digits in every 300 bytes. One MiB of
+    them repeated: deflate's window (32 KiB) cannot see the repeats, and it is quick to make."""
     pad = b" = m:f  #" + b"-" * 287 + b"\n"
-    tokens = os.urandom(n // 300 + 1).hex().encode()
-    return prefix + b"".join(b"s" + tokens[2 * i:2 * i + 2] + pad for i in range(n // 300 + 1))
+    tokens = os.urandom(3500).hex().encode()
+    block = b"".join(b"s" + tokens[2 * i:2 * i + 2] + pad for i in range(3500))
+    return prefix + block * (n // len(block) + 1)
 
 
 def main():
     out, size = sys.argv[1], int(sys.argv[2]) << 20
     info = "big_meta-1.0.dist-info"
     path = os.path.join(out, "big_meta-1.0-py3-none-any.whl")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         z.writestr("big_meta/__init__.py", b"")
         z.writestr(f"{info}/METADATA", padded_text(b"Metadata-Version: 2.1\nName: big-meta\nVersion: 1.0\n\n", size))
         z.writestr(f"{info}/WHEEL",
