@@ -1,9 +1,12 @@
 #include "installer/wheel_source.hpp"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <set>
 
 #include "installer/mapped_file.hpp"
@@ -68,9 +71,14 @@ r::Wheel read_members(const unsigned char* data, std::size_t size, const std::st
       w.dist_info = first;
     } else if (in_dist_info && e->name == first + "/RECORD") {
       record_text = archive.read(*e, zip::k_max_metadata);
-    } else if (looks_like_elf_member(e->name) && e->size <= k_max_elf_member) {
-      const std::string bytes = archive.read(*e, k_max_elf_member);
-      const r::ElfRead elf = r::read_elf_memory(bytes.data(), bytes.size(), path + ":" + e->name);
+    } else if (looks_like_elf_member(e->name) && e->size > 0 && e->size <= k_max_elf_member) {
+      // Into an anonymous mapping: a member that claims more than its data holds costs only the
+      // pages its data fills before the reader refuses it.
+      void* p = ::mmap(nullptr, e->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) throw r::Error(fmt::format("{}: {}: cannot map {} bytes", path, e->name, e->size));
+      const std::unique_ptr<void, std::function<void(void*)>> unmap(p, [&](void* q) { ::munmap(q, e->size); });
+      archive.extract(*e, static_cast<unsigned char*>(p));
+      const r::ElfRead elf = r::read_elf_memory(p, e->size, path + ":" + e->name);
       if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(e->name, elf.info);
     }
   }
