@@ -547,6 +547,8 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   const auto& layout = writable(env);
   std::vector<std::string> labels;
   for (const auto& w : wheels) labels.push_back(w.name + " " + w.version);
+  // Refused before a transaction begins, so that a refusal leaves none behind.
+  for (const auto& w : wheels) installer::check_targets(w, layout);
   confirm(g, fmt::format("install {}", fmt::join(labels, ", ")));
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(o.wheels, " ")));
   std::size_t files = 0;

@@ -2,12 +2,10 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <libdeflate.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,10 +14,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "installer/mapped_file.hpp"
 #include "installer/txn/file_ops.hpp"
+#include "installer/wheel_source.hpp"
+#include "installer/zip_reader.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
@@ -34,159 +35,48 @@ namespace {
 namespace fs = std::filesystem;
 namespace r = cudafix::resolver;
 
-constexpr std::uint64_t k_max_unpacked = std::uint64_t{64} << 30;
-constexpr std::uint64_t k_ratio_floor = std::uint64_t{1} << 20;  // members above this are ratio-checked
-constexpr std::uint64_t k_max_ratio = 1000;
-
-std::uint16_t u16(const unsigned char* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
-std::uint32_t u32(const unsigned char* p) {
-  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) | (std::uint32_t{p[3]} << 24);
-}
-
-bool valid_utf8(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (std::size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
-    i += n;
-  }
-  return true;
-}
-
-// Why a member name is refused, or empty.
-std::string bad_name(std::string_view name) {
-  if (name.empty()) return "an empty name";
-  if (!valid_utf8(name)) return "a name that is not UTF-8";
-  for (char c : name)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "a NUL or control character in its name";
-  if (name.find('\\') != std::string_view::npos) return "a backslash in its name";
-  if (name.front() == '/') return "an absolute path";
-  if (name.size() >= 2 && name[1] == ':') return "a drive letter";
-  for (auto part : r::split(name, '/'))
-    if (part == "..") return "a '..' component";
-  return "";
-}
-
-// Whether an extra field holds a ZIP64 record (header id 1).
-bool has_zip64_extra(const unsigned char* extra, std::size_t n) {
-  for (std::size_t i = 0; i + 4 <= n;) {
-    const std::uint16_t id = u16(extra + i), len = u16(extra + i + 2);
-    if (id == 1) return true;
-    i += 4 + len;
-  }
-  return false;
-}
-
 [[noreturn]] void refuse(const std::string& wheel, const std::string& member, const std::string& why) {
-  throw r::Error(fmt::format("{}: {}{}; nothing was installed", wheel, member.empty() ? "" : member + ": ", why));
+  throw r::Error(
+      fmt::format("{}: {}{}; nothing was installed", wheel, member.empty() ? "" : zip::shown(member) + ": ", why));
+}
+
+// The zip reader's refusals, said as the installer's.
+template <typename F>
+auto as_install_refusal(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const r::Error& e) {
+    throw r::Error(std::string(e.what()) + "; nothing was installed");
+  }
 }
 
 struct RecordEntry {
-  std::string hash;
-  std::uint64_t size = 0;
-  bool has = false;
+  std::string algorithm, hash;
+  std::optional<std::uint64_t> size;
+  bool operator==(const RecordEntry&) const = default;
 };
 
+// RECORD's rows by their normal name (`./a/x` is `a/x`, as pypa/installer's and pip's paths
+// compare after normalisation), a UTF-8 byte order mark before the first row dropped; a row
+// listed twice the same is one row, twice differently a refusal.
 std::map<std::string, RecordEntry> parse_wheel_record(std::string text, const std::string& wheel) {
-  auto parsed = r::parse_record(std::move(text), wheel + "!RECORD");
+  auto parsed = r::parse_record(record_text_without_bom(std::move(text)), wheel + "!RECORD");
   if (!parsed.diagnostics.empty()) refuse(wheel, "RECORD", parsed.diagnostics.front().message);
   std::map<std::string, RecordEntry> out;
   for (const auto& row : parsed.rows) {
+    const std::string path(row.path);
+    if (const auto why = zip::bad_name(path); !why.empty()) refuse(wheel, path, "a RECORD row refused for " + why);
     RecordEntry e;
-    if (row.hash_algo() == "sha256") {
-      e.hash = std::string(row.hash);
-      e.has = true;
-    } else if (!row.hash_algo().empty()) {
-      refuse(wheel, std::string(row.path), fmt::format("RECORD hashes it with {}, not sha256", row.hash_algo()));
-    }
-    e.size = row.size().value_or(0);
-    if (!out.emplace(std::string(row.path), e).second) refuse(wheel, std::string(row.path), "listed twice in RECORD");
+    e.algorithm = std::string(row.hash_algo());
+    if (!e.algorithm.empty() && !r::is_record_digest(e.algorithm))
+      refuse(wheel, path,
+             fmt::format("RECORD hashes it with {}, which is not taken (sha256, sha384 or sha512)", e.algorithm));
+    e.hash = std::string(row.hash);
+    e.size = row.size();
+    const auto [it, fresh] = out.emplace(zip::normal_name(path), e);
+    if (!fresh && !(it->second == e)) refuse(wheel, path, "listed twice in RECORD, with different hashes or sizes");
   }
   return out;
-}
-
-// Inflates (or copies) one member's data, feeding each piece to `sink`; checks CRC and size.
-template <typename Sink>
-void inflate_member(const unsigned char* data, const ZipMember& m, const std::string& wheel, Sink&& sink) {
-  std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0, nullptr, 0));
-  std::uint64_t total = 0;
-  const auto feed = [&](const unsigned char* p, std::size_t n) {
-    crc = static_cast<std::uint32_t>(::crc32_z(crc, p, n));
-    total += n;
-    sink(p, n);
-  };
-  const unsigned char* in = data + m.data_offset;
-  if (m.method == 0) {
-    feed(in, static_cast<std::size_t>(m.compressed));
-  } else {
-    z_stream z{};
-    if (::inflateInit2(&z, -MAX_WBITS) != Z_OK) refuse(wheel, m.name, "zlib could not start");
-    thread_local std::vector<unsigned char> out(std::size_t{1} << 20);
-    z.next_in = const_cast<unsigned char*>(in);
-    std::uint64_t left = m.compressed;
-    int rc = Z_OK;
-    while (rc != Z_STREAM_END) {
-      if (z.avail_in == 0 && left > 0) {
-        const auto chunk = static_cast<uInt>(std::min<std::uint64_t>(left, std::uint64_t{1} << 30));
-        z.avail_in = chunk;
-        left -= chunk;
-      }
-      z.next_out = out.data();
-      z.avail_out = static_cast<uInt>(out.size());
-      rc = ::inflate(&z, Z_NO_FLUSH);
-      if (rc != Z_OK && rc != Z_STREAM_END) {
-        ::inflateEnd(&z);
-        refuse(wheel, m.name, fmt::format("its deflate data is damaged ({})", z.msg ? z.msg : "zlib error"));
-      }
-      feed(out.data(), out.size() - z.avail_out);
-      if (total > m.size) break;
-      if (rc != Z_STREAM_END && z.avail_in == 0 && left == 0 && z.avail_out != 0) {
-        ::inflateEnd(&z);
-        refuse(wheel, m.name, "its deflate data ends early (a truncated wheel)");
-      }
-    }
-    ::inflateEnd(&z);
-  }
-  if (total != m.size)
-    refuse(wheel, m.name, fmt::format("it inflates to {} bytes, not the {} declared", total, m.size));
-  if (crc != m.crc) refuse(wheel, m.name, "its CRC does not match the central directory's");
-}
-
-// A member's bytes written to `fd` whole: a deflated one inflated by libdeflate straight into the
-// file mapped for writing (its size is known, so no streaming and no copy), a stored one copied
-// from the mapped wheel; CRC and size checked; returns RECORD's form of its SHA-256.
-std::string write_member(const unsigned char* data, const ZipMember& m, const std::string& wheel, int fd,
-                         const std::string& path) {
-  if (::ftruncate(fd, static_cast<off_t>(m.size)) != 0)
-    throw r::Error(fmt::format("{}: {}", path, std::strerror(errno)));
-  r::Sha256Stream hash;
-  if (m.size == 0) {
-    if (m.method == 8 && m.compressed > 2) refuse(wheel, m.name, "it inflates to more than the 0 bytes declared");
-    return hash.record_digest();
-  }
-  void* p = ::mmap(nullptr, m.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) throw r::Error(fmt::format("{}: mmap: {}", path, std::strerror(errno)));
-  auto* out = static_cast<unsigned char*>(p);
-  const unsigned char* in = data + m.data_offset;
-  std::string failed;
-  if (m.method == 0) {
-    std::memcpy(out, in, m.size);
-  } else {
-    thread_local std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> d(
-        libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
-    const auto rc = libdeflate_deflate_decompress(d.get(), in, m.compressed, out, m.size, nullptr);
-    if (rc == LIBDEFLATE_SHORT_OUTPUT) failed = "it inflates to fewer bytes than declared";
-    if (rc == LIBDEFLATE_INSUFFICIENT_SPACE) failed = "it inflates to more bytes than declared";
-    if (rc == LIBDEFLATE_BAD_DATA) failed = "its deflate data is damaged";
-  }
-  if (failed.empty() && static_cast<std::uint32_t>(libdeflate_crc32(0, out, m.size)) != m.crc)
-    failed = "its CRC does not match the central directory's";
-  if (failed.empty()) hash.update(out, m.size);
-  ::munmap(p, m.size);
-  if (!failed.empty()) refuse(wheel, m.name, failed);
-  return hash.record_digest();
 }
 
 // Where a wheel member goes: the scheme folder and the path below it.
@@ -207,6 +97,24 @@ std::string target_of(const ValidatedWheel& w, const std::string& name, const r:
   return layout.root + "/" + below;  // data
 }
 
+// A shebang line naming `python`, as pypa/installer's scripts.py builds it: `#!PATH` where the
+// kernel can run it (no space, at most 127 bytes with `#!` and the newline: Linux cuts a longer
+// line), else a /bin/sh script that execs PATH, quoted for the shell, on itself.
+std::string shebang_for(const std::string& python) {
+  if (python.find(' ') == std::string::npos && python.size() + 3 <= 127) return "#!" + python;
+  // shlex.quote: as is when every byte is one the shell takes bare, else single-quoted.
+  const bool bare = !python.empty() && std::all_of(python.begin(), python.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./-_", c) != nullptr;
+  });
+  std::string quoted = python;
+  if (!bare) {
+    quoted = "'";
+    for (char c : python) quoted += c == '\'' ? std::string("'\"'\"'") : std::string(1, c);
+    quoted += "'";
+  }
+  return "#!/bin/sh\n'''exec' " + quoted + " \"$0\" \"$@\"\n' '''";
+}
+
 // Console and GUI scripts from entry_points.txt, as pypa/installer writes them.
 std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& entry_points,
                                                             const std::string& python) {
@@ -216,7 +124,7 @@ std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& e
     const auto line = r::trim(raw);
     if (line.empty() || line.front() == '#' || line.front() == ';') continue;
     if (line.front() == '[') {
-      section = std::string(line.substr(1, line.size() - 2));
+      section = std::string(r::trim(line.substr(1, line.size() - 2)));
       continue;
     }
     if (section != "console_scripts" && section != "gui_scripts") continue;
@@ -230,13 +138,54 @@ std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& e
     const std::string module = ref.substr(0, colon);
     const std::string attr = colon == std::string::npos ? "" : ref.substr(colon + 1);
     const std::string top = attr.substr(0, attr.find('.'));
-    out.emplace_back(name, fmt::format("#!{}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {} import {}\n"
+    out.emplace_back(name, fmt::format("{}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {} import {}\n"
                                        "if __name__ == \"__main__\":\n"
                                        "    sys.argv[0] = re.sub(r\"(-script\\.pyw|\\.exe)?$\", \"\", sys.argv[0])\n"
                                        "    sys.exit({}())\n",
-                                       python, module, top, attr));
+                                       shebang_for(python), module, top, attr));
   }
   return out;
+}
+
+// Why a console or GUI script's name is refused, or empty. pypa/installer writes any name that
+// stays in bin/ (`.tool`, `a..b`); a folder in it, `.`, `..` and control bytes are refused.
+std::string bad_script_name(std::string_view name) {
+  if (name.empty() || name == "." || name == "..") return "not a file name";
+  if (name.find('/') != std::string_view::npos || name.find('\\') != std::string_view::npos) return "a folder in it";
+  return zip::bad_name(name);
+}
+
+// Why a target (relative to the environment's root) is refused, or empty: cudafix's own state,
+// the files that make the folder an environment, and its interpreter are never a wheel's to write.
+std::string protected_target(std::string_view rel) {
+  if (rel == ".cudafix" || rel.starts_with(".cudafix/")) return "cudafix's own state (.cudafix/)";
+  if (rel == "cudafix.toml") return "cudafix's settings (cudafix.toml)";
+  if (rel == "pyvenv.cfg") return "the environment's pyvenv.cfg";
+  if (rel == ".lock") return "the environment's lock (.lock)";
+  if (rel.starts_with("bin/python")) return "the environment's interpreter (bin/python*)";
+  return "";
+}
+
+// A member's bytes written to `fd` whole: inflated by libdeflate straight into the file mapped
+// for writing (its size is known, so no streaming and no copy), CRC checked by the reader;
+// returns RECORD's form of its SHA-256, and feeds `other` (RECORD's digest when not SHA-256).
+std::string write_member(const zip::Archive& archive, const zip::Entry& e, int fd, const std::string& path,
+                         std::optional<r::DigestStream>& other) {
+  if (::ftruncate(fd, static_cast<off_t>(e.size)) != 0)
+    throw r::Error(fmt::format("{}: {}", path, std::strerror(errno)));
+  r::Sha256Stream hash;
+  if (e.size == 0) {
+    as_install_refusal([&] { archive.extract(e, nullptr); });
+    return hash.record_digest();
+  }
+  void* p = ::mmap(nullptr, e.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw r::Error(fmt::format("{}: mmap: {}", path, std::strerror(errno)));
+  const std::unique_ptr<void, std::function<void(void*)>> unmap(p, [&](void* q) { ::munmap(q, e.size); });
+  auto* out = static_cast<unsigned char*>(p);
+  as_install_refusal([&] { archive.extract(e, out); });
+  hash.update(out, e.size);
+  if (other) other->update(out, e.size);
+  return hash.record_digest();
 }
 
 }  // namespace
@@ -256,98 +205,25 @@ ValidatedWheel validate_wheel(const std::string& path) {
 }
 
 ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, const std::string& path) {
-  if (size < 22) refuse(path, "", "too short to be a zip archive");
-  // The end of central directory record, searched back over the comment's largest size.
-  std::size_t eocd = std::string::npos;
-  for (std::size_t i = size - 22 + 1; i-- > (size > 65557 ? size - 65557 : 0);)
-    if (u32(d + i) == 0x06054b50 && i + 22 + u16(d + i + 20) == size) {
-      eocd = i;
-      break;
-    }
-  if (eocd == std::string::npos) refuse(path, "", "no end of central directory record (not a zip, or truncated)");
-  if (eocd >= 20 && u32(d + eocd - 20) == 0x07064b50)
-    refuse(path, "", "a ZIP64 archive, which cudafix does not read yet");
-  const std::uint16_t entries = u16(d + eocd + 10);
-  const std::uint32_t cd_size = u32(d + eocd + 12), cd_offset = u32(d + eocd + 16);
-  if (u16(d + eocd + 4) != 0 || u16(d + eocd + 6) != 0 || entries != u16(d + eocd + 8))
-    refuse(path, "", "a multi-disk archive");
-  if (entries == 0xffff || cd_size == 0xffffffff || cd_offset == 0xffffffff)
-    refuse(path, "", "ZIP64 markers in the end record");
-  if (std::uint64_t{cd_offset} + cd_size > eocd) refuse(path, "", "the central directory lies outside the file");
-
+  const zip::Archive archive = as_install_refusal([&] { return zip::Archive(d, size, path); });
   ValidatedWheel w;
   w.path = path;
-  std::set<std::string> names;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // local header start, data end
-  std::size_t at = cd_offset;
-  for (std::uint16_t i = 0; i < entries; ++i) {
-    if (at + 46 > std::uint64_t{cd_offset} + cd_size || u32(d + at) != 0x02014b50)
-      refuse(path, "", fmt::format("central directory entry {} is damaged", i));
-    const std::uint16_t made_by = u16(d + at + 4), flags = u16(d + at + 8), method = u16(d + at + 10);
-    const std::uint32_t crc = u32(d + at + 16), csize = u32(d + at + 20), usize = u32(d + at + 24);
-    const std::uint16_t name_len = u16(d + at + 28), extra_len = u16(d + at + 30), comment_len = u16(d + at + 32);
-    const std::uint32_t external = u32(d + at + 38), local = u32(d + at + 42);
-    if (at + 46 + name_len > std::uint64_t{cd_offset} + cd_size)
-      refuse(path, "", "a central directory name runs past it");
-    const std::string name(reinterpret_cast<const char*>(d + at + 46), name_len);
-    const bool zip64_extra = at + 46 + name_len + extra_len <= std::uint64_t{cd_offset} + cd_size &&
-                             has_zip64_extra(d + at + 46 + name_len, extra_len);
-    at += 46 + name_len + extra_len + comment_len;
-    // Shown with control characters escaped, so that the message itself stays readable.
-    std::string shown;
-    for (char c : valid_utf8(name) ? name : r::to_valid_utf8(name))
-      shown += static_cast<unsigned char>(c) < 0x20 || c == 0x7f
-                   ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
-                   : std::string(1, c);
-    if (const auto why = bad_name(name); !why.empty()) refuse(path, shown, "refused for " + why);
-    if (!names.insert(name).second) refuse(path, name, "a second member of this name");
-    if (csize == 0xffffffff || usize == 0xffffffff || local == 0xffffffff || zip64_extra)
-      refuse(path, name, "ZIP64 sizes or extra field (ZIP64 is not read yet)");
-    if (flags & 1) refuse(path, name, "encrypted");
-    const unsigned mode = (made_by >> 8) == 3 ? (external >> 16) : 0;
-    const unsigned type = mode & S_IFMT;
-    if (type == S_IFLNK) refuse(path, name, "a symbolic link");
-    if (type == S_IFCHR || type == S_IFBLK || type == S_IFIFO || type == S_IFSOCK)
-      refuse(path, name, "a device, FIFO or socket");
-    if (method != 0 && method != 8)
-      refuse(path, name, fmt::format("compression method {} (only stored and deflate)", method));
-    // The local header must agree with the central directory.
-    if (std::uint64_t{local} + 30 > cd_offset || u32(d + local) != 0x04034b50)
-      refuse(path, name, "its local header is missing or damaged");
-    const std::uint16_t lflags = u16(d + local + 6), lmethod = u16(d + local + 8);
-    const std::uint16_t lname = u16(d + local + 26), lextra = u16(d + local + 28);
-    if (local + 30 + lname > cd_offset ||
-        std::string_view(reinterpret_cast<const char*>(d + local + 30), lname) != name)
-      refuse(path, name, "its local header names another file");
-    if (lmethod != method) refuse(path, name, "its local header and the central directory disagree on compression");
-    if (u32(d + local + 18) == 0xffffffff || u32(d + local + 22) == 0xffffffff ||
-        (local + 30 + lname + lextra <= cd_offset && has_zip64_extra(d + local + 30 + lname, lextra)))
-      refuse(path, name, "ZIP64 sizes or extra field (ZIP64 is not read yet)");
-    if (!(lflags & 8) && (u32(d + local + 14) != crc || u32(d + local + 18) != csize || u32(d + local + 22) != usize))
-      refuse(path, name, "its local header and the central directory disagree on CRC or sizes");
-    const std::uint64_t data_offset = std::uint64_t{local} + 30 + lname + lextra;
-    if (data_offset + csize > cd_offset) refuse(path, name, "its data runs past the members' end");
-    ranges.emplace_back(local, data_offset + csize);
-    if (usize > k_ratio_floor && csize > 0 && usize / csize > k_max_ratio)
-      refuse(path, name, fmt::format("a compression ratio over {}:1 ({} bytes from {})", k_max_ratio, usize, csize));
-    w.unpacked += usize;
-    if (name.ends_with("/")) continue;  // a folder entry
+  w.size = size;
+  w.unpacked = archive.unpacked();
+  for (std::size_t i = 0; i < archive.entries().size(); ++i) {
+    const zip::Entry& e = archive.entries()[i];
+    if (e.folder) continue;
     ZipMember m;
-    m.name = name;
-    m.method = method;
-    m.crc = crc;
-    m.compressed = csize;
-    m.size = usize;
-    m.data_offset = data_offset;
-    // As pip and pypa/installer judge it: a regular file's mode with an execute bit.
-    m.executable = type == S_IFREG && (mode & 0111) != 0;
+    m.name = e.name;
+    m.entry = i;
+    m.method = e.method;
+    m.crc = e.crc;
+    m.compressed = e.compressed;
+    m.size = e.size;
+    m.data_offset = e.data_offset;
+    m.executable = e.executable();
     w.members.push_back(std::move(m));
   }
-  if (w.unpacked > k_max_unpacked)
-    refuse(path, "", fmt::format("{} bytes unpacked, over the 64 GiB limit", w.unpacked));
-  std::sort(ranges.begin(), ranges.end());
-  for (std::size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second) refuse(path, "", "two members' data overlap (a zip bomb's layout)");
 
   // The wheel's own rules.
   std::set<std::string> infos;
@@ -365,27 +241,40 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
   w.version = stem.substr(dash + 1);
   const std::string data_prefix = stem + ".data/";
   std::map<std::string, const ZipMember*> by_name;
+  // Where each member lands, by scheme: the root, .data/purelib and .data/platlib are one
+  // site-packages in the environments cudafix writes, so `a/x` and `.data/purelib/a/x` collide.
+  std::map<std::string, const ZipMember*> by_target;
   for (const auto& m : w.members) {
     by_name[m.name] = &m;
     const auto top = m.name.substr(0, m.name.find('/'));
     if (top.ends_with(".data") && top + "/" != data_prefix) refuse(path, m.name, "a .data folder of another dist");
+    std::string key = "site/" + m.name;
     if (m.name.starts_with(data_prefix)) {
-      const std::string scheme =
-          m.name.substr(data_prefix.size(), m.name.find('/', data_prefix.size()) - data_prefix.size());
+      const auto slash = m.name.find('/', data_prefix.size());
+      const std::string scheme = m.name.substr(data_prefix.size(), slash - data_prefix.size());
       static const std::set<std::string> schemes{"purelib", "platlib", "scripts", "headers", "data"};
       if (!schemes.count(scheme)) refuse(path, m.name, fmt::format("an unknown .data scheme '{}'", scheme));
+      if (slash == std::string::npos) refuse(path, m.name, "a .data scheme that is a file, not a folder");
+      const std::string below = m.name.substr(slash + 1);
+      key = (scheme == "purelib" || scheme == "platlib" ? std::string("site") : scheme) + "/" + below;
+      const std::string rel = scheme == "data" ? below : scheme == "scripts" ? "bin/" + below : "";
+      if (const auto why = protected_target(rel); !why.empty())
+        refuse(path, m.name, fmt::format("it would write {}", why));
     }
+    if (const auto [it, fresh] = by_target.emplace(key, &m); !fresh)
+      refuse(path, m.name, fmt::format("it would write the file {} writes too", it->second->name));
   }
   const auto text_of = [&](const std::string& member) -> std::optional<std::string> {
-    const auto it = by_name.find(w.dist_info + "/" + member);
-    if (it == by_name.end()) return std::nullopt;
-    std::string out;
-    inflate_member(d, *it->second, path,
-                   [&](const unsigned char* p, std::size_t n) { out.append(reinterpret_cast<const char*>(p), n); });
-    return out;
+    const zip::Entry* e = archive.find(w.dist_info + "/" + member);
+    if (!e) return std::nullopt;
+    return as_install_refusal([&] { return archive.read(*e, zip::k_max_metadata); });
   };
   for (const char* required : {"METADATA", "WHEEL", "RECORD"})
     if (!by_name.count(w.dist_info + "/" + required)) refuse(path, w.dist_info, fmt::format("no {}", required));
+  // METADATA is pip's to read, not the installer's; it is held to the same cap all the same.
+  if (const auto* md = archive.find(w.dist_info + "/METADATA"); md->size > zip::k_max_metadata)
+    refuse(path, md->name,
+           fmt::format("{} bytes, over the {} MiB a metadata member may have", md->size, zip::k_max_metadata >> 20));
   const auto wheel_text = text_of("WHEEL");
   const auto version = r::header_value(*wheel_text, "Wheel-Version");
   if (!version || version->substr(0, version->find('.')) != "1")
@@ -397,11 +286,15 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
   w.entry_points = text_of("entry_points.txt").value_or("");
   for (const auto& [name, body] : scripts_of(w.entry_points, "python")) {
     (void)body;
-    if (name.empty() || name.find('/') != std::string::npos || name.find("..") != std::string::npos ||
-        name.front() == '.')
-      refuse(path, w.dist_info + "/entry_points.txt", fmt::format("a script named '{}'", name));
+    const std::string ep = w.dist_info + "/entry_points.txt";
+    if (const auto why = bad_script_name(name); !why.empty())
+      refuse(path, ep, fmt::format("a script named '{}' ({})", zip::shown(name), why));
+    if (const auto why = protected_target("bin/" + name); !why.empty())
+      refuse(path, ep, fmt::format("a script named '{}' would replace {}", name, why));
+    if (by_target.count("scripts/" + name))
+      refuse(path, ep, fmt::format("a script named '{}', which the wheel's .data/scripts/ holds too", name));
   }
-  // RECORD lists every member with its hash and size, and nothing else.
+  // RECORD lists every member with a hash, and nothing else; a size, where it gives one, is the member's.
   const auto record = parse_wheel_record(*text_of("RECORD"), path);
   for (auto& m : w.members) {
     if (m.name == w.dist_info + "/RECORD" || m.name == w.dist_info + "/RECORD.jws" ||
@@ -409,9 +302,10 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
       continue;
     const auto it = record.find(m.name);
     if (it == record.end()) refuse(path, m.name, "not listed in RECORD");
-    if (!it->second.has) refuse(path, m.name, "RECORD gives it no sha256");
-    if (it->second.size != m.size)
-      refuse(path, m.name, fmt::format("RECORD says {} bytes, the archive {}", it->second.size, m.size));
+    if (it->second.hash.empty()) refuse(path, m.name, "RECORD gives it no hash");
+    if (it->second.size && *it->second.size != m.size)
+      refuse(path, m.name, fmt::format("RECORD says {} bytes, the archive {}", *it->second.size, m.size));
+    m.record_algorithm = it->second.algorithm;
     m.record_hash = it->second.hash;
   }
   for (const auto& [name, e] : record)
@@ -419,14 +313,46 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
   return w;
 }
 
+void check_targets(const ValidatedWheel& w, const r::EnvLayout& layout) {
+  std::map<std::string, std::string> writers;  // target -> the member (or script) that writes it
+  const auto claim = [&](const std::string& target, const std::string& by) {
+    const std::string normal = r::lexically_normal(target);
+    if (!r::is_within(normal, layout.root)) refuse(w.path, by, "it would be written outside the environment");
+    if (const auto why = protected_target(r::relative_to(normal, layout.root)); !why.empty())
+      refuse(w.path, by, fmt::format("it would write {}", why));
+    if (const auto [it, fresh] = writers.emplace(normal, by); !fresh)
+      refuse(w.path, by, fmt::format("it would write {}, which {} writes too", normal, it->second));
+  };
+  for (const auto& m : w.members) {
+    if (m.name == w.dist_info + "/RECORD" || m.name == w.dist_info + "/INSTALLER" ||
+        m.name == w.dist_info + "/REQUESTED")
+      continue;
+    claim(target_of(w, m.name, layout), m.name);
+  }
+  for (const auto& [name, body] : scripts_of(w.entry_points, "python"))
+    claim(layout.root + "/bin/" + name, w.dist_info + "/entry_points.txt (the script " + name + ")");
+}
+
 StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn::Transaction& tx, unsigned threads,
                         bool requested, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  check_targets(w, layout);
   std::atomic<std::uint64_t> written_so_far{0};
   const auto wrote = [&](std::uint64_t n) {
     const auto now = written_so_far += n;
     if (progress) progress(now, w.unpacked);
   };
+  // The wheel read again, and held to what was validated: a file changed since (shorter, other
+  // members) would otherwise be read at the old offsets.
   const MappedFile file(w.path);
+  const zip::Archive archive = as_install_refusal([&] { return zip::Archive(file.data(), file.size(), w.path); });
+  const auto same = [&](const ZipMember& m) {
+    if (m.entry >= archive.entries().size()) return false;
+    const zip::Entry& e = archive.entries()[m.entry];
+    return e.name == m.name && e.crc == m.crc && e.size == m.size && e.compressed == m.compressed &&
+           e.data_offset == m.data_offset && e.method == m.method;
+  };
+  if (file.size() != w.size || !std::all_of(w.members.begin(), w.members.end(), same))
+    refuse(w.path, "", "the file changed after it was validated");
   const std::string root = layout.root_real;
   // Free space first: the staged copy sits beside the files it replaces until the renames.
   struct statvfs fs_stat {};
@@ -464,21 +390,25 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
   r::parallel_for(order.size(), threads, [&](std::size_t k) {
     const ZipMember& m = w.members[order[k]];
     if (m.name == record_member || m.name == w.dist_info + "/INSTALLER" || m.name == w.dist_info + "/REQUESTED") return;
+    const zip::Entry& e = archive.entries()[m.entry];
     Staged& s = staged[order[k]];
     s.target = target_of(w, m.name, layout);
-    if (!r::is_within(r::lexically_normal(s.target), layout.root))
-      refuse(w.path, m.name, "it would be written outside the environment");
     s.staged = staged_path(s.target);
     const bool script = m.name.starts_with(w.dist_info.substr(0, w.dist_info.size() - 10) + ".data/scripts/");
     s.executable = m.executable;
     make_parent(s.staged);
-    const int fd = ::open(s.staged.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, s.executable ? 0755 : 0644);
+    // O_EXCL: two members never share a staged file (check_targets refused that already).
+    const int fd = ::open(s.staged.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, s.executable ? 0755 : 0644);
     if (fd < 0) throw r::Error(fmt::format("{}: {}", s.staged, std::strerror(errno)));
+    // RECORD's digest of the wheel's bytes where it is not SHA-256, the digest the new RECORD gives.
+    std::optional<r::DigestStream> wheel_digest;
+    if (m.record_algorithm != "sha256") wheel_digest.emplace(m.record_algorithm);
     if (!script) {
-      const std::string digest = write_member(file.data(), m, w.path, fd, s.staged);
+      const std::string digest = write_member(archive, e, fd, s.staged, wheel_digest);
       txn::start_writeback(fd);
       ::close(fd);
-      if (digest != m.record_hash) refuse(w.path, m.name, "its bytes do not match RECORD's sha256");
+      if ((wheel_digest ? wheel_digest->record_digest() : digest) != m.record_hash)
+        refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
       s.hash = digest;
       s.size = m.size;
       if (s.executable) ::chmod(s.staged.c_str(), 0755);
@@ -486,27 +416,47 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
       return;
     }
     r::Sha256Stream wheel_hash, written_hash;
-    bool first = true;
+    // A script's `#!python` line names this environment's interpreter, as pypa/installer's
+    // fix_shebang rewrites it: the whole first line replaced, however many pieces it spans.
+    enum class Line { unread, skipping, copying } first = Line::unread;
+    std::string head;  // the first bytes, until 8 tell whether the line is `#!python`
     std::uint64_t written = 0;
-    inflate_member(file.data(), m, w.path, [&](const unsigned char* p, std::size_t n) {
-      wheel_hash.update(p, n);
-      // A script's `#!python` line names this environment's interpreter, as installers rewrite it.
-      if (first && n >= 8 && std::memcmp(p, "#!python", 8) == 0) {
-        const std::size_t eol = std::find(p, p + n, '\n') - p;
-        const std::string line = "#!" + python;
-        written_hash.update(line.data(), line.size());
-        txn::write_all(fd, line.data(), line.size(), s.staged);
-        written += line.size();
-        p += eol;
-        n -= eol;
-      }
-      first = false;
+    const auto put = [&](const void* p, std::size_t n) {
       written_hash.update(p, n);
       txn::write_all(fd, p, n, s.staged);
       written += n;
+    };
+    const auto rewrite = [&](const unsigned char* p, std::size_t n) {
+      if (first == Line::unread) {
+        const std::size_t take = std::min<std::size_t>(n, 8 - head.size());
+        head.append(reinterpret_cast<const char*>(p), take);
+        p += take;
+        n -= take;
+        if (head.size() < 8) return;  // more to come, or the member ends (flushed below)
+        first = head == "#!python" ? Line::skipping : Line::copying;
+        const std::string line = first == Line::skipping ? "#!" + python + "\n" : head;
+        put(line.data(), line.size());
+      }
+      if (first == Line::skipping) {
+        const auto* eol = static_cast<const unsigned char*>(std::memchr(p, '\n', n));
+        if (!eol) return;
+        first = Line::copying;
+        n -= static_cast<std::size_t>(eol + 1 - p);
+        p = eol + 1;
+      }
+      if (n) put(p, n);
+    };
+    as_install_refusal([&] {
+      archive.stream(e, [&](const unsigned char* p, std::size_t n) {
+        wheel_hash.update(p, n);
+        if (wheel_digest) wheel_digest->update(p, n);
+        rewrite(p, n);
+      });
     });
+    if (first == Line::unread) put(head.data(), head.size());  // a script of fewer than 8 bytes
     ::close(fd);
-    if (wheel_hash.record_digest() != m.record_hash) refuse(w.path, m.name, "its bytes do not match RECORD's sha256");
+    if ((wheel_digest ? wheel_digest->record_digest() : wheel_hash.record_digest()) != m.record_hash)
+      refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
     s.hash = written_hash.record_digest();
     s.size = written;
     wrote(m.size);

@@ -3,23 +3,29 @@
 // transaction's staging folder, checked against RECORD,
 // and planned as the transaction's renames (installer/txn/transaction.hpp).
 //
-// The zip is read here, not through libarchive, because the checks need what libarchive does
-// not expose: the central directory and each local header side by side, member offsets (to
-// refuse overlapping data), external attributes (to refuse links and devices). Checked, each
-// refusal naming the member (uv's list after CVE-2025-54368, pypa/installer's validate_record):
-//   names: `..` components, absolute paths, backslashes, drive letters, NUL and control
-//     characters, non-UTF-8 bytes, duplicates;
-//   entries: symlinks, devices, FIFOs and sockets (by the Unix mode in the external attributes),
-//     encryption, compression other than stored and deflate;
-//   structure: the end record and central directory within the file, ZIP64 (not read: refused),
-//     local header and central directory agreeing on name, method, CRC and sizes, member data
-//     within the file and not overlapping, total size (64 GiB) and ratio (1000:1 past 1 MiB);
+// The zip is read by installer/zip_reader (every check of the archive, its names and its sizes
+// is there); on top of it, each refusal naming the member (uv's list after CVE-2025-54368,
+// pypa/installer's validate_record):
 //   the wheel: one `NAME-VERSION.dist-info` whose name and version are the file name's, METADATA,
-//     WHEEL (Wheel-Version major 1) and RECORD in it, `.data/<scheme>` only purelib, platlib,
-//     scripts, headers or data, console and GUI script names without `/` or `..`;
-//   RECORD: every member listed with a SHA-256 and a size (RECORD itself and its signatures
-//     aside), no row naming what is not a member, and each member's inflated bytes matching its
-//     CRC, its size and RECORD's hash.
+//     WHEEL (Wheel-Version major 1) and RECORD in it, each at most zip::k_max_metadata (16 MiB,
+//     as entry_points.txt: the members read whole, refused by name before they are inflated),
+//     `.data/<scheme>` only purelib, platlib, scripts, headers or data;
+//   targets: no two members landing on one file (`a/x` and `.data/purelib/a/x`; every target
+//     compared again once the environment's layout is known), none outside the environment, none
+//     of `.cudafix/`, `cudafix.toml`, `pyvenv.cfg`, `.lock` or `bin/python*` (through
+//     `.data/data/`, `.data/scripts/` or a console script's name);
+//   scripts: console and GUI script names that stay in bin/: not empty, `.` or `..`, no `/`,
+//     backslash or control byte (pypa/installer writes `.tool` and `a..b`, and so does cudafix);
+//   RECORD: a UTF-8 byte order mark before it dropped; rows compared by their normal names (`./a`
+//     is `a`); a row twice the same is one row, twice differently a refusal; every member listed
+//     with a sha256, sha384 or sha512 hash (md5, sha1 and others refused as weak), a size where
+//     the row gives one (pypa/installer and pip take rows without), RECORD itself and its
+//     signatures aside; no row naming what is not a member; each member's inflated bytes matching
+//     its CRC, its size and RECORD's hash.
+// Shebangs: a `.data/scripts/` script's `#!python` line is replaced whole by `#!<venv>/bin/python`
+// (pypa/installer's fix_shebang); a console script's shebang is pypa/installer's build_shebang:
+// `#!PATH`, or, for a path with a space or over 127 bytes with `#!` and the newline, the /bin/sh
+// trick (`#!/bin/sh`, then `'''exec' PATH "$0" "$@"`).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +45,9 @@ struct ZipMember {
   std::uint64_t compressed = 0, size = 0;
   std::uint64_t data_offset = 0;
   bool executable = false;
-  std::string record_hash;  // RECORD's urlsafe base64 SHA-256
+  std::size_t entry = 0;         // its index among the archive's entries (zip::Archive::entries)
+  std::string record_algorithm;  // RECORD's: sha256, sha384 or sha512
+  std::string record_hash;       // RECORD's urlsafe base64 digest
 };
 
 struct ValidatedWheel {
@@ -51,15 +59,22 @@ struct ValidatedWheel {
   std::string entry_points;        // entry_points.txt's text, or empty
   std::vector<std::string> tags;   // WHEEL's Tag lines ("py3-none-manylinux_2_27_x86_64")
   std::uint64_t unpacked = 0;
+  std::uint64_t size = 0;  // the file's bytes, as validated
 };
 
 // Throws resolver::Error naming the wheel, the member and what is wrong.
 [[nodiscard]] ValidatedWheel validate_wheel(const std::string& path);
 // The same checks over a wheel's bytes in memory (a body in pip's cache), `label` naming it in
 // messages; there is no file name to check the dist-info against.
-[[nodiscard]] ValidatedWheel validate_wheel_bytes(const unsigned char* data, std::size_t size, const std::string& label);
+[[nodiscard]] ValidatedWheel validate_wheel_bytes(const unsigned char* data, std::size_t size,
+                                                  const std::string& label);
 // The file name pip would give it: NAME-VERSION-TAGS.whl, its Tag lines compressed (PEP 425).
 [[nodiscard]] std::string wheel_file_name(const ValidatedWheel& wheel);
+
+// Refuses, naming the member, a wheel that would write one target twice, outside the
+// environment, or any of cudafix's state, pyvenv.cfg, .lock or the interpreter (stage_wheel
+// checks it too; run it before a transaction begins, so that a refusal leaves none).
+void check_targets(const ValidatedWheel& wheel, const resolver::EnvLayout& layout);
 
 struct StagedWheel {
   std::vector<std::string> targets;  // absolute, every file the install writes

@@ -13,6 +13,7 @@
 
 #include "installer/source/deflate_window.hpp"
 #include "installer/wheel_source.hpp"
+#include "installer/zip_reader.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
@@ -25,6 +26,7 @@ namespace {
 
 constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
 constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
+constexpr std::uint64_t k_max_central = 256 << 20;  // a central directory read by range (torch's: 1.5 MB)
 
 std::uint16_t u16(const unsigned char* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
 std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24); }
@@ -32,10 +34,11 @@ std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p
 const unsigned char* bytes_of(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
 
 struct Member {
-  std::string name;
+  std::string name;  // normalised (installer/zip_reader.hpp)
   std::uint16_t method = 0;
   std::uint64_t compressed = 0, size = 0, header = 0;  // header: the local header's offset
   std::uint64_t data = 0;                              // where its data starts, once the local header is read
+  zip::Entry entry;                                    // the central directory's, its local header checked against it
 };
 
 // The bytes of the wheel already at hand: the end of the file, from the first request.
@@ -78,61 +81,41 @@ std::vector<std::string> fetch(HttpClient& http, const std::string& url,
   return out;
 }
 
-// The central directory, from the end of the file (fetching more when it is larger than the tail).
+// The central directory, from the end of the file (fetching more when it is larger than the
+// tail), parsed and checked by the one zip reader (installer/zip_reader.hpp).
 std::vector<Member> central_directory(HttpClient& http, const std::string& url, const std::string& tail,
                                       std::uint64_t size) {
-  const auto* d = bytes_of(tail);
   const std::uint64_t tail_start = size - tail.size();
-  std::size_t eocd = std::string::npos;
-  for (std::size_t i = tail.size() >= 22 ? tail.size() - 22 + 1 : 0; i-- > 0;)
-    if (u32(d + i) == 0x06054b50 && i + 22 + u16(d + i + 20) == tail.size()) {
-      eocd = i;
-      break;
-    }
-  if (eocd == std::string::npos) throw r::Error(fmt::format("{}: no end of central directory record", redact(url)));
-  if (eocd >= 20 && u32(d + eocd - 20) == 0x07064b50)
-    throw r::Error(fmt::format("{}: a ZIP64 archive, which cudafix does not read yet", redact(url)));
-  const std::uint16_t entries = u16(d + eocd + 10);
-  const std::uint64_t cd_size = u32(d + eocd + 12), cd_offset = u32(d + eocd + 16);
-  if (cd_offset + cd_size > tail_start + eocd)
-    throw r::Error(fmt::format("{}: the central directory lies outside the file", redact(url)));
+  const zip::End end = zip::parse_end(bytes_of(tail), tail.size(), tail_start, redact(url));
+  if (end.cd_size > k_max_central)
+    throw r::Error(fmt::format("{}: a central directory of {} bytes, over the {} read by range", redact(url),
+                               end.cd_size, k_max_central));
   std::string cd;
-  if (cd_offset >= tail_start) {
-    cd = tail.substr(cd_offset - tail_start, cd_size);
+  if (end.cd_offset >= tail_start) {
+    cd = tail.substr(end.cd_offset - tail_start, end.cd_size);
   } else {
-    cd = fetch(http, url, {{cd_offset, tail_start - 1}}).front() + tail.substr(0, eocd);
-    cd.resize(cd_size);
+    cd = fetch(http, url, {{end.cd_offset, tail_start - 1}}).front() + tail.substr(0, end.end_at - tail_start);
+    cd.resize(end.cd_size);
   }
   std::vector<Member> out;
-  const auto* c = bytes_of(cd);
-  std::size_t at = 0;
-  for (std::uint16_t i = 0; i < entries; ++i) {
-    if (at + 46 > cd.size() || u32(c + at) != 0x02014b50)
-      throw r::Error(fmt::format("{}: central directory entry {} is damaged", redact(url), i));
+  for (auto& e : zip::parse_central_directory(bytes_of(cd), cd.size(), end, redact(url))) {
+    if (e.folder) continue;
     Member m;
-    m.method = u16(c + at + 10);
-    m.compressed = u32(c + at + 20);
-    m.size = u32(c + at + 24);
-    const std::size_t n = u16(c + at + 28), extra = u16(c + at + 30), comment = u16(c + at + 32);
-    m.header = u32(c + at + 42);
-    if (at + 46 + n > cd.size()) throw r::Error(fmt::format("{}: a central directory name runs past it", redact(url)));
-    m.name.assign(reinterpret_cast<const char*>(c + at + 46), n);
-    if (m.compressed == 0xffffffff || m.size == 0xffffffff || m.header == 0xffffffff)
-      throw r::Error(fmt::format("{}: {} has ZIP64 sizes, which cudafix does not read yet", redact(url), m.name));
-    if (m.method != 0 && m.method != 8)
-      throw r::Error(fmt::format("{}: {} uses compression method {}", redact(url), m.name, m.method));
-    at += 46 + n + extra + comment;
-    if (!m.name.ends_with("/")) out.push_back(std::move(m));
+    m.name = e.name;
+    m.method = e.method;
+    m.compressed = e.compressed;
+    m.size = e.size;
+    m.header = e.local_offset;
+    m.entry = std::move(e);
+    out.push_back(std::move(m));
   }
   return out;
 }
 
-// Where a member's data starts, from the fetched bytes that begin at its local header.
+// Where a member's data starts, from the fetched bytes that begin at its local header (which
+// must agree with the central directory).
 std::uint64_t data_start(const Member& m, const std::string& from_header, const std::string& url) {
-  const auto* p = bytes_of(from_header);
-  if (from_header.size() < 30 || u32(p) != 0x04034b50)
-    throw r::Error(fmt::format("{}: {}'s local header is missing or damaged", redact(url), m.name));
-  return m.header + 30 + u16(p + 26) + u16(p + 28);
+  return zip::parse_local_header(bytes_of(from_header), from_header.size(), m.entry, redact(url));
 }
 
 bool valid_dynamic_tag(std::uint64_t tag) {
@@ -391,7 +374,7 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const Member* m : wanted) {
     const std::uint64_t length = m->compressed <= k_whole_member ? m->compressed : k_head;
-    ranges.emplace_back(m->header, std::min(out.size - 1, m->header + 30 + m->name.size() + k_local_slack + length));
+    ranges.emplace_back(m->header, std::min(out.size - 1, m->header + 30 + m->entry.raw_name.size() + k_local_slack + length));
   }
   const Known end_of_file{out.size - tail.size(), tail};
   auto heads = fetch(http, url, ranges, end_of_file);

@@ -1,6 +1,7 @@
 #include "resolver/plan/provenance.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,6 +46,8 @@ std::string hex_of(const unsigned char* data, std::size_t n) {
 // tie (whose_bytes); plans and wheels do.
 struct LibCrypto {
   decltype(&::EVP_sha256) sha256;
+  decltype(&::EVP_sha384) sha384;
+  decltype(&::EVP_sha512) sha512;
   decltype(&::EVP_Digest) digest;
   decltype(&::EVP_MD_CTX_new) ctx_new;
   decltype(&::EVP_MD_CTX_free) ctx_free;
@@ -60,6 +63,8 @@ const LibCrypto& libcrypto() {
     const SharedLibrary so("libcrypto.so.3", "compute SHA-256");
     LibCrypto l{};
     so.bind(l.sha256, "EVP_sha256");
+    so.bind(l.sha384, "EVP_sha384");
+    so.bind(l.sha512, "EVP_sha512");
     so.bind(l.digest, "EVP_Digest");
     so.bind(l.ctx_new, "EVP_MD_CTX_new");
     so.bind(l.ctx_free, "EVP_MD_CTX_free");
@@ -73,19 +78,28 @@ const LibCrypto& libcrypto() {
 
 }  // namespace
 
-Sha256Stream::Sha256Stream() {
-  const LibCrypto& c = libcrypto();
-  ctx_ = c.ctx_new();
-  c.init(static_cast<EVP_MD_CTX*>(ctx_), c.sha256(), nullptr);
+bool is_record_digest(std::string_view algorithm) {
+  return algorithm == "sha256" || algorithm == "sha384" || algorithm == "sha512";
 }
 
-Sha256Stream::~Sha256Stream() { libcrypto().ctx_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+DigestStream::DigestStream(std::string_view algorithm) {
+  const LibCrypto& c = libcrypto();
+  if (!is_record_digest(algorithm)) throw Error(fmt::format("{}: not a digest a RECORD may name", algorithm));
+  ctx_ = c.ctx_new();
+  c.init(static_cast<EVP_MD_CTX*>(ctx_),
+         algorithm == "sha512"   ? c.sha512()
+         : algorithm == "sha384" ? c.sha384()
+                                 : c.sha256(),
+         nullptr);
+}
 
-void Sha256Stream::update(const void* data, std::size_t n) {
+DigestStream::~DigestStream() { libcrypto().ctx_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void DigestStream::update(const void* data, std::size_t n) {
   libcrypto().update(static_cast<EVP_MD_CTX*>(ctx_), data, n);
 }
 
-std::string Sha256Stream::record_digest() {
+std::string DigestStream::record_digest() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   libcrypto().final(static_cast<EVP_MD_CTX*>(ctx_), md, &len);

@@ -20,18 +20,28 @@ enum class DigestForm { record, hex };
                                          std::uint64_t* bytes = nullptr);
 // RECORD's digest form: urlsafe base64 without padding.
 [[nodiscard]] std::string base64url_nopad(const unsigned char* data, std::size_t n);
-// SHA-256 of bytes that come in pieces (a member being inflated), in RECORD's form.
-class Sha256Stream {
+// The digests a wheel's RECORD may name (PEP 376 leaves the choice open; pypa/installer takes
+// whatever hashlib has): sha256, sha384 and sha512. md5, sha1 and the rest are refused, as too
+// weak to stand for the bytes or unknown.
+[[nodiscard]] bool is_record_digest(std::string_view algorithm);
+// A digest of bytes that come in pieces (a member being inflated), in RECORD's form; the
+// algorithm one is_record_digest() accepts.
+class DigestStream {
  public:
-  Sha256Stream();
-  ~Sha256Stream();
-  Sha256Stream(const Sha256Stream&) = delete;
-  Sha256Stream& operator=(const Sha256Stream&) = delete;
+  explicit DigestStream(std::string_view algorithm);
+  ~DigestStream();
+  DigestStream(const DigestStream&) = delete;
+  DigestStream& operator=(const DigestStream&) = delete;
   void update(const void* data, std::size_t n);
   [[nodiscard]] std::string record_digest();  // once, at the end
 
  private:
   void* ctx_;  // EVP_MD_CTX, from the libcrypto loaded at first use
+};
+// SHA-256, the digest cudafix writes into the RECORDs it makes.
+class Sha256Stream : public DigestStream {
+ public:
+  Sha256Stream() : DigestStream("sha256") {}
 };
 // SHA-256 of bytes in memory, as hex.
 [[nodiscard]] std::string sha256_hex(std::string_view data);

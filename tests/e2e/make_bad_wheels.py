@@ -115,7 +115,6 @@ open(p, "wb").write(data[: len(data) // 2])
 case("truncated", "no end of central directory record", p)
 p = build("bomb", ok + [("bad/zeros.bin", b"\0" * (64 << 20))])
 case("bomb", "a compression ratio over 1000:1", p)
-case("zip64", "ZIP64 sizes or extra field", build("zip64", ok, zip64=True))
 p = build("crc", [("bad/__init__.py", b"x = 1\n")], compression=zipfile.ZIP_STORED)
 # The local header's CRC altered: the headers disagree.
 d = bytearray(open(p, "rb").read())
@@ -124,4 +123,124 @@ at = d.find(crc)
 d[at] ^= 0xff
 open(p, "wb").write(bytes(d))
 case("header_mismatch", "disagree on CRC or sizes", p)
+def members_of(data):
+    """{name: (central header offset, local header offset)} of a zip's bytes (no ZIP64)."""
+    end = data.rfind(b"PK\x05\x06")
+    count, _, cd = struct.unpack("<HII", data[end + 10:end + 20])
+    out, at = {}, cd
+    for _ in range(count):
+        n, e, c = struct.unpack("<HHH", data[at + 28:at + 34])
+        local = struct.unpack("<I", data[at + 42:at + 46])[0]
+        out[data[at + 46:at + 46 + n].decode()] = (at, local)
+        at += 46 + n + e + c
+    return out
+
+
+def patch_member(path, name, central=None, local=None):
+    """Overwrites fields of one member's headers: {"csize"|"usize"|"crc"|"name": value}, in the
+    central directory entry, the local header, or both (given the same dict twice)."""
+    d = bytearray(open(path, "rb").read())
+    c_at, l_at = members_of(bytes(d))[name]
+    for fields, at, off in ((central, c_at, {"crc": 16, "csize": 20, "usize": 24, "name": 46}),
+                            (local, l_at, {"crc": 14, "csize": 18, "usize": 22, "name": 30})):
+        for k, v in (fields or {}).items():
+            if k == "name":
+                d[at + off[k]:at + off[k] + len(v)] = v
+            else:
+                d[at + off[k]:at + off[k] + 4] = struct.pack("<I", v)
+    open(path, "wb").write(bytes(d))
+
+
+# Class 3 of issue 35: the reader trusted sizes and names.
+# A stored member of 1 MB whose headers both claim 303 MB (before: 303 MB written, the bytes past
+# the member read from whatever followed it).
+# RECORD's row gives no size (pip and pypa/installer take such rows), so only the zip can tell.
+blob = os.urandom(1 << 20)
+p = build("stored_size_lie", ok + [("bad/blob.bin", blob)], compression=zipfile.ZIP_STORED,
+          skip_record_for=("bad/blob.bin",), extra_record=f"bad/blob.bin,sha256={digest(blob)},\n")
+both = {"usize": 303 << 20}
+patch_member(p, "bad/blob.bin", both, both)
+case("stored_size_lie", "bad/blob.bin: stored, but its compressed size (1048576) is not its size (317718528)", p)
+# A stored member whose sizes (agreeing) reach past the end of the file (before: SIGSEGV).
+blob = os.urandom(4096)
+p = build("stored_past_end", ok + [("bad/blob.bin", blob)], compression=zipfile.ZIP_STORED,
+          skip_record_for=("bad/blob.bin",), extra_record=f"bad/blob.bin,sha256={digest(blob)},\n")
+both = {"usize": 64 << 20, "csize": 64 << 20}
+patch_member(p, "bad/blob.bin", both, both)
+case("stored_past_end", "bad/blob.bin: its data (67108864 bytes at", p)
+# Two members that name one target (before: both written into one staged file at once, SIGBUS).
+case("dup_dot", "bad/./mod.py: a second member of this name once normalised",
+     build("dup_dot", ok + [("bad/mod.py", b"a = 1\n"), ("bad/./mod.py", b"a = 2\n")]))
+case("dup_slash", "bad//mod.py: a second member of this name once normalised",
+     build("dup_slash", ok + [("bad/mod.py", b"a = 1\n"), ("bad//mod.py", b"a = 2\n")]))
+case("dup_purelib", "bad-1.0.data/purelib/bad/mod.py: it would write the file bad/mod.py writes too",
+     build("dup_purelib", ok + [("bad/mod.py", b"a = 1\n"), ("bad-1.0.data/purelib/bad/mod.py", b"a = 2\n")]))
+case("dup_platlib", "bad-1.0.data/platlib/bad/mod.py: it would write the file bad/mod.py writes too",
+     build("dup_platlib", ok + [("bad/mod.py", b"a = 1\n"), ("bad-1.0.data/platlib/bad/mod.py", b"a = 2\n")]))
+case("file_is_folder", "bad/mod.py/x.py: its folder bad/mod.py is a file of the archive too",
+     build("file_is_folder", ok + [("bad/mod.py", b"a = 1\n"), ("bad/mod.py/x.py", b"a = 2\n")]))
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_wheel_big_metadata import padded_text  # noqa: E402
+
+big = padded_text(b"", 17 << 20)
+for member in ("entry_points.txt", "RECORD", "WHEEL", "METADATA"):
+    # The member itself replaced by 17 MB (RECORD: rows RECORD does not parse; WHEEL, METADATA:
+    # headers after the real ones), refused by name before it is inflated.
+    arc = f"bad-1.0.dist-info/{member}"
+    if member == "entry_points.txt":
+        p = build("huge_" + member, ok + [(arc, b"[console_scripts]\n" + big)])
+    elif member == "RECORD":
+        p = build("huge_RECORD", ok, extra_record=big.decode())
+    else:
+        p = build("huge_" + member, ok)
+        # Rewritten with the member grown: zipfile cannot replace a member in place.
+        src = zipfile.ZipFile(p)
+        items = [(i, src.read(i)) for i in src.infolist()]
+        src.close()
+        with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED) as z:
+            for i, data in items:
+                z.writestr(i, data + (b"X-Pad: " + big if i.filename == arc else b""))
+    case("huge_" + member, f"bad-1.0.dist-info/{member}: 17", p)
+# A zip bomb by ratio in a metadata member (before: a 245 KB wheel took 2.5 GB).
+case("bomb_entry_points", "bad-1.0.dist-info/entry_points.txt: a compression ratio over 1000:1",
+     build("bomb_entry_points", ok + [("bad-1.0.dist-info/entry_points.txt", b"[console_scripts]\n" + b"\n" * (300 << 20))]))
+# The local header names another file than the central directory.
+p = build("local_name", ok + [("bad/aaa.py", b"a = 1\n")])
+patch_member(p, "bad/aaa.py", local={"name": b"bad/bbb.py"})
+case("local_name", "bad/aaa.py: its local header names another file", p)
+# The local header gives another size than the central directory.
+p = build("local_size", ok + [("bad/aaa.py", b"a = 1\n")], compression=zipfile.ZIP_STORED)
+patch_member(p, "bad/aaa.py", local={"usize": 7, "csize": 7})
+case("local_size", "bad/aaa.py: its local header and the central directory disagree on CRC or sizes", p)
+# Two members' data overlap: the first's (agreeing) sizes stretched over the second member.
+p = build("overlap", [("bad/a.bin", b"A" * 1000), ("bad/b.bin", b"B" * 1000)] + ok, compression=zipfile.ZIP_STORED)
+d = open(p, "rb").read()
+m = members_of(d)
+span = m["bad/b.bin"][1] + 30 + len("bad/b.bin") + 1000 - (m["bad/a.bin"][1] + 30 + len("bad/a.bin"))
+patch_member(p, "bad/a.bin", {"usize": span, "csize": span}, {"usize": span, "csize": span})
+case("overlap", "bad/b.bin: its data overlaps bad/a.bin's", p)
+
+# Targets that are cudafix's state or the environment's own files, through .data/data/ and
+# .data/scripts/ (pip installs these as readily: they would plant a journal, a setting, or
+# replace the interpreter).
+for case_name, arc, says in (
+        ("plant_active", "bad-1.0.data/data/.cudafix/active", "cudafix's own state"),
+        ("plant_journal", "bad-1.0.data/data/.cudafix/tx/x/journal", "cudafix's own state"),
+        ("plant_toml", "bad-1.0.data/data/cudafix.toml", "cudafix's settings"),
+        ("plant_pyvenv", "bad-1.0.data/data/pyvenv.cfg", "the environment's pyvenv.cfg"),
+        ("plant_lock", "bad-1.0.data/data/.lock", "the environment's lock"),
+        ("plant_python_data", "bad-1.0.data/data/bin/python3", "the environment's interpreter"),
+        ("plant_python_scripts", "bad-1.0.data/scripts/python", "the environment's interpreter")):
+    case(case_name, f"{arc}: it would write {says}", build(case_name, ok + [(arc, b"planted\n")]))
+case("script_python", "a script named 'python3' would replace the environment's interpreter",
+     build("script_python", ok + [("bad-1.0.dist-info/entry_points.txt", b"[console_scripts]\npython3 = bad:main\n")]))
+case("script_dot", "a script named '..' (not a file name)",
+     build("script_dot", ok + [("bad-1.0.dist-info/entry_points.txt", b"[console_scripts]\n.. = bad:main\n")]))
+case("record_md5", "RECORD hashes it with md5",
+     build("record_md5", ok, record_override="bad/__init__.py,md5=" + base64.urlsafe_b64encode(hashlib.md5(b"x = 1\n").digest()).rstrip(b"=").decode() + ",6\n"))
+case("record_conflict", "listed twice in RECORD, with different hashes or sizes",
+     build("record_conflict", ok, extra_record=f"bad/__init__.py,sha256={digest(b'x = 1' + bytes([10]))},7\n"))
+
 json.dump(cases, sys.stdout)

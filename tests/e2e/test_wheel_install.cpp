@@ -237,16 +237,103 @@ TEST_F(WheelInstall, EveryHostileOrBrokenWheelIsRefusedNamingItsFaultAndNothingI
   const auto cases = json::parse(made.out);
   const std::string v = t.path() + "/venv";
   ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(v)).exit_code, 0);
-  const std::string before = files_of(v);
+  const test::Canaries canaries(t.path() + "/outside");
+  const std::string before = files_of(v), tree = test::tree_of(v);
   for (const auto& c : cases) {
     const auto r = cudafix("install " + shell_quote(c["file"].get<std::string>()) + " -y", v);
-    EXPECT_EQ(r.exit_code, 2) << c["case"] << ": " << r.out;
+    EXPECT_EQ(r.exit_code, 2) << c["case"] << ": " << r.out;  // a refusal, never a signal (128 + N)
     EXPECT_THAT(r.out, HasSubstr(c["expect"].get<std::string>())) << c["case"];
     EXPECT_THAT(r.out, HasSubstr("nothing was installed")) << c["case"];
     EXPECT_EQ(files_of(v), before) << c["case"];
+    EXPECT_EQ(test::tree_of(v), tree) << c["case"] << ": " << test::tree_diff(tree, test::tree_of(v));
+    EXPECT_FALSE(fs::exists(v + "/.cudafix/active")) << c["case"] << ": a transaction was left open";
+    EXPECT_EQ(canaries.changes(), "") << c["case"];
   }
-  EXPECT_GE(cases.size(), 20u);
+  EXPECT_GE(cases.size(), 45u);
   EXPECT_THAT(cudafix("history", v).out, HasSubstr("no transactions")) << "a refusal leaves no transaction";
+  // And the environment is one every later command opens.
+  const auto doctor = cudafix("doctor", v);
+  EXPECT_LT(doctor.exit_code, 2) << doctor.out;
+}
+
+// Issue 35, class 9: wheels pip and pypa/installer install, and cudafix once refused (ZIP64,
+// sha384/sha512 rows, rows without a size, a BOM, duplicate identical rows, `./` rows, bytes
+// after the archive, scripts named `.tool` and `a..b`, a member `a:b`, a 3 MB `#!python` line),
+// installed into a venv whose path is too long for a kernel shebang (console scripts then start
+// through /bin/sh, as pypa/installer writes them); then pip lists them, checks them and
+// uninstalls every file.
+TEST_F(WheelInstall, WheelsPipAcceptsInstallAndPipListsChecksAndUninstallsThem) {
+  TempDir t;
+  const std::string made_in = t.path() + "/wheels";
+  fs::create_directories(made_in);
+  const auto made =
+      run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_accepted_wheels.py") + " " +
+                shell_quote(made_in));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto cases = json::parse(made.out);
+  const std::string v = t.path() + "/" + std::string(130, 'd') + "/venv";
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(v, {}));
+  const std::string before = files_of(v);
+  const test::Canaries canaries(t.path() + "/outside");
+  for (const auto& c : cases) {
+    const auto r = cudafix("install " + shell_quote(c["file"].get<std::string>()) + " -y --no-verify", v);
+    EXPECT_EQ(r.exit_code, 0) << c["case"] << ": " << r.out;
+  }
+  const auto list = test::venv_pip(v, "list");
+  for (const auto& c : cases) EXPECT_THAT(list.out, HasSubstr(c["dist"].get<std::string>())) << c["case"];
+  const auto check = test::venv_pip(v, "check");
+  EXPECT_EQ(check.exit_code, 0) << check.out;
+  for (const auto& c : cases) {
+    if (c["script"].is_null()) continue;
+    const std::string script = v + "/bin/" + c["script"].get<std::string>();
+    EXPECT_EQ(resolver::try_read_file(script).value_or("").substr(0, 10), "#!/bin/sh\n") << script;
+    EXPECT_EQ(run_shell(shell_quote(script)).out, "ok " + c["case"].get<std::string>() + "\n") << script;
+  }
+  // The 3 MB `#!python` line replaced whole: the script starts with the interpreter's line.
+  const std::string long_script = resolver::try_read_file(v + "/bin/long-shebang-ok").value_or("");
+  EXPECT_EQ(long_script.substr(0, long_script.find('\n') + 1), "#!" + v + "/bin/python\n");
+  EXPECT_THAT(long_script, ::testing::EndsWith("\nprint('ok long_shebang')\n"));
+  std::string names;
+  for (const auto& c : cases) names += " " + c["dist"].get<std::string>();
+  const auto un = test::venv_pip(v, "uninstall -y" + names);
+  EXPECT_EQ(un.exit_code, 0) << un.out;
+  EXPECT_EQ(files_of(v), before);
+  EXPECT_EQ(canaries.changes(), "");
+  EXPECT_GE(cases.size(), 13u);
+}
+
+// Memory: a wheel whose metadata members are 128 MB each (WHEEL, METADATA, RECORD and
+// entry_points.txt, deflated 100:1 so that only their size can stop them) is refused by name
+// without inflating them: the run's peak RSS stays under 100 MB (before, a 245 KB wheel's
+// entry_points.txt took 2.5 GB). bench/wheel_memory.sh measures the same with /usr/bin/time -v.
+TEST_F(WheelInstall, MetadataMembersOf128MBAreRefusedWithin100MBOfMemory) {
+  TempDir t;
+  const auto made =
+      run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_wheel_big_metadata.py") + " " +
+                shell_quote(t.path()) + " 128");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const std::string wheel(resolver::trim(made.out));
+  const std::string v = t.path() + "/venv";
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(v)).exit_code, 0);
+  const std::string tree = test::tree_of(v);
+  // The child's peak RSS from its own rusage, read by a shell that runs nothing else after it.
+  const auto r = run_shell(test::k_python + " -c " +
+                           shell_quote("import resource, subprocess, sys\n"
+                                       "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+                                       "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+                                       "print(p.stdout + p.stderr)\n") +
+                           " env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " install " + shell_quote(wheel) +
+                           " -y --venv " + shell_quote(v) + test::k_no_cache);
+  std::istringstream in(r.out);
+  int rc = -1;
+  long max_rss_kb = -1;
+  in >> rc >> max_rss_kb;
+  EXPECT_EQ(rc, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("big_meta-1.0.dist-info/"));
+  EXPECT_THAT(r.out, HasSubstr("bytes, over the 16"));
+  EXPECT_GT(max_rss_kb, 0) << r.out;
+  EXPECT_LT(max_rss_kb, 100 * 1024) << "peak RSS " << max_rss_kb << " KB";
+  EXPECT_EQ(test::tree_of(v), tree);
 }
 
 }  // namespace

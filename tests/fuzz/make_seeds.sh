@@ -2,7 +2,7 @@
 # Seeds for the fuzz targets, from real inputs: make_seeds.sh FIXTURES OUT
 set -euo pipefail
 FIX=$1 OUT=$2
-mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index,remote_wheel}
+mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index,remote_wheel,zip}
 cp /etc/ld.so.cache "$OUT/ld_cache/host" 2>/dev/null || true
 i=0
 for f in $(find "$FIX" -name '*.so*' -type f | head -20); do cp "$f" "$OUT/elf/$((i++))"; done
@@ -20,6 +20,13 @@ cp "$OUT/wheel/1" "$OUT/wheel/2" "$OUT/install/"
 w=$(python3 "$src/tests/e2e/make_wheel.py" "$OUT/install" fuzz 1.0 "fuzz-1.0.data/scripts/t=$so" \
   --console-script 'fz=fuzz:main')
 mv "$w" "$OUT/install/3"
+# The zip reader's: the same wheels, and the wheels pip accepts that once were refused (ZIP64 end
+# and local headers, bytes after the archive; tests/e2e/make_accepted_wheels.py).
+cp "$OUT/wheel/1" "$OUT/wheel/2" "$OUT/install/3" "$OUT/zip/"
+mkdir -p "$OUT/zip-made"
+python3 "$src/tests/e2e/make_accepted_wheels.py" "$OUT/zip-made" > /dev/null
+for w in zip64_local zip64_end trailing_bytes dot_slash_rows; do mv "$OUT/zip-made/ok_$w-1.0-py3-none-any.whl" "$OUT/zip/$w"; done
+rm -rf "$OUT/zip-made"
 # Cache payloads as resolver/walk_cache.hpp and elf_store.hpp lay them out, after fuzz_cache's
 # first byte (0: walk cache, 1: ELF store): a folder /s/ with two entries; one object /s/libx.so.
 python3 - "$OUT/cache" <<'PY'
