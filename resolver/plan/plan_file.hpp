@@ -157,7 +157,7 @@ struct PlanFile {
 // folder the environment lacks.
 [[nodiscard]] std::string absolute_path(const Environment& env, const PlanPath& p);
 
-// "steps[1] (remove torch 2.11.0)": how messages name a step.
+// "remove torch 2.11.0": how the prompt, the verification and messages name a step.
 [[nodiscard]] std::string step_label(const PlanStep& step);
 
 }  // namespace cudafix::resolver::inline plan
