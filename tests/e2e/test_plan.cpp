@@ -17,6 +17,7 @@
 #include "resolver/base/text.hpp"
 #include "resolver/elf/elf_writer.hpp"
 #include "resolver/plan/fix.hpp"
+#include "resolver/plan/provenance.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 
@@ -1074,6 +1075,19 @@ TEST_F(ApplyHostilePlan, AStepTheReplayJudgesUnsafeIsRefusedNamingWhatItBreaks) 
       r.error,
       HasSubstr("plan.json: steps[0] (remove nvidia-cuda-runtime-cu12 12.8.90) is unsafe in this environment now: "));
   EXPECT_THAT(r.error, HasSubstr("libcudart.so.12"));
+}
+
+// A reinstall's wheel swapped for another project's, its SHA-256 made to match: the wheel must be
+// the project and version the step (and the prompt) names.
+TEST_F(ApplyHostilePlan, AStepWhoseWheelIsAnotherProjectsIsRefused) {
+  const auto r = apply_edited([&](json& doc, const std::string&) {
+    json& wheel = doc["steps"][0]["wheel"];
+    wheel["file"] = wheels_.at("torch");
+    wheel["sha256"] = resolver::sha256_of_file(wheels_.at("torch"), resolver::DigestForm::hex);
+  });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: steps[0].wheel: " + wheels_.at("torch") +
+                                 " is torch 2.7.1+cu128, not the step's nvidia-cudnn-cu12 9.10.2.21"));
 }
 
 TEST_F(ApplyHostilePlan, ASchemaOtherThanOneIsRefusedSayingWhichThisVersionReads) {

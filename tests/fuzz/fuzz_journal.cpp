@@ -53,8 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const tx::JournalRead j = tx::read_journal(path);
     for (const auto& op : j.ops)
-      if (op.kind != tx::OpKind::move && op.kind != tx::OpKind::rmdir && op.kind != tx::OpKind::mkdir)
-        __builtin_trap();
+      if (op.kind != tx::OpKind::move && op.kind != tx::OpKind::rmdir && op.kind != tx::OpKind::mkdir) __builtin_trap();
   } catch (const cudafix::resolver::Error&) {
   }
   return 0;

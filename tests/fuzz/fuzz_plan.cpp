@@ -10,7 +10,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace r = cudafix::resolver;
   try {
-    const r::PlanFile plan = r::parse_plan_file(std::string_view(reinterpret_cast<const char*>(data), size), "plan.json");
+    const r::PlanFile plan =
+        r::parse_plan_file(std::string_view(reinterpret_cast<const char*>(data), size), "plan.json");
     for (const auto& st : plan.steps) {
       if (st.action != r::StepAction::remove && st.action != r::StepAction::reinstall &&
           st.action != r::StepAction::install)
