@@ -319,11 +319,14 @@ PlanFile parse_plan_file(std::string_view text, std::string_view name) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // nlohmann's message after its "[json.exception.parse_error.N] " tag: where, and what.
+  } catch (const json::exception& e) {
+    // A syntax error, or a number past a double's range (out_of_range, not a parse_error):
+    // nlohmann's message after its "[json.exception.parse_error.N] " tag, cut, since it quotes
+    // the token it stopped at.
     std::string_view why = e.what();
     if (const auto tag = why.find("] "); tag != std::string_view::npos) why.remove_prefix(tag + 2);
-    throw Error(fmt::format("{}: not JSON: {}", name, why));
+    constexpr std::size_t shown = 240;
+    throw Error(fmt::format("{}: not JSON: {}{}", name, why.substr(0, shown), why.size() > shown ? "..." : ""));
   }
   try {
     return plan_of(doc);

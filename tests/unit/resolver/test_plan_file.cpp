@@ -8,6 +8,7 @@
 #include <string>
 
 #include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
 #include "resolver/plan/plan_file.hpp"
 
 namespace cudafix::resolver {
@@ -207,6 +208,13 @@ TEST(PlanFile, TextThatIsNotJsonIsRefusedInCudafixsWords) {
   EXPECT_THAT(why, HasSubstr("plan.json: not JSON: parse error at line 1, column 101"));
   EXPECT_THAT(why, Not(HasSubstr("json.exception")));
   EXPECT_THAT(refusal(""), HasSubstr("plan.json: not JSON:"));
+  // A number past a double's range is nlohmann's out_of_range, not its parse_error (fuzz_plan
+  // found it: tests/fuzz/regressions/plan-number-overflow ended in std::terminate).
+  EXPECT_EQ(refusal("[1e999]"), "plan.json: not JSON: number overflow parsing '1e999'");
+  EXPECT_THAT(refusal(read_file(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions/plan-number-overflow")),
+              HasSubstr("plan.json: not JSON: number overflow parsing"));
+  // The token quoted is cut.
+  EXPECT_LT(refusal("[1" + std::string(100000, '0') + "]").size(), 400u);
 }
 
 TEST(PlanFile, DeepNestingAndSizeAreBoundedBeforeParsing) {
