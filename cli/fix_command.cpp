@@ -109,11 +109,14 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   }
   if (o.dry_run) return finish(0, shown + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
   if (!g.json && !g.quiet) out << shown << std::flush;
-  const auto said = step_labels(plan);
+  // Carried out as `apply` carries out a saved plan: from the document, parsed and replayed.
+  const PreparedPlan prepared =
+      prepare_plan(g, env, knowledge, r::parse_plan_file(planned.document, "the plan"), "the plan");
+  const auto said = prepared.labels();
   confirm(g, fmt::format("carry out these {} steps", said.size()));
 
   tx::Transaction t(env.layout.root_real, "fix");
-  stage_plan(g, env, plan, t);
+  stage_plan(g, env, prepared, t);
   show_progress(g, t, "fixing");
   StepChecks checks;
   checks.skip = o.no_verify;

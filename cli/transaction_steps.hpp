@@ -4,6 +4,7 @@
 // verification after each step.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -15,6 +16,8 @@
 #include "cli/session.hpp"
 #include "installer/probe/verify.hpp"
 #include "installer/txn/transaction.hpp"
+#include "installer/wheel_install.hpp"
+#include "resolver/plan/plan_file.hpp"
 
 namespace cudafix::cli {
 
@@ -60,12 +63,33 @@ struct StepChecks {
                                                     const std::function<void(std::size_t)>& check,
                                                     const StepChecks& checks);
 
-// A plan document's steps staged into `t`, one journal step each; returns how many files they
-// write or delete. The wheels come from their files, or downloads checked against the plan.
-std::size_t stage_plan(const GlobalOptions& g, const resolver::Environment& env, const nlohmann::json& plan,
-                       installer::txn::Transaction& t);
+// A saved plan bound to the environment as it is now (prepare_plan): each step as parsed (its
+// label is what the prompt shows), its dist found by its dist-info folder and checked to be the
+// one it names, its wheel validated, checked against the plan's SHA-256 and the step's name and
+// version, and the step replayed on the model (resolver::replay_steps): the paths it deletes,
+// keeps and writes are what the plan lists, and it breaks nothing required. What is staged is
+// these steps, and nothing else.
+struct PreparedStep {
+  std::string label;  // "reinstall nvidia-cudnn-cu13 9.19.0.56"
+  resolver::Step step;
+  std::optional<installer::ValidatedWheel> wheel;  // install, reinstall
+};
+struct PreparedPlan {
+  std::deque<resolver::Wheel> wheels;  // what the replay simulated from (steps point into it)
+  std::vector<PreparedStep> steps;
+  [[nodiscard]] std::vector<std::string> labels() const;
+};
+// Throws Error naming `name` (the plan file) and the step or field: a plan that found no safe
+// order, a fingerprint that is not its own digest or leaves out a file a step touches, an
+// environment changed since, a step whose dist, wheel or paths are not what it says, or a step
+// the replay judges unsafe.
+[[nodiscard]] PreparedPlan prepare_plan(const GlobalOptions& g, const resolver::Environment& env,
+                                        const resolver::Knowledge& knowledge, const resolver::PlanFile& plan,
+                                        const std::string& name);
 
-// Each step as the confirmation and the verification name it: "reinstall nvidia-cudnn-cu13 9.19.0.56".
-[[nodiscard]] std::vector<std::string> step_labels(const nlohmann::json& plan);
+// A prepared plan's steps staged into `t`, one journal step each; returns how many files they
+// write or delete.
+std::size_t stage_plan(const GlobalOptions& g, const resolver::Environment& env, const PreparedPlan& plan,
+                       installer::txn::Transaction& t);
 
 }  // namespace cudafix::cli

@@ -24,9 +24,12 @@
 #include "installer/txn/changes.hpp"
 #include "installer/txn/transaction.hpp"
 #include "installer/wheel_install.hpp"
+#include "installer/wheel_source.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/state_folder.hpp"
+#include "resolver/pep/pep440.hpp"
 #include "resolver/plan/plan.hpp"
+#include "resolver/plan/plan_file.hpp"
 #include "resolver/plan/provenance.hpp"
 
 namespace cudafix::cli {
@@ -310,52 +313,35 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
 
 namespace {
 
-// A path as the plan documents write it (docs/json.md: relative to the site folder, {root, path}
-// where there are several, or absolute outside them), made absolute again.
-std::string plan_path(const r::Environment& env, const nlohmann::json& p) {
-  if (p.is_object()) {
-    for (const auto& site : env.layout.sites)
-      if (r::to_string(site.root) == p.value("root", "")) return r::join_normal(site.real, p.value("path", ""));
-    throw r::Error(fmt::format("the plan names a site folder this environment lacks: {}", p.dump()));
-  }
-  const std::string s = p.get<std::string>();
-  if (s.starts_with("/") || env.layout.sites.empty()) return s;
-  const bool folder = s.ends_with("/");
-  return r::join_normal(env.layout.sites.front().real, s) + (folder ? "/" : "");
-}
-
 // What differs between the plan's fingerprint and the environment now, one line each.
-std::vector<std::string> fingerprint_changes(const r::Environment& env, const nlohmann::json& fp) {
+std::vector<std::string> fingerprint_changes(const r::Environment& env, const r::Fingerprint& fp) {
   std::vector<std::string> out;
   std::map<std::string, std::string> now;
   for (const auto& d : env.dists)
     now[d.dir_name] = r::sha256_hex(d.record_storage ? std::string_view(d.record_storage->text) : "");
   std::set<std::string> seen;
-  for (const auto& rec : fp["records"]) {
-    const std::string dist = rec.value("dist", "");
+  for (const auto& [dist, sha] : fp.records) {
     seen.insert(dist);
     const auto it = now.find(dist);
     if (it == now.end())
       out.push_back(dist + " is gone");
-    else if (it->second != rec.value("sha256", ""))
+    else if (it->second != sha)
       out.push_back(dist + "/RECORD changed");
   }
   for (const auto& [dist, sha] : now)
     if (!seen.count(dist)) out.push_back(dist + " was installed");
-  for (const auto& f : fp["files"]) {
-    const std::string path = plan_path(env, f["path"]);
+  for (const auto& f : fp.files) {
     struct stat st {};
-    const bool exists = ::lstat(path.c_str(), &st) == 0;
-    if (exists != f.value("exists", false)) {
-      out.push_back(fmt::format("{} {}", env.display(path), exists ? "appeared" : "is gone"));
+    const bool exists = ::lstat(f.path.c_str(), &st) == 0;
+    if (exists != f.exists) {
+      out.push_back(fmt::format("{} {}", env.display(f.path), exists ? "appeared" : "is gone"));
       continue;
     }
     if (!exists) continue;
     const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    if (st.st_dev != f.value("dev", std::uint64_t{0}) || st.st_ino != f.value("ino", std::uint64_t{0}) ||
-        static_cast<std::uint64_t>(st.st_size) != f.value("size", std::uint64_t{0}) ||
-        mtime != f.value("mtime_ns", std::int64_t{0}))
-      out.push_back(env.display(path) + " was modified");
+    if (st.st_dev != f.dev || st.st_ino != f.ino || static_cast<std::uint64_t>(st.st_size) != f.size ||
+        mtime != f.mtime_ns)
+      out.push_back(env.display(f.path) + " was modified");
   }
   return out;
 }
@@ -431,12 +417,11 @@ namespace {
 
 // A plan step's wheel as a file: the one it names, or, for a wheel read by range from an index,
 // a download of it (cudafix's wheel cache first), its SHA-256 the plan's.
-std::string planned_wheel_file(const GlobalOptions& g, const r::Environment& env, const nlohmann::json& wheel,
+std::string planned_wheel_file(const GlobalOptions& g, const r::Environment& env, const r::PlanWheel& wheel,
                                std::optional<installer::source::WheelSources>& sources) {
-  if (wheel["file"].is_string()) return wheel["file"].get<std::string>();
-  const std::string url = wheel.value("url", "");
-  const std::string sha256 = wheel.value("sha256", "");
-  if (url.empty() || sha256.empty()) throw r::Error("a step's wheel has neither a file nor a URL and its SHA-256");
+  if (wheel.file) return *wheel.file;
+  if (!wheel.url || wheel.sha256.empty()) throw r::Error("a step's wheel has neither a file nor a URL and its SHA-256");
+  const std::string& url = *wheel.url;
   if (g.offline) throw r::Error(fmt::format("{} is not downloaded yet, and --offline forbids it", url));
   auto settings = wheel_source_settings(g, env, {});
   if (!sources) {
@@ -446,29 +431,169 @@ std::string planned_wheel_file(const GlobalOptions& g, const r::Environment& env
   }
   const std::string real_url = installer::source::restore_credentials(url, settings.index_urls);
   const std::string name = url.substr(url.find_last_of('/') + 1);
-  const auto got = sources->download(real_url, sha256, name.substr(0, name.find_first_of("?#")));
+  const auto got = sources->download(real_url, wheel.sha256, name.substr(0, name.find_first_of("?#")));
   if (got.file.empty()) throw r::Error(got.problem);
   return got.file;
 }
 
+bool same_version(const std::string& a, const std::string& b) {
+  const auto va = r::Version::parse(a), vb = r::Version::parse(b);
+  return va && vb ? *va == *vb : a == b;
+}
+
+// The step's dist, found in the environment by its dist-info folder, and checked to be the one
+// the step names (the prompt shows the name and version: they must be what is changed).
+std::optional<int> bound_dist(const r::Environment& env, const r::PlanStep& st, const std::string& where) {
+  const bool needs_dist = st.action != r::StepAction::install;
+  if (!st.dist) {
+    if (needs_dist)
+      throw r::Error(fmt::format("{}.dist: a {} step names the dist it changes", where, r::to_string(st.action)));
+    if (env.dist_index(r::normalize_name(st.name)))
+      throw r::Error(fmt::format("{}: installs {}, which is installed already, without naming the dist it replaces",
+                                 where, st.name));
+    return std::nullopt;
+  }
+  std::optional<int> found;
+  for (std::size_t i = 0; i < env.dists.size(); ++i)
+    if (env.dists[i].dir_name == *st.dist) found = static_cast<int>(i);
+  if (!found) throw r::Error(fmt::format("{}.dist: {} is not installed in {}", where, *st.dist, env.layout.root));
+  const auto& d = env.dists[static_cast<std::size_t>(*found)];
+  const bool same = d.normalized == r::normalize_name(st.name) && (!needs_dist || same_version(d.version, st.version));
+  if (!same)
+    throw r::Error(fmt::format("{}: says {} {} {}, but its dist {} is {}", where, r::to_string(st.action), st.name,
+                               st.version, *st.dist, r::dist_label(d)));
+  return found;
+}
+
+// The paths a step lists, made absolute and sorted, against what the replay computed now.
+void check_paths(const r::Environment& env, const std::vector<r::PlanPath>& planned, std::vector<std::string> now,
+                 const std::string& where, const std::string& label) {
+  std::vector<std::string> listed;
+  for (const auto& p : planned) listed.push_back(r::absolute_path(env, p));
+  std::sort(listed.begin(), listed.end());
+  std::sort(now.begin(), now.end());
+  if (listed == now) return;
+  const auto why = [&](const std::string& p) {
+    return r::is_within(p, env.layout.root_real) ? env.display(p) : p + " (outside the environment)";
+  };
+  for (const auto& p : listed)
+    if (!std::binary_search(now.begin(), now.end(), p))
+      throw r::Error(
+          fmt::format("{}: lists {}, which {} does not touch in this environment now", where, why(p), label));
+  for (const auto& p : now)
+    if (!std::binary_search(listed.begin(), listed.end(), p))
+      throw r::Error(fmt::format("{}: leaves out {}, which {} touches in this environment now", where, why(p), label));
+  throw r::Error(fmt::format("{}: lists a path twice", where));
+}
+
+// The plan's fingerprint with absolute paths, checked against itself: its digest, and a stamp
+// for every file a step touches (fingerprint_of's set), so that what changed since is caught.
+r::Fingerprint checked_fingerprint(const r::Environment& env, const r::PlanFile& plan, const std::string& name) {
+  r::Fingerprint fp;
+  fp.records = plan.fingerprint.records;
+  std::set<std::string> stamped;
+  for (const auto& f : plan.fingerprint.files) {
+    fp.files.push_back({r::absolute_path(env, f.path), f.exists, f.dev, f.ino, f.size, f.mtime_ns});
+    stamped.insert(fp.files.back().path);
+  }
+  fp.digest = plan.fingerprint.digest;
+  if (r::digest_of(fp) != fp.digest)
+    throw r::Error(
+        fmt::format("{}: fingerprint.digest: not the digest of the fingerprint's records and files (the "
+                    "plan was edited); make a new plan",
+                    name));
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    const auto& st = plan.steps[i];
+    for (const auto* list : {&st.deletes, &st.keeps, &st.writes})
+      for (const auto& p : *list) {
+        const std::string abs = r::absolute_path(env, p);
+        if (!abs.ends_with("/") && !stamped.count(abs))
+          throw r::Error(
+              fmt::format("{}: fingerprint.files: no stamp of {}, which steps[{}] touches (the plan was "
+                          "edited); make a new plan",
+                          name, env.display(abs), i));
+      }
+  }
+  return fp;
+}
+
 }  // namespace
 
-std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const nlohmann::json& plan,
+PreparedPlan prepare_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
+                          const r::PlanFile& plan, const std::string& name) {
+  if (!plan.ok)
+    throw r::Error(
+        fmt::format("{}: ok: false: planning found no safe order, so it cannot be carried out: {}; "
+                    "nothing was changed",
+                    name, plan.problem.value_or("(no problem given)")));
+  const auto fp = checked_fingerprint(env, plan, name);
+  if (const auto changes = fingerprint_changes(env, fp); !changes.empty())
+    throw r::Error(
+        fmt::format("the environment changed since the plan was made: {}; make a new plan", fmt::join(changes, "; ")));
+  PreparedPlan out;
+  std::optional<installer::source::WheelSources> sources;  // made when a step's wheel must be downloaded
+  std::vector<r::Step> steps;
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    const auto& st = plan.steps[i];
+    const std::string where = fmt::format("{}: steps[{}]", name, i);
+    PreparedStep p;
+    p.label = r::step_label(st);
+    r::Step step;
+    step.action = st.action;
+    step.dist = bound_dist(env, st, where).value_or(-1);
+    step.name = st.name;
+    step.version = st.version;
+    if (st.action != r::StepAction::remove) {
+      if (!st.wheel)
+        throw r::Error(fmt::format("{}: {} has no wheel (plan again with --find-links naming it)", where, p.label));
+      auto wheel = installer::validate_wheel(planned_wheel_file(g, env, *st.wheel, sources));
+      if (r::sha256_of_file(wheel.path, r::DigestForm::hex) != st.wheel->sha256)
+        throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
+      if (r::normalize_name(wheel.name) != r::normalize_name(st.name) || !same_version(wheel.version, st.version))
+        throw r::Error(fmt::format("{}.wheel: {} is {} {}, not the step's {} {}", where, wheel.path, wheel.name,
+                                   wheel.version, st.name, st.version));
+      out.wheels.push_back(installer::read_wheel(wheel.path, {}));
+      step.wheel = &out.wheels.back();
+      p.wheel = std::move(wheel);
+    }
+    steps.push_back(std::move(step));
+    out.steps.push_back(std::move(p));
+  }
+  // Each step replayed on the model of the environment now, as the planner judged it: what it
+  // deletes, keeps and writes must be what the plan lists, and nothing required may get worse.
+  auto replayed = r::replay_steps(env, knowledge, std::move(steps), plan.cuda_major, g.threads);
+  for (std::size_t i = 0; i < replayed.size(); ++i) {
+    const auto& st = plan.steps[i];
+    auto& now = replayed[i];
+    const std::string where = fmt::format("{}: steps[{}]", name, i);
+    const std::string& label = out.steps[i].label;
+    check_paths(env, st.deletes, now.deletes, where + ".deletes", label);
+    check_paths(env, st.keeps, now.keeps, where + ".keeps", label);
+    check_paths(env, st.writes, now.writes, where + ".writes", label);
+    if (!now.ok)
+      throw r::Error(fmt::format("{} ({}) is unsafe in this environment now: {}; nothing was changed", where, label,
+                                 r::describe_breaks(env, now.worse)));
+    out.steps[i].step = std::move(now);
+  }
+  return out;
+}
+
+std::vector<std::string> PreparedPlan::labels() const {
+  std::vector<std::string> said;
+  for (const auto& st : steps) said.push_back(st.label);
+  return said;
+}
+
+std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const PreparedPlan& plan,
                        tx::Transaction& t) {
   const auto& layout = writable(env);
-  std::optional<installer::source::WheelSources> sources;  // made when a step's wheel must be downloaded
   std::set<int> gone;
   std::size_t files = 0;
-  for (const auto& st : plan["steps"]) {
-    const std::string action = st.value("action", "");
-    std::optional<int> dist;
-    if (st["dist"].is_string())
-      for (std::size_t i = 0; i < env.dists.size(); ++i)
-        if (env.dists[i].dir_name == st["dist"].get<std::string>()) dist = static_cast<int>(i);
-    if (action == "remove") {
+  for (const auto& prepared : plan.steps) {
+    const r::Step& st = prepared.step;
+    if (st.action == r::StepAction::remove) {
       r::Deletion del;
-      for (const auto& p : st["deletes"]) {
-        const std::string abs = plan_path(env, p);
+      for (const auto& abs : st.deletes) {
         if (abs.ends_with("/"))
           del.dirs.push_back(abs.substr(0, abs.size() - 1));
         else
@@ -476,18 +601,12 @@ std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const 
       }
       tx::plan_removal_ops(env, del, t);
       files += del.files.size();
-      if (dist) gone.insert(*dist);
+      gone.insert(st.dist);
     } else {
-      if (st["wheel"].is_null())
-        throw r::Error(fmt::format("step {} {} has no wheel (plan again with --find-links naming it)", action,
-                                   st.value("name", "")));
-      const auto wheel = installer::validate_wheel(planned_wheel_file(g, env, st["wheel"], sources));
-      if (r::sha256_of_file(wheel.path, r::DigestForm::hex) != st["wheel"].value("sha256", ""))
-        throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
       const auto staged = installer::stage_wheel(
-          wheel, layout, t, g.threads, false,
+          *prepared.wheel, layout, t, g.threads, false,
           g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("installing"));
-      if (dist) plan_leftovers(env, *dist, staged.targets, gone, t);
+      if (st.dist >= 0) plan_leftovers(env, st.dist, staged.targets, gone, t);
       files += staged.targets.size();
     }
     t.mark_step();
@@ -495,35 +614,21 @@ std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const 
   return files;
 }
 
-std::vector<std::string> step_labels(const nlohmann::json& plan) {
-  std::vector<std::string> said;
-  for (const auto& st : plan["steps"])
-    said.push_back(st.value("action", "") + " " + st.value("name", "") + " " + st.value("version", ""));
-  return said;
-}
-
 int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostream& out) {
-  const auto text = r::try_read_file(o.plan);
-  if (!text) throw r::Error(fmt::format("{}: cannot read the plan", o.plan));
-  const auto plan = nlohmann::json::parse(*text, nullptr, false);
-  if (!plan.is_object() || plan.value("command", "") != "plan fix" || !plan.contains("steps"))
-    throw r::Error(fmt::format("{} is not a plan document (write one with `cudafix plan fix -o PLAN.json`)", o.plan));
-  if (!plan.value("ok", false))
-    throw r::Error(fmt::format("{} is a plan that found no safe order: {}", o.plan, plan.value("problem", "")));
+  // Parsed whole before the environment is even located: one typed value from here on.
+  const r::PlanFile plan = r::parse_plan_file(r::read_plan_file(o.plan), o.plan);
   Located located = locate(options, Access::write);
   const GlobalOptions g = with_configured_sources(options, located.config);
   const Retention keep = retention(located);
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const auto& layout = writable(env);
-  if (const auto changes = fingerprint_changes(env, plan["fingerprint"]); !changes.empty())
-    throw r::Error(
-        fmt::format("the environment changed since the plan was made: {}; make a new plan", fmt::join(changes, "; ")));
-  const auto said = step_labels(plan);
+  const PreparedPlan prepared = prepare_plan(g, env, knowledge, plan, o.plan);
+  const auto said = prepared.labels();
   confirm(g, fmt::format("apply {} steps: {}", said.size(), fmt::join(said, ", ")));
 
   tx::Transaction t(layout.root_real, "apply " + o.plan);
-  const std::size_t files = stage_plan(g, env, plan, t);
+  const std::size_t files = stage_plan(g, env, prepared, t);
   StepChecks checks;
   checks.skip = o.no_verify;
   const auto check = step_verifier(g, layout, knowledge, said, checks);

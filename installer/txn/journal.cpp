@@ -15,6 +15,16 @@ namespace {
 
 std::string checksum(std::string_view json) { return resolver::sha256_hex(json).substr(0, 16); }
 
+// An integer field. nlohmann's value() casts a float to T, undefined past T's range
+// ("time":1e300, found by fuzz_journal); get_ref throws type_error for a number of another kind.
+template <typename T>
+T integer_or(const nlohmann::json& j, const char* key, T otherwise) {
+  const auto it = j.find(key);
+  if (it == j.end()) return otherwise;
+  if (it->is_number_unsigned()) return static_cast<T>(it->get_ref<const nlohmann::json::number_unsigned_t&>());
+  return static_cast<T>(it->get_ref<const nlohmann::json::number_integer_t&>());
+}
+
 // An op record; none for an op kind this version does not know.
 std::optional<Op> op_of(const nlohmann::json& j) {
   Op op;
@@ -31,7 +41,7 @@ std::optional<Op> op_of(const nlohmann::json& j) {
   op.from = j.value("from", "");
   op.to = j.value("to", "");
   op.path = j.value("path", "");
-  op.mode = j.value("mode", 0755u);
+  op.mode = integer_or(j, "mode", 0755u);
   return op;
 }
 
@@ -42,7 +52,7 @@ bool take_record(const nlohmann::json& j, JournalRead& out, bool& begun) {
   if (record == "begin") {
     begun = true;
     out.id = j.value("id", "");
-    out.time = j.value("time", std::int64_t{0});
+    out.time = integer_or(j, "time", std::int64_t{0});
     out.command = j.value("command", "");
     out.root = j.value("root", "");
   } else if (record == "op") {

@@ -372,12 +372,6 @@ std::vector<std::string> short_of_desired(const Environment& before, const Envir
   return out;
 }
 
-std::string describe_breaks(const Environment& env, const std::vector<Break>& worse) {
-  std::vector<std::string> parts;
-  for (const auto& b : worse) parts.push_back(fmt::format("{} {}: {}", env.display(b.consumer), b.soname, b.why));
-  return fmt::format("{}", fmt::join(parts, "; "));
-}
-
 // The smallest set of steps no order carries out together, each with what it breaks when it
 // comes last after the largest safe set of steps that can go before it.
 std::vector<Step> conflicting_steps(const std::vector<Step>& candidates, const OrderSearch& search,
@@ -426,6 +420,12 @@ std::string no_order_problem(const Environment& env, const OrderSearch& search, 
 }
 
 }  // namespace
+
+std::string describe_breaks(const Environment& env, const std::vector<Break>& worse) {
+  std::vector<std::string> parts;
+  for (const auto& b : worse) parts.push_back(fmt::format("{} {}: {}", env.display(b.consumer), b.soname, b.why));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
 
 FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& options) {
   FixPlan plan;
@@ -605,9 +605,6 @@ Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan) {
     touched.insert(st.keeps.begin(), st.keeps.end());
     touched.insert(st.writes.begin(), st.writes.end());
   }
-  // The digest: every field above, each ended by a NUL.
-  std::string all;
-  for (const auto& [dist, digest] : fp.records) all += dist + '\0' + digest + '\0';
   for (const auto& p : touched) {
     FileStamp f;
     f.path = p;
@@ -619,11 +616,33 @@ Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan) {
       f.size = static_cast<std::uint64_t>(st.st_size);
       f.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     }
-    all += fmt::format("{}|{}|{}|{}|{}|{}", f.path, f.exists, f.dev, f.ino, f.size, f.mtime_ns) + '\0';
     fp.files.push_back(std::move(f));
   }
-  fp.digest = sha256_hex(all);
+  fp.digest = digest_of(fp);
   return fp;
+}
+
+std::string digest_of(const Fingerprint& fp) {
+  std::string all;
+  for (const auto& [dist, digest] : fp.records) all += dist + '\0' + digest + '\0';
+  for (const auto& f : fp.files)
+    all += fmt::format("{}|{}|{}|{}|{}|{}", f.path, f.exists, f.dev, f.ino, f.size, f.mtime_ns) + '\0';
+  return sha256_hex(all);
+}
+
+std::vector<Step> replay_steps(const Environment& env, const Knowledge& k, std::vector<Step> steps,
+                               std::optional<int> target, unsigned threads) {
+  State state;
+  for (auto& st : steps) {
+    st.deletes.clear();
+    st.keeps.clear();
+    st.writes.clear();
+    apply(env, k, st, state);
+    const Environment after = simulate(env, state.what_if, threads);
+    st.worse = worse_resolutions(env, after, k, target);
+    st.ok = st.worse.empty();
+  }
+  return steps;
 }
 
 }  // namespace cudafix::resolver::inline plan

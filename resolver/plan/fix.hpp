@@ -75,12 +75,23 @@ struct FixPlan {
   std::vector<Step> steps;  // in order
   std::vector<Need> needs;
   std::vector<std::string> remaining;  // what still differs from the desired state after the plan
-  std::vector<Step> conflict;  // no safe order: the smallest set of steps no order carries out together
+  std::vector<Step> conflict;          // no safe order: the smallest set of steps no order carries out together
   std::string problem;                 // non-empty: no plan (consumers disagree, no safe order)
   [[nodiscard]] bool ok() const { return problem.empty(); }
 };
 
 [[nodiscard]] FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& options);
+
+// Steps carried out again on the model of `env` as it is now, in their order, exactly as
+// plan_fix judges them: each step's deletes, keeps and writes computed afresh, and its `ok` and
+// `worse` from the simulation of it after every step before it. `apply` replays a saved plan
+// this way before it writes anything: each step names its dist by index, and an install or
+// reinstall its wheel by the Wheel read from the very file it will install.
+[[nodiscard]] std::vector<Step> replay_steps(const Environment& env, const Knowledge& k, std::vector<Step> steps,
+                                             std::optional<int> target, unsigned threads = 0);
+
+// What a step's breaks are, one clause each: "torch/lib/libtorch_cuda.so libcudnn.so.9: ...".
+[[nodiscard]] std::string describe_breaks(const Environment& env, const std::vector<Break>& worse);
 
 // What `apply` checks before it changes anything: the dist-info set, each RECORD's bytes, and
 // the identity of every file the plan touches.
@@ -96,5 +107,7 @@ struct Fingerprint {
   std::string digest;                                        // SHA-256 over all of the above
 };
 [[nodiscard]] Fingerprint fingerprint_of(const Environment& env, const FixPlan& plan);
+// The digest of `fp`'s records and files (SHA-256 over each field, each ended by a NUL).
+[[nodiscard]] std::string digest_of(const Fingerprint& fp);
 
 }  // namespace cudafix::resolver::inline plan

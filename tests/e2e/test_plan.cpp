@@ -6,13 +6,18 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "resolver/base/text.hpp"
 #include "resolver/elf/elf_writer.hpp"
+#include "resolver/plan/fix.hpp"
+#include "resolver/plan/provenance.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 
@@ -898,6 +903,257 @@ TEST_F(HybridCuda12Torch, FixRemovesTheCuda13StackKeepingEveryByteTheCuda12OneNe
   const auto again = run("fix -y --no-verify --find-links " + shell_quote(links_), venv);
   EXPECT_EQ(again.exit_code, 0);
   EXPECT_EQ(again.doc["changed"], false) << again.out;
+}
+
+}  // namespace
+}  // namespace cudafix
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::shell_quote;
+using test::TempDir;
+using ::testing::HasSubstr;
+
+// A saved plan edited by hand, or by anything that can write the file: `apply` parses it
+// strictly (resolver/plan/plan_file.hpp) and replays every step on the environment as it is now
+// before it writes anything. Each edit is refused with the field named, no signal, the venv hash
+// for hash as before and nothing outside it touched.
+class ApplyHostilePlan : public HybridCuda12Torch {
+ protected:
+  struct Refused {
+    int exit_code = -1;
+    std::string error;
+  };
+
+  // A copy of the venv and its plan, `edit`ed, then applied with -y.
+  Refused apply_edited(const std::function<void(json&, const std::string& venv)>& edit) {
+    venv_copy_ = copy(t_);
+    plan_file_ = t_.path() + "/plan.json";
+    const auto plan =
+        run("plan fix --find-links " + shell_quote(links_) + " -o " + shell_quote(plan_file_), venv_copy_);
+    EXPECT_EQ(plan.exit_code, 0) << plan.out.substr(0, 2000);
+    json doc = json::parse(resolver::read_file(plan_file_));
+    EXPECT_GE(doc["steps"].size(), 2u) << doc["steps"].dump(1);
+    edit(doc, venv_copy_);
+    test::write_file(plan_file_, doc.dump());
+    return apply_file();
+  }
+  Refused apply_file() {
+    const std::string before = test::tree_of(venv_copy_);
+    const auto r = run("apply " + shell_quote(plan_file_) + " -y --no-verify", venv_copy_);
+    EXPECT_LT(r.exit_code, 128) << "killed by a signal";
+    const std::string after = test::tree_of(venv_copy_);
+    EXPECT_TRUE(after == before) << "the venv changed:\n" << test::tree_diff(before, after);
+    EXPECT_EQ(canaries_.changes(), "");
+    return {r.exit_code, r.doc.value("error", r.out)};
+  }
+
+  // What an attacker who read the format does after editing the steps: every path they list
+  // stamped afresh and the digest recomputed, so that only apply's replay stands between the
+  // edit and the disk.
+  static void restamp(json& doc, const std::string& venv) {
+    const std::string site = test::site_packages(venv);
+    std::set<std::string> touched;
+    for (const auto& st : doc["steps"])
+      for (const char* list : {"deletes", "keeps", "writes"})
+        for (const auto& p : st[list]) {
+          const std::string s = p.get<std::string>();
+          if (!s.ends_with("/")) touched.insert(s.starts_with("/") ? s : site + "/" + s);
+        }
+    resolver::Fingerprint fp;
+    for (const auto& r : doc["fingerprint"]["records"]) fp.records.emplace_back(r["dist"], r["sha256"]);
+    json files = json::array();
+    for (const auto& p : touched) {
+      resolver::FileStamp f;
+      f.path = p;
+      struct stat st {};
+      if (::lstat(p.c_str(), &st) == 0) {
+        f.exists = true;
+        f.dev = st.st_dev;
+        f.ino = st.st_ino;
+        f.size = static_cast<std::uint64_t>(st.st_size);
+        f.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+      }
+      files.push_back({{"path", p.starts_with(site + "/") ? p.substr(site.size() + 1) : p},
+                       {"exists", f.exists},
+                       {"dev", f.dev},
+                       {"ino", f.ino},
+                       {"size", f.size},
+                       {"mtime_ns", f.mtime_ns}});
+      fp.files.push_back(f);
+    }
+    doc["fingerprint"]["files"] = files;
+    doc["fingerprint"]["digest"] = resolver::digest_of(fp);
+  }
+  static json& first_removal(json& doc) {
+    for (auto& st : doc["steps"])
+      if (st["action"] == "remove") return st;
+    ADD_FAILURE() << "no removal in " << doc["steps"].dump(1);
+    return doc["steps"][0];
+  }
+  static std::string index_of(const json& doc, const json& step) {
+    for (std::size_t i = 0; i < doc["steps"].size(); ++i)
+      if (&doc["steps"][i] == &step) return std::to_string(i);
+    return "?";
+  }
+
+  TempDir t_;
+  test::Canaries canaries_{t_.path() + "/outside"};
+  std::string venv_copy_, plan_file_;
+};
+
+// The case: a step's dist changed to another one while its name and version, which the
+// prompt shows, stay. Before, the prompt said "remove nvidia-cudnn-cu13 9.19.0.56" and torch went.
+TEST_F(ApplyHostilePlan, AStepWhoseDistWasChangedIsRefusedBeforeItsPromptAndNothingMoves) {
+  std::string at;
+  const auto r = apply_edited([&](json& doc, const std::string& venv) {
+    json& st = first_removal(doc);
+    at = index_of(doc, st);
+    st["dist"] = "torch-2.7.1+cu128.dist-info";
+    st["deletes"] = {"torch-2.7.1+cu128.dist-info/", "torch/lib/libtorch_cuda.so", "torch/_C.so"};
+    restamp(doc, venv);
+  });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: steps[" + at + "]: says remove "));
+  EXPECT_THAT(r.error, HasSubstr("but its dist torch-2.7.1+cu128.dist-info is torch 2.7.1+cu128"));
+  EXPECT_TRUE(fs::exists(test::site_packages(venv_copy_) + "/torch/lib/libtorch_cuda.so"));
+}
+
+TEST_F(ApplyHostilePlan, AStepWhoseDeletesWereChangedIsRefusedNamingThePath) {
+  std::string at;
+  const auto r = apply_edited([&](json& doc, const std::string& venv) {
+    json& st = first_removal(doc);
+    at = index_of(doc, st);
+    st["deletes"].push_back("torch/lib/libtorch_cuda.so");
+    restamp(doc, venv);
+  });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error,
+              HasSubstr("plan.json: steps[" + at + "].deletes: lists torch/lib/libtorch_cuda.so, which remove"));
+}
+
+TEST_F(ApplyHostilePlan, AStepNamingAPathOrADistOutsideTheVenvIsRefused) {
+  std::string at;
+  auto r = apply_edited([&](json& doc, const std::string& venv) {
+    json& st = first_removal(doc);
+    at = index_of(doc, st);
+    st["deletes"].push_back(canaries_.dir() + "/canary.txt");
+    st["deletes"].push_back(canaries_.dir() + "/folder/");
+    restamp(doc, venv);
+  });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("steps[" + at + "].deletes: lists " + canaries_.dir() +
+                                 "/canary.txt (outside the environment)"));
+  // A dist named by a path that climbs out.
+  json doc = json::parse(resolver::read_file(plan_file_));
+  first_removal(doc)["dist"] = "../../../outside/folder";
+  test::write_file(plan_file_, doc.dump());
+  r = apply_file();
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("steps[" + at + "].dist: ../../../outside/folder is not installed in"));
+}
+
+// A step that is exactly what removing its dist deletes, fingerprinted as the planner would,
+// but that breaks what torch needs: the replay's simulation judges it and apply refuses it.
+TEST_F(ApplyHostilePlan, AStepTheReplayJudgesUnsafeIsRefusedNamingWhatItBreaks) {
+  const auto r = apply_edited([&](json& doc, const std::string& venv) {
+    const auto removal = run("plan remove nvidia-cuda-runtime-cu12", venv);
+    json st = doc["steps"][1];
+    st["dist"] = "nvidia_cuda_runtime_cu12-12.8.90.dist-info";
+    st["name"] = "nvidia-cuda-runtime-cu12";
+    st["version"] = "12.8.90";
+    st["deletes"] = removal.doc["cudafix_would_delete"];
+    st["keeps"] = removal.doc["cudafix_keeps"];
+    doc["steps"].insert(doc["steps"].begin(), st);
+    restamp(doc, venv);
+  });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(
+      r.error,
+      HasSubstr("plan.json: steps[0] (remove nvidia-cuda-runtime-cu12 12.8.90) is unsafe in this environment now: "));
+  EXPECT_THAT(r.error, HasSubstr("libcudart.so.12"));
+}
+
+// A reinstall's wheel swapped for another project's, its SHA-256 made to match: the wheel must be
+// the project and version the step (and the prompt) names.
+TEST_F(ApplyHostilePlan, AStepWhoseWheelIsAnotherProjectsIsRefused) {
+  const auto r = apply_edited([&](json& doc, const std::string&) {
+    json& wheel = doc["steps"][0]["wheel"];
+    wheel["file"] = wheels_.at("torch");
+    wheel["sha256"] = resolver::sha256_of_file(wheels_.at("torch"), resolver::DigestForm::hex);
+  });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: steps[0].wheel: " + wheels_.at("torch") +
+                                 " is torch 2.7.1+cu128, not the step's nvidia-cudnn-cu12 9.10.2.21"));
+}
+
+TEST_F(ApplyHostilePlan, ASchemaOtherThanOneIsRefusedSayingWhichThisVersionReads) {
+  const auto r = apply_edited([](json& doc, const std::string&) { doc["schema"] = 2; });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: schema: schema 2 is not one this version of cudafix reads (it reads "
+                                 "schema 1 only)"));
+}
+
+TEST_F(ApplyHostilePlan, APlanWithoutItsFingerprintIsRefusedByName) {
+  const auto r = apply_edited([](json& doc, const std::string&) { doc.erase("fingerprint"); });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: fingerprint: required field missing"));
+  EXPECT_THAT(r.error, ::testing::Not(HasSubstr("json.exception")));
+}
+
+TEST_F(ApplyHostilePlan, AnEditedFingerprintIsRefused) {
+  auto r = apply_edited([](json& doc, const std::string&) { doc["fingerprint"]["files"].erase(0); });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: fingerprint.digest: not the digest of the fingerprint's records"));
+}
+
+TEST_F(ApplyHostilePlan, APlanThatPlanningSaidCannotBeCarriedOutIsRefused) {
+  const auto r = apply_edited([](json& doc, const std::string&) {
+    doc["ok"] = false;
+    doc["problem"] = "no safe order: no order can carry out remove nvidia-cublas";
+  });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: ok: false: planning found no safe order, so it cannot be carried out: "
+                                 "no safe order: no order can carry out remove nvidia-cublas"));
+}
+
+TEST_F(ApplyHostilePlan, AFieldOfTheWrongTypeIsRefusedByItsPath) {
+  auto r = apply_edited([](json& doc, const std::string&) { doc["steps"][1]["action"] = 7; });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: steps[1].action: expected a string, got number"));
+  json doc = json::parse(resolver::read_file(plan_file_));
+  doc["steps"][1]["action"] = "remove";
+  doc["steps"][0]["wheel"]["sha256"] = json::array();
+  test::write_file(plan_file_, doc.dump());
+  r = apply_file();
+  EXPECT_THAT(r.error, HasSubstr("plan.json: steps[0].wheel.sha256: expected a string, got array"));
+  doc["steps"][0]["wheel"]["sha256"] = std::string(64, '0');
+  doc["fingerprint"]["files"][0]["ino"] = "12";
+  test::write_file(plan_file_, doc.dump());
+  r = apply_file();
+  EXPECT_THAT(r.error, HasSubstr("plan.json: fingerprint.files[0].ino: expected an unsigned integer, got string"));
+}
+
+TEST_F(ApplyHostilePlan, AnUnknownFieldIsNamedAndRefused) {
+  const auto r = apply_edited([](json& doc, const std::string&) { doc["steps"][1]["force"] = true; });
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: steps[1].force: unknown field"));
+}
+
+TEST_F(ApplyHostilePlan, AHugeOrDeeplyNestedFileIsRefusedWithoutACrash) {
+  venv_copy_ = copy(t_);
+  plan_file_ = t_.path() + "/plan.json";
+  test::write_file(plan_file_, std::string(100000, '['));
+  auto r = apply_file();
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: nested deeper than 32 levels"));
+  test::write_file(plan_file_, "{\"schema\":1,\"why\":\"" + std::string(17 << 20, 'x') + "\"}");
+  r = apply_file();
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.error, HasSubstr("plan.json: larger than a plan document may be (16777216 bytes)"));
 }
 
 }  // namespace

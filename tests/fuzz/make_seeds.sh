@@ -2,7 +2,7 @@
 # Seeds for the fuzz targets, from real inputs: make_seeds.sh FIXTURES OUT
 set -euo pipefail
 FIX=$1 OUT=$2
-mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index,remote_wheel,zip}
+mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index,remote_wheel,zip,plan,journal}
 cp /etc/ld.so.cache "$OUT/ld_cache/host" 2>/dev/null || true
 i=0
 for f in $(find "$FIX" -name '*.so*' -type f | head -20); do cp "$f" "$OUT/elf/$((i++))"; done
@@ -69,3 +69,35 @@ for how in stored deflate; do
   rm "$w"
 done
 { printf '\1'; tail -c +2 "$OUT/remote_wheel/stored"; } >"$OUT/remote_wheel/no-range"
+# A plan document of every shape resolver/plan/plan_file.hpp reads, and journals as
+# installer/txn/journal.hpp writes them (after fuzz_journal's first byte: 0, the file as it is;
+# 1, lines the target checksums itself).
+python3 - "$OUT/plan" "$OUT/journal" <<'PY'
+import hashlib, json, sys
+brk = {"consumer": "torch/lib/libtorch_cuda.so", "consumer_dist": "torch-2.11.0.dist-info", "soname": "libcudnn.so.9",
+       "kind": "needed", "before": "nvidia/cudnn/lib/libcudnn.so.9", "after": None, "after_version": None, "why": "w"}
+wheel = {"file": "/w/x-1.0-py3-none-any.whl", "sha256": "a" * 64, "source": "/w", "url": None,
+         "objects": [{"path": "x/libx.so", "soname": "libx.so", "needed": ["libc.so.6"], "rpath": None, "runpath": "$ORIGIN"}],
+         "read": {"bytes": 10, "of": 20}}
+step = {"action": "reinstall", "dist": "x-1.0.dist-info", "name": "x", "version": "1.0", "wheel": wheel, "why": "w",
+        "simulated": True, "deletes": ["x-1.0.dist-info/", {"root": "platlib", "path": "x/a.py"}], "keeps": [],
+        "writes": ["x/libx.so"], "after_step": {"ok": True, "worse": [brk]}, "lossy": True}
+plan = {"schema": 1, "command": "plan fix", "venv": "/v", "ok": True, "problem": None,
+        "fingerprint": {"digest": "0" * 64, "records": [{"dist": "x-1.0.dist-info", "sha256": "1" * 64}],
+                        "files": [{"path": "x/libx.so", "exists": True, "dev": 2049, "ino": 12, "size": 100,
+                                   "mtime_ns": 1700000000000000000}]},
+        "target": {"cuda_major": 12, "given": False, "evidence": [{"dist": None, "cuda_major": 12, "why": "w"}]},
+        "steps": [step, dict(step, action="remove", wheel=None)],
+        "needs": [{"name": "n", "version": "1", "tags": ["py3-none-any"], "why": "w"}], "remaining": ["r"],
+        "conflict": [{"action": "remove", "name": "n", "version": "1", "why": "w", "worse": [brk]}], "source_problems": []}
+open(sys.argv[1] + "/1", "w").write(json.dumps(plan))
+records = [{"record": "begin", "id": "20260101T000000Z-1", "time": 1700000000, "command": "remove x", "root": "/v"},
+           {"record": "op", "n": 0, "op": "move", "from": "/v/a", "to": "/v/.cudafix/tx/1/old/a"},
+           {"record": "op", "n": 1, "op": "rmdir", "path": "/v/d", "mode": 493},
+           {"record": "op", "n": 2, "op": "mkdir", "path": "/v/e", "mode": 493},
+           {"record": "intent_end", "ops": 3}, {"record": "commit"}, {"record": "rolled_back_by", "id": "2"}]
+lines = [json.dumps(r, separators=(",", ":")) for r in records]
+def line(t): return hashlib.sha256(t.encode()).hexdigest()[:16] + " " + t + "\n"
+open(sys.argv[2] + "/1", "w").write("\0" + "".join(line(t) for t in lines))
+open(sys.argv[2] + "/2", "w").write("\1" + "".join(t + "\n" for t in lines[:4]) + '{"record":"aborted","why":"x"}\n')
+PY

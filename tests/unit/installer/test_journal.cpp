@@ -100,6 +100,16 @@ TEST(Journal, AFieldOfTheWrongTypeIsUnreadableNotACrash) {
   EXPECT_THAT(j.unreadable, HasSubstr("line 2: a field of the wrong type"));
 }
 
+// A number past the field's range was cast by nlohmann (undefined behaviour, UBSan's report in
+// fuzz_journal): it is a field of the wrong type, as a string there is.
+TEST(Journal, ANumberThatIsNotAnIntegerIsAFieldOfTheWrongType) {
+  auto j = read({k_begin, R"({"record":"op","n":0,"op":"mkdir","path":"/v/d","mode":1e300})"});
+  EXPECT_TRUE(j.ops.empty());
+  EXPECT_THAT(j.unreadable, HasSubstr("line 2: a field of the wrong type"));
+  j = read({R"({"record":"begin","id":"x","time":-1e300})"});
+  EXPECT_THAT(j.unreadable, HasSubstr("line 1: a field of the wrong type"));
+}
+
 TEST(Journal, AJournalWithoutItsBeginRecordIsAnError) {
   try {
     (void)read({k_op1});
