@@ -380,7 +380,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
   const auto make_parent = [&](const std::string& p) {
     const std::string parent = r::parent_dir(p);
     std::lock_guard<std::mutex> lock(folders_mutex);
-    if (folders.insert(parent).second) fs::create_directories(parent);
+    if (folders.insert(parent).second) txn::make_dirs(parent);
   };
   // Largest first, so the threads finish together.
   std::vector<std::size_t> order(w.members.size());
@@ -398,8 +398,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     s.executable = m.executable;
     make_parent(s.staged);
     // O_EXCL: two members never share a staged file (check_targets refused that already).
-    const int fd = ::open(s.staged.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, s.executable ? 0755 : 0644);
-    if (fd < 0) throw r::Error(fmt::format("{}: {}", s.staged, std::strerror(errno)));
+    const int fd = txn::open_file(s.staged, O_RDWR | O_CREAT | O_EXCL, s.executable ? 0755 : 0644);
     // RECORD's digest of the wheel's bytes where it is not SHA-256, the digest the new RECORD gives.
     std::optional<r::DigestStream> wheel_digest;
     if (m.record_algorithm != "sha256") wheel_digest.emplace(m.record_algorithm);
@@ -470,7 +469,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     s.target = target;
     s.staged = staged_path(target);
     make_parent(s.staged);
-    ::unlink(s.staged.c_str());
+    txn::remove_file(s.staged);
     txn::append_synced(s.staged, text);
     if (executable) ::chmod(s.staged.c_str(), 0755);
     s.hash = r::sha256_of_file(s.staged);
@@ -495,7 +494,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     s.target = info + "/RECORD";
     s.staged = staged_path(s.target);
     make_parent(s.staged);
-    ::unlink(s.staged.c_str());
+    txn::remove_file(s.staged);
     txn::append_synced(s.staged, record);
     staged.push_back(std::move(s));
   }

@@ -24,11 +24,10 @@ namespace r = cudafix::resolver;
 
 namespace {
 
-constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
-constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
+constexpr std::size_t k_local_slack = 1024;         // a local header's extra field beyond the central one's
+constexpr std::uint64_t k_max_dynamic = 1 << 20;    // a larger PT_DYNAMIC is read from the object's start
 constexpr std::uint64_t k_max_central = 256 << 20;  // a central directory read by range (torch's: 1.5 MB)
 
-std::uint16_t u16(const unsigned char* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
 std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24); }
 std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p + 4)} << 32); }
 const unsigned char* bytes_of(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
@@ -374,7 +373,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const Member* m : wanted) {
     const std::uint64_t length = m->compressed <= k_whole_member ? m->compressed : k_head;
-    ranges.emplace_back(m->header, std::min(out.size - 1, m->header + 30 + m->entry.raw_name.size() + k_local_slack + length));
+    ranges.emplace_back(m->header,
+                        std::min(out.size - 1, m->header + 30 + m->entry.raw_name.size() + k_local_slack + length));
   }
   const Known end_of_file{out.size - tail.size(), tail};
   auto heads = fetch(http, url, ranges, end_of_file);

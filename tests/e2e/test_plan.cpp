@@ -427,9 +427,9 @@ TEST_F(PlanFix, AfterARealPipUninstallTheMetadataOnlyProviderIsReinstalledFromTh
   EXPECT_FALSE(without.doc["needs"][0]["tags"].empty());
 }
 
-// libarchive is loaded only when a wheel is read; one that cannot be used makes each wheel a
-// warning that says why, and the plan goes on as if no wheel were at hand.
-TEST_F(PlanFix, WithoutAUsableLibarchiveEachWheelIsAWarningAndThePlanSaysWhatItNeeds) {
+// Wheels are read by cudafix's own zip reader: a libarchive that cannot be used (it is loaded
+// only to write wheels) changes nothing in planning, and the wheel at hand is planned from.
+TEST_F(PlanFix, WithoutAUsableLibarchiveTheWheelsAreStillReadAndPlannedFrom) {
   TempDir t;
   const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});
   ASSERT_EQ(test::venv_pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
@@ -439,13 +439,13 @@ TEST_F(PlanFix, WithoutAUsableLibarchiveEachWheelIsAWarningAndThePlanSaysWhatItN
       "plan fix --venv " + shell_quote(dir) + k_no_cache + " --ld-library-path '' --find-links " + shell_quote(links_);
   const auto warnings =
       test::run_shell("env -u VIRTUAL_ENV " + env + " " + shell_quote(test::k_bin) + " " + args + " 2>&1 >/dev/null");
-  EXPECT_THAT(warnings.out,
-              HasSubstr(wheels_.at("cudnn12") + ": cannot read wheels: libarchive.so.13 has no archive_read_new"));
+  EXPECT_THAT(warnings.out, Not(HasSubstr("libarchive")));
   const auto p = test::cudafix_json(args, env);
   EXPECT_EQ(p.exit_code, 0) << p.out;
   EXPECT_EQ(actions(p.doc), std::vector<std::string>({"reinstall nvidia-cudnn-cu12"}));
-  ASSERT_EQ(p.doc["needs"].size(), 1u) << p.doc.dump(1);
-  EXPECT_EQ(p.doc["needs"][0]["name"], "nvidia-cudnn-cu12");
+  EXPECT_TRUE(p.doc["needs"].empty()) << p.doc.dump(1);
+  ASSERT_TRUE(p.doc["steps"][0]["wheel"].is_object()) << p.doc.dump(1);
+  EXPECT_EQ(p.doc["steps"][0]["wheel"]["file"], wheels_.at("cudnn12"));
 }
 
 TEST_F(PlanFix, AnUnusedCuda12CublasBesideACuda13ConsumerIsRemoved) {
