@@ -19,6 +19,14 @@ int landlock_abi() {
   return v < 0 ? 0 : static_cast<int>(v);
 }
 
+constexpr std::uint64_t truncate_right() {
+#ifdef LANDLOCK_ACCESS_FS_TRUNCATE
+  return LANDLOCK_ACCESS_FS_TRUNCATE;
+#else
+  return 0;
+#endif
+}
+
 std::uint64_t write_rights(int abi) {
   std::uint64_t rights = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
                          LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
@@ -74,6 +82,10 @@ Fence fence_writes_beneath(const std::vector<std::string>& folders) {
     (void)allow(ruleset, device, LANDLOCK_ACCESS_FS_WRITE_FILE);
   for (int i = 0; i < 64; ++i) (void)allow(ruleset, fmt::format("/dev/nvidia{}", i), LANDLOCK_ACCESS_FS_WRITE_FILE);
   (void)allow(ruleset, "/dev/nvidia-caps", LANDLOCK_ACCESS_FS_WRITE_FILE);
+  // cuInit writes (fopen "w": write and truncate) a file of its own process under /proc/<pid>,
+  // the probe's, which does not exist yet: without this it fails with 304
+  // (CUDA_ERROR_OPERATING_SYSTEM), as the GPU machine showed. /proc holds no file of an environment.
+  (void)allow(ruleset, "/proc", rights & (LANDLOCK_ACCESS_FS_WRITE_FILE | truncate_right()));
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0) {
     f.why = fmt::format("landlock_restrict_self: {}", std::strerror(errno));
     ::close(ruleset);
