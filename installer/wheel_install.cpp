@@ -25,6 +25,7 @@
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/dist_info.hpp"
+#include "resolver/env/state_folder.hpp"
 #include "resolver/pep/pep440.hpp"
 #include "resolver/pep/wheel_name.hpp"
 #include "resolver/plan/provenance.hpp"
@@ -157,14 +158,7 @@ std::string bad_script_name(std::string_view name) {
 
 // Why a target (relative to the environment's root) is refused, or empty: cudafix's own state,
 // the files that make the folder an environment, and its interpreter are never a wheel's to write.
-std::string protected_target(std::string_view rel) {
-  if (rel == ".cudafix" || rel.starts_with(".cudafix/")) return "cudafix's own state (.cudafix/)";
-  if (rel == "cudafix.toml") return "cudafix's settings (cudafix.toml)";
-  if (rel == "pyvenv.cfg") return "the environment's pyvenv.cfg";
-  if (rel == ".lock") return "the environment's lock (.lock)";
-  if (rel.starts_with("bin/python")) return "the environment's interpreter (bin/python*)";
-  return "";
-}
+std::string protected_target(std::string_view rel) { return r::protected_file(rel); }
 
 // A member's bytes written to `fd` whole: inflated by libdeflate straight into the file mapped
 // for writing (its size is known, so no streaming and no copy), CRC checked by the reader;

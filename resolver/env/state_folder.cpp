@@ -48,9 +48,14 @@ bool is_transaction_id(std::string_view id) {
   return all_digits(id, 20, dash - 20) && all_digits(id, dash + 1, id.size() - dash - 1);
 }
 
-bool is_protected_path(std::string_view rel) {
-  return rel == ".cudafix" || rel.starts_with(".cudafix/") || rel == "cudafix.toml" || rel == "pyvenv.cfg" ||
-         rel == ".lock";
+std::string protected_file(std::string_view rel) {
+  if (rel == ".cudafix" || rel.starts_with(".cudafix/")) return "cudafix's own state (.cudafix/)";
+  if (rel == "cudafix.toml") return "cudafix's settings (cudafix.toml)";
+  if (rel == ".lock") return "the environment's lock (.lock)";
+  if (rel == "pyvenv.cfg") return "the venv's pyvenv.cfg";
+  if (rel.starts_with("bin/python") && rel.find('/', 4) == std::string_view::npos)
+    return fmt::format("the environment's interpreter ({})", rel);
+  return {};
 }
 
 std::string state_folder_problem(const std::string& root) {

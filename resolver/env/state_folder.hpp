@@ -19,9 +19,12 @@ namespace cudafix::resolver::inline env {
 
 [[nodiscard]] bool is_transaction_id(std::string_view id);
 
-// The files of an environment no wheel may write and no RECORD may list: cudafix's state, its
-// configuration, the venv's pyvenv.cfg and lock. `rel` is relative to the root, normalised.
-[[nodiscard]] bool is_protected_path(std::string_view rel);
+// The files of an environment no wheel may write, no RECORD may list and no journal may name:
+// cudafix's state, its settings, the venv's pyvenv.cfg, its lock and its interpreter. `rel` is
+// relative to the root, normalised. What the file is ("the venv's pyvenv.cfg"), or "" when it
+// is none of them: the one list the installer, the removal and the journal's checks share.
+[[nodiscard]] std::string protected_file(std::string_view rel);
+[[nodiscard]] inline bool is_protected_path(std::string_view rel) { return !protected_file(rel).empty(); }
 
 // Why <root>/.cudafix cannot be trusted ("" when it can, or is absent): it or tx/ is not a real
 // folder, belongs to another user (neither this one nor root), or others may write it.

@@ -1,5 +1,7 @@
 #include "resolver/plan/uninstall.hpp"
 
+#include "resolver/env/state_folder.hpp"
+
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -107,13 +109,7 @@ class ProtectedPaths {
       if (path == s) return fmt::format("is {}/, a scheme folder", relative_to(s, root_));
       if (is_within(s, path)) return fmt::format("holds the scheme folder {}/", relative_to(s, root_));
     }
-    const std::string rel = relative_to(path, root_);
-    if (rel == ".cudafix" || rel.starts_with(".cudafix/")) return std::string("is cudafix's own state (.cudafix/)");
-    if (rel == "cudafix.toml") return std::string("is cudafix's configuration (cudafix.toml)");
-    if (rel == ".lock") return std::string("is the environment's lock (.lock)");
-    if (rel == "pyvenv.cfg") return std::string("is the venv's pyvenv.cfg");
-    if (rel.starts_with("bin/python") && rel.find('/', 4) == std::string::npos)
-      return fmt::format("is the environment's interpreter ({})", rel);
+    if (const auto what = protected_file(relative_to(path, root_)); !what.empty()) return "is " + what;
     return std::nullopt;
   }
 

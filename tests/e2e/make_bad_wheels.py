@@ -229,7 +229,7 @@ for case_name, arc, says in (
         ("plant_active", "bad-1.0.data/data/.cudafix/active", "cudafix's own state"),
         ("plant_journal", "bad-1.0.data/data/.cudafix/tx/x/journal", "cudafix's own state"),
         ("plant_toml", "bad-1.0.data/data/cudafix.toml", "cudafix's settings"),
-        ("plant_pyvenv", "bad-1.0.data/data/pyvenv.cfg", "the environment's pyvenv.cfg"),
+        ("plant_pyvenv", "bad-1.0.data/data/pyvenv.cfg", "the venv's pyvenv.cfg"),
         ("plant_lock", "bad-1.0.data/data/.lock", "the environment's lock"),
         ("plant_python_data", "bad-1.0.data/data/bin/python3", "the environment's interpreter"),
         ("plant_python_scripts", "bad-1.0.data/scripts/python", "the environment's interpreter")):

@@ -134,7 +134,7 @@ TEST_F(RemovalRefusals, RowsNamingASchemeFolderAFolderOrTheVenvsCoreAreRefused) 
       {"alpha/", "is a folder"},
       {"../../../pyvenv.cfg", "is the venv's pyvenv.cfg"},
       {"../../../.cudafix/x", "is cudafix's own state"},
-      {"../../../cudafix.toml", "is cudafix's configuration"},
+      {"../../../cudafix.toml", "is cudafix's settings"},
       {"../../../bin/python3", "is the environment's interpreter (bin/python3)"},
   };
   for (const auto& [row, why] : rows) {
