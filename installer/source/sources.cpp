@@ -27,7 +27,16 @@ namespace {
 
 std::string wheels_dir(const SourceSettings& s) { return s.cache_dir + "/wheels"; }
 
+// Both parts come from an index page, a cache or a plan file: each is checked to be one name,
+// a hash and a file name, before it is joined into a path.
 std::string cached_path(const SourceSettings& s, const std::string& sha256, const std::string& filename) {
+  const bool hash = sha256.size() == 64 && std::all_of(sha256.begin(), sha256.end(), [](char c) {
+                      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                    });
+  if (!hash || filename.empty() || filename == "." || filename == ".." ||
+      filename.find_first_of(std::string_view("/\0", 2)) != std::string::npos)
+    throw r::Error(fmt::format("'{}' and '{}' are not a SHA-256 and a wheel's file name; not looked up in the cache",
+                               sha256.substr(0, 80), filename.substr(0, 200)));
   return wheels_dir(s) + "/" + sha256 + "/" + filename;
 }
 

@@ -181,6 +181,13 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
     } else if (S_ISREG(st.st_mode)) {
       e["type"] = "file";
       const std::string into = tmp + "/tree/" + rel;
+      try {
+        (void)exists_nofollow(abs);  // confined: a folder on the way that leads outside throws
+      } catch (const r::Error& outside) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        failure = fmt::format("snapshot: refusing {}: {}", abs, outside.what());
+        return;
+      }
       bool hardlinked = true;
       try {
         link_path(abs, into);

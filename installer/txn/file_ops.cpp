@@ -385,6 +385,9 @@ void write_all(int fd, const void* data, std::size_t size, const std::string& pa
 
 void append_synced(const std::string& path, std::string_view text) {
   const OpenFile f(path, O_WRONLY | O_APPEND | O_CREAT);
+  // A hard link planted in a journal's place would carry the append to a file elsewhere.
+  if (struct stat st{}; ::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1)
+    throw resolver::Error(fmt::format("{}: not a file of its own (a hard link, or not a regular file); refused", path));
   write_all(f.fd, text.data(), text.size(), path);
   sync_fd(f.fd, path);
 }

@@ -166,9 +166,13 @@ std::string distrust(const JournalRead& tx, const std::string& root, std::string
 EnvLock::EnvLock(const std::string& root, std::chrono::milliseconds wait,
                  const std::function<void(const std::string&)>& waiting) {
   const std::string path = root + "/.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    throw resolver::Error(fmt::format("{}: cannot open the environment's lock: {}", path, std::strerror(errno)));
+  // Never through a symlink (O_NOFOLLOW, and beneath the root once confined): a planted .lock
+  // link would otherwise make the file it names.
+  try {
+    fd_ = open_file(path, O_RDWR | O_CREAT, 0644);
+  } catch (const resolver::Error& e) {
+    throw resolver::Error(fmt::format("cannot open the environment's lock: {}", e.what()));
+  }
   const auto deadline = std::chrono::steady_clock::now() + wait;
   bool said = false;
   while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {

@@ -260,11 +260,17 @@ int read_all(int fd, const struct stat& st, std::string& out) {
 }  // namespace
 
 std::string read_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK and a regular file only: a FIFO or a device (/dev/zero) planted in a file's place
+  // must not hang the read or grow it without end.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
   struct stat st {};
   std::string out;
-  const int err = ::fstat(fd, &st) != 0 ? errno : read_all(fd, st, out);
+  const int err = ::fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : read_all(fd, st, out);
+  if (err == EINVAL && !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("cannot read {}: not a regular file (a FIFO, a device or a folder)", path.string()));
+  }
   ::close(fd);
   if (err != 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(err)));
   return out;

@@ -181,6 +181,10 @@ PlanWheel wheel_of(const json& v, const std::string& where) {
   PlanWheel w;
   w.file = optional_string(o["file"], o.at("file"));
   w.sha256 = string_of(o["sha256"], o.at("sha256"));
+  // Joined into the wheel cache's paths (<cache>/wheels/<sha256>/...): a hash, nothing else.
+  if (w.sha256.size() != 64 || !std::all_of(w.sha256.begin(), w.sha256.end(),
+                                            [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }))
+    throw Bad{o.at("sha256"), "not a SHA-256 (64 lowercase hex digits)"};
   w.source = string_of(o["source"], o.at("source"));
   w.url = optional_string(o["url"], o.at("url"));
   w.objects = array_of<PlanObject>(o["objects"], o.at("objects"), object_of);

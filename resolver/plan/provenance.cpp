@@ -116,8 +116,14 @@ std::string sha256_hex(std::string_view data) {
 
 std::string sha256_of_file(const std::string& path, DigestForm form, std::uint64_t* bytes) {
   const LibCrypto& c = libcrypto();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // A regular file only (O_NONBLOCK for the open): a FIFO or a device in a listed file's place
+  // would hang the hash or never end it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return "";
+  if (struct stat st{}; ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return "";
+  }
   // One buffer per thread: zeroing a fresh megabyte per file cost more than hashing small files.
   thread_local std::vector<unsigned char> buf(1 << 20);
   unsigned char md[EVP_MAX_MD_SIZE];

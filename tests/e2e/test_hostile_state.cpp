@@ -272,6 +272,62 @@ TEST_F(HostileState, APlantedSnapshotCannotLinkOrRestoreFromOutside) {
   EXPECT_FALSE(fs::exists(v + "/canary.txt"));
 }
 
+// A RECORD row through a symlinked folder that leads outside: the snapshot refuses it by name
+// rather than copying the file outside into the venv's snapshot (before, it said "1 copied",
+// and the restore put the outside file into site-packages).
+TEST_F(HostileState, ASnapshotNeverCopiesAFileFromOutsideThroughASymlinkedFolder) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const std::string site = test::site_packages(v);
+  fs::create_directory_symlink(canaries.dir() + "/folder", site + "/sd");
+  const std::string record = site + "/alpha-1.0.dist-info/RECORD";
+  test::write_file(record, resolver::try_read_file(record).value_or("") + "sd/inner.txt,,\n");
+  const auto r = cudafix("snapshot leak", v);
+  EXPECT_NO_SIGNAL(r);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("leads outside"));
+  EXPECT_FALSE(fs::exists(v + "/.cudafix/snapshots/leak"));
+  EXPECT_EQ(canaries.changes(), "");
+}
+
+// A journal that is a hard link to a file outside: nothing is appended to it.
+TEST_F(HostileState, AJournalThatIsAHardLinkToAFileOutsideIsNotAppendedTo) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  ASSERT_EQ(cudafix("remove alpha -y", v).exit_code, 0);
+  const std::string id = fs::directory_iterator(v + "/.cudafix/tx")->path().filename().string();
+  const std::string journal = v + "/.cudafix/tx/" + id + "/journal", outside = canaries.dir() + "/journal";
+  fs::rename(journal, outside);
+  fs::create_hard_link(outside, journal);
+  const std::string before = resolver::try_read_file(outside).value_or("");
+  const auto r = cudafix("rollback -y", v);
+  EXPECT_NO_SIGNAL(r);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("not a file of its own (a hard link"));
+  EXPECT_EQ(resolver::try_read_file(outside).value_or(""), before);
+}
+
+// A FIFO, or /dev/zero, in pyvenv.cfg's place: every command says so at once (before, they hung
+// forever, or grew until memory ran out).
+TEST_F(HostileState, AFifoOrADeviceInPyvenvCfgsPlaceIsRefusedAtOnce) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  fs::remove(v + "/pyvenv.cfg");
+  ASSERT_EQ(run_shell("mkfifo " + shell_quote(v + "/pyvenv.cfg")).exit_code, 0);
+  for (const char* args : {"history", "doctor", "snapshot s"}) {
+    const auto r = run_shell("timeout 20 env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " " + std::string(args) +
+                             " --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("pyvenv.cfg: not a regular file")) << args;
+  }
+  fs::remove(v + "/pyvenv.cfg");
+  fs::create_symlink("/dev/zero", v + "/pyvenv.cfg");
+  const auto r = run_shell("timeout 20 env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " history --venv " +
+                           shell_quote(v) + test::k_no_cache + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("not a regular file"));
+}
+
 // The kernel's fence: a write outside, tried by a test hook past every check cudafix makes,
 // fails with EACCES, the command says so, and the venv is as it was.
 TEST_F(HostileState, TheLandlockFenceStopsAWriteOutsideTheEnvironment) {

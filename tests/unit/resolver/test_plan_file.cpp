@@ -160,6 +160,16 @@ TEST(PlanFile, AFieldOfTheWrongTypeIsNamedWithItsPath) {
   EXPECT_EQ(refusal(doc), "plan.json: steps[0]: expected an object, got number");
 }
 
+// A wheel's hash is joined into the wheel cache's paths: a path in its place (which made apply
+// touch a file outside the environment) is refused before anything is looked up.
+TEST(PlanFile, AWheelsHashThatIsNotASha256IsRefused) {
+  auto doc = a_plan();
+  doc["steps"][0]["wheel"]["sha256"] = "../../outside";
+  EXPECT_EQ(refusal(doc), "plan.json: steps[0].wheel.sha256: not a SHA-256 (64 lowercase hex digits)");
+  doc["steps"][0]["wheel"]["sha256"] = std::string(63, 'a') + "/";
+  EXPECT_EQ(refusal(doc), "plan.json: steps[0].wheel.sha256: not a SHA-256 (64 lowercase hex digits)");
+}
+
 TEST(PlanFile, ARequiredFieldMissingIsNamed) {
   auto doc = a_plan();
   doc.erase("fingerprint");
