@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "resolver/base/parallel.hpp"
+
 namespace cudafix::installer::txn {
 namespace {
 
@@ -60,6 +62,14 @@ Fence fence_writes_beneath(const std::vector<std::string>& folders) {
   if (done.applied) return done;
   Fence f;
   f.abi = landlock_abi();
+  if (const unsigned running = resolver::pool_threads_started(); running > 0 && f.abi > 0) {
+    // The ruleset would fence this thread and not those, which write too (the staging's
+    // inflation): a fence with a hole is not applied. Only a command run inside another (the
+    // demo's walk) gets here.
+    f.why = fmt::format("{} worker {} running before it, which Landlock would not fence", running,
+                        running == 1 ? "thread was" : "threads were");
+    return f;
+  }
   if (f.abi <= 0) {
     f.why = errno == EOPNOTSUPP ? "Landlock is built into this kernel but switched off (lsm= on its command line)"
                                 : "this kernel has no Landlock (Linux 5.13 or later has it)";

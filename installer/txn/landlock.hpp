@@ -21,8 +21,9 @@ struct Fence {
 };
 
 // Applies the ruleset to the calling thread and what it starts; call before any other thread
-// starts (the thread pool's), since threads already running keep their rights. Idempotent: a
-// second call adds nothing. Never throws: a kernel without Landlock gets the userspace checks.
+// starts (the thread pool's), since threads already running keep their rights: with pool
+// threads running, it is not applied and says why. Idempotent: a second call adds nothing.
+// Never throws: a kernel without Landlock gets the userspace checks.
 [[nodiscard]] Fence fence_writes_beneath(const std::vector<std::string>& folders);
 
 }  // namespace cudafix::installer::txn

@@ -42,6 +42,8 @@ struct Job {
   }
 };
 
+std::atomic<unsigned> started_anywhere{0};  // pool threads started so far, for pool_threads_started()
+
 // Threads are started as requests need them and live until the process exits; idle ones spin
 // briefly (the next phase usually follows at once), then sleep.
 class Pool {
@@ -66,6 +68,7 @@ class Pool {
       while (threads_started_ < std::min(seats_wanted_, cap)) {
         std::thread([this] { serve(); }).detach();
         ++threads_started_;
+        started_anywhere.fetch_add(1, std::memory_order_relaxed);
       }
       jobs_.push_back(&job);
       ++posted_;
@@ -139,6 +142,8 @@ void prepare_this_thread() {
   prepared = true;
   if (const auto prepare = thread_preparation.load()) prepare();
 }
+
+unsigned pool_threads_started() { return started_anywhere.load(std::memory_order_relaxed); }
 
 unsigned cores_available() {
   // Asked once: a scan asks 25 times. The set is grown until it holds every CPU the kernel knows.

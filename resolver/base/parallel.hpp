@@ -28,6 +28,9 @@ template <class Task>
 // The cores this process may run on (sched_getaffinity(2): a cgroup's or taskset's CPU set,
 // not every CPU the machine has online); at least 1.
 [[nodiscard]] unsigned cores_available();
+// How many pool threads this process has started: a restriction a thread applies to itself and
+// what it starts (Landlock) does not reach those already running.
+[[nodiscard]] unsigned pool_threads_started();
 // The threads a request for `requested` means: itself, or 0 for one per core available. The
 // command line caps what a user asks for at cores_available() (cli/main); the tests ask for
 // more on purpose, to run the phases that overlap from 4 threads on a 2-core machine.
