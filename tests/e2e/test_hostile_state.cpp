@@ -139,6 +139,26 @@ TEST_F(HostileState, APlantedInterruptedJournalIsNotRecoveredAndDoctorSaysWhy) {
   EXPECT_TRUE(fs::exists(v + "/.cudafix/active"));
 }
 
+// A killed change whose op goes through a symlinked folder inside the venv that leads out: its
+// text is normal and beneath the root, but it is refused as not cudafix's, by name, and the next
+// write command is not locked out by an undo that can never finish.
+TEST_F(HostileState, APlantedJournalThroughASymlinkedFolderIsRefusedAsNotCudafixs) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  fs::create_directory_symlink(canaries.dir(), v + "/link");
+  plant_journal(v, k_id,
+                {begin(v),
+                 move(0, v + "/.cudafix/tx/" + k_id + "/new/c1", v + "/link/canary.txt"),
+                 {{"record", "intent_end"}, {"ops", 1}}});
+  test::write_file(v + "/.cudafix/active", k_id + "\n");
+  const auto remove = cudafix("remove alpha -y", v);
+  EXPECT_NO_SIGNAL(remove);
+  EXPECT_EQ(remove.exit_code, 2) << remove.out;
+  EXPECT_THAT(remove.out, HasSubstr("leads outside"));
+  EXPECT_THAT(remove.out, HasSubstr("obeyed none of it"));
+  EXPECT_EQ(canaries.changes(), "");
+}
+
 // `active` naming a path, not an id: never joined into one.
 TEST_F(HostileState, AnActiveFileNamingAPathIsNotFollowed) {
   TempDir t;
