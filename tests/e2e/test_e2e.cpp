@@ -234,12 +234,15 @@ TEST(WalkCache, AnswersAsAFullListingWouldAfterRealPipInstallsAndUninstalls) {
   EXPECT_EQ(cached(), uncached()) << "right after pip uninstall";
   const auto installed = test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(plugin));
   ASSERT_EQ(installed.exit_code, 0) << installed.out;
-  const std::string after = cached();
-  EXPECT_EQ(after, uncached()) << "right after pip install";
-  EXPECT_THAT(after, HasSubstr("gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so"));
+  // The first scan after the install: the folders pip changed no longer match their stamps, so
+  // they are listed again, however long the scan itself takes (a scan after that may trust
+  // them again once they have settled, which under the sanitizers' slowness they may have).
   const auto [reused_after, folders_after] = reuse();
   EXPECT_LT(reused_after, folders_after) << "the folders pip changed were listed again";
   EXPECT_GT(reused_after, folders_after / 2) << "and only those";
+  const std::string after = cached();
+  EXPECT_EQ(after, uncached()) << "right after pip install";
+  EXPECT_THAT(after, HasSubstr("gpuplugin/_plugin.cpython-311-x86_64-linux-gnu.so"));
 
   // --no-cache keeps nothing; without CUDAFIX_CACHE_DIR the cache is under $XDG_CACHE_HOME.
   const std::string none = t.path() + "/none";
