@@ -156,10 +156,6 @@ std::string bad_script_name(std::string_view name) {
   return zip::bad_name(name);
 }
 
-// Why a target (relative to the environment's root) is refused, or empty: cudafix's own state,
-// the files that make the folder an environment, and its interpreter are never a wheel's to write.
-std::string protected_target(std::string_view rel) { return r::protected_file(rel); }
-
 // A member's bytes written to `fd` whole: inflated by libdeflate straight into the file mapped
 // for writing (its size is known, so no streaming and no copy), CRC checked by the reader;
 // returns RECORD's form of its SHA-256, and feeds `other` (RECORD's digest when not SHA-256).
@@ -252,7 +248,7 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
       const std::string below = m.name.substr(slash + 1);
       key = (scheme == "purelib" || scheme == "platlib" ? std::string("site") : scheme) + "/" + below;
       const std::string rel = scheme == "data" ? below : scheme == "scripts" ? "bin/" + below : "";
-      if (const auto why = protected_target(rel); !why.empty())
+      if (const auto why = r::protected_file(rel); !why.empty())
         refuse(path, m.name, fmt::format("it would write {}", why));
     }
     if (const auto [it, fresh] = by_target.emplace(key, &m); !fresh)
@@ -283,7 +279,7 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
     const std::string ep = w.dist_info + "/entry_points.txt";
     if (const auto why = bad_script_name(name); !why.empty())
       refuse(path, ep, fmt::format("a script named '{}' ({})", zip::shown(name), why));
-    if (const auto why = protected_target("bin/" + name); !why.empty())
+    if (const auto why = r::protected_file("bin/" + name); !why.empty())
       refuse(path, ep, fmt::format("a script named '{}' would replace {}", name, why));
     if (by_target.count("scripts/" + name))
       refuse(path, ep, fmt::format("a script named '{}', which the wheel's .data/scripts/ holds too", name));
@@ -312,7 +308,7 @@ void check_targets(const ValidatedWheel& w, const r::EnvLayout& layout) {
   const auto claim = [&](const std::string& target, const std::string& by) {
     const std::string normal = r::lexically_normal(target);
     if (!r::is_within(normal, layout.root)) refuse(w.path, by, "it would be written outside the environment");
-    if (const auto why = protected_target(r::relative_to(normal, layout.root)); !why.empty())
+    if (const auto why = r::protected_file(r::relative_to(normal, layout.root)); !why.empty())
       refuse(w.path, by, fmt::format("it would write {}", why));
     if (const auto [it, fresh] = writers.emplace(normal, by); !fresh)
       refuse(w.path, by, fmt::format("it would write {}, which {} writes too", normal, it->second));

@@ -64,6 +64,10 @@ class HostileState : public ::testing::Test {
                      "/cache " + env + " " + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(venv) +
                      test::k_no_cache + " 2>&1");
   }
+  // doctor's untrusted-state rule alone, as JSON.
+  static test::JsonRun doctor_state(const std::string& venv) {
+    return test::cudafix_json("doctor --select untrusted-state --venv " + shell_quote(venv) + test::k_no_cache);
+  }
   // A journal written as cudafix writes one (checksummed lines), planted at <venv>/.cudafix/tx/<folder>.
   static void plant_journal(const std::string& venv, const std::string& folder, const std::vector<json>& records) {
     const std::string tx = venv + "/.cudafix/tx/" + folder;
@@ -124,7 +128,7 @@ TEST_F(HostileState, APlantedInterruptedJournalIsNotRecoveredAndDoctorSaysWhy) {
                  {{"record", "intent_end"}, {"ops", 1}}});
   test::write_file(v + "/.cudafix/active", k_id + "\n");
   const std::string before = tree_of(v);
-  const auto doctor = test::cudafix_json("doctor --select untrusted-state --venv " + shell_quote(v) + test::k_no_cache);
+  const auto doctor = doctor_state(v);
   EXPECT_EQ(doctor.exit_code, 1);
   const auto found = test::fires(doctor.doc, "untrusted-state");
   ASSERT_FALSE(found.empty());
@@ -167,7 +171,7 @@ TEST_F(HostileState, AnActiveFileNamingAPathIsNotFollowed) {
   fs::permissions(v + "/.cudafix", fs::perms::owner_all);
   const std::string rel = fs::relative(canaries.dir() + "/folder", v + "/.cudafix/tx").string();
   test::write_file(v + "/.cudafix/active", rel + "\n");
-  const auto doctor = test::cudafix_json("doctor --select untrusted-state --venv " + shell_quote(v) + test::k_no_cache);
+  const auto doctor = doctor_state(v);
   EXPECT_EQ(doctor.exit_code, 1);
   EXPECT_THAT(doctor.doc.dump(), HasSubstr("not a transaction id"));
   const auto remove = cudafix("remove alpha -y", v);
@@ -209,7 +213,7 @@ TEST_F(HostileState, AWheelThatPipInstallsIntoCudafixStateIsReportedAndNotObeyed
   const std::string evil =
       test::make_wheel(t.path(), "evil 1.0 evil-1.0.data/data/.cudafix/tx/" + k_id + "/journal=" + src);
   ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(evil)).exit_code, 0);
-  const auto doctor = test::cudafix_json("doctor --select untrusted-state --venv " + shell_quote(v) + test::k_no_cache);
+  const auto doctor = doctor_state(v);
   const auto found = test::fires(doctor.doc, "untrusted-state");
   ASSERT_FALSE(found.empty());
   EXPECT_THAT(found[0].dump(), HasSubstr("evil-1.0.dist-info/RECORD"));
