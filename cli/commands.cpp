@@ -219,8 +219,7 @@ void fence(const r::EnvLayout& layout, const GlobalOptions& g) {
 
 // A transaction a killed run left is finished or undone before anything reads the environment.
 void recover_in_process(const r::EnvLayout& layout, const GlobalOptions& g) {
-  for (const auto& line : installer::txn::recover(layout.root_real, lock_wait(g), say_waiting))
-    std::cerr << "cudafix: " << printable_lines(line) << '\n';
+  installer::txn::recover(layout.root_real, lock_wait(g), say_waiting);
 }
 
 // A reading command recovers in a child, fenced as a writing command is, so that the fence

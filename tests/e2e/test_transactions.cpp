@@ -328,11 +328,12 @@ TEST_F(Transactions, TheKeepSettingRemovesOlderBackupsAndHistorySaysWhatIsHeld) 
   EXPECT_THAT(second.out, HasSubstr("[transactions] keep = 1"));
   const auto history = json::parse(cudafix("history --json", v).out);
   ASSERT_EQ(history["transactions"].size(), 1U) << history;
-  EXPECT_GT(history["bytes_held"].get<std::uint64_t>(), 0U);
+  EXPECT_GT(history["backup_bytes"].get<std::uint64_t>(), 0U);
   EXPECT_THAT(history["transactions"][0]["command"].get<std::string>(), HasSubstr("gamma"));
   const auto gone = cudafix("rollback " + first["transaction"].get<std::string>() + " -y", v);
   EXPECT_EQ(gone.exit_code, 2) << gone.out;
-  EXPECT_THAT(gone.out, HasSubstr("no transaction " + first["transaction"].get<std::string>()));
+  EXPECT_THAT(gone.out, HasSubstr("transaction " + first["transaction"].get<std::string>() + " was pruned"));
+  EXPECT_THAT(gone.out, HasSubstr("[transactions] keep"));
   // A setting that is not a count is refused, naming the file and line.
   test::write_file(v + "/cudafix.toml", "[transactions]\nkeep = -3\n");
   const auto bad = cudafix("history", v);
