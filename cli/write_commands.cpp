@@ -60,13 +60,17 @@ std::string state_name(const tx::JournalRead& t) {
   }
 }
 
-// Who wrote a path now, as its dist's INSTALLER says ("pip"), where a dist lists it.
+// Who wrote a path now, as its dist's INSTALLER says ("pip"): of the dists whose RECORD lists
+// it, the one whose hash is the file's bytes now, else any.
 std::string writer_of(const r::Environment& env, const std::string& path) {
+  const std::string now = r::sha256_of_file(path);
+  const r::DistInfo* writer = nullptr;
   for (const auto& d : env.dists)
     for (const auto& row : d.record)
-      if (r::join_normal(d.site_dir, row.path) == path)
-        return fmt::format(" (by {}, INSTALLER says)", d.installer.empty() ? "a tool that wrote no INSTALLER" : d.installer);
-  return "";
+      if (r::join_normal(d.site_dir, row.path) == path && (!writer || (!now.empty() && row.hash == now))) writer = &d;
+  if (!writer) return "";
+  return fmt::format(" (by {}, INSTALLER says)",
+                     writer->installer.empty() ? "a tool that wrote no INSTALLER" : writer->installer);
 }
 
 // Why a rollback is refused: each path changed since the transaction, by path and by whom.
@@ -75,8 +79,8 @@ std::string changed_since_text(const GlobalOptions& g, Located located, const tx
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
   std::vector<std::string> lines;
   for (const auto& c : changed)
-    lines.push_back(fmt::format("{} {} after transaction {}{}", env.display(c.path), c.what, target.id,
-                                writer_of(env, c.path)));
+    lines.push_back(
+        fmt::format("{} {} after transaction {}{}", env.display(c.path), c.what, target.id, writer_of(env, c.path)));
   return fmt::format(
       "refused: rolling back {} ({}) would overwrite later work:\n  {}\nnothing was changed (--force takes "
       "these aside as the rollback's own backups, which `cudafix rollback` of the rollback puts back)",
@@ -264,9 +268,10 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     }
   }
   if (!target && o.id && tx::was_pruned(root, *o.id))
-    throw r::Error(fmt::format("transaction {} was pruned: its backups were removed to keep the {} newest "
-                               "([transactions] keep in cudafix.toml), so it can no longer be rolled back",
-                               *o.id, keep.count));
+    throw r::Error(
+        fmt::format("transaction {} was pruned: its backups were removed to keep the {} newest "
+                    "([transactions] keep in cudafix.toml), so it can no longer be rolled back",
+                    *o.id, keep.count));
   if (!target)
     throw r::Error(o.id ? fmt::format("no transaction {} in {}", *o.id, tx::tx_root(root))
                         : fmt::format("nothing to roll back in {}", root));
@@ -277,7 +282,16 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
   const auto changed = tx::plan_rollback(*target, t, o.force);
   if (!changed.empty() && !o.force) {
     t.abandon();
-    throw r::Error(changed_since_text(g, std::move(located), *target, changed));
+    const std::string why = changed_since_text(g, std::move(located), *target, changed);
+    if (g.json) {
+      nlohmann::json paths = nlohmann::json::array();
+      for (const auto& c : changed) paths.push_back({{"path", c.path}, {"what", c.what}});
+      out << nlohmann::json{{"schema", 1}, {"command", "rollback"}, {"refused", why}, {"changed", paths}}.dump()
+          << '\n';
+    } else {
+      out << printable_lines(why) << '\n';
+    }
+    return 1;
   }
   confirm(g, fmt::format("roll back {} ({}){}", target->id, target->command,
                          changed.empty() ? "" : fmt::format(", taking aside {} paths changed since", changed.size())));

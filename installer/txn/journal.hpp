@@ -78,8 +78,8 @@ struct JournalRead {
   std::optional<std::string> rolled_back_by;  // the committed rollback that undid it
   std::optional<std::string> undoes;          // a rollback's commit: the transaction it undid
   std::vector<Left> left;                     // empty in journals of versions before `left`
-  bool torn = false;       // a torn tail was cut
-  std::string unreadable;  // "line N: why", where a checksummed record could not be understood
+  bool torn = false;                          // a torn tail was cut
+  std::string unreadable;                     // "line N: why", where a checksummed record could not be understood
 };
 
 // One line of the journal, checksummed.

@@ -373,7 +373,8 @@ EnvLock::EnvLock(const std::string& root, std::chrono::milliseconds wait,
   // read or planned under this lock.
   try {
     confine_to(root);
-    recover_held(root, say ? say : [](const std::string&) {});
+    recover_held(
+        root, say ? say : [](const std::string&) {});
   } catch (...) {
     ::close(fd_);
     throw;
@@ -631,15 +632,14 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
           if (undo.will_exist(op.to))
             undo.move_aside(op.to);
           else if (done.left.empty() && !force)
-            throw resolver::Error(
-                fmt::format("cannot roll back {}: {} (what it put there) is gone; nothing was changed", done.id, op.to));
+            throw resolver::Error(fmt::format(
+                "cannot roll back {}: {} (what it put there) is gone; nothing was changed", done.id, op.to));
           break;
         }
         // `done` moved op.from aside: its backup comes back, what is there now goes aside.
         if (!undo.will_exist(op.to))
-          throw resolver::Error(
-              fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed", done.id,
-                          op.from, op.to));
+          throw resolver::Error(fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed",
+                                            done.id, op.from, op.to));
         if (undo.will_exist(op.from)) undo.move_aside(op.from);
         std::vector<std::string> missing;
         for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
@@ -662,12 +662,14 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
 
 std::uint64_t bytes_held(const std::string& dir) {
   std::uint64_t total = 0;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
-       !ec && it != end; it.increment(ec)) {
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-      total += static_cast<std::uint64_t>(st.st_blocks) * 512;
+  for (const char* below : {"/old", "/new"}) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(dir + below, fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+        total += static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
   }
   return total;
 }

@@ -93,11 +93,11 @@ class Transaction {
  private:
   std::string root_, id_;
   std::vector<Op> ops_;
-  std::map<std::string, bool> planned_;  // path -> exists after the planned ops
+  std::map<std::string, bool> planned_;        // path -> exists after the planned ops
   std::map<std::string, std::string> hashes_;  // target -> the sha256 of what put() puts there
   std::string undoes_;
-  std::vector<std::size_t> steps_;       // each step's end, as an op count
-  bool started_ = false;                 // carry_out() began: from then on the journal says the rest
+  std::vector<std::size_t> steps_;  // each step's end, as an op count
+  bool started_ = false;            // carry_out() began: from then on the journal says the rest
   std::function<void(std::uint64_t, std::uint64_t)> progress_;
   void append(const std::string& json) const;
   void folder_op(OpKind kind, const std::string& path, unsigned mode);
@@ -122,7 +122,8 @@ void make_state_folders(const std::string& root);
 
 // Where a killed run left a transaction, takes the lock (EnvLock), which recovers it: its ops
 // undone in reverse, each by what the disk shows, each line of what was done said through `say`.
-void recover(const std::string& root, std::chrono::milliseconds wait, const std::function<void(const std::string&)>& say);
+void recover(const std::string& root, std::chrono::milliseconds wait,
+             const std::function<void(const std::string&)>& say);
 
 // A path of the environment whose bytes are not what a transaction left there: someone (pip, uv,
 // a person) changed it after.
@@ -140,7 +141,8 @@ struct ChangedPath {
 // aside into `undo`'s old/ as a backup of its own.
 [[nodiscard]] std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force);
 
-// Bytes on disk (allocated blocks) that a transaction's folder holds: a committed one's backups.
+// Bytes on disk (allocated blocks) below a transaction's old/ and new/: a committed one's backups
+// (staging, only while one is in progress or what a kill left).
 [[nodiscard]] std::uint64_t bytes_held(const std::string& tx_dir);
 
 struct Pruned {
