@@ -355,6 +355,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
                       "nothing was installed",
                       root, free_bytes >> 20, needed >> 20, r::base_name(w.path)));
   }
+  txn::test_pause("staging");
   const std::string python = layout.root + "/bin/python";
   StagedWheel out;
   struct Staged {

@@ -416,6 +416,19 @@ void fault_trace_mark(std::string_view what) {
   std::fflush(t);
 }
 
+void test_pause(std::string_view point) {
+  static const std::pair<std::string, long> pause_at = [] {
+    const char* v = std::getenv("CUDAFIX_TEST_PAUSE_AT");
+    const std::string s = v ? v : "";
+    const auto colon = s.find(':');
+    if (colon == std::string::npos || colon == 0 || (s[0] >= '0' && s[0] <= '9')) return std::pair<std::string, long>{};
+    return std::pair<std::string, long>{s.substr(0, colon), std::strtol(s.c_str() + colon + 1, nullptr, 10)};
+  }();
+  if (pause_at.first.empty() || pause_at.first != point) return;
+  fault_trace_mark(point);
+  std::this_thread::sleep_for(std::chrono::milliseconds(pause_at.second));
+}
+
 void journal_step() {
   static const long kill_at = [] {
     const char* v = std::getenv("CUDAFIX_TEST_KILL_AT");

@@ -14,6 +14,10 @@
 //                                     journal record appended and each op carried out is a step.
 //   CUDAFIX_TEST_PAUSE_AT=N:MS        the process sleeps MS milliseconds at journal step N, the
 //                                     lock held: how the tests run two cudafix at once.
+//   CUDAFIX_TEST_PAUSE_AT=POINT:MS    the same at a named point (test_pause(POINT)), after a
+//                                     "mark POINT" line in the fault trace: `staging`, once a
+//                                     wheel's free-space check passed and before its first staged
+//                                     byte is written (how a test fills the disk in between).
 //   CUDAFIX_BENCH_NO_SYNC=1           no fsync and no syncfs at all: what durability costs, for
 //                                     bench/txn_gpu.sh only (a power cut may then lose anything).
 #pragma once
@@ -72,5 +76,8 @@ void journal_step();
 void open_test_hooks();
 // A "mark WHAT" line in the fault trace, where one is asked for.
 void fault_trace_mark(std::string_view what);
+// The named pause point `point` (CUDAFIX_TEST_PAUSE_AT=POINT:MS): marks it in the trace, then
+// sleeps; nothing unless asked for.
+void test_pause(std::string_view point);
 
 }  // namespace cudafix::installer::txn
