@@ -365,10 +365,10 @@ TEST_F(WheelInstall, AFileTwoWheelsShipIsWrittenOnceAndRollbackGivesBackTheTreeB
     const auto removed = cudafix("remove nvidia-a -y", v);
     ASSERT_EQ(removed.exit_code, 0) << removed.out;
     EXPECT_TRUE(fs::exists(init)) << "nvidia-b still lists it";
-    EXPECT_FALSE(fs::exists(test::site_packages(v) + "/nvidia/a")) << removed.out;
+    EXPECT_FALSE(fs::exists(test::site_packages(v) + "/nvidia/a/lib/liba.so")) << removed.out;
     const auto un = test::venv_pip(v, "uninstall -y nvidia-b");
     EXPECT_EQ(un.exit_code, 0) << un.out;
-    EXPECT_FALSE(fs::exists(test::site_packages(v) + "/nvidia/b"));
+    EXPECT_FALSE(fs::exists(test::site_packages(v) + "/nvidia/b/lib/libb.so"));
     EXPECT_THAT(test::venv_pip(v, "list").out, ::testing::Not(HasSubstr("nvidia-b")));
   }
 }
@@ -478,6 +478,7 @@ TEST_F(WheelInstall, ADiskFilledWhileStagingIsAClearErrorNeverASignal) {
   EXPECT_THAT(said, HasSubstr("nothing was installed")) << said;
   EXPECT_EQ(test::tree_of(v), before) << test::tree_diff(before, test::tree_of(v));
   EXPECT_FALSE(fs::exists(v + "/.cudafix/active"));
+  EXPECT_TRUE(fs::is_empty(v + "/.cudafix/tx")) << "the refused transaction's staging is gone";
   // Space freed, the same install goes through.
   fs::remove(filler);
   const auto again = cudafix("install " + shell_quote(wheel) + " -y --no-verify", v);
