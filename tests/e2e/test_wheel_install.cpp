@@ -386,19 +386,22 @@ TEST_F(WheelInstall, AnUpgradeRemovesTheOldDistInfoWholeAndRollbackGivesTheOldTr
   test::write_file(src + "/old.py", "OLD = True\n");
   test::write_file(src + "/new.py", "NEW = True\n");
   test::write_file(src + "/common.py", "SHARED = 1\n");
-  const std::string old_wheel =
-      test::make_wheel(wheels, "alpha 1.0 alpha/__init__.py=" + src + "/init1.py alpha/old.py=" + src +
-                                   "/old.py alpha/only_old/x.py=" + src + "/old.py shared/common.py=" + src +
-                                   "/common.py --console-script alpha-old=alpha:main");
+  const std::string old_wheel = test::make_wheel(
+      wheels, "alpha 1.0 alpha/__init__.py=" + src + "/init1.py alpha/old.py=" + src +
+                  "/old.py alpha/only_old/x.py=" + src + "/old.py alpha/renamed/x.py=" + src +
+                  "/old.py shared/common.py=" + src + "/common.py --console-script alpha-old=alpha:main");
   const std::string new_wheel =
-      test::make_wheel(wheels, "alpha 2.0 alpha/__init__.py=" + src + "/init2.py alpha/new.py=" + src + "/new.py");
+      test::make_wheel(wheels, "alpha 2.0 alpha/__init__.py=" + src + "/init2.py alpha/new.py=" + src +
+                                   "/new.py alpha/renamed/y.py=" + src + "/new.py");
   const std::string beta = test::make_wheel(wheels, "beta 1.0 shared/common.py=" + src + "/common.py");
   TempDir vt;
   const std::string v = vt.path() + "/venv";
   ASSERT_NO_FATAL_FAILURE(test::make_venv(v, {old_wheel, beta}));
   const std::string site = test::site_packages(v);
   // pip's own bytecode of the old version, as an import leaves it.
-  ASSERT_EQ(run_shell(shell_quote(v + "/bin/python3") + " -c 'import alpha.old, alpha.only_old.x'").exit_code, 0);
+  ASSERT_EQ(run_shell(shell_quote(v + "/bin/python3") + " -c 'import alpha.old, alpha.only_old.x, alpha.renamed.x'")
+                .exit_code,
+            0);
   const std::string before = test::tree_of(v);
   const auto r = cudafix("install " + shell_quote(new_wheel) + " -y --no-verify", v);
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -407,6 +410,9 @@ TEST_F(WheelInstall, AnUpgradeRemovesTheOldDistInfoWholeAndRollbackGivesTheOldTr
   EXPECT_FALSE(fs::exists(site + "/alpha/only_old")) << "the folder the leftovers emptied";
   EXPECT_FALSE(fs::exists(v + "/bin/alpha-old")) << "the old version's console script";
   EXPECT_TRUE(fs::exists(site + "/alpha/new.py"));
+  // A folder whose old files all go, but which the new version writes into, stays.
+  EXPECT_FALSE(fs::exists(site + "/alpha/renamed/x.py"));
+  EXPECT_TRUE(fs::exists(site + "/alpha/renamed/y.py"));
   EXPECT_TRUE(fs::exists(site + "/shared/common.py")) << "beta still lists it";
   const auto list = test::venv_pip(v, "list");
   EXPECT_EQ(list.exit_code, 0) << list.out;
