@@ -174,8 +174,7 @@ std::string write_member(const zip::Archive& archive, const zip::Entry& e, int f
     as_install_refusal([&] { archive.extract(e, nullptr); });
     return hash.record_digest();
   }
-  int err = EINTR;
-  while (err == EINTR) err = ::posix_fallocate(fd, 0, static_cast<off_t>(e.size));
+  const int err = txn::reserve_blocks(fd, e.size, path);
   if (out_of_space(err)) full(err);
   if (err == EOPNOTSUPP || err == EINVAL) {
     as_install_refusal([&] {

@@ -35,8 +35,9 @@ struct Fault {
 };
 
 int errno_named(const std::string& name) {
-  static const std::map<std::string, int> names{{"ENOSPC", ENOSPC}, {"EIO", EIO},     {"EACCES", EACCES},
-                                                {"EROFS", EROFS},   {"EPERM", EPERM}, {"EXDEV", EXDEV}};
+  static const std::map<std::string, int> names{{"ENOSPC", ENOSPC},         {"EIO", EIO},      {"EACCES", EACCES},
+                                                {"EROFS", EROFS},           {"EPERM", EPERM},  {"EXDEV", EXDEV},
+                                                {"EOPNOTSUPP", EOPNOTSUPP}, {"EINVAL", EINVAL}};
   const auto it = names.find(name);
   return it == names.end() ? EIO : it->second;
 }
@@ -370,6 +371,13 @@ struct OpenFile {
 void sync_path(const std::string& path) {
   const OpenFile f(path, O_RDONLY);
   sync_fd(f.fd, path);
+}
+
+int reserve_blocks(int fd, std::uint64_t size, const std::string& path) {
+  if (injected("fallocate", path)) return errno;
+  int err = EINTR;
+  while (err == EINTR) err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  return err;
 }
 
 void write_all(int fd, const void* data, std::size_t size, const std::string& path) {

@@ -3,7 +3,8 @@
 //
 // Test hooks, read from the environment once:
 //   CUDAFIX_TEST_FAULT=CALL:N:ERRNO   the N-th call (1-based) of CALL (write, rename, fsync,
-//                                     link, mkdir, rmdir) fails with ERRNO (ENOSPC, EIO, EACCES).
+//                                     link, mkdir, rmdir, fallocate) fails with ERRNO (ENOSPC,
+//                                     EIO, EACCES, EOPNOTSUPP, EINVAL).
 //   CUDAFIX_TEST_FAULT_TRACE=FILE     each such call is appended to FILE as it is made, so that a
 //                                     test can aim a fault at the middle of a change:
 //                                       CALL N PATH     the N-th call of CALL, on PATH
@@ -23,6 +24,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -59,6 +61,11 @@ void start_writeback(int fd);
 // Syncs the file system holding `folder` (syncfs): the staged data in one batch.
 void sync_file_system(const std::string& folder);
 void sync_path(const std::string& path);  // a file or a folder
+// Reserves the blocks of `fd`'s first `size` bytes (posix_fallocate, retried on EINTR; the file
+// grows to `size`), so that writing them through a mapping cannot meet a full file system.
+// Returns 0 or the errno: ENOSPC or EDQUOT when there is no room, EOPNOTSUPP or EINVAL where the
+// file system cannot reserve.
+[[nodiscard]] int reserve_blocks(int fd, std::uint64_t size, const std::string& path);
 // Writes all of `data` to `fd` (retrying short writes and EINTR); `path` names it in the error.
 void write_all(int fd, const void* data, std::size_t size, const std::string& path);
 // Appends `text` to `path` (made when absent) and syncs it.

@@ -516,6 +516,42 @@ TEST_F(WheelInstall, TheFreeSpaceMarginScalesWithTheWheel) {
   EXPECT_TRUE(fs::exists(test::site_packages(v) + "/smallfile/libs.so"));
 }
 
+// Issue 36, item 4: where the file system cannot reserve blocks (EOPNOTSUPP, EINVAL), each
+// member is written through write(2) instead of a mapping, file for file what a reserved
+// install writes; a reservation that finds no room refuses the install and changes nothing.
+TEST_F(WheelInstall, WhereBlocksCannotBeReservedTheFilesAreWrittenAndNoRoomIsARefusal) {
+  TempDir t;
+  const std::string base = t.path() + "/base", v = t.path() + "/v";
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(base)).exit_code, 0);
+  const auto fresh = [&] {
+    ASSERT_EQ(run_shell("rm -rf " + shell_quote(v) + " && cp -a " + shell_quote(base) + " " + shell_quote(v)).exit_code,
+              0);
+  };
+  const auto install = [&](const std::string& env) {
+    return run_shell("env -u VIRTUAL_ENV " + env + " " + shell_quote(test::k_bin) + " install " + shell_quote(wheel_) +
+                     " -y --no-verify --threads 1 --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+  };
+  ASSERT_NO_FATAL_FAILURE(fresh());
+  const std::string before = files_of(v), tree = test::tree_of(v);
+  ASSERT_EQ(install("").exit_code, 0);
+  const std::string reserved = files_of(v);
+  for (const char* err : {"EOPNOTSUPP", "EINVAL"}) {
+    ASSERT_NO_FATAL_FAILURE(fresh());
+    // The first reservation fails: with one thread, the largest member's (staged first).
+    const auto r = install(std::string("CUDAFIX_TEST_FAULT=fallocate:1:") + err);
+    EXPECT_EQ(r.exit_code, 0) << err << ": " << r.out;
+    EXPECT_EQ(files_of(v), reserved) << err;
+  }
+  ASSERT_NO_FATAL_FAILURE(fresh());
+  const auto full = install("CUDAFIX_TEST_FAULT=fallocate:1:ENOSPC");
+  EXPECT_EQ(full.exit_code, 2) << full.out;
+  EXPECT_THAT(full.out, HasSubstr("fancy_pkg/libfancy.so: the file system at "));
+  EXPECT_THAT(full.out, HasSubstr("is full (No space left on device)"));
+  EXPECT_THAT(full.out, HasSubstr("nothing was installed"));
+  EXPECT_EQ(files_of(v), before);
+  EXPECT_EQ(test::tree_of(v), tree);
+}
+
 // Memory: a wheel whose metadata members are 128 MB each (WHEEL, METADATA, RECORD and
 // entry_points.txt, deflated 100:1 so that only their size can stop them) is refused by name
 // without inflating them: the run's peak RSS stays under 100 MB (before, a 245 KB wheel's
