@@ -306,7 +306,8 @@ TEST_F(WheelInstall, WheelsPipAcceptsInstallAndPipListsChecksAndUninstallsThem) 
 // nvidia/__init__.py) is staged once, replaced once and undone once; the later wheel's bytes
 // win, as pip installing the wheels in order leaves it. Before, the second wheel's put moved
 // the first one's file aside over the backup of the file on disk: the install failed
-// ("rename .../new/...: No such file or directory") and undoing it deleted the file.
+// ("rename .../new/...: No such file or directory") and undoing it deleted the file; before,
+// this test's install was refused at staging ("open .../new/.../nvidia/__init__.py: File exists").
 TEST_F(WheelInstall, AFileTwoWheelsShipIsWrittenOnceAndRollbackGivesBackTheTreeByteForByte) {
   TempDir t;
   const std::string src = t.path() + "/src", wheels = t.path() + "/wheels";
@@ -317,7 +318,8 @@ TEST_F(WheelInstall, AFileTwoWheelsShipIsWrittenOnceAndRollbackGivesBackTheTreeB
   test::write_file(src + "/lib.so", std::string(5000, 'S'));
   const auto nvidia_wheel = [&](const std::string& name, const std::string& init) {
     return test::make_wheel(wheels, "nvidia-" + name + " 1.0 nvidia/__init__.py=" + src + "/" + init + " nvidia/" +
-                                        name + "/lib/lib" + name + ".so=" + src + "/lib.so --deflate");
+                                        name + "/lib/lib" + name + ".so=" + src +
+                                        "/lib.so --deflate --console-script nvidia-tool=nvidia." + name + ":main");
   };
   const std::string a = nvidia_wheel("a", "init_a.py"), b = nvidia_wheel("b", "init_b.py"),
                     c = nvidia_wheel("c", "init_c.py");
@@ -333,6 +335,8 @@ TEST_F(WheelInstall, AFileTwoWheelsShipIsWrittenOnceAndRollbackGivesBackTheTreeB
     const auto r = cudafix(install, v);
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_EQ(resolver::try_read_file(init).value_or("(gone)"), "# nvidia, as the cudnn wheel ships it\n");
+    // A console script both wheels declare: the later one's, generated once.
+    EXPECT_THAT(resolver::try_read_file(v + "/bin/nvidia-tool").value_or("(gone)"), HasSubstr("from nvidia.b import"));
     const auto list = test::venv_pip(v, "list");
     EXPECT_EQ(list.exit_code, 0) << list.out;
     EXPECT_THAT(list.out, HasSubstr("nvidia-a"));
