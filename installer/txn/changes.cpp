@@ -61,17 +61,8 @@ bool everything_below_goes(const std::string& dir, const std::set<std::string>& 
 
 std::string snapshots_root(const std::string& root) { return root + "/.cudafix/snapshots"; }
 
-// Letters, digits, '-', '_' and '.', not first, at most 128: a name joined into a path alone.
-bool is_snapshot_name(std::string_view name) {
-  if (name.empty() || name.size() > 128 || name.front() == '.') return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-           c == '.';
-  });
-}
-
 void check_snapshot_name(const std::string& name) {
-  if (!is_snapshot_name(name))
+  if (!r::is_snapshot_name(name))
     throw r::Error(fmt::format("snapshot name '{}': use up to 128 letters, digits, '-', '_' or '.', not a leading '.'",
                                name.substr(0, 128)));
 }

@@ -284,6 +284,19 @@ void recover_one(const std::string& root, const std::string& id, const std::func
                   tx.torn ? " (a torn journal tail was cut)" : "", tx.ops.size()));
 }
 
+// Snapshots a killed `snapshot` left half taken (`.<name>.partial`, never listed nor restored).
+void remove_partial_snapshots(const std::string& root, const std::function<void(const std::string&)>& say) {
+  const std::string folder = state_dir(root) + "/snapshots";
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const auto snapshot = std::string_view(name).substr(1, name.size() > 9 ? name.size() - 9 : 0);
+    if (name.front() != '.' || !name.ends_with(".partial") || !resolver::is_snapshot_name(snapshot)) continue;
+    remove_tree(folder + "/" + name);
+    say(fmt::format("recovering: removed snapshot '{}', which a killed run left half taken", snapshot));
+  }
+}
+
 // The trusted journals with neither commit nor abort. Only those are checked whole (distrust()
 // asks the disk about every op): this runs each time the lock is taken.
 std::vector<std::string> unfinished_transactions(const std::string& root) {
@@ -333,6 +346,7 @@ void recover_held(const std::string& root, const std::function<void(const std::s
   for (const auto& id : unfinished_transactions(root)) ids.insert(id);
   for (const auto& id : ids) recover_one(root, id, say);
   if (active) remove_file(active_file(root));
+  remove_partial_snapshots(root, say);
 }
 
 // What a kill left of finished transactions is removed before the next begins: staging, the

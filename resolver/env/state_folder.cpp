@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include "resolver/base/text.hpp"
 
@@ -46,6 +48,14 @@ bool is_transaction_id(std::string_view id) {
   const auto dash = id.find('-', 20);
   if (dash == std::string_view::npos) return false;
   return all_digits(id, 20, dash - 20) && all_digits(id, dash + 1, id.size() - dash - 1);
+}
+
+bool is_snapshot_name(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name.front() == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == '.';
+  });
 }
 
 std::string protected_file(std::string_view rel) {

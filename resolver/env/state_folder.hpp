@@ -5,8 +5,10 @@
 //   <root>/.cudafix/            0700, owned by the user running cudafix (or root)
 //   <root>/.cudafix/tx/<id>/    one transaction (installer/txn/journal.hpp)
 //   <root>/.cudafix/active      the id of the transaction in progress
-//   <root>/.cudafix/snapshots/  snapshots (installer/txn/changes.hpp)
-// An id is YYYYMMDDTHHMMSS.mmm-PID-N (at most 64 bytes); only such an id is joined into a path.
+//   <root>/.cudafix/snapshots/  snapshots (installer/txn/changes.hpp); `.<name>.partial` while
+//                               one is taken
+// An id is YYYYMMDDTHHMMSS.mmm-PID-N (at most 64 bytes), a snapshot name up to 128 letters,
+// digits, '-', '_' and '.', not a leading '.'; only such an id or name is joined into a path.
 #pragma once
 
 #include <string>
@@ -18,6 +20,7 @@
 namespace cudafix::resolver::inline env {
 
 [[nodiscard]] bool is_transaction_id(std::string_view id);
+[[nodiscard]] bool is_snapshot_name(std::string_view name);
 
 // The files of an environment no wheel may write, no RECORD may list and no journal may name:
 // cudafix's state, its settings, the venv's pyvenv.cfg, its lock and its interpreter. `rel` is

@@ -521,5 +521,23 @@ TEST_F(Transactions, AKillAtEveryStepOfARollbackLeavesHistoryAgreeingWithTheTree
   EXPECT_GE(kept, 3);
 }
 
+// A snapshot killed while it links its files leaves `.NAME.partial`, which nothing lists or
+// restores: the next command that takes the lock removes it, and says so.
+TEST_F(Transactions, AHalfTakenSnapshotIsRemovedByTheNextCommandThatTakesTheLock) {
+  TempDir t;
+  const std::string v = copy(t);
+  ASSERT_EQ(cudafix("snapshot whole", v).exit_code, 0);
+  const std::string snapshots = v + "/.cudafix/snapshots";
+  ASSERT_EQ(run_shell("cp -al " + shell_quote(snapshots + "/whole") + " " + shell_quote(snapshots + "/.half.partial"))
+                .exit_code,
+            0);
+  const auto next = cudafix("snapshot other", v);
+  EXPECT_EQ(next.exit_code, 0) << next.out;
+  EXPECT_THAT(next.out, HasSubstr("recovering: removed snapshot 'half', which a killed run left half taken"));
+  EXPECT_FALSE(fs::exists(snapshots + "/.half.partial"));
+  EXPECT_TRUE(fs::exists(snapshots + "/whole/manifest.json"));
+  EXPECT_TRUE(fs::exists(snapshots + "/other/manifest.json"));
+}
+
 }  // namespace
 }  // namespace cudafix
