@@ -431,14 +431,19 @@ TEST_F(WheelInstall, AnUpgradeRemovesTheOldDistInfoWholeAndRollbackGivesTheOldTr
   EXPECT_THAT(test::venv_pip(v, "list").out, ::testing::ContainsRegex("alpha +1\\.0"));
 }
 
-// A tmpfs of `size` mounted at `dir` for one test, unmounted when it ends; `mounted` false
-// where mount(8) is refused (not root, no CAP_SYS_ADMIN), with its reason.
+// A file system of `size` mounted at `dir` for one test, unmounted when it ends: a tmpfs, or an
+// ext4 image on a loop device (no blocks reserved for root: cudafix runs as root here, and
+// would write into them); `mounted` false where mount(8) is refused (not root, no
+// CAP_SYS_ADMIN, no loop device), with its reason.
 struct Tmpfs {
   std::string dir, refused;
   bool mounted = false;
-  Tmpfs(std::string at, const std::string& size) : dir(std::move(at)) {
+  Tmpfs(std::string at, const std::string& size, bool ext4 = false) : dir(std::move(at)) {
     fs::create_directories(dir);
-    const auto r = run_shell("mount -t tmpfs -o size=" + size + " tmpfs " + shell_quote(dir) + " 2>&1");
+    const std::string image = shell_quote(dir + ".img");
+    const auto r = run_shell(ext4 ? "truncate -s " + size + " " + image + " && mkfs.ext4 -q -F -m 0 " + image +
+                                        " 2>&1 && mount -o loop " + image + " " + shell_quote(dir) + " 2>&1"
+                                  : "mount -t tmpfs -o size=" + size + " tmpfs " + shell_quote(dir) + " 2>&1");
     mounted = r.exit_code == 0;
     refused = r.out;
   }
@@ -457,10 +462,7 @@ struct Tmpfs {
 // full disk is an error that names the file system, the wheel and the space needed, never a
 // SIGBUS; nothing in the venv changes, and once space is freed the next install works. Before,
 // the inflate into the mapped file killed cudafix by SIGBUS, with no message.
-TEST_F(WheelInstall, ADiskFilledWhileStagingIsAClearErrorNeverASignal) {
-  TempDir t;
-  const Tmpfs disk(t.path() + "/fs", "96m");
-  if (!disk.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (the test needs root): " << disk.refused;
+void disk_filled_while_staging(const TempDir& t, const Tmpfs& disk) {
   const std::string v = disk.dir + "/venv";
   ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(v)).exit_code, 0);
   test::write_file(t.path() + "/src/big.so", std::string(std::size_t{16} << 20, 'B'));
@@ -491,9 +493,26 @@ TEST_F(WheelInstall, ADiskFilledWhileStagingIsAClearErrorNeverASignal) {
   EXPECT_TRUE(fs::is_empty(v + "/.cudafix/tx")) << "the refused transaction's staging is gone";
   // Space freed, the same install goes through.
   fs::remove(filler);
-  const auto again = cudafix("install " + shell_quote(wheel) + " -y --no-verify", v);
+  const auto again = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " install " + shell_quote(wheel) +
+                               " -y --no-verify --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
   EXPECT_EQ(again.exit_code, 0) << again.out;
   EXPECT_EQ(fs::file_size(test::site_packages(v) + "/bigfile/libbig.so"), std::uintmax_t{16} << 20);
+}
+
+TEST_F(WheelInstall, ADiskFilledWhileStagingIsAClearErrorNeverASignal) {
+  TempDir t;
+  const Tmpfs disk(t.path() + "/fs", "96m");
+  if (!disk.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (the test needs root): " << disk.refused;
+  disk_filled_while_staging(t, disk);
+}
+
+// The same on ext4, where blocks are allocated lazily (delayed allocation) as they are on the
+// disks users install to.
+TEST_F(WheelInstall, AnExt4DiskFilledWhileStagingIsAClearErrorNeverASignal) {
+  TempDir t;
+  const Tmpfs disk(t.path() + "/fs", "96M", true);
+  if (!disk.mounted) GTEST_SKIP() << "cannot mount an ext4 image on a loop device here: " << disk.refused;
+  disk_filled_while_staging(t, disk);
 }
 
 // Issue 36, item 4: the free-space margin scales with what is staged (1% of it, at least
