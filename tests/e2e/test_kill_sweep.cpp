@@ -1,0 +1,317 @@
+// A kill -9 at the journal steps of every write command (install, remove, rollback, rollback
+// --snapshot, fix) on real venvs made by pip, each recovered by the next command: the tree is the
+// before or the after state and nothing between, history shows nothing in progress, the next
+// command works and pip reads the venv. CI kills at a sample of each command's steps (the first,
+// the last, those around the intent and the commit, and points spread between them);
+// CUDAFIX_SWEEP_ALL=1 walks every step (bench/kill_sweep.sh). And the writer that queued on the
+// lock while the killed one held it: it recovers the killed transaction before its own work.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "installer/txn/journal.hpp"
+#include "resolver/base/text.hpp"
+#include "tests/e2e/cudafix_run.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using test::tree_diff;
+using test::tree_of;
+using ::testing::HasSubstr;
+
+// One write command under the sweep: the venv it starts from, what is done to each copy first
+// (a transaction to roll back, a snapshot and the change it undoes), and the command killed.
+struct Case {
+  std::string name;
+  std::string base;         // copied (cp -a) for each trial
+  std::string setup;        // cudafix arguments run on each copy first ("" for none)
+  std::string shell_setup;  // then this, in the venv's site-packages ("" for none)
+  std::string command;      // the command killed
+};
+
+// What one command's sweep found.
+struct Tally {
+  int trials = 0, befores = 0, afters = 0;
+};
+
+class KillSweep : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    const std::string src = tmp_->path() + "/src";
+    links_ = tmp_->path() + "/wheels";
+    fs::create_directories(src);
+    fs::create_directories(links_);
+    const auto file = [&](const std::string& name, const std::string& text) {
+      test::write_file(src + "/" + name, text);
+      return src + "/" + name;
+    };
+    // alpha's libraries share common/lib/ with beta's, so that a removal moves each aside on its
+    // own (a folder all of whose files go is moved whole, in one step).
+    std::string alpha1 = "alpha 1.0 alpha/__init__.py=" + file("a1.py", "VERSION = 1\n") +
+                         " alpha/lib/liba.so=" + file("a1.so", "alpha 1 library\n");
+    std::string alpha2 = "alpha 2.0 alpha/__init__.py=" + file("a2.py", "VERSION = 2\n") +
+                         " alpha/lib/liba.so=" + file("a2.so", "alpha 2 library\n") +
+                         " alpha/lib/libextra.so=" + file("a2x.so", "alpha 2 extra\n") +
+                         " alpha/tools/tool.py=" + file("a2t.py", "TOOL = 2\n");
+    for (int i = 0; i < 20; ++i) {
+      const std::string n = fmt::format("{:02d}", i);
+      alpha1 += " common/lib/liba" + n + ".so=" + file("c1_" + n, "alpha 1 part " + n + "\n");
+      alpha2 += " common/lib/liba" + n + ".so=" + file("c2_" + n, "alpha 2 part " + n + "\n");
+    }
+    for (int i = 20; i < 26; ++i)
+      alpha2 += " common/lib/liba" + std::to_string(i) + ".so=" + file("c2_" + std::to_string(i), "alpha 2 new\n");
+    alpha1_ = test::make_wheel(tmp_->path(), alpha1);
+    alpha2_ = test::make_wheel(tmp_->path(), alpha2);
+    const std::string beta =
+        test::make_wheel(tmp_->path(), "beta 2.0 beta/libb.so=" + file("b.so", "beta library\n") +
+                                           " common/lib/libb.so=" + file("cb.so", "beta common\n") +
+                                           " shared/common.py=" + file("common.py", "SHARED = 1\n"));
+    const std::string gamma =
+        test::make_wheel(tmp_->path(), "gamma 3.0 gamma/g.py=" + file("g.py", "G = 3\n") + " shared/common.py=" + src +
+                                           "/common.py --requires beta");
+    base_ = tmp_->path() + "/base";
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(base_, {alpha1_, beta, gamma}));
+    ASSERT_NO_FATAL_FAILURE(without_pip(base_));
+    // fix's case (tests/e2e/test_plan.cpp, PlanFix): the CUDA 12 cuDNN's shared library holds the
+    // CUDA 13 one's bytes, so the fix reinstalls the first from its wheel, then removes the second.
+    const std::string v = test::k_fixtures + "/verify";
+    std::vector<std::string> fix_wheels;
+    for (const std::string& args :
+         {"nvidia-cuda-runtime-cu12 12.8.90 nvidia/cuda_runtime/lib/libcudart.so.12=" + v + "/cu12/libcudart.so.12",
+          "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91400/libcudnn.so.9",
+          "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + v + "/cudnn/v91900/libcudnn.so.9",
+          "torch12like 2.7.0 torch/lib/libtorch_cuda.so=" + v +
+              "/torch12/libtorch_cuda.so --requires 'nvidia-cudnn-cu12==9.10.2.21'"})
+      fix_wheels.push_back(test::make_wheel(links_, args));
+    fix_base_ = tmp_->path() + "/fix_base";
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(fix_base_, fix_wheels));
+    ASSERT_NO_FATAL_FAILURE(without_pip(fix_base_));
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  // pip and setuptools uninstalled from the venv (by its pip): a trial copies and hashes the
+  // whole tree several times, and pip's 1,600 files would be most of it. pip itself still reads
+  // the venv, run from outside it (pip_list).
+  static void without_pip(const std::string& venv) {
+    const auto r = test::venv_pip(venv, "uninstall -y -q pip setuptools 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+
+  static std::vector<Case> cases() {
+    const std::string site_rel = "$(ls -d lib/python3*/site-packages)";
+    return {
+        {"install", base_, "", "", "install " + shell_quote(alpha2_) + " -y --no-verify"},
+        {"remove", base_, "", "", "remove alpha gamma -y"},
+        {"rollback", base_, "install " + shell_quote(alpha2_) + " -y --no-verify", "", "rollback -y"},
+        // What pip's uninstall of alpha does, and a file of beta's replaced (a new inode, as pip
+        // and uv replace one), between the snapshot and its restore.
+        {"rollback --snapshot", base_, "snapshot s1",
+         "rm -rf alpha alpha-1.0.dist-info common/lib/liba*.so && printf 'other bytes\\n' > beta/libb.so.new && mv "
+         "beta/libb.so.new beta/libb.so",
+         "rollback --snapshot s1 -y"},
+        {"fix", fix_base_, "", "", "fix -y --no-verify --ld-library-path '' --find-links " + shell_quote(links_)},
+    };
+  }
+
+  // `cudafix ARGS --venv VENV`, text output and standard error together.
+  static test::RunResult cudafix(const std::string& args, const std::string& venv, const std::string& env = "") {
+    return run_shell("env -u VIRTUAL_ENV -u PIP_FIND_LINKS " + env + " " + shell_quote(test::k_bin) + " " + args +
+                     " --venv " + shell_quote(venv) + test::k_no_cache + " 2>&1 </dev/null");
+  }
+  static json history(const std::string& venv) {
+    const auto r = cudafix("history --json", venv);
+    auto doc = json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << r.out;
+    return doc.is_discarded() ? json::object() : doc;
+  }
+  // A copy of the case's venv with its setup done.
+  static std::string prepared(const Case& c, const TempDir& t) {
+    const std::string v = t.path() + "/venv";
+    EXPECT_EQ(run_shell("cp -a " + shell_quote(c.base) + " " + shell_quote(v)).exit_code, 0);
+    if (!c.setup.empty()) {
+      const auto r = cudafix(c.setup, v);
+      EXPECT_EQ(r.exit_code, 0) << c.setup << ": " << r.out;
+    }
+    if (!c.shell_setup.empty()) {
+      const auto r = run_shell("cd " + shell_quote(test::site_packages(v)) + " && " + c.shell_setup + " 2>&1");
+      EXPECT_EQ(r.exit_code, 0) << r.out;
+    }
+    return v;
+  }
+  // pip's own listing of the venv, by the pip outside it (--python): its exit code and what it
+  // said; none for a tree pip listed before in this run. pip reads only the files tree_of()
+  // hashes, so the same tree lists the same, and its failure is said once, not once a trial.
+  static std::optional<test::RunResult> pip_list(const std::string& venv, const std::string& tree) {
+    static std::set<std::string> listed;
+    if (!listed.insert(tree).second) return std::nullopt;
+    return run_shell("env -u VIRTUAL_ENV python3 -m pip --disable-pip-version-check --python " +
+                     shell_quote(venv + "/bin/python3") + " list 2>&1");
+  }
+
+  // The journal steps to kill at: every one with CUDAFIX_SWEEP_ALL=1; otherwise the first, the
+  // intent (step 2, after the begin record), the step after it (the first change), the last two
+  // (the last change and the commit record), and points spread evenly between, 20 at least where
+  // there are as many.
+  static std::vector<long> steps_to_kill(long total) {
+    std::set<long> at;
+    const char* all = std::getenv("CUDAFIX_SWEEP_ALL");
+    if (all && std::string(all) == "1") {
+      for (long s = 1; s <= total; ++s) at.insert(s);
+    } else {
+      for (const long s : {1L, 2L, 3L, total - 1, total})
+        if (s >= 1 && s <= total) at.insert(s);
+      for (long i = 0; i < 20; ++i) at.insert(1 + i * (total - 1) / 19);
+    }
+    return {at.begin(), at.end()};
+  }
+
+  // Every transaction history lists, none in progress.
+  static void expect_nothing_in_progress(const json& h, const std::string& what) {
+    for (const auto& t : h.value("transactions", json::array()))
+      EXPECT_NE(t.value("result", ""), "in progress") << what << ": " << t.dump();
+  }
+
+  Tally sweep(const Case& c);
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string links_, base_, fix_base_, alpha1_, alpha2_;
+};
+
+Tally KillSweep::sweep(const Case& c) {
+  Tally tally;
+  // The run without a kill: the after state, and how many journal steps it takes (the begin
+  // record, the intent, one per op, the commit record).
+  TempDir ref;
+  const std::string rv = prepared(c, ref);
+  const std::string before = tree_of(rv);
+  const auto done = cudafix(c.command, rv);
+  EXPECT_EQ(done.exit_code, 0) << c.command << ": " << done.out;
+  const std::string after = tree_of(rv);
+  EXPECT_NE(before, after) << c.command << " changed nothing";
+  const json h = history(rv);
+  if (h.value("transactions", json::array()).empty()) {
+    ADD_FAILURE() << c.name << ": no transaction in history: " << h.dump();
+    return tally;
+  }
+  const long total = 3 + h["transactions"][0].value("steps", 0L);
+  // A kill one past the last step never fires: the run ends as the one above did.
+  {
+    TempDir t;
+    const std::string v = prepared(c, t);
+    const auto past = cudafix(c.command, v, "CUDAFIX_TEST_KILL_AT=" + std::to_string(total + 1));
+    EXPECT_EQ(past.exit_code, 0) << c.name << ": the journal has more than " << total << " steps: " << past.out;
+  }
+  for (const long step : steps_to_kill(total)) {
+    const std::string at = c.name + ", killed at step " + std::to_string(step) + " of " + std::to_string(total);
+    TempDir t;
+    const std::string v = prepared(c, t);
+    const auto killed = cudafix(c.command, v, "CUDAFIX_TEST_KILL_AT=" + std::to_string(step));
+    ++tally.trials;
+    EXPECT_EQ(killed.exit_code, 137) << at << ": " << killed.out;
+    // A read command recovers first, and says so.
+    const auto next = cudafix("history", v);
+    EXPECT_EQ(next.exit_code, 0) << at << ": " << next.out;
+    EXPECT_THAT(next.out, HasSubstr("recovering: transaction")) << at;
+    const std::string now = tree_of(v);
+    const bool is_before = now == before, is_after = now == after;
+    EXPECT_TRUE(is_before || is_after) << at << " left a third state:\n"
+                                       << tree_diff(before, now) << "(against the after state:)\n"
+                                       << tree_diff(after, now) << next.out;
+    tally.befores += is_before;
+    tally.afters += is_after;
+    const json hist = history(v);
+    expect_nothing_in_progress(hist, at);
+    if (const auto pip = pip_list(v, now)) {
+      EXPECT_EQ(pip->exit_code, 0) << at << ": " << pip->out;
+      EXPECT_THAT(pip->out, ::testing::Not(HasSubstr("WARNING"))) << at;
+    }
+    if (!is_before && !is_after) continue;
+    const auto& listed = hist["transactions"];
+    if (c.name == "rollback") {
+      // The rolled-back transaction (the setup's install) says what undid it exactly when the
+      // tree is rolled back.
+      for (const auto& tx : listed) {
+        if (tx.value("command", "").starts_with("install ")) {
+          EXPECT_EQ(tx["result"].get<std::string>().starts_with("rolled back by"), is_after) << at << ": " << tx;
+        }
+      }
+    }
+    if (is_before) {
+      // The same command again does what the killed one would have.
+      const auto again = cudafix(c.command, v);
+      EXPECT_EQ(again.exit_code, 0) << at << ", run again: " << again.out;
+      EXPECT_TRUE(tree_of(v) == after) << at << ", run again:\n" << tree_diff(after, tree_of(v));
+    } else {
+      // The killed transaction committed: it is the newest, and rolling it back gives the before state.
+      if (listed.empty()) {
+        ADD_FAILURE() << at << ": history lists no transaction";
+        continue;
+      }
+      EXPECT_EQ(listed[0]["result"], "committed") << at << ": " << listed[0];
+      const auto back = cudafix("rollback " + listed[0]["id"].get<std::string>() + " -y", v);
+      EXPECT_EQ(back.exit_code, 0) << at << ", rolled back: " << back.out;
+      EXPECT_TRUE(tree_of(v) == before) << at << ", rolled back:\n" << tree_diff(before, tree_of(v));
+    }
+  }
+  // Where bench/kill_sweep.sh reads the counts.
+  std::printf("kill sweep: %s: %d trials of %ld steps, %d before, %d after\n", c.name.c_str(), tally.trials, total,
+              tally.befores, tally.afters);
+  std::fflush(stdout);
+  return tally;
+}
+
+TEST_F(KillSweep, AKillAtAnyStepOfInstallLeavesTheBeforeOrTheAfterState) {
+  const auto t = sweep(cases()[0]);
+  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.befores, 1);
+  EXPECT_GE(t.afters, 1);
+}
+
+TEST_F(KillSweep, AKillAtAnyStepOfRemoveLeavesTheBeforeOrTheAfterState) {
+  const auto t = sweep(cases()[1]);
+  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.befores, 1);
+  EXPECT_GE(t.afters, 1);
+}
+
+TEST_F(KillSweep, AKillAtAnyStepOfRollbackLeavesTheBeforeOrTheAfterState) {
+  const auto t = sweep(cases()[2]);
+  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.befores, 1);
+  EXPECT_GE(t.afters, 1);
+}
+
+TEST_F(KillSweep, AKillAtAnyStepOfASnapshotRestoreLeavesTheBeforeOrTheAfterState) {
+  const auto t = sweep(cases()[3]);
+  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.befores, 1);
+  EXPECT_GE(t.afters, 1);
+}
+
+TEST_F(KillSweep, AKillAtAnyStepOfFixLeavesTheBeforeOrTheAfterState) {
+  const auto t = sweep(cases()[4]);
+  EXPECT_GE(t.trials, 10);
+  EXPECT_GE(t.befores, 1);
+  EXPECT_GE(t.afters, 1);
+}
+
+}  // namespace
+}  // namespace cudafix
