@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -87,6 +88,8 @@ class KillSweep : public ::testing::Test {
     const std::string gamma =
         test::make_wheel(tmp_->path(), "gamma 3.0 gamma/g.py=" + file("g.py", "G = 3\n") + " shared/common.py=" + src +
                                            "/common.py --requires beta");
+    delta_ = test::make_wheel(tmp_->path(), "delta 1.0 delta/__init__.py=" + file("d.py", "D = 1\n") +
+                                                " common/lib/libdelta.so=" + file("d.so", "delta library\n"));
     base_ = tmp_->path() + "/base";
     ASSERT_NO_FATAL_FAILURE(test::make_venv(base_, {alpha1_, beta, gamma}));
     ASSERT_NO_FATAL_FAILURE(without_pip(base_));
@@ -192,7 +195,7 @@ class KillSweep : public ::testing::Test {
   Tally sweep(const Case& c);
 
   static inline TempDir* tmp_ = nullptr;
-  static inline std::string links_, base_, fix_base_, alpha1_, alpha2_;
+  static inline std::string links_, base_, fix_base_, alpha1_, alpha2_, delta_;
 };
 
 Tally KillSweep::sweep(const Case& c) {
@@ -311,6 +314,104 @@ TEST_F(KillSweep, AKillAtAnyStepOfFixLeavesTheBeforeOrTheAfterState) {
   EXPECT_GE(t.trials, 10);
   EXPECT_GE(t.befores, 1);
   EXPECT_GE(t.afters, 1);
+}
+
+}  // namespace
+}  // namespace cudafix
+
+namespace cudafix {
+namespace {
+
+// Polls `done` every 20 ms for up to `seconds`; whether it came true.
+bool wait_for(const std::function<bool()>& done, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// Issue 36, item 1: a write command that found no transaction to recover, then queued on the
+// lock behind one that is killed mid-change, must recover the killed one (under the lock it now
+// holds) before its own work; else it overwrites .cudafix/active and the killed transaction
+// stays half done and "in progress" for ever.
+//
+// The order is made, not guessed: strace holds the queued `install` for 3 s at its first flock,
+// after it opened .lock (so after its look for a transaction to recover); the `remove` starts
+// once .lock exists, takes the lock first and pauses after its fifth rename (as its journal and
+// the disk show); it is killed once the install says it is waiting.
+TEST_F(KillSweep, AWriterQueuedOnTheLockRecoversTheKilledHolderFirstThenDoesItsOwnWork) {
+  // delta shares no file with what the removal moves, so only a recovery puts those back.
+  const std::string install = "install " + shell_quote(delta_) + " -y --no-verify";
+  TempDir ref;
+  const std::string expected_venv = ref.path() + "/venv";
+  ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(expected_venv)).exit_code, 0);
+  ASSERT_EQ(cudafix(install, expected_venv).exit_code, 0);
+  const std::string expected = tree_of(expected_venv);
+
+  TempDir t;
+  const std::string v = t.path() + "/venv";
+  ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+  fs::remove(v + "/.lock");
+  const std::string queued_out = t.path() + "/queued.out", holder_out = t.path() + "/holder.out";
+  const std::string cudafix_at =
+      "env -u VIRTUAL_ENV -u PIP_FIND_LINKS ASAN_OPTIONS=detect_leaks=0 " + shell_quote(test::k_bin);
+  run_shell("(strace -f -qq -o /dev/null -e trace=flock -e inject=flock:delay_enter=3000000:when=1 " + cudafix_at +
+            " " + install + " --venv " + shell_quote(v) + test::k_no_cache + " > " + shell_quote(queued_out) +
+            " 2>&1 </dev/null; echo rc=$? >> " + shell_quote(queued_out) + ") >/dev/null 2>&1 &");
+  ASSERT_TRUE(wait_for([&] { return fs::exists(v + "/.lock"); }, 20)) << "the queued install never opened the lock";
+  const auto started =
+      run_shell("env CUDAFIX_TEST_PAUSE_AT=7:60000 " + cudafix_at + " remove alpha gamma -y --no-cache --venv " +
+                shell_quote(v) + test::k_no_cache + " > " + shell_quote(holder_out) + " 2>&1 </dev/null & echo $!");
+  const pid_t holder = static_cast<pid_t>(std::stol(started.out));
+  ASSERT_GT(holder, 0) << started.out;
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() { ::kill(pid, SIGKILL); }
+  } reaper{holder};
+  // The holder's transaction, once its journal lists its ops, and its fifth op done on disk.
+  std::string id;
+  const auto fifth_done = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(v + "/.cudafix/tx", ec)) {
+      try {
+        const auto j = installer::txn::read_journal(e.path().string() + "/journal");
+        if (j.ops.size() < 5 || j.ops[4].kind != installer::txn::OpKind::move) return false;
+        id = j.id;
+        return fs::exists(fs::symlink_status(j.ops[4].to)) && !fs::exists(fs::symlink_status(j.ops[4].from));
+      } catch (const std::exception&) {
+        return false;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for(fifth_done, 30)) << "the remove never made its fifth rename: "
+                                        << resolver::try_read_file(holder_out).value_or("");
+  const auto queued_says = [&](const std::string& what) {
+    return resolver::try_read_file(queued_out).value_or("").find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(wait_for([&] { return queued_says("waiting for"); }, 30))
+      << "the install never queued on the lock: " << resolver::try_read_file(queued_out).value_or("");
+  EXPECT_THAT(resolver::try_read_file(holder_out).value_or(""), ::testing::Not(HasSubstr("waiting for")))
+      << "the remove did not take the lock first";
+  ASSERT_EQ(::kill(holder, SIGKILL), 0);
+  ASSERT_TRUE(wait_for([&] { return queued_says("rc="); }, 60)) << "the queued install never ended";
+  const std::string out = resolver::try_read_file(queued_out).value_or("");
+  EXPECT_THAT(out, HasSubstr("rc=0")) << out;
+  // It recovered the killed removal first, then installed.
+  const auto recovered = out.find("recovering: transaction " + id), installed = out.find("installed delta 1.0");
+  EXPECT_NE(recovered, std::string::npos) << out;
+  EXPECT_NE(installed, std::string::npos) << out;
+  EXPECT_LT(recovered, installed) << out;
+  const json h = history(v);
+  expect_nothing_in_progress(h, "after the queued install");
+  // The killed one is known as undone: rolling it back is refused, saying so.
+  const auto back = cudafix("rollback " + id + " -y", v);
+  EXPECT_NE(back.exit_code, 0) << back.out;
+  EXPECT_THAT(back.out, HasSubstr("undone")) << back.out;
+  // The venv is the install's alone on the state before the removal.
+  EXPECT_TRUE(tree_of(v) == expected) << tree_diff(expected, tree_of(v));
 }
 
 }  // namespace
