@@ -115,6 +115,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   const auto said = prepared.labels();
   confirm(g, fmt::format("carry out these {} steps", said.size()));
 
+  check_one_file_system(env.layout);
   tx::Transaction t(env.layout.root_real, "fix");
   stage_plan(g, env, prepared, t);
   show_progress(g, t, "fixing");

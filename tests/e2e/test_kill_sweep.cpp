@@ -416,3 +416,96 @@ TEST_F(KillSweep, AWriterQueuedOnTheLockRecoversTheKilledHolderFirstThenDoesItsO
 
 }  // namespace
 }  // namespace cudafix
+
+namespace cudafix {
+namespace {
+
+// Issue 36, item 9: the kernel's EXDEV says "Invalid cross-device link" and nothing more. A
+// rename that fails so (injected here, at the first rename of the removal's changes) names the
+// two folders and the cause, and everything is undone.
+TEST_F(KillSweep, ARenameAcrossFileSystemsNamesTheCauseAndEveryChangeIsUndone) {
+  TempDir t;
+  const std::string v = t.path() + "/venv";
+  ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+  const std::string before = tree_of(v);
+  const auto r = cudafix("remove alpha gamma -y", v, "CUDAFIX_TEST_FAULT=rename:2:EXDEV");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("are on different file systems (a bind mount?): cudafix moves files by rename within "
+                               "one file system"));
+  EXPECT_THAT(r.out, HasSubstr("every change was undone"));
+  EXPECT_TRUE(tree_of(v) == before) << tree_diff(before, tree_of(v));
+}
+
+// site-packages bind-mounted from elsewhere (a bind mount of the same disk: the same device, a
+// mount of its own, which rename and link refuse to cross). Every write that moves files is
+// refused before it changes anything, naming both folders; snapshot copies instead of
+// hardlinking and says how many files and MB, and why, in text and JSON.
+TEST_F(KillSweep, ABindMountedSitePackagesIsRefusedBeforeAnyChangeAndSnapshotSaysItCopies) {
+  TempDir t;
+  const std::string v = t.path() + "/venv", elsewhere = t.path() + "/elsewhere";
+  ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+  const std::string site = test::site_packages(v);
+  ASSERT_EQ(run_shell("cp -a " + shell_quote(site) + " " + shell_quote(elsewhere)).exit_code, 0);
+  const auto mounted = run_shell("mount --bind " + shell_quote(elsewhere) + " " + shell_quote(site) + " 2>&1");
+  if (mounted.exit_code != 0) GTEST_SKIP() << "mount --bind is not allowed here: " << mounted.out;
+  struct Unmount {
+    std::string at;
+    ~Unmount() { run_shell("umount " + shell_quote(at)); }
+  } unmount{site};
+  const std::string before = tree_of(v);
+  for (const std::string& command :
+       {std::string("remove alpha -y"), "install " + shell_quote(alpha2_) + " -y --no-verify"}) {
+    const auto r = cudafix(command, v);
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(site + " and " + v +
+                                 " are on different file systems (a bind mount?): cudafix "
+                                 "moves files by rename within one file system; nothing was "
+                                 "changed"))
+        << command;
+    EXPECT_TRUE(tree_of(v) == before) << command << ":\n" << tree_diff(before, tree_of(v));
+  }
+  const auto text = cudafix("snapshot s1", v);
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_THAT(text.out, HasSubstr("0 files (0.0 MB) hardlinked"));
+  EXPECT_THAT(text.out, ::testing::ContainsRegex("[0-9]+ files copied \\([0-9.]+ MB\\): no hard link can be made, "
+                                                 "another mount of the same file system \\(a bind mount\\)"));
+  const auto j = json::parse(cudafix("snapshot s2 --json", v).out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_GT(j.value("files", 0), 0) << j;
+  EXPECT_EQ(j.value("copied", 0), j.value("files", 0)) << j;
+  EXPECT_EQ(j.value("linked", -1), 0) << j;
+  EXPECT_EQ(j.value("copied_bytes", 0), j.value("bytes", 1)) << j;
+  EXPECT_EQ(j.value("copied_because", ""), "another mount of the same file system (a bind mount)") << j;
+}
+
+// doctor is a read command, and recovering a killed change is the one write it makes: it says
+// so on standard error in text and JSON modes, and its document lists what it did.
+TEST_F(KillSweep, DoctorSaysWhenItRecoversAKilledChangeInTextAndJson) {
+  for (const bool as_json : {false, true}) {
+    TempDir t;
+    const std::string v = t.path() + "/venv", err = t.path() + "/stderr";
+    ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+    const std::string before = tree_of(v);
+    ASSERT_EQ(cudafix("remove alpha gamma -y", v, "CUDAFIX_TEST_KILL_AT=6").exit_code, 137);
+    ASSERT_NE(tree_of(v), before) << "the killed removal moved nothing";
+    const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " doctor" + (as_json ? " --json" : "") +
+                             " --venv " + shell_quote(v) + test::k_no_cache + " 2>" + shell_quote(err));
+    EXPECT_LT(r.exit_code, 2) << r.out;
+    const std::string said = resolver::try_read_file(err).value_or("");
+    EXPECT_THAT(said, HasSubstr("cudafix: recovering: transaction ")) << (as_json ? "--json" : "text");
+    EXPECT_THAT(said, HasSubstr("(remove alpha gamma) was interrupted")) << said;
+    EXPECT_TRUE(tree_of(v) == before) << tree_diff(before, tree_of(v));
+    if (!as_json) continue;
+    const auto doc = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << r.out;
+    ASSERT_TRUE(doc.contains("recovered") && doc["recovered"].size() == 1) << doc.dump().substr(0, 400);
+    EXPECT_THAT(doc["recovered"][0].get<std::string>(), HasSubstr("recovering: transaction ")) << doc["recovered"];
+    // Nothing left to recover: the next doctor says nothing of it.
+    const auto again = json::parse(cudafix("doctor --json 2>/dev/null", v).out, nullptr, false);
+    ASSERT_FALSE(again.is_discarded());
+    EXPECT_TRUE(again["recovered"].empty()) << again["recovered"];
+  }
+}
+
+}  // namespace
+}  // namespace cudafix
