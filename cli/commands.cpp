@@ -220,8 +220,11 @@ void fence(const r::EnvLayout& layout, const GlobalOptions& g) {
 // A transaction a killed run left is finished or undone before anything reads the environment;
 // what it did is said on standard error, whatever the output format, and returned.
 std::vector<std::string> recover_in_process(const r::EnvLayout& layout, const GlobalOptions& g) {
-  auto said = installer::txn::recover(layout.root_real, lock_wait(g), say_waiting);
-  for (const auto& line : said) std::cerr << "cudafix: " << printable_lines(line) << '\n';
+  std::vector<std::string> said;
+  installer::txn::recover(layout.root_real, lock_wait(g), [&](const std::string& line) {
+    say_waiting(line);
+    if (line.starts_with("recovering")) said.push_back(line);
+  });
   return said;
 }
 

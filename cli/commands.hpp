@@ -104,6 +104,7 @@ int run_fix(const GlobalOptions& g, const FixCliOptions& o, std::ostream& out);
 struct RollbackCliOptions {
   std::optional<std::string> id;
   std::optional<std::string> snapshot;
+  bool force = false;  // take aside what was changed since, rather than refuse
 };
 int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out);
 struct SnapshotCliOptions {

@@ -241,6 +241,8 @@ int main(int argc, char** argv) {
   auto* rollback = app.add_subcommand("rollback", "undo a transaction (default: the last), or restore a snapshot");
   rollback->add_option("ID", rollback_opts.id, "the transaction to undo (`cudafix history` lists them)");
   rollback->add_option("--snapshot", rollback_opts.snapshot, "restore this snapshot instead");
+  rollback->add_flag("--force", rollback_opts.force,
+                     "take aside files changed since the transaction (as backups of the rollback) rather than refuse");
   SnapshotCliOptions snapshot_opts;
   auto* snapshot = app.add_subcommand("snapshot", "keep every listed file (hardlinks) before a cleanup by other tools");
   snapshot->add_option("NAME", snapshot_opts.name, "its name (default: the UTC time)");

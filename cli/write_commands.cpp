@@ -61,6 +61,33 @@ std::string state_name(const tx::JournalRead& t) {
   }
 }
 
+// Who wrote a path now, as its dist's INSTALLER says ("pip"): of the dists whose RECORD lists
+// it, the one whose hash is the file's bytes now, else any.
+std::string writer_of(const r::Environment& env, const std::string& path) {
+  const std::string now = r::sha256_of_file(path);
+  const r::DistInfo* writer = nullptr;
+  for (const auto& d : env.dists)
+    for (const auto& row : d.record)
+      if (r::join_normal(d.site_dir, row.path) == path && (!writer || (!now.empty() && row.hash == now))) writer = &d;
+  if (!writer) return "";
+  return fmt::format(" (by {}, INSTALLER says)",
+                     writer->installer.empty() ? "a tool that wrote no INSTALLER" : writer->installer);
+}
+
+// Why a rollback is refused: each path changed since the transaction, by path and by whom.
+std::string changed_since_text(const GlobalOptions& g, Located located, const tx::JournalRead& target,
+                               const std::vector<tx::ChangedPath>& changed) {
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
+  std::vector<std::string> lines;
+  for (const auto& c : changed)
+    lines.push_back(
+        fmt::format("{} {} after transaction {}{}", env.display(c.path), c.what, target.id, writer_of(env, c.path)));
+  return fmt::format(
+      "refused: rolling back {} ({}) would overwrite later work:\n  {}\nnothing was changed (--force takes "
+      "these aside as the rollback's own backups, which `cudafix rollback` of the rollback puts back)",
+      target.id, target.command, fmt::join(lines, "\n  "));
+}
+
 }  // namespace
 
 void confirm(const GlobalOptions& g, const std::string& what) {
@@ -213,18 +240,20 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
                     {"command", t.command},
                     {"steps", t.ops.size()},
                     {"result", state_name(t)},
-                    {"bytes_held", held}});
-    text += fmt::format("{}  {}  {:<40} {:>6} steps  {}  ({:.1f} MB kept)\n", printable(t.id), when(t.time),
+                    {"backup_bytes", held}});
+    text += fmt::format("{}  {}  {:<40} {:>6} steps  {}  ({:.1f} MB of backups)\n", printable(t.id), when(t.time),
                         printable(t.command), t.ops.size(), printable(state_name(t)), static_cast<double>(held) / 1e6);
   }
   if (g.json) {
     out << nlohmann::json{{"schema", 1},          {"command", "history"},     {"venv", located.layout.root},
-                          {"transactions", list}, {"distrusted", distrusted}, {"bytes_held", total}}
+                          {"transactions", list}, {"distrusted", distrusted}, {"backup_bytes", total}}
                .dump()
         << '\n';
   } else {
     out << (all.empty() ? "no transactions\n" : text);
-    if (!all.empty()) out << fmt::format("backups hold {:.1f} MB\n", static_cast<double>(total) / 1e6);
+    if (!all.empty())
+      out << fmt::format("backups for rollback use {:.1f} MB on disk (committed transactions only)\n",
+                         static_cast<double>(total) / 1e6);
   }
   return 0;
 }
@@ -283,20 +312,38 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
       break;
     }
   }
+  if (!target && o.id && tx::was_pruned(root, *o.id))
+    throw r::Error(
+        fmt::format("transaction {} was pruned: its backups were removed to keep the {} newest "
+                    "([transactions] keep in cudafix.toml), so it can no longer be rolled back",
+                    *o.id, keep.count));
   if (!target)
     throw r::Error(o.id ? fmt::format("no transaction {} in {}", *o.id, tx::tx_root(root))
                         : fmt::format("nothing to roll back in {}", root));
   if (target->state != tx::TxState::committed || target->rolled_back_by)
     throw r::Error(fmt::format("transaction {} is {}: only a committed one not rolled back can be", target->id,
                                state_name(*target)));
-  confirm(g, fmt::format("roll back {} ({})", target->id, target->command));
   tx::Transaction t(root, "rollback " + target->id);
-  tx::plan_rollback(*target, t);
+  const auto changed = tx::plan_rollback(*target, t, o.force);
+  if (!changed.empty() && !o.force) {
+    t.abandon();
+    const std::string why = changed_since_text(g, std::move(located), *target, changed);
+    if (g.json) {
+      nlohmann::json paths = nlohmann::json::array();
+      for (const auto& c : changed) paths.push_back({{"path", c.path}, {"what", c.what}});
+      out << nlohmann::json{{"schema", 1}, {"command", "rollback"}, {"refused", why}, {"changed", paths}}.dump()
+          << '\n';
+    } else {
+      out << printable_lines(why) << '\n';
+    }
+    return 1;
+  }
+  confirm(g, fmt::format("roll back {} ({}){}", target->id, target->command,
+                         changed.empty() ? "" : fmt::format(", taking aside {} paths changed since", changed.size())));
   show_progress(g, t, "rolling back");
   t.carry_out();
-  tx::mark_rolled_back(root, target->id, t.id());
   return report_done(g, out, "rollback", t, fmt::format("rolled back {} ({})", target->id, target->command), keep,
-                     {{"rolled_back", target->id}});
+                     {{"rolled_back", target->id}, {"taken_aside", changed.size()}});
 }
 
 int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out) {

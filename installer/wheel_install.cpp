@@ -493,7 +493,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
   txn::sync_file_system(tx.new_dir());
   for (const auto& s : staged) {
     if (s.target.empty()) continue;
-    tx.put(s.staged, s.target);
+    tx.put(s.staged, s.target, 0755, s.hash);
     out.targets.push_back(s.target);
     out.bytes += s.size;
   }

@@ -323,6 +323,7 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
     std::string abs, from;
     bool symlink;
     std::string target;
+    std::string sha256;
   };
   std::vector<Restore> restores;
   std::set<std::string> kept;
@@ -345,7 +346,7 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
         ++check.unchanged;
         continue;
       }
-      restores.push_back({abs, "", true, target});
+      restores.push_back({abs, "", true, target, ""});
       continue;
     }
     const std::string from = dir + "/tree/" + rel;
@@ -361,7 +362,7 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
       check.altered.push_back(rel);
       continue;
     }
-    restores.push_back({abs, from, false, ""});
+    restores.push_back({abs, from, false, "", e.value("sha256", "")});
   }
   if (!check.altered.empty()) return check;
   // What the dists list now that the snapshot did not hold goes aside.
@@ -384,7 +385,7 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
     } else {
       link_path(rs.from, staged);
     }
-    tx.put(staged, rs.abs);
+    tx.put(staged, rs.abs, 0755, rs.sha256);
     ++check.restore;
   }
   // Folders the removals emptied, deepest first (a folder still holding something stays).

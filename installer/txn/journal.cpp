@@ -45,6 +45,28 @@ std::optional<Op> op_of(const nlohmann::json& j) {
   return op;
 }
 
+std::optional<LeftType> left_type(const std::string& word) {
+  if (word == "none") return LeftType::none;
+  if (word == "dir") return LeftType::dir;
+  if (word == "file") return LeftType::file;
+  if (word == "symlink") return LeftType::symlink;
+  return std::nullopt;
+}
+
+const char* left_word(LeftType t) {
+  switch (t) {
+    case LeftType::none:
+      return "none";
+    case LeftType::dir:
+      return "dir";
+    case LeftType::file:
+      return "file";
+    case LeftType::symlink:
+      return "symlink";
+  }
+  return "none";
+}
+
 // Takes one checksummed record into `out`; false (and `out.unreadable` says why) when this
 // version does not understand it. Throws nlohmann's errors for a field of another type.
 bool take_record(const nlohmann::json& j, JournalRead& out, bool& begun) {
@@ -64,8 +86,25 @@ bool take_record(const nlohmann::json& j, JournalRead& out, bool& begun) {
     out.ops.push_back(*op);
   } else if (record == "intent_end") {
     out.state = TxState::intended;
+  } else if (record == "left") {
+    Left left;
+    left.path = j.value("path", "");
+    const auto type = left_type(j.value("type", ""));
+    if (!type) {
+      out.unreadable = fmt::format("a left record of a type this cudafix does not know ('{}')", j.value("type", ""));
+      return false;
+    }
+    left.type = *type;
+    left.dev = integer_or(j, "dev", std::uint64_t{0});
+    left.ino = integer_or(j, "ino", std::uint64_t{0});
+    left.size = integer_or(j, "size", std::uint64_t{0});
+    left.mtime_ns = integer_or(j, "mtime_ns", std::int64_t{0});
+    left.ctime_ns = integer_or(j, "ctime_ns", std::int64_t{0});
+    left.sha256 = j.value("sha256", "");
+    out.left.push_back(std::move(left));
   } else if (record == "commit") {
     out.state = TxState::committed;
+    if (j.contains("undoes")) out.undoes = j.value("undoes", "");
   } else if (record == "aborted") {
     out.state = TxState::aborted;
     out.aborted_why = j.value("why", "");
@@ -81,6 +120,19 @@ bool take_record(const nlohmann::json& j, JournalRead& out, bool& begun) {
 }  // namespace
 
 std::string journal_line(const std::string& json) { return checksum(json) + " " + json + "\n"; }
+
+std::string left_json(const Left& left) {
+  nlohmann::json j{{"record", "left"}, {"path", left.path}, {"type", left_word(left.type)}};
+  if (left.type == LeftType::file || left.type == LeftType::symlink) {
+    j["dev"] = left.dev;
+    j["ino"] = left.ino;
+    j["size"] = left.size;
+    j["mtime_ns"] = left.mtime_ns;
+    j["ctime_ns"] = left.ctime_ns;
+    if (!left.sha256.empty()) j["sha256"] = left.sha256;
+  }
+  return j.dump();
+}
 
 JournalRead read_journal(const std::string& path) {
   const auto text = resolver::try_read_file(path);

@@ -9,11 +9,22 @@
 //     {"record":"op","n":N,"op":"rmdir","path":ABS,"mode":M}     an emptied folder removed
 //     {"record":"op","n":N,"op":"mkdir","path":ABS,"mode":M}     a folder made for a move
 //     {"record":"intent_end","ops":N}                           every op is above; synced
-//     {"record":"commit"}                                        all done; synced
+//     {"record":"left","path":ABS,"type":T,...}                  what the ops left at a path of
+//         the environment (T: "none", "dir", "file" or "symlink"; a file or symlink with "dev",
+//         "ino", "size", "mtime_ns", "ctime_ns", and "sha256" (RECORD's form) where the
+//         transaction knew the bytes it wrote): what a later rollback compares the disk with
+//     {"record":"commit"}                                        all done; synced with the
+//         `left` records in one write, so a commit never lacks them
+//     {"record":"commit","undoes":ID}                            the commit of a rollback of ID:
+//         the mark that ID is undone is this record, so there is no window between the two
 //     {"record":"aborted","why":TEXT}                            undone; synced
-//     {"record":"rolled_back_by","id":ID}                        a later rollback undid it
-//   <root>/.cudafix/tx/<id>/new/...   staged files, renamed into place by `move` ops
-//   <root>/.cudafix/tx/<id>/old/...   what the ops moved aside: the backups a rollback uses
+//     {"record":"rolled_back_by","id":ID}                        read only: the mark versions
+//                                                                before `undoes` appended to ID
+//   <root>/.cudafix/tx/<id>/new/...   staged files, renamed into place by `move` ops; removed
+//                                     once the transaction commits or is undone
+//   <root>/.cudafix/tx/<id>/old/...   what the ops moved aside: the backups a rollback uses,
+//                                     kept by committed transactions only (a rollback moves
+//                                     what it replaces into its own old/, never another's)
 // A line whose checksum does not match, or the last line without its newline, is a torn tail:
 // it and everything after it are cut on reading, as ninja cuts its log. A line whose checksum
 // holds but whose record this version does not know (a record or op kind it has no word for, a
@@ -46,6 +57,16 @@ struct Op {
 
 enum class TxState { open, intended, committed, aborted };
 
+// What a transaction left at one path of the environment once its ops were done.
+enum class LeftType { none, dir, file, symlink };
+struct Left {
+  std::string path;
+  LeftType type = LeftType::none;
+  std::uint64_t dev = 0, ino = 0, size = 0;
+  std::int64_t mtime_ns = 0, ctime_ns = 0;
+  std::string sha256;  // RECORD's form; empty where the transaction did not know the bytes
+};
+
 struct JournalRead {
   std::string id;
   std::int64_t time = 0;
@@ -54,13 +75,17 @@ struct JournalRead {
   std::vector<Op> ops;
   TxState state = TxState::open;
   std::string aborted_why;
-  std::optional<std::string> rolled_back_by;
-  bool torn = false;       // a torn tail was cut
-  std::string unreadable;  // "line N: why", where a checksummed record could not be understood
+  std::optional<std::string> rolled_back_by;  // the committed rollback that undid it
+  std::optional<std::string> undoes;          // a rollback's commit: the transaction it undid
+  std::vector<Left> left;                     // empty in journals of versions before `left`
+  bool torn = false;                          // a torn tail was cut
+  std::string unreadable;                     // "line N: why", where a checksummed record could not be understood
 };
 
 // One line of the journal, checksummed.
 [[nodiscard]] std::string journal_line(const std::string& json);
+// A `left` record's JSON.
+[[nodiscard]] std::string left_json(const Left& left);
 
 // Reads a journal, cutting a torn tail. Throws resolver::Error when the file cannot be read or
 // holds no begin record.

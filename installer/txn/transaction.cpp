@@ -29,6 +29,61 @@ using nlohmann::json;
 
 std::string active_file(const std::string& root) { return root + "/.cudafix/active"; }
 std::string state_dir(const std::string& root) { return root + "/.cudafix"; }
+std::string pruned_file(const std::string& root) { return root + "/.cudafix/pruned"; }
+
+// Inside cudafix's own folder: a transaction's staging or backups, never the environment's.
+bool in_state(const std::string& p, const std::string& root) { return resolver::is_within(p, state_dir(root)); }
+
+std::int64_t ns_of(const struct timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
+// What is at `path` now, as a `left` record would say it.
+Left left_now(const std::string& path) {
+  Left l;
+  l.path = path;
+  struct stat st {};
+  if (!exists_nofollow(path) || ::lstat(path.c_str(), &st) != 0) return l;
+  if (S_ISDIR(st.st_mode)) {
+    l.type = LeftType::dir;
+    return l;
+  }
+  l.type = S_ISLNK(st.st_mode) ? LeftType::symlink : LeftType::file;
+  l.dev = static_cast<std::uint64_t>(st.st_dev);
+  l.ino = static_cast<std::uint64_t>(st.st_ino);
+  l.size = static_cast<std::uint64_t>(st.st_size);
+  l.mtime_ns = ns_of(st.st_mtim);
+  l.ctime_ns = ns_of(st.st_ctim);
+  return l;
+}
+
+// Whether what is at a path now is what a transaction left there. The inode, size and times
+// alike say so at once; where they differ (a copy, an identical rewrite) the bytes decide, when
+// the transaction knew them. A ctime alone moves with every hard link made or removed (a
+// snapshot makes one per file), so without the bytes, inode, size and mtime decide.
+std::optional<std::string> change_at(const Left& was) {
+  const Left now = left_now(was.path);
+  if (was.type == LeftType::none) return now.type == LeftType::none ? std::nullopt : std::optional("was created");
+  if (now.type == LeftType::none) return "was removed";
+  if (now.type != was.type) return "was replaced by another kind of file";
+  if (was.type == LeftType::dir) return std::nullopt;
+  const bool same_file = now.dev == was.dev && now.ino == was.ino && now.size == was.size;
+  if (same_file && now.mtime_ns == was.mtime_ns && now.ctime_ns == was.ctime_ns) return std::nullopt;
+  if (!was.sha256.empty())
+    return now.type == LeftType::file && now.size == was.size && resolver::sha256_of_file(was.path) == was.sha256
+               ? std::nullopt
+               : std::optional("was changed");
+  return same_file && now.mtime_ns == was.mtime_ns ? std::nullopt : std::optional("was changed");
+}
+
+// Removes what a finished transaction no longer needs: its staging always, and its backups when
+// it was undone (old/ first, so that a folder with no new/ is a committed one or a clean one).
+void clear_staging(const std::string& tx_dir, bool keep_backups) {
+  try {
+    if (!keep_backups) remove_tree(tx_dir + "/old");
+    remove_tree(tx_dir + "/new");
+  } catch (const std::exception&) {
+    // Left for the next transaction's start, which removes it again (tidy_state).
+  }
+}
 
 // Whether `p` is a path a journal of `root` may name: absolute, normal, beneath the root (not
 // the root itself), and, inside cudafix's own folder, only in a transaction's new/ or old/.
@@ -160,6 +215,12 @@ std::string distrust(const JournalRead& tx, const std::string& root, std::string
   if (tx.root != root) return fmt::format("it was written for {}, not this environment", tx.root);
   for (std::size_t i = 0; i < tx.ops.size(); ++i)
     if (auto why = op_problem(tx.ops[i], root); !why.empty()) return fmt::format("op {}: {}", i, why);
+  for (const auto& left : tx.left) {
+    if (auto why = path_problem(left.path, root); !why.empty()) return fmt::format("left record: {}", why);
+    if (in_state(left.path, root)) return fmt::format("left record: '{}' is cudafix's own state", left.path);
+  }
+  if (tx.undoes && !resolver::is_transaction_id(*tx.undoes))
+    return fmt::format("its commit undoes '{}', which is not a transaction id", tx.undoes->substr(0, 64));
   // Normal text is not enough: a folder on the way may be a symlink leading out. Asked through
   // the confined calls (where the root is registered), which refuse such a path by name.
   for (std::size_t i = 0; i < tx.ops.size(); ++i) {
@@ -171,11 +232,116 @@ std::string distrust(const JournalRead& tx, const std::string& root, std::string
       return fmt::format("op {}: {}", i, e.what());
     }
   }
+  for (const auto& left : tx.left) {
+    try {
+      (void)exists_nofollow(left.path);
+    } catch (const resolver::Error& e) {
+      return fmt::format("left record: {}", e.what());
+    }
+  }
   return {};
 }
 
+namespace {
+
+// Finishes or undoes the one transaction `id` a killed run left, the lock held.
+void recover_one(const std::string& root, const std::string& id, const std::function<void(const std::string&)>& say) {
+  const std::string dir = tx_root(root) + "/" + id;
+  const std::string journal = dir + "/journal";
+  JournalRead tx;
+  try {
+    tx = read_journal(journal);
+  } catch (const resolver::Error&) {
+    remove_tree(dir);  // no begin record: nothing was done, and nothing is kept
+    say(fmt::format("recovering: transaction {} was stopped before it changed anything", id));
+    return;
+  }
+  if (!tx.unreadable.empty())
+    throw resolver::Error(
+        fmt::format("{}: {}: cudafix cannot tell what transaction {} changed, so it left it as it is (a newer cudafix "
+                    "wrote it? that version can recover it)",
+                    journal, tx.unreadable, id));
+  if (auto why = distrust(tx, root, id); !why.empty())
+    throw resolver::Error(
+        fmt::format("{}: {}: cudafix did not write this journal, so it obeyed none of it and left "
+                    "it as it is",
+                    journal, why));
+  if (tx.state == TxState::committed || tx.state == TxState::aborted) {
+    clear_staging(dir, tx.state == TxState::committed);
+    say(fmt::format("recovering: transaction {} ({}) had {}; nothing to undo", id, tx.command,
+                    tx.state == TxState::committed ? "committed" : "been undone"));
+    return;
+  }
+  const auto stuck = undo_ops(tx.ops, tx.ops.size());
+  if (!stuck.empty())
+    throw resolver::Error(
+        fmt::format("recovering transaction {} ({}): {} of its {} changes could not be undone, "
+                    "and its journal stays for a later try: {}",
+                    id, tx.command, stuck.size(), tx.ops.size(), fmt::join(stuck, "; ")));
+  append_synced(journal, journal_line(json{{"record", "aborted"}, {"why", "interrupted; undone by recovery"}}.dump()));
+  clear_staging(dir, false);
+  say(fmt::format("recovering: transaction {} ({}) was interrupted{}; its {} changes were undone", id, tx.command,
+                  tx.torn ? " (a torn journal tail was cut)" : "", tx.ops.size()));
+}
+
+// Every transaction a killed run left, the lock held: the one `active` names, and any other
+// trusted journal with neither commit nor abort (only a killed run leaves one; versions before
+// this one could also overwrite `active` while it named one).
+void recover_held(const std::string& root, const std::function<void(const std::string&)>& say) {
+  const bool active = exists_nofollow(active_file(root));
+  if (auto why = resolver::state_folder_problem(root); !why.empty()) {
+    if (!active) return;  // nothing to recover; a command that writes refuses such state itself
+    throw resolver::Error(
+        fmt::format("{} names a transaction to recover, but cudafix's state cannot be trusted: {}; "
+                    "nothing was changed",
+                    active_file(root), why));
+  }
+  std::set<std::string, std::greater<>> ids;  // newest first
+  if (active) {
+    if (const auto id_text = resolver::try_read_file(active_file(root))) {
+      const std::string id(resolver::trim(*id_text));
+      if (!resolver::is_transaction_id(id))
+        throw resolver::Error(
+            fmt::format("{} names '{}', which is not a transaction id: cudafix did not write it, and "
+                        "left it as it is (remove the file once you know where it came from)",
+                        active_file(root), id.substr(0, 64)));
+      ids.insert(id);
+    }
+  }
+  for (const auto& t : transactions(root))
+    if (t.state == TxState::open || t.state == TxState::intended) ids.insert(t.id);
+  for (const auto& id : ids) recover_one(root, id, say);
+  if (active) remove_file(active_file(root));
+}
+
+// What a kill left of finished transactions is removed before the next begins: staging, the
+// backups of undone ones, and folders whose journal never got its begin record.
+void tidy_state(const std::string& root) {
+  std::error_code ec;
+  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string dir = tx_root(root) + "/" + name;
+    struct stat st {};
+    if (!resolver::is_transaction_id(name) || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (!exists_nofollow(dir + "/journal")) {
+      remove_tree(dir);
+      continue;
+    }
+    if (!exists_nofollow(dir + "/new")) continue;  // committed (or cleaned): nothing to tidy
+    try {
+      const auto tx = read_journal(dir + "/journal");
+      if (distrust(tx, root, name).empty() && (tx.state == TxState::committed || tx.state == TxState::aborted))
+        clear_staging(dir, tx.state == TxState::committed);
+    } catch (const resolver::Error&) {
+      remove_tree(dir);  // no begin record: nothing was done
+    }
+  }
+}
+
+}  // namespace
+
 EnvLock::EnvLock(const std::string& root, std::chrono::milliseconds wait,
-                 const std::function<void(const std::string&)>& waiting) {
+                 const std::function<void(const std::string&)>& say) {
   const std::string path = root + "/.lock";
   // Never through a symlink (O_NOFOLLOW, and beneath the root once confined): a planted .lock
   // link would otherwise make the file it names.
@@ -192,7 +358,7 @@ EnvLock::EnvLock(const std::string& root, std::chrono::milliseconds wait,
       ::close(fd_);
       throw resolver::Error(fmt::format("{}: flock: {}", path, std::strerror(err)));
     }
-    if (!said && waiting) waiting(fmt::format("waiting for {}: another process (uv or cudafix) holds it", path));
+    if (!said && say) say(fmt::format("waiting for {}: another process (uv or cudafix) holds it", path));
     said = true;
     if (std::chrono::steady_clock::now() >= deadline) {
       ::close(fd_);
@@ -203,6 +369,16 @@ EnvLock::EnvLock(const std::string& root, std::chrono::milliseconds wait,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // The holder may have been killed mid-change: what it left is recovered before anything is
+  // read or planned under this lock.
+  try {
+    confine_to(root);
+    recover_held(
+        root, say ? say : [](const std::string&) {});
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
 }
 
 EnvLock::~EnvLock() {
@@ -212,6 +388,14 @@ EnvLock::~EnvLock() {
 Transaction::Transaction(const std::string& root, const std::string& command) : root_(root), id_(new_id()) {
   confine_to(root_);
   make_state_folders(root_);
+  // The caller holds the lock, which recovered what a killed run left; `active` naming a
+  // transaction still would mean a writer that took no lock: never overwritten.
+  if (const auto other = resolver::try_read_file(active_file(root_)))
+    throw resolver::Error(
+        fmt::format("{} names transaction {}, which is not finished; nothing was changed (any cudafix command "
+                    "recovers it under the environment's lock)",
+                    active_file(root_), std::string(resolver::trim(*other)).substr(0, 64)));
+  tidy_state(root_);
   make_dir(dir(), 0700);
   make_dir(dir() + "/old", 0700);
   make_dir(dir() + "/new", 0700);
@@ -280,7 +464,8 @@ void Transaction::remove_folder_if_empty(const std::string& path, unsigned mode)
   folder_op(OpKind::rmdir, path, mode);
 }
 
-void Transaction::put(const std::string& staged, const std::string& target, unsigned folder_mode) {
+void Transaction::put(const std::string& staged, const std::string& target, unsigned folder_mode,
+                      const std::string& sha256) {
   if (will_exist(target)) move_aside(target);
   std::vector<std::string> missing;
   for (std::string p = resolver::parent_dir(target); !will_exist(p) && p != root_ && p != "/";
@@ -288,6 +473,27 @@ void Transaction::put(const std::string& staged, const std::string& target, unsi
     missing.push_back(p);
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) make_folder(*it, folder_mode);
   move(staged, target);
+  if (sha256.empty())
+    hashes_.erase(target);
+  else
+    hashes_[target] = sha256;
+}
+
+std::string Transaction::commit_records() const {
+  std::set<std::string> touched;
+  for (const auto& op : ops_)
+    for (const std::string* p : {&op.from, &op.to, &op.path})
+      if (!p->empty() && !in_state(*p, root_)) touched.insert(*p);
+  std::string records;
+  for (const auto& path : touched) {
+    Left left = left_now(path);
+    if (left.type == LeftType::file)
+      if (const auto it = hashes_.find(path); it != hashes_.end()) left.sha256 = it->second;
+    records += journal_line(left_json(left));
+  }
+  json commit{{"record", "commit"}};
+  if (!undoes_.empty()) commit["undoes"] = undoes_;
+  return records + journal_line(commit.dump());
 }
 
 void Transaction::carry_out() { carry_out({}); }
@@ -310,7 +516,9 @@ void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
       while (check && step < steps_.size() && steps_[step] == done + 1) check(step++);
     }
     sync_folders(ops_);
-    append(json{{"record", "commit"}}.dump());
+    // What was left at each path, and the commit, in one synced write: a commit never lacks them.
+    append_synced(dir() + "/journal", commit_records());
+    journal_step();
     fault_trace_mark("commit");
   } catch (const std::exception& e) {
     const std::string why = e.what();
@@ -325,10 +533,12 @@ void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
     } catch (const std::exception&) {
       // The journal cannot be written (the disk is full): recovery finds the ops undone already.
     }
+    clear_staging(dir(), false);
     remove_file(active_file(root_));
     throw resolver::Error(fmt::format("{}; every change was undone", why));
   }
   remove_file(active_file(root_));
+  clear_staging(dir(), true);
 }
 
 void Transaction::abandon() {
@@ -338,7 +548,8 @@ void Transaction::abandon() {
     remove_tree(dir());
     remove_file(active_file(root_));
   } catch (const std::exception&) {
-    // Left for prune: a transaction never carried out holds nothing the environment needs.
+    // Left for the next transaction's start: one never carried out holds nothing the
+    // environment needs.
   }
 }
 
@@ -384,79 +595,51 @@ std::vector<JournalRead> transactions(const std::string& root, std::vector<std::
     }
   }
   std::sort(out.begin(), out.end(), [](const JournalRead& a, const JournalRead& b) { return a.id > b.id; });
+  // A committed rollback's commit record is the mark that what it undoes is undone.
+  std::map<std::string, std::string> undone_by;
+  for (const auto& t : out)
+    if (t.state == TxState::committed && t.undoes) undone_by.emplace(*t.undoes, t.id);
+  for (auto& t : out)
+    if (const auto it = undone_by.find(t.id); it != undone_by.end()) t.rolled_back_by = it->second;
   return out;
 }
 
-std::vector<std::string> recover(const std::string& root, std::chrono::milliseconds wait,
-                                 const std::function<void(const std::string&)>& waiting) {
-  if (!exists_nofollow(active_file(root))) return {};
-  if (auto why = resolver::state_folder_problem(root); !why.empty())
-    throw resolver::Error(
-        fmt::format("{} names a transaction to recover, but cudafix's state cannot be trusted: {}; "
-                    "nothing was changed",
-                    active_file(root), why));
+void recover(const std::string& root, std::chrono::milliseconds wait,
+             const std::function<void(const std::string&)>& say) {
+  if (!exists_nofollow(active_file(root))) return;
   confine_to(root);
-  EnvLock lock(root, wait, waiting);
-  const auto id_text = resolver::try_read_file(active_file(root));
-  if (!id_text) return {};  // another run finished it while we waited
-  const std::string id(resolver::trim(*id_text));
-  if (!resolver::is_transaction_id(id))
-    throw resolver::Error(
-        fmt::format("{} names '{}', which is not a transaction id: cudafix did not write it, and "
-                    "left it as it is (remove the file once you know where it came from)",
-                    active_file(root), id.substr(0, 64)));
-  std::vector<std::string> said;
-  const std::string journal = tx_root(root) + "/" + id + "/journal";
-  JournalRead tx;
-  try {
-    tx = read_journal(journal);
-  } catch (const resolver::Error&) {
-    remove_file(active_file(root));
-    said.push_back(fmt::format("recovering: transaction {} was stopped before it changed anything", id));
-    return said;
-  }
-  if (!tx.unreadable.empty())
-    throw resolver::Error(
-        fmt::format("{}: {}: cudafix cannot tell what transaction {} changed, so it left it as it is (a newer cudafix "
-                    "wrote it? that version can recover it)",
-                    journal, tx.unreadable, id));
-  if (auto why = distrust(tx, root, id); !why.empty())
-    throw resolver::Error(
-        fmt::format("{}: {}: cudafix did not write this journal, so it obeyed none of it and left "
-                    "it as it is",
-                    journal, why));
-  if (tx.state == TxState::committed || tx.state == TxState::aborted) {
-    said.push_back(fmt::format("recovering: transaction {} ({}) had {}; nothing to undo", id, tx.command,
-                               tx.state == TxState::committed ? "committed" : "been undone"));
-  } else {
-    const auto stuck = undo_ops(tx.ops, tx.ops.size());
-    if (!stuck.empty())
-      throw resolver::Error(
-          fmt::format("recovering transaction {} ({}): {} of its {} changes could not be undone, "
-                      "and its journal stays for a later try: {}",
-                      id, tx.command, stuck.size(), tx.ops.size(), fmt::join(stuck, "; ")));
-    append_synced(journal,
-                  journal_line(json{{"record", "aborted"}, {"why", "interrupted; undone by recovery"}}.dump()));
-    said.push_back(fmt::format("recovering: transaction {} ({}) was interrupted{}; its {} changes were undone", id,
-                               tx.command, tx.torn ? " (a torn journal tail was cut)" : "", tx.ops.size()));
-  }
-  remove_file(active_file(root));
-  return said;
+  const EnvLock lock(root, wait, say);  // which recovers
 }
 
-void plan_rollback(const JournalRead& done, Transaction& undo) {
+std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force) {
   if (!done.unreadable.empty())
     throw resolver::Error(
         fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id, done.unreadable));
   if (auto why = distrust(done, undo.root(), done.id); !why.empty())
     throw resolver::Error(fmt::format("cannot roll back {}: its journal {}; nothing was changed", done.id, why));
+  std::vector<ChangedPath> changed;
+  for (const auto& left : done.left)
+    if (const auto what = change_at(left)) changed.push_back({left.path, *what});
+  if (!changed.empty() && !force) return changed;
+  undo.undoes(done.id);
   for (auto it = done.ops.rbegin(); it != done.ops.rend(); ++it) {
     const Op& op = *it;
     switch (op.kind) {
       case OpKind::move: {
+        if (in_state(op.from, undo.root())) {
+          // `done` put op.to in place: it goes aside into this rollback's own backups. Gone (and
+          // so said above, or by a journal from before `left` records), there is nothing to keep.
+          if (undo.will_exist(op.to))
+            undo.move_aside(op.to);
+          else if (done.left.empty() && !force)
+            throw resolver::Error(fmt::format(
+                "cannot roll back {}: {} (what it put there) is gone; nothing was changed", done.id, op.to));
+          break;
+        }
+        // `done` moved op.from aside: its backup comes back, what is there now goes aside.
         if (!undo.will_exist(op.to))
-          throw resolver::Error(
-              fmt::format("cannot roll back {}: {} (what it moved to) is gone; nothing was changed", done.id, op.to));
+          throw resolver::Error(fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed",
+                                            done.id, op.from, op.to));
         if (undo.will_exist(op.from)) undo.move_aside(op.from);
         std::vector<std::string> missing;
         for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
@@ -474,39 +657,66 @@ void plan_rollback(const JournalRead& done, Transaction& undo) {
         break;
     }
   }
-}
-
-void mark_rolled_back(const std::string& root, const std::string& id, const std::string& by) {
-  if (!resolver::is_transaction_id(id) || !resolver::is_transaction_id(by))
-    throw resolver::Error(fmt::format("'{}' is not a transaction id", id.substr(0, 64)));
-  append_synced(tx_root(root) + "/" + id + "/journal",
-                journal_line(json{{"record", "rolled_back_by"}, {"id", by}}.dump()));
+  return changed;
 }
 
 std::uint64_t bytes_held(const std::string& dir) {
   std::uint64_t total = 0;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
-       !ec && it != end; it.increment(ec)) {
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += static_cast<std::uint64_t>(st.st_size);
+  for (const char* below : {"/old", "/new"}) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(dir + below, fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+        total += static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
   }
   return total;
+}
+
+namespace {
+
+// The pruned list: ids only, each checked, the newest k_pruned_kept kept.
+std::vector<std::string> read_pruned(const std::string& root) {
+  std::vector<std::string> ids;
+  const auto text = resolver::try_read_file(pruned_file(root));
+  if (!text || text->size() > k_pruned_kept * 80) return ids;
+  for (auto line : resolver::split(*text, '\n'))
+    if (resolver::is_transaction_id(line)) ids.emplace_back(line);
+  return ids;
+}
+
+void remember_pruned(const std::string& root, const std::vector<std::string>& newly) {
+  if (newly.empty()) return;
+  auto ids = read_pruned(root);
+  ids.insert(ids.end(), newly.begin(), newly.end());
+  if (ids.size() > k_pruned_kept) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(k_pruned_kept));
+  write_synced(pruned_file(root), fmt::format("{}\n", fmt::join(ids, "\n")));
+}
+
+}  // namespace
+
+bool was_pruned(const std::string& root, const std::string& id) {
+  const auto ids = read_pruned(root);
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
 Pruned prune_transactions(const std::string& root, std::size_t keep) {
   Pruned pruned;
   if (keep == 0) return pruned;
-  std::size_t finished = 0;
+  std::size_t committed = 0, undone = 0;
   for (const auto& t : transactions(root)) {
+    if (t.state == TxState::committed && ++committed <= keep) continue;
+    if (t.state == TxState::aborted && ++undone <= keep) continue;
     if (t.state != TxState::committed && t.state != TxState::aborted) continue;
-    if (++finished <= keep) continue;
     const std::string dir = tx_root(root) + "/" + t.id;  // t.id is a checked id: transactions() says so
     const auto held = bytes_held(dir);
     remove_tree(dir);
     pruned.ids.push_back(t.id);
     pruned.bytes += held;
   }
+  std::vector<std::string> oldest_last(pruned.ids.rbegin(), pruned.ids.rend());
+  remember_pruned(root, oldest_last);
   return pruned;
 }
 

@@ -6,6 +6,17 @@
 //   <root>/.lock                      flock, the file uv locks: opened, never recreated
 //   <root>/.cudafix/active            the id of the transaction in progress, while it is
 //   <root>/.cudafix/tx/<id>/          journal, new/, old/ (journal.hpp)
+//   <root>/.cudafix/pruned            the ids of transactions pruned, one per line, the newest
+//                                     k_pruned_kept kept: so that a rollback of one names it as
+//                                     pruned rather than unknown
+//
+// Whoever takes the lock recovers first: a transaction a killed run left (the one `active`
+// names, and any other journal with neither commit nor abort, which only a killed run leaves)
+// is undone before the holder reads the environment, so `active` is never overwritten while it
+// names an unfinished transaction. Staging (new/) is removed when a transaction commits, is
+// undone or is recovered; old/ is removed when it is undone; what a kill left of either is
+// removed before the next transaction begins. So .cudafix/tx holds only committed transactions'
+// backups and the journals of the others.
 #pragma once
 
 #include <chrono>
@@ -19,12 +30,13 @@
 
 namespace cudafix::installer::txn {
 
-// flock(LOCK_EX) on <root>/.lock, waiting up to `wait` (saying so through `waiting` once);
-// released when destroyed. Throws resolver::Error when the wait runs out.
+// flock(LOCK_EX) on <root>/.lock, waiting up to `wait` (saying so through `say` once), then
+// recovering what a killed holder left (each line of what it did said through `say`, starting
+// "recovering: "); released when destroyed. Throws resolver::Error when the wait runs out or the
+// recovery cannot finish (the lock is then released).
 class EnvLock {
  public:
-  EnvLock(const std::string& root, std::chrono::milliseconds wait,
-          const std::function<void(const std::string&)>& waiting);
+  EnvLock(const std::string& root, std::chrono::milliseconds wait, const std::function<void(const std::string&)>& say);
   ~EnvLock();
   EnvLock(const EnvLock&) = delete;
   EnvLock& operator=(const EnvLock&) = delete;
@@ -52,7 +64,10 @@ class Transaction {
   void move_aside(const std::string& path);
   // `staged` (under new/) into place at `target`, what is there moved aside first, missing
   // folders made.
-  void put(const std::string& staged, const std::string& target, unsigned folder_mode = 0755);
+  // `sha256` (RECORD's form), where known, is recorded with what the transaction left there, so
+  // that a later rollback can tell the same bytes from changed ones when the inode differs.
+  void put(const std::string& staged, const std::string& target, unsigned folder_mode = 0755,
+           const std::string& sha256 = "");
   void move(const std::string& from, const std::string& to);
   void remove_folder_if_empty(const std::string& path, unsigned mode);
   void make_folder(const std::string& path, unsigned mode);
@@ -66,6 +81,8 @@ class Transaction {
   // The same, calling `check(k)` once the ops of step k are done (a step ends where mark_step()
   // was called); a check that throws undoes the whole transaction, as a failed call does.
   void carry_out(const std::function<void(std::size_t)>& check);
+  // This transaction rolls back `id`: its commit record says so (journal.hpp).
+  void undoes(const std::string& id) { undoes_ = id; }
   // Ends the current step: the ops planned so far belong to it.
   void mark_step() { steps_.push_back(ops_.size()); }
   // Ends a transaction that changed nothing (a refused plan): its folder is removed.
@@ -76,12 +93,15 @@ class Transaction {
  private:
   std::string root_, id_;
   std::vector<Op> ops_;
-  std::map<std::string, bool> planned_;  // path -> exists after the planned ops
-  std::vector<std::size_t> steps_;       // each step's end, as an op count
-  bool started_ = false;                 // carry_out() began: from then on the journal says the rest
+  std::map<std::string, bool> planned_;        // path -> exists after the planned ops
+  std::map<std::string, std::string> hashes_;  // target -> the sha256 of what put() puts there
+  std::string undoes_;
+  std::vector<std::size_t> steps_;  // each step's end, as an op count
+  bool started_ = false;            // carry_out() began: from then on the journal says the rest
   std::function<void(std::uint64_t, std::uint64_t)> progress_;
   void append(const std::string& json) const;
   void folder_op(OpKind kind, const std::string& path, unsigned mode);
+  [[nodiscard]] std::string commit_records() const;
 };
 
 // Why the journal `tx`, read from the folder named `folder` under <root>/.cudafix/tx, cannot be
@@ -100,29 +120,43 @@ void make_state_folders(const std::string& root);
 [[nodiscard]] std::vector<JournalRead> transactions(const std::string& root,
                                                     std::vector<std::string>* distrusted = nullptr);
 
-// Finishes or undoes a transaction a killed run left (a journal with no commit or abort): its
-// ops undone in reverse, each by what the disk shows. Returns what it did, one line each; takes
-// the lock itself.
-[[nodiscard]] std::vector<std::string> recover(const std::string& root, std::chrono::milliseconds wait,
-                                               const std::function<void(const std::string&)>& waiting);
+// Where a killed run left a transaction, takes the lock (EnvLock), which recovers it: its ops
+// undone in reverse, each by what the disk shows, each line of what was done said through `say`.
+void recover(const std::string& root, std::chrono::milliseconds wait,
+             const std::function<void(const std::string&)>& say);
 
-// The transaction that undoes committed transaction `id` (planned, not carried out): each of its
-// ops reversed, newest first, what is in the way moved aside.
-void plan_rollback(const JournalRead& done, Transaction& undo);
-// Records on `done`'s journal that `by` undid it.
-void mark_rolled_back(const std::string& root, const std::string& id, const std::string& by);
+// A path of the environment whose bytes are not what a transaction left there: someone (pip, uv,
+// a person) changed it after.
+struct ChangedPath {
+  std::string path;
+  std::string what;  // "was changed", "was removed", "was created"
+};
 
-// Bytes held by a transaction's folder (its backups and staged files).
+// The transaction that undoes committed transaction `done` (planned, not carried out): each of its
+// ops reversed, newest first. What `done` put in place goes aside into `undo`'s own old/, and its
+// backups come back, so a rollback needs nothing but `done`'s old/, and later needs nothing of
+// `done` at all. Each path `done` left is compared first with what is there now (type, size,
+// mtime, ctime, inode, and the sha256 where those differ and `done` recorded one): the paths
+// changed since are returned, and nothing is planned, unless `force`, when what is there now goes
+// aside into `undo`'s old/ as a backup of its own.
+[[nodiscard]] std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force);
+
+// Bytes on disk (allocated blocks) below a transaction's old/ and new/: a committed one's backups
+// (staging, only while one is in progress or what a kill left).
 [[nodiscard]] std::uint64_t bytes_held(const std::string& tx_dir);
 
 struct Pruned {
   std::vector<std::string> ids;  // the transactions whose folders were removed, newest first
   std::uint64_t bytes = 0;       // what their backups held
 };
-// Keeps the `keep` newest finished transactions (committed or undone) and removes the folders of
-// the older ones, their backups with them: those can no longer be rolled back. One in progress
-// is never touched (recovery needs its journal). `keep` 0 keeps every one.
+// Keeps the backups of the `keep` newest committed transactions, and the journals of the `keep`
+// newest undone ones; removes the folders of the older ones (those can no longer be rolled back:
+// their ids go to the pruned list). One in progress is never touched (recovery needs its journal).
+// `keep` 0 keeps every one.
 [[nodiscard]] Pruned prune_transactions(const std::string& root, std::size_t keep);
+// Whether `id` is one prune_transactions() removed (the newest k_pruned_kept are remembered).
+[[nodiscard]] bool was_pruned(const std::string& root, const std::string& id);
+inline constexpr std::size_t k_pruned_kept = 4096;
 
 [[nodiscard]] std::string tx_root(const std::string& root);  // <root>/.cudafix/tx
 

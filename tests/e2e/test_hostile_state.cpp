@@ -314,11 +314,13 @@ TEST_F(HostileState, ASnapshotNeverCopiesAFileFromOutsideThroughASymlinkedFolder
   EXPECT_EQ(canaries.changes(), "");
 }
 
-// A journal that is a hard link to a file outside: nothing is appended to it.
+// A journal that is a hard link to a file outside: nothing is appended to it. The one journal
+// cudafix appends to after its own run is an interrupted one, by recovery.
 TEST_F(HostileState, AJournalThatIsAHardLinkToAFileOutsideIsNotAppendedTo) {
   TempDir t;
   auto [v, canaries] = setup(t);
-  ASSERT_EQ(cudafix("remove alpha -y", v).exit_code, 0);
+  const std::string before_tree = test::tree_of(v);
+  ASSERT_EQ(cudafix("remove alpha -y", v, "CUDAFIX_TEST_KILL_AT=4").exit_code, 137);
   const std::string id = fs::directory_iterator(v + "/.cudafix/tx")->path().filename().string();
   const std::string journal = v + "/.cudafix/tx/" + id + "/journal", outside = canaries.dir() + "/journal";
   fs::rename(journal, outside);
@@ -329,6 +331,7 @@ TEST_F(HostileState, AJournalThatIsAHardLinkToAFileOutsideIsNotAppendedTo) {
   EXPECT_NE(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("not a file of its own (a hard link"));
   EXPECT_EQ(resolver::try_read_file(outside).value_or(""), before);
+  EXPECT_EQ(test::tree_of(v), before_tree) << "the interrupted removal's renames are undone all the same";
 }
 
 // A FIFO, or /dev/zero, in pyvenv.cfg's place: every command says so at once (before, they hung

@@ -46,6 +46,10 @@ class Transactions : public ::testing::Test {
     beta_ = test::make_wheel(w, "beta 2.0 beta/libb.so=" + src + "/c.so shared/common.py=" + src + "/common.py");
     gamma_ = test::make_wheel(
         w, "gamma 3.0 gamma/g.py=" + src + "/b.py shared/common.py=" + src + "/common.py --requires beta");
+    test::write_file(src + "/d1.so", "delta library, as cudafix installed it\n");
+    test::write_file(src + "/d2.so", "delta library, as another dist's wheel has it\n");
+    delta_ = test::make_wheel(w, "delta 1.0 delta/lib.so=" + src + "/d1.so delta/__init__.py=" + src + "/b.py");
+    epsilon_ = test::make_wheel(w, "epsilon 1.0 delta/lib.so=" + src + "/d2.so epsilon/e.py=" + src + "/b.py");
     base_ = tmp_->path() + "/base";
     ASSERT_NO_FATAL_FAILURE(test::make_venv(base_, {alpha_, beta_, gamma_}));
   }
@@ -68,7 +72,27 @@ class Transactions : public ::testing::Test {
   }
 
   static inline TempDir* tmp_ = nullptr;
-  static inline std::string alpha_, beta_, gamma_, base_;
+  // The ids of history, newest first, and each one's result.
+  static std::vector<std::pair<std::string, std::string>> history_of(const std::string& venv) {
+    std::vector<std::pair<std::string, std::string>> out;
+    const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " history --json --venv " +
+                             shell_quote(venv) + test::k_no_cache + " 2>/dev/null");
+    const auto doc = json::parse(r.out);
+    for (const auto& t : doc["transactions"]) out.emplace_back(t["id"], t["result"]);
+    return out;
+  }
+  // What .cudafix/tx holds below each transaction's folder, beyond its journal: "ID/new", ...
+  static std::set<std::string> state_left(const std::string& venv) {
+    std::set<std::string> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(venv + "/.cudafix/tx", ec), end; !ec && it != end; it.increment(ec))
+      for (const auto& e : fs::directory_iterator(it->path()))
+        if (e.path().filename() != "journal")
+          out.insert(it->path().filename().string() + "/" + e.path().filename().string());
+    return out;
+  }
+
+  static inline std::string alpha_, beta_, gamma_, delta_, epsilon_, base_;
 };
 
 TEST_F(Transactions, SnapshotThenPipUninstallAndInstallThenRollbackGivesTheSnapshotsTreeHashForHash) {
@@ -328,17 +352,173 @@ TEST_F(Transactions, TheKeepSettingRemovesOlderBackupsAndHistorySaysWhatIsHeld) 
   EXPECT_THAT(second.out, HasSubstr("[transactions] keep = 1"));
   const auto history = json::parse(cudafix("history --json", v).out);
   ASSERT_EQ(history["transactions"].size(), 1U) << history;
-  EXPECT_GT(history["bytes_held"].get<std::uint64_t>(), 0U);
+  EXPECT_GT(history["backup_bytes"].get<std::uint64_t>(), 0U);
   EXPECT_THAT(history["transactions"][0]["command"].get<std::string>(), HasSubstr("gamma"));
   const auto gone = cudafix("rollback " + first["transaction"].get<std::string>() + " -y", v);
   EXPECT_EQ(gone.exit_code, 2) << gone.out;
-  EXPECT_THAT(gone.out, HasSubstr("no transaction " + first["transaction"].get<std::string>()));
+  EXPECT_THAT(gone.out, HasSubstr("transaction " + first["transaction"].get<std::string>() + " was pruned"));
+  EXPECT_THAT(gone.out, HasSubstr("[transactions] keep"));
   // A setting that is not a count is refused, naming the file and line.
   test::write_file(v + "/cudafix.toml", "[transactions]\nkeep = -3\n");
   const auto bad = cudafix("history", v);
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_THAT(bad.out, HasSubstr(v + "/cudafix.toml:2"));
   EXPECT_THAT(bad.out, HasSubstr("keep must be a whole number"));
+}
+
+// pip writes over a file cudafix installed: rolling cudafix's install back would put that file
+// aside silently. It is refused by path and by who wrote it, changing nothing; --force takes
+// pip's file aside as the rollback's own backup, and undoing the rollback puts it back.
+TEST_F(Transactions, RollbackRefusesByPathWhatPipWroteSinceAndForceTakesItAsideAsItsOwnBackup) {
+  TempDir t;
+  const std::string v = copy(t);
+  const auto installed = json::parse(cudafix("install " + shell_quote(delta_) + " -y --no-verify --json", v).out);
+  const std::string id = installed["transaction"];
+  ASSERT_EQ(test::venv_pip(v, "install -q --no-deps " + shell_quote(epsilon_)).exit_code, 0);
+  const std::string with_pip = tree_of(v);
+  const auto refused = cudafix("rollback -y", v);
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("delta/lib.so was changed after transaction " + id + " (by pip, INSTALLER says)"));
+  EXPECT_THAT(refused.out, HasSubstr("nothing was changed"));
+  EXPECT_SAME_TREE(tree_of(v), with_pip);
+  // Files cudafix left that nobody touched are not named.
+  EXPECT_THAT(refused.out, ::testing::Not(HasSubstr("delta/__init__.py")));
+  const auto as_json = json::parse(cudafix("rollback -y --json", v).out);
+  ASSERT_EQ(as_json["changed"].size(), 1U) << as_json;
+  EXPECT_THAT(as_json["changed"][0]["path"].get<std::string>(), ::testing::EndsWith("/delta/lib.so"));
+
+  const auto forced = json::parse(cudafix("rollback -y --force --json", v).out);
+  EXPECT_EQ(forced["taken_aside"], 1) << forced;
+  EXPECT_FALSE(fs::exists(test::site_packages(v) + "/delta/__init__.py"));
+  EXPECT_FALSE(pip_names(v).count("delta"));
+  const auto redo = cudafix("rollback " + forced["transaction"].get<std::string>() + " -y", v);
+  EXPECT_EQ(redo.exit_code, 0) << redo.out;
+  EXPECT_SAME_TREE(tree_of(v), with_pip);
+}
+
+// pip reinstalls the same bytes over what cudafix installed (new inodes, same content): nothing
+// was changed, so the rollback goes ahead.
+TEST_F(Transactions, RollbackTakesTheSameBytesRewrittenAsUnchanged) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = tree_of(v);
+  ASSERT_EQ(cudafix("install " + shell_quote(delta_) + " -y --no-verify", v).exit_code, 0);
+  for (const auto& f : {"/delta/lib.so", "/delta/__init__.py"}) {
+    const std::string p = test::site_packages(v) + f;
+    const std::string bytes = resolver::try_read_file(p).value_or("");
+    fs::remove(p);
+    test::write_file(p, bytes);
+  }
+  const auto r = cudafix("rollback -y", v);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_SAME_TREE(tree_of(v), before);
+}
+
+// keep = 2: roll back the oldest, so that pruning removes its folder, then undo that rollback,
+// and again: each works from its own folder's backups, and the pruned one is named as pruned.
+TEST_F(Transactions, PruningNeverRemovesWhatAKeptTransactionOrARollbackOfOneNeeds) {
+  TempDir t;
+  const std::string v = copy(t);
+  test::write_file(v + "/cudafix.toml", "[transactions]\nkeep = 2\n");
+  const std::string a = json::parse(cudafix("remove alpha -y --json", v).out)["transaction"];
+  const std::string b = json::parse(cudafix("remove gamma -y --json", v).out)["transaction"];
+  const std::string both_removed = tree_of(v);
+  const auto undo_a = json::parse(cudafix("rollback " + a + " -y --json", v).out);
+  ASSERT_EQ(undo_a["rolled_back"], a) << undo_a;
+  EXPECT_EQ(undo_a["pruned"], json::array({a})) << "the third committed transaction prunes the oldest";
+  const std::string only_b = tree_of(v);
+  EXPECT_TRUE(fs::exists(test::site_packages(v) + "/alpha/lib/liba.so"));
+  const std::string r1 = undo_a["transaction"];
+  const auto redo = cudafix("rollback " + r1 + " -y --json", v);
+  ASSERT_EQ(redo.exit_code, 0) << redo.out;
+  EXPECT_SAME_TREE(tree_of(v), both_removed);
+  const std::string r2 = json::parse(redo.out)["transaction"];
+  const auto again = cudafix("rollback " + r2 + " -y", v);
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_SAME_TREE(tree_of(v), only_b);
+  const auto pruned = cudafix("rollback " + a + " -y", v);
+  EXPECT_EQ(pruned.exit_code, 2) << pruned.out;
+  EXPECT_THAT(pruned.out, HasSubstr("transaction " + a + " was pruned"));
+  // Every folder left is a transaction's, with its journal; nothing pruned is listed.
+  for (const auto& e : fs::directory_iterator(v + "/.cudafix/tx"))
+    EXPECT_TRUE(fs::exists(e.path() / "journal")) << e.path();
+  for (const auto& [id, result] : history_of(v)) EXPECT_NE(id, a);
+  (void)b;
+}
+
+// Staging goes when a transaction ends, however it ends; only committed ones keep old/; undone
+// ones hold nothing and do not count toward keep.
+TEST_F(Transactions, StagingIsRemovedHoweverATransactionEndsAndUndoneOnesDoNotCountTowardKeep) {
+  TempDir t;
+  const std::string v = copy(t);
+  test::write_file(v + "/cudafix.toml", "[transactions]\nkeep = 2\n");
+  const std::string install = "install " + shell_quote(delta_) + " -y --no-verify";
+  const auto failed = cudafix(install, v, "CUDAFIX_TEST_FAULT=rename:3:EIO");
+  EXPECT_EQ(failed.exit_code, 2) << failed.out;
+  EXPECT_THAT(failed.out, HasSubstr("every change was undone"));
+  EXPECT_EQ(cudafix(install, v, "CUDAFIX_TEST_KILL_AT=5").exit_code, 137);
+  const auto recovered = cudafix("history", v);
+  EXPECT_THAT(recovered.out, HasSubstr("recovering: transaction"));
+  EXPECT_EQ(state_left(v), std::set<std::string>{}) << "an undone or recovered transaction keeps no new/ or old/";
+  const std::string a = json::parse(cudafix("remove alpha -y --json", v).out)["transaction"];
+  const std::string b = json::parse(cudafix("remove gamma -y --json", v).out)["transaction"];
+  EXPECT_EQ(state_left(v), (std::set<std::string>{a + "/old", b + "/old"}));
+  const auto history = json::parse(cudafix("history --json", v).out);
+  ASSERT_EQ(history["transactions"].size(), 4U) << history;
+  std::uint64_t undone_bytes = 0, committed = 0;
+  for (const auto& tx : history["transactions"]) {
+    if (tx["result"] == "committed")
+      ++committed;
+    else
+      undone_bytes += tx["backup_bytes"].get<std::uint64_t>();
+  }
+  EXPECT_EQ(committed, 2U);
+  EXPECT_EQ(undone_bytes, 0U);
+  EXPECT_EQ(cudafix("rollback " + a + " -y", v).exit_code, 0) << "both committed keep their backups";
+}
+
+// A kill at every step of a rollback: the tree is the rolled-back or the committed state, and
+// history says which, so the next `rollback -y` undoes what is in effect (before, a kill
+// between the rollback's commit and its mark left the tree rolled back and history saying
+// "committed", and the next rollback picked the same transaction and failed).
+TEST_F(Transactions, AKillAtEveryStepOfARollbackLeavesHistoryAgreeingWithTheTree) {
+  TempDir ref;
+  const std::string removed = copy(ref);
+  const std::string before = tree_of(removed);
+  ASSERT_EQ(cudafix("remove alpha -y", removed).exit_code, 0);
+  const std::string after = tree_of(removed);
+  int rolled = 0, kept = 0;
+  for (int step = 1; step < 60; ++step) {
+    TempDir t;
+    const std::string v = copy(t);  // the journal names its venv's root: each copy makes its own
+    const auto remove = cudafix("remove alpha -y --json", v);
+    ASSERT_EQ(remove.exit_code, 0) << step << ": " << remove.out;
+    const std::string id = json::parse(remove.out)["transaction"];
+    const auto killed = cudafix("rollback -y", v, "CUDAFIX_TEST_KILL_AT=" + std::to_string(step));
+    if (killed.exit_code == 0) break;
+    ASSERT_EQ(killed.exit_code, 137) << step << ": " << killed.out;
+    const auto history = history_of(v);
+    const std::string now = tree_of(v);
+    ASSERT_TRUE(now == before || now == after) << "step " << step;
+    std::string result;
+    for (const auto& [tid, res] : history) {
+      EXPECT_NE(res, "in progress") << step;
+      if (tid == id) result = res;
+    }
+    if (now == before) {
+      ++rolled;
+      EXPECT_THAT(result, HasSubstr("rolled back by")) << step;
+      EXPECT_NE(cudafix("rollback -y", v).exit_code, 0) << step << ": nothing is left to roll back";
+    } else {
+      ++kept;
+      EXPECT_EQ(result, "committed") << step;
+      const auto again = cudafix("rollback -y", v);
+      EXPECT_EQ(again.exit_code, 0) << step << ": " << again.out;
+      EXPECT_SAME_TREE(tree_of(v), before);
+    }
+  }
+  EXPECT_GE(rolled, 1);
+  EXPECT_GE(kept, 3);
 }
 
 }  // namespace
