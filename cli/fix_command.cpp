@@ -113,9 +113,9 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   const PreparedPlan prepared =
       prepare_plan(g, env, knowledge, r::parse_plan_file(planned.document, "the plan"), "the plan");
   const auto said = prepared.labels();
+  check_one_file_system(env.layout);
   confirm(g, fmt::format("carry out these {} steps", said.size()));
 
-  check_one_file_system(env.layout);
   tx::Transaction t(env.layout.root_real, "fix");
   stage_plan(g, env, prepared, t);
   show_progress(g, t, "fixing");

@@ -148,8 +148,8 @@ namespace {
 // systems (their devices), or on different mounts of one (a bind mount: link(2) refuses across
 // mounts too), else what the link said.
 std::string why_no_link(const std::string& file, const std::string& into, const std::string& said) {
-  struct stat a {
-  }, b{};
+  struct stat a {};
+  struct stat b {};
   if (::lstat(file.c_str(), &a) == 0 && ::stat(into.c_str(), &b) == 0) {
     if (a.st_dev != b.st_dev) return "another file system";
     if (said.find(std::strerror(EXDEV)) != std::string::npos)
