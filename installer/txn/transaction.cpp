@@ -284,6 +284,28 @@ void recover_one(const std::string& root, const std::string& id, const std::func
                   tx.torn ? " (a torn journal tail was cut)" : "", tx.ops.size()));
 }
 
+// The trusted journals with neither commit nor abort. Only those are checked whole (distrust()
+// asks the disk about every op): this runs each time the lock is taken.
+std::vector<std::string> unfinished_transactions(const std::string& root) {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    struct stat st {};
+    if (!resolver::is_transaction_id(name) || ::lstat((tx_root(root) + "/" + name).c_str(), &st) != 0 ||
+        !S_ISDIR(st.st_mode))
+      continue;
+    try {
+      const auto tx = read_journal(tx_root(root) + "/" + name + "/journal");
+      if ((tx.state == TxState::open || tx.state == TxState::intended) && distrust(tx, root, name).empty())
+        ids.push_back(name);
+    } catch (const resolver::Error&) {
+      // No begin record: nothing was done (tidy_state removes the folder).
+    }
+  }
+  return ids;
+}
+
 // Every transaction a killed run left, the lock held: the one `active` names, and any other
 // trusted journal with neither commit nor abort (only a killed run leaves one; versions before
 // this one could also overwrite `active` while it named one).
@@ -308,8 +330,7 @@ void recover_held(const std::string& root, const std::function<void(const std::s
       ids.insert(id);
     }
   }
-  for (const auto& t : transactions(root))
-    if (t.state == TxState::open || t.state == TxState::intended) ids.insert(t.id);
+  for (const auto& id : unfinished_transactions(root)) ids.insert(id);
   for (const auto& id : ids) recover_one(root, id, say);
   if (active) remove_file(active_file(root));
 }

@@ -110,6 +110,41 @@ TEST(Journal, ANumberThatIsNotAnIntegerIsAFieldOfTheWrongType) {
   EXPECT_THAT(j.unreadable, HasSubstr("line 1: a field of the wrong type"));
 }
 
+// What a commit leaves is read back as written, and a rollback's commit names what it undoes:
+// the mark a rollback needs is in its own commit, with no second write to forget.
+TEST(Journal, LeftRecordsAndTheUndoesOfACommitReadBackAsWritten) {
+  Left file;
+  file.path = "/v/lib/x.so";
+  file.type = LeftType::file;
+  file.dev = 2049;
+  file.ino = 1ULL << 40;
+  file.size = 12;
+  file.mtime_ns = 1764756959123456789;
+  file.ctime_ns = 1764756959123456790;
+  file.sha256 = "47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU";
+  Left gone;
+  gone.path = "/v/a";
+  const auto j = read({k_begin, k_op1, k_op2, k_intent_end, left_json(file), left_json(gone),
+                       R"({"record":"commit","undoes":"20261203T101500.000-1-0"})"});
+  EXPECT_EQ(j.state, TxState::committed);
+  ASSERT_EQ(j.left.size(), 2u);
+  EXPECT_EQ(j.left[0].path, file.path);
+  EXPECT_EQ(j.left[0].type, LeftType::file);
+  EXPECT_EQ(j.left[0].ino, file.ino);
+  EXPECT_EQ(j.left[0].mtime_ns, file.mtime_ns);
+  EXPECT_EQ(j.left[0].ctime_ns, file.ctime_ns);
+  EXPECT_EQ(j.left[0].sha256, file.sha256);
+  EXPECT_EQ(j.left[1].type, LeftType::none);
+  EXPECT_EQ(j.undoes, "20261203T101500.000-1-0");
+}
+
+TEST(Journal, ALeftRecordOfAnUnknownTypeIsUnreadable) {
+  const auto j = read({k_begin, k_intent_end, R"({"record":"left","path":"/v/a","type":"fifo"})", k_commit});
+  EXPECT_THAT(j.unreadable, HasSubstr("line 3"));
+  EXPECT_THAT(j.unreadable, HasSubstr("fifo"));
+  EXPECT_NE(j.state, TxState::committed) << "reading stops at the record it cannot take";
+}
+
 TEST(Journal, AJournalWithoutItsBeginRecordIsAnError) {
   try {
     (void)read({k_op1});
