@@ -442,23 +442,25 @@ std::vector<std::string> fingerprint_changes(const r::Environment& env, const r:
   return out;
 }
 
-// An installed dist's files that a reinstall or replacement does not write again and no other
-// kept dist lists: the old version's leftovers, moved aside as its uninstall would.
-void plan_leftovers(const r::Environment& env, int dist, const std::vector<std::string>& written,
-                    const std::set<int>& gone, installer::txn::Transaction& t) {
-  const auto& d = env.dists[static_cast<std::size_t>(dist)];
-  const std::set<std::string> writes(written.begin(), written.end());
-  std::set<std::string> listed_elsewhere;
-  for (std::size_t i = 0; i < env.dists.size(); ++i) {
-    if (static_cast<int>(i) == dist || gone.count(static_cast<int>(i))) continue;
-    for (const auto& row : env.dists[i].record)
-      listed_elsewhere.insert(r::join_normal(env.dists[i].site_dir, row.path));
-  }
-  for (const auto& row : d.record) {
-    const std::string abs = r::join_normal(d.site_dir, row.path);
-    if (writes.count(abs) || listed_elsewhere.count(abs) || !r::is_within(abs, env.layout.root_real)) continue;
-    if (t.will_exist(abs)) t.move_aside(abs);
-  }
+// An installed dist a wheel replaces (an upgrade, a reinstall): what its uninstall deletes the
+// cudafix way (owner counting: a path a kept dist lists stays), less every path the transaction
+// writes (`earlier.listed`) and what its earlier steps removed, moved aside as pip's upgrade
+// uninstalls the old version: its dist-info folder whole (one op, so rollback restores it), the
+// folders the leftovers empty with them, but never a folder that holds a path written here or
+// one a kept dist lists. Rows a removal refuses (a scheme folder, cudafix's state) stay.
+// `earlier` then counts the dist as removed and its files as deleted, for the steps after.
+void plan_leftovers(const r::Environment& env, int dist, r::EarlierSteps& earlier, tx::Transaction& t) {
+  auto del = r::uninstall_paths(env, {dist}, r::OwnerCounting::cudafix, earlier);
+  std::set<std::string> holding_written;
+  for (const auto& p : earlier.listed)
+    for (std::string up = r::parent_dir(p); r::is_within(up, env.layout.root_real) && up != env.layout.root_real;
+         up = r::parent_dir(up))
+      if (!holding_written.insert(up).second) break;
+  std::erase_if(del.dirs, [&](const std::string& d) { return holding_written.count(d) > 0; });
+  std::erase_if(del.files, [&](const std::string& f) { return earlier.listed.count(f) > 0; });
+  tx::plan_removal_ops(env, del, t);
+  earlier.removed.insert(dist);
+  earlier.deleted.insert(del.files.begin(), del.files.end());
 }
 
 }  // namespace
@@ -683,7 +685,7 @@ std::vector<std::string> PreparedPlan::labels() const {
 std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const PreparedPlan& plan,
                        tx::Transaction& t) {
   const auto& layout = writable(env);
-  std::set<int> gone;
+  r::EarlierSteps earlier;  // the dists removed or replaced so far, and the paths written
   std::size_t files = 0;
   for (const auto& prepared : plan.steps) {
     const r::Step& st = prepared.step;
@@ -697,12 +699,14 @@ std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const 
       }
       tx::plan_removal_ops(env, del, t);
       files += del.files.size();
-      gone.insert(st.dist);
+      earlier.removed.insert(st.dist);
+      earlier.deleted.insert(del.files.begin(), del.files.end());
     } else {
       const auto staged = installer::stage_wheel(
           *prepared.wheel, layout, t, g.threads, false,
           g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("installing"));
-      if (st.dist >= 0) plan_leftovers(env, st.dist, staged.targets, gone, t);
+      earlier.listed.insert(staged.targets.begin(), staged.targets.end());
+      if (st.dist >= 0) plan_leftovers(env, st.dist, earlier, t);
       files += staged.targets.size();
     }
     t.mark_step();
@@ -755,13 +759,14 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   confirm(g, fmt::format("install {}", fmt::join(labels, ", ")));
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(o.wheels, " ")));
   std::size_t files = 0;
+  r::EarlierSteps earlier;  // the dists replaced so far, and the paths written
   for (const auto& w : wheels) {
     const auto staged = installer::stage_wheel(
         w, layout, t, g.threads, true,
         g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("installing"));
-    // An installed dist of that name is replaced: what it lists and the wheel does not write goes.
-    if (const auto installed = env.dist_index(r::normalize_name(w.name)))
-      plan_leftovers(env, *installed, staged.targets, {}, t);
+    earlier.listed.insert(staged.targets.begin(), staged.targets.end());
+    // An installed dist of that name is replaced: what it lists and no wheel here writes goes.
+    if (const auto installed = env.dist_index(r::normalize_name(w.name))) plan_leftovers(env, *installed, earlier, t);
     files += staged.targets.size();
     t.mark_step();
   }

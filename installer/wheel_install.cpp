@@ -156,18 +156,37 @@ std::string bad_script_name(std::string_view name) {
   return zip::bad_name(name);
 }
 
-// A member's bytes written to `fd` whole: inflated by libdeflate straight into the file mapped
-// for writing (its size is known, so no streaming and no copy), CRC checked by the reader;
-// returns RECORD's form of its SHA-256, and feeds `other` (RECORD's digest when not SHA-256).
+// Whether an errno says the file system has no room left (ENOSPC; EDQUOT, a quota's).
+bool out_of_space(int err) { return err == ENOSPC || err == EDQUOT; }
+
+// A member's bytes written to `fd` whole; returns RECORD's form of its SHA-256, and feeds
+// `other` (RECORD's digest when not SHA-256); the CRC is checked by the reader. Its blocks are
+// reserved first (posix_fallocate): a mapped file's pages get their blocks when first written,
+// and a file system found full then raises SIGBUS, which no check can catch. Reserved, it is
+// inflated by libdeflate straight into the file mapped for writing (its size is known: no
+// streaming, no copy); where the file system cannot reserve (EOPNOTSUPP, EINVAL), it is
+// streamed through write(2), whose ENOSPC is an error like any other. `full(errno)` throws
+// the refusal for a file system without room.
 std::string write_member(const zip::Archive& archive, const zip::Entry& e, int fd, const std::string& path,
-                         std::optional<r::DigestStream>& other) {
-  if (::ftruncate(fd, static_cast<off_t>(e.size)) != 0)
-    throw r::Error(fmt::format("{}: {}", path, std::strerror(errno)));
+                         std::optional<r::DigestStream>& other, const std::function<void(int)>& full) {
   r::Sha256Stream hash;
   if (e.size == 0) {
     as_install_refusal([&] { archive.extract(e, nullptr); });
     return hash.record_digest();
   }
+  const int err = txn::reserve_blocks(fd, e.size, path);
+  if (out_of_space(err)) full(err);
+  if (err == EOPNOTSUPP || err == EINVAL) {
+    as_install_refusal([&] {
+      archive.stream(e, [&](const unsigned char* p, std::size_t n) {
+        txn::write_all(fd, p, n, path);
+        hash.update(p, n);
+        if (other) other->update(p, n);
+      });
+    });
+    return hash.record_digest();
+  }
+  if (err != 0) throw r::Error(fmt::format("{}: posix_fallocate: {}", path, std::strerror(err)));
   void* p = ::mmap(nullptr, e.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) throw r::Error(fmt::format("{}: mmap: {}", path, std::strerror(errno)));
   const std::unique_ptr<void, std::function<void(void*)>> unmap(p, [&](void* q) { ::munmap(q, e.size); });
@@ -176,6 +195,25 @@ std::string write_member(const zip::Archive& archive, const zip::Entry& e, int f
   hash.update(out, e.size);
   if (other) other->update(out, e.size);
   return hash.record_digest();
+}
+
+// The mount point of the file system holding `path` (a real path): its highest folder on the
+// same device. What a full-disk message names.
+std::string mount_point_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return path;
+  std::string at = path;
+  for (std::string up = r::parent_dir(at); up != at; at = up, up = r::parent_dir(at)) {
+    struct stat above {};
+    if (::stat(up.c_str(), &above) != 0 || above.st_dev != st.st_dev) break;
+  }
+  return at;
+}
+
+// What staging a wheel needs free, beyond its files' blocks: room for what else the transaction
+// writes (RECORD, INSTALLER, console scripts, folders, the journal's records of each file's put).
+std::uint64_t staging_margin(std::uint64_t blocks_bytes, std::size_t files) {
+  return std::max<std::uint64_t>(blocks_bytes / 100, std::uint64_t{4} << 20) + std::uint64_t{files} * 1024;
 }
 
 }  // namespace
@@ -345,28 +383,53 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     refuse(w.path, "", "the file changed after it was validated");
   const std::string root = layout.root_real;
   // Free space first: the staged copy sits beside the files it replaces until the renames.
+  std::uint64_t free_bytes = 0, needed = 0;
   struct statvfs fs_stat {};
   if (::statvfs(tx.new_dir().c_str(), &fs_stat) == 0) {
-    const std::uint64_t free_bytes = std::uint64_t{fs_stat.f_bavail} * fs_stat.f_frsize;
-    const std::uint64_t needed = w.unpacked + (std::uint64_t{64} << 20);
+    free_bytes = std::uint64_t{fs_stat.f_bavail} * fs_stat.f_frsize;
+    const std::uint64_t block = std::max<std::uint64_t>(fs_stat.f_frsize, 1);
+    for (const auto& m : w.members) needed += (m.size + block - 1) / block * block;
+    needed += staging_margin(needed, w.members.size());
     if (free_bytes < needed)
       throw r::Error(
           fmt::format("{}: {} MiB free on the environment's file system, {} MiB needed to stage {}; "
                       "nothing was installed",
-                      root, free_bytes >> 20, needed >> 20, r::base_name(w.path)));
+                      root, free_bytes >> 20, (needed + (1 << 20) - 1) >> 20, r::base_name(w.path)));
   }
+  txn::test_pause("staging");
+  // Space another process takes from here on is found when a file's blocks are reserved.
+  const auto full = [&](const std::string& member, std::uint64_t size) {
+    return [&w, &root, member, size, needed, free_bytes](int err) {
+      refuse(w.path, member,
+             fmt::format("the file system at {} is full ({}) with its {} bytes still to write: {} MiB needed to "
+                         "stage the wheel, {} MiB were free when staging began (another process has taken "
+                         "space since)",
+                         mount_point_of(root), std::strerror(err), size, (needed + (1 << 20) - 1) >> 20,
+                         free_bytes >> 20));
+    };
+  };
   const std::string python = layout.root + "/bin/python";
   StagedWheel out;
   struct Staged {
     std::string target, staged, hash;
     std::uint64_t size = 0;
     bool executable = false;
+    bool put_already = false;  // an earlier wheel of the transaction writes it too: its put stands
   };
   std::vector<Staged> staged(w.members.size());
   const std::string record_member = w.dist_info + "/RECORD";
   std::mutex folders_mutex;
   std::set<std::string> folders;
   const auto staged_path = [&](const std::string& target) { return tx.new_dir() + "/" + r::relative_to(target, root); };
+  // A path several wheels of one transaction write is staged at one place (new/ holds only this
+  // transaction's staging): a later wheel's bytes replace the earlier one's there, as pip
+  // installing them in order leaves the file, and the one put planned for it stands, so that
+  // what is on disk is moved aside once and undone once. Returns whether it was staged before.
+  const auto restage = [&](const std::string& staged_file) {
+    if (!txn::exists_nofollow(staged_file)) return false;
+    txn::remove_file(staged_file);
+    return true;
+  };
   const auto make_parent = [&](const std::string& p) {
     const std::string parent = r::parent_dir(p);
     std::lock_guard<std::mutex> lock(folders_mutex);
@@ -387,13 +450,14 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     const bool script = m.name.starts_with(w.dist_info.substr(0, w.dist_info.size() - 10) + ".data/scripts/");
     s.executable = m.executable;
     make_parent(s.staged);
-    // O_EXCL: two members never share a staged file (check_targets refused that already).
+    s.put_already = restage(s.staged);
+    // O_EXCL: two members of one wheel never share a staged file (check_targets refused that).
     const int fd = txn::open_file(s.staged, O_RDWR | O_CREAT | O_EXCL, s.executable ? 0755 : 0644);
     // RECORD's digest of the wheel's bytes where it is not SHA-256, the digest the new RECORD gives.
     std::optional<r::DigestStream> wheel_digest;
     if (m.record_algorithm != "sha256") wheel_digest.emplace(m.record_algorithm);
     if (!script) {
-      const std::string digest = write_member(archive, e, fd, s.staged, wheel_digest);
+      const std::string digest = write_member(archive, e, fd, s.staged, wheel_digest, full(m.name, m.size));
       txn::start_writeback(fd);
       ::close(fd);
       if ((wheel_digest ? wheel_digest->record_digest() : digest) != m.record_hash)
@@ -459,7 +523,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     s.target = target;
     s.staged = staged_path(target);
     make_parent(s.staged);
-    txn::remove_file(s.staged);
+    s.put_already = restage(s.staged);
     txn::append_synced(s.staged, text);
     if (executable) ::chmod(s.staged.c_str(), 0755);
     s.hash = r::sha256_of_file(s.staged);
@@ -484,7 +548,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     s.target = info + "/RECORD";
     s.staged = staged_path(s.target);
     make_parent(s.staged);
-    txn::remove_file(s.staged);
+    s.put_already = restage(s.staged);
     txn::append_synced(s.staged, record);
     staged.push_back(std::move(s));
   }
@@ -493,7 +557,10 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
   txn::sync_file_system(tx.new_dir());
   for (const auto& s : staged) {
     if (s.target.empty()) continue;
-    tx.put(s.staged, s.target, 0755, s.hash);
+    if (s.put_already)
+      tx.restaged(s.target, s.hash);
+    else
+      tx.put(s.staged, s.target, 0755, s.hash);
     out.targets.push_back(s.target);
     out.bytes += s.size;
   }

@@ -22,6 +22,16 @@
 //     the row gives one (pypa/installer and pip take rows without), RECORD itself and its
 //     signatures aside; no row naming what is not a member; each member's inflated bytes matching
 //     its CRC, its size and RECORD's hash.
+// Staging: before a byte is written, the environment's file system must have free (f_bavail)
+// the wheel's files, each rounded up to its block size, plus a margin for what else the
+// transaction writes (RECORD, INSTALLER, scripts, folders, the journal): 1% of those bytes, at
+// least 4 MiB, plus 1 KiB a file. Each staged file's blocks are then reserved (posix_fallocate)
+// before it is mapped and inflated into, so that space another process takes meanwhile refuses
+// the install naming the file system's mount point, the wheel, the member and the MiB needed,
+// never a SIGBUS; where the file system cannot reserve (EOPNOTSUPP, EINVAL) the member is
+// written through write(2) instead. A path several wheels of one transaction write is staged at
+// one place, the later wheel's bytes replacing the earlier's (as pip installing them in order
+// leaves it), and put once: what is on disk is moved aside once, and undone once.
 // Shebangs: a `.data/scripts/` script's `#!python` line is replaced whole by `#!<venv>/bin/python`
 // (pypa/installer's fix_shebang); a console script's shebang is pypa/installer's build_shebang:
 // `#!PATH`, or, for a path with a space or over 127 bytes with `#!` and the newline, the /bin/sh

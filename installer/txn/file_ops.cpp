@@ -35,8 +35,9 @@ struct Fault {
 };
 
 int errno_named(const std::string& name) {
-  static const std::map<std::string, int> names{{"ENOSPC", ENOSPC}, {"EIO", EIO},     {"EACCES", EACCES},
-                                                {"EROFS", EROFS},   {"EPERM", EPERM}, {"EXDEV", EXDEV}};
+  static const std::map<std::string, int> names{{"ENOSPC", ENOSPC},         {"EIO", EIO},      {"EACCES", EACCES},
+                                                {"EROFS", EROFS},           {"EPERM", EPERM},  {"EXDEV", EXDEV},
+                                                {"EOPNOTSUPP", EOPNOTSUPP}, {"EINVAL", EINVAL}};
   const auto it = names.find(name);
   return it == names.end() ? EIO : it->second;
 }
@@ -380,6 +381,13 @@ void sync_path(const std::string& path) {
   sync_fd(f.fd, path);
 }
 
+int reserve_blocks(int fd, std::uint64_t size, const std::string& path) {
+  if (injected("fallocate", path)) return errno;
+  int err = EINTR;
+  while (err == EINTR) err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  return err;
+}
+
 void write_all(int fd, const void* data, std::size_t size, const std::string& path) {
   const auto* p = static_cast<const char*>(data);
   while (size > 0) {
@@ -422,6 +430,19 @@ void fault_trace_mark(std::string_view what) {
   std::lock_guard<std::mutex> lock(hook_mutex());
   std::fprintf(t, "mark %.*s\n", static_cast<int>(what.size()), what.data());
   std::fflush(t);
+}
+
+void test_pause(std::string_view point) {
+  static const std::pair<std::string, long> pause_at = [] {
+    const char* v = std::getenv("CUDAFIX_TEST_PAUSE_AT");
+    const std::string s = v ? v : "";
+    const auto colon = s.find(':');
+    if (colon == std::string::npos || colon == 0 || (s[0] >= '0' && s[0] <= '9')) return std::pair<std::string, long>{};
+    return std::pair<std::string, long>{s.substr(0, colon), std::strtol(s.c_str() + colon + 1, nullptr, 10)};
+  }();
+  if (pause_at.first.empty() || pause_at.first != point) return;
+  fault_trace_mark(point);
+  std::this_thread::sleep_for(std::chrono::milliseconds(pause_at.second));
 }
 
 void journal_step() {

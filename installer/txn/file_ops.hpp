@@ -3,7 +3,8 @@
 //
 // Test hooks, read from the environment once:
 //   CUDAFIX_TEST_FAULT=CALL:N:ERRNO   the N-th call (1-based) of CALL (write, rename, fsync,
-//                                     link, mkdir, rmdir) fails with ERRNO (ENOSPC, EIO, EACCES).
+//                                     link, mkdir, rmdir, fallocate) fails with ERRNO (ENOSPC,
+//                                     EIO, EACCES, EOPNOTSUPP, EINVAL).
 //   CUDAFIX_TEST_FAULT_TRACE=FILE     each such call is appended to FILE as it is made, so that a
 //                                     test can aim a fault at the middle of a change:
 //                                       CALL N PATH     the N-th call of CALL, on PATH
@@ -14,11 +15,16 @@
 //                                     journal record appended and each op carried out is a step.
 //   CUDAFIX_TEST_PAUSE_AT=N:MS        the process sleeps MS milliseconds at journal step N, the
 //                                     lock held: how the tests run two cudafix at once.
+//   CUDAFIX_TEST_PAUSE_AT=POINT:MS    the same at a named point (test_pause(POINT)), after a
+//                                     "mark POINT" line in the fault trace: `staging`, once a
+//                                     wheel's free-space check passed and before its first staged
+//                                     byte is written (how a test fills the disk in between).
 //   CUDAFIX_BENCH_NO_SYNC=1           no fsync and no syncfs at all: what durability costs, for
 //                                     bench/txn_gpu.sh only (a power cut may then lose anything).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -55,6 +61,11 @@ void start_writeback(int fd);
 // Syncs the file system holding `folder` (syncfs): the staged data in one batch.
 void sync_file_system(const std::string& folder);
 void sync_path(const std::string& path);  // a file or a folder
+// Reserves the blocks of `fd`'s first `size` bytes (posix_fallocate, retried on EINTR; the file
+// grows to `size`), so that writing them through a mapping cannot meet a full file system.
+// Returns 0 or the errno: ENOSPC or EDQUOT when there is no room, EOPNOTSUPP or EINVAL where the
+// file system cannot reserve.
+[[nodiscard]] int reserve_blocks(int fd, std::uint64_t size, const std::string& path);
 // Writes all of `data` to `fd` (retrying short writes and EINTR); `path` names it in the error.
 void write_all(int fd, const void* data, std::size_t size, const std::string& path);
 // Appends `text` to `path` (made when absent) and syncs it.
@@ -72,5 +83,8 @@ void journal_step();
 void open_test_hooks();
 // A "mark WHAT" line in the fault trace, where one is asked for.
 void fault_trace_mark(std::string_view what);
+// The named pause point `point` (CUDAFIX_TEST_PAUSE_AT=POINT:MS): marks it in the trace, then
+// sleeps; nothing unless asked for.
+void test_pause(std::string_view point);
 
 }  // namespace cudafix::installer::txn

@@ -466,6 +466,10 @@ void Transaction::move_aside(const std::string& path) {
   if (auto why = path_problem(path, root_); !why.empty())
     throw resolver::Error(fmt::format("refusing to move {} aside: {}; nothing was changed", path, why));
   const std::string backup = dir() + "/old/" + resolver::relative_to(path, root_);
+  // A second move aside of one path would move what the first put there over its backup, and
+  // undoing both would lose the file: a planning bug, refused before anything changes.
+  if (const auto it = planned_.find(backup); it != planned_.end() && it->second)
+    throw resolver::Error(fmt::format("{} would be moved aside twice in one transaction; nothing was changed", path));
   make_dirs(resolver::parent_dir(backup), 0700);
   move(path, backup);
 }

@@ -68,6 +68,9 @@ class Transaction {
   // that a later rollback can tell the same bytes from changed ones when the inode differs.
   void put(const std::string& staged, const std::string& target, unsigned folder_mode = 0755,
            const std::string& sha256 = "");
+  // The staged file of a put() already planned was written again (a later wheel of the
+  // transaction ships the same path): its new bytes' sha256.
+  void restaged(const std::string& target, const std::string& sha256) { hashes_[target] = sha256; }
   void move(const std::string& from, const std::string& to);
   void remove_folder_if_empty(const std::string& path, unsigned mode);
   void make_folder(const std::string& path, unsigned mode);

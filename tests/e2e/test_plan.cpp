@@ -518,6 +518,24 @@ TEST_F(PlanFix, AnInstalledProviderOfTheWrongVersionIsReplacedByTheOneRequired) 
   EXPECT_THAT(step["deletes"], ::testing::Not(::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9")));
   EXPECT_THAT(step["writes"], ::testing::Contains("nvidia/cudnn/lib/libcudnn.so.9"));
   expect_every_step_ok(p.doc);
+  // Issue 36, item 5: carried out, the old version's dist-info goes whole, as pip's upgrade
+  // removes it (before, it stayed, empty: pip skipped it, doctor said duplicate-dist).
+  const std::string before = test::tree_of(dir);
+  const auto fixed = test::cudafix_json("fix -y --no-verify --venv " + shell_quote(dir) + k_no_cache +
+                                        " --ld-library-path '' --find-links " + shell_quote(links_));
+  EXPECT_EQ(fixed.exit_code, 0) << fixed.out;
+  EXPECT_FALSE(fs::exists(site(dir) + "/nvidia_cudnn_cu13-9.13.0.50.dist-info"));
+  EXPECT_FALSE(fs::exists(site(dir) + "/nvidia/cudnn/lib/old_only.txt"));
+  const auto list = test::venv_pip(dir, "list");
+  EXPECT_THAT(list.out, ::testing::ContainsRegex("nvidia-cudnn-cu13 +9\\.19\\.0\\.56"));
+  EXPECT_THAT(list.out, ::testing::Not(HasSubstr("invalid metadata"))) << list.out;
+  const auto doctor = test::cudafix_json("doctor --venv " + shell_quote(dir) + k_no_cache);
+  EXPECT_TRUE(test::of_rule(doctor.doc, "duplicate-dist").empty()) << doctor.out.substr(0, 2000);
+  EXPECT_EQ(run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " rollback -y --venv " + shell_quote(dir) +
+                      k_no_cache)
+                .exit_code,
+            0);
+  EXPECT_EQ(test::tree_of(dir), before) << test::tree_diff(before, test::tree_of(dir));
 }
 
 TEST_F(PlanFix, ConsumersThatNeedDifferentMajorsStopThePlanUntilOneIsChosen) {

@@ -302,6 +302,260 @@ TEST_F(WheelInstall, WheelsPipAcceptsInstallAndPipListsChecksAndUninstallsThem) 
   EXPECT_GE(cases.size(), 13u);
 }
 
+// Issue 36, item 2: a file several wheels of one install ship (NVIDIA's wheels all ship
+// nvidia/__init__.py) is staged once, replaced once and undone once; the later wheel's bytes
+// win, as pip installing the wheels in order leaves it. Before, the second wheel's put moved
+// the first one's file aside over the backup of the file on disk: the install failed
+// ("rename .../new/...: No such file or directory") and undoing it deleted the file; before,
+// this test's install was refused at staging ("open .../new/.../nvidia/__init__.py: File exists").
+TEST_F(WheelInstall, AFileTwoWheelsShipIsWrittenOnceAndRollbackGivesBackTheTreeByteForByte) {
+  TempDir t;
+  const std::string src = t.path() + "/src", wheels = t.path() + "/wheels";
+  fs::create_directories(wheels);
+  test::write_file(src + "/init_a.py", "# nvidia, as the cublas wheel ships it\n");
+  test::write_file(src + "/init_b.py", "# nvidia, as the cudnn wheel ships it\n");
+  test::write_file(src + "/init_c.py", "# nvidia, as the runtime wheel ships it\n");
+  test::write_file(src + "/lib.so", std::string(5000, 'S'));
+  const auto nvidia_wheel = [&](const std::string& name, const std::string& init) {
+    return test::make_wheel(wheels, "nvidia-" + name + " 1.0 nvidia/__init__.py=" + src + "/" + init + " nvidia/" +
+                                        name + "/lib/lib" + name + ".so=" + src +
+                                        "/lib.so --deflate --console-script nvidia-tool=nvidia." + name + ":main");
+  };
+  const std::string a = nvidia_wheel("a", "init_a.py"), b = nvidia_wheel("b", "init_b.py"),
+                    c = nvidia_wheel("c", "init_c.py");
+  const std::string install = "install " + shell_quote(a) + " " + shell_quote(b) + " -y --no-verify";
+  for (const bool on_disk_before : {true, false}) {
+    SCOPED_TRACE(on_disk_before ? "nvidia/__init__.py installed by pip from a third wheel" : "only A and B ship it");
+    TempDir vt;
+    const std::string v = vt.path() + "/venv";
+    ASSERT_NO_FATAL_FAILURE(
+        test::make_venv(v, on_disk_before ? std::vector<std::string>{c} : std::vector<std::string>{}));
+    const std::string init = test::site_packages(v) + "/nvidia/__init__.py";
+    const std::string before = test::tree_of(v);
+    const auto r = cudafix(install, v);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(resolver::try_read_file(init).value_or("(gone)"), "# nvidia, as the cudnn wheel ships it\n");
+    // A console script both wheels declare: the later one's, generated once.
+    EXPECT_THAT(resolver::try_read_file(v + "/bin/nvidia-tool").value_or("(gone)"), HasSubstr("from nvidia.b import"));
+    const auto list = test::venv_pip(v, "list");
+    EXPECT_EQ(list.exit_code, 0) << list.out;
+    EXPECT_THAT(list.out, HasSubstr("nvidia-a"));
+    EXPECT_THAT(list.out, HasSubstr("nvidia-b"));
+    EXPECT_THAT(list.out, ::testing::Not(HasSubstr("invalid"))) << list.out;
+    const auto show = test::venv_pip(v, "show -f nvidia-a");
+    EXPECT_EQ(show.exit_code, 0) << show.out;
+    EXPECT_THAT(show.out, HasSubstr("nvidia/__init__.py"));
+    // The journal moved the file aside once and put it once.
+    const auto history = json::parse(run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) +
+                                               " history --json --venv " + shell_quote(v) + " 2>/dev/null")
+                                         .out,
+                                     nullptr, false);
+    ASSERT_FALSE(history.is_discarded());
+    ASSERT_FALSE(history["transactions"].empty()) << history;
+    const std::string journal =
+        resolver::try_read_file(v + "/.cudafix/tx/" + history["transactions"][0]["id"].get<std::string>() + "/journal")
+            .value_or("");
+    std::size_t puts = 0;
+    for (std::size_t at = journal.find("\"to\":\"" + init + "\""); at != std::string::npos;
+         at = journal.find("\"to\":\"" + init + "\"", at + 1))
+      ++puts;
+    EXPECT_EQ(puts, 1U) << journal;
+    const auto back = cudafix("rollback -y", v);
+    ASSERT_EQ(back.exit_code, 0) << back.out;
+    EXPECT_EQ(test::tree_of(v), before) << test::tree_diff(before, test::tree_of(v));
+    // Installed again: removing one dist keeps the file the other (and pip's third) still lists,
+    // and pip uninstalls the other.
+    ASSERT_EQ(cudafix(install, v).exit_code, 0);
+    const auto removed = cudafix("remove nvidia-a -y", v);
+    ASSERT_EQ(removed.exit_code, 0) << removed.out;
+    EXPECT_TRUE(fs::exists(init)) << "nvidia-b still lists it";
+    EXPECT_FALSE(fs::exists(test::site_packages(v) + "/nvidia/a/lib/liba.so")) << removed.out;
+    const auto un = test::venv_pip(v, "uninstall -y nvidia-b");
+    EXPECT_EQ(un.exit_code, 0) << un.out;
+    EXPECT_FALSE(fs::exists(test::site_packages(v) + "/nvidia/b/lib/libb.so"));
+    EXPECT_THAT(test::venv_pip(v, "list").out, ::testing::Not(HasSubstr("nvidia-b")));
+  }
+}
+
+// Issue 36, item 5: an upgrade removes the old version's dist-info folder whole, as pip does,
+// and the folders its leftovers emptied, but never a folder or a file another dist lists.
+// Before, alpha-1.0.dist-info stayed, empty: pip warned "Skipping ... invalid metadata entry
+// 'name'" and doctor reported error[duplicate-dist].
+TEST_F(WheelInstall, AnUpgradeRemovesTheOldDistInfoWholeAndRollbackGivesTheOldTreeBack) {
+  TempDir t;
+  const std::string src = t.path() + "/src", wheels = t.path() + "/wheels";
+  fs::create_directories(wheels);
+  test::write_file(src + "/init1.py", "VERSION = 1\n");
+  test::write_file(src + "/init2.py", "VERSION = 2\n");
+  test::write_file(src + "/old.py", "OLD = True\n");
+  test::write_file(src + "/new.py", "NEW = True\n");
+  test::write_file(src + "/common.py", "SHARED = 1\n");
+  const std::string old_wheel = test::make_wheel(
+      wheels, "alpha 1.0 alpha/__init__.py=" + src + "/init1.py alpha/old.py=" + src +
+                  "/old.py alpha/only_old/x.py=" + src + "/old.py alpha/renamed/x.py=" + src +
+                  "/old.py shared/common.py=" + src + "/common.py --console-script alpha-old=alpha:main");
+  const std::string new_wheel =
+      test::make_wheel(wheels, "alpha 2.0 alpha/__init__.py=" + src + "/init2.py alpha/new.py=" + src +
+                                   "/new.py alpha/renamed/y.py=" + src + "/new.py");
+  const std::string beta = test::make_wheel(wheels, "beta 1.0 shared/common.py=" + src + "/common.py");
+  TempDir vt;
+  const std::string v = vt.path() + "/venv";
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(v, {old_wheel, beta}));
+  const std::string site = test::site_packages(v);
+  // pip's own bytecode of the old version, as an import leaves it.
+  ASSERT_EQ(run_shell(shell_quote(v + "/bin/python3") + " -c 'import alpha.old, alpha.only_old.x, alpha.renamed.x'")
+                .exit_code,
+            0);
+  const std::string before = test::tree_of(v);
+  const auto r = cudafix("install " + shell_quote(new_wheel) + " -y --no-verify", v);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(fs::exists(site + "/alpha-1.0.dist-info")) << r.out;
+  EXPECT_FALSE(fs::exists(site + "/alpha/old.py"));
+  EXPECT_FALSE(fs::exists(site + "/alpha/only_old")) << "the folder the leftovers emptied";
+  EXPECT_FALSE(fs::exists(v + "/bin/alpha-old")) << "the old version's console script";
+  EXPECT_TRUE(fs::exists(site + "/alpha/new.py"));
+  // A folder whose old files all go, but which the new version writes into, stays.
+  EXPECT_FALSE(fs::exists(site + "/alpha/renamed/x.py"));
+  EXPECT_TRUE(fs::exists(site + "/alpha/renamed/y.py"));
+  EXPECT_TRUE(fs::exists(site + "/shared/common.py")) << "beta still lists it";
+  const auto list = test::venv_pip(v, "list");
+  EXPECT_EQ(list.exit_code, 0) << list.out;
+  EXPECT_THAT(list.out, ::testing::ContainsRegex("alpha +2\\.0"));
+  EXPECT_THAT(list.out, ::testing::Not(HasSubstr("invalid metadata"))) << list.out;
+  EXPECT_THAT(list.out, ::testing::Not(HasSubstr("Skipping"))) << list.out;
+  const auto doctor = test::cudafix_json("doctor --venv " + shell_quote(v) + test::k_no_cache);
+  EXPECT_TRUE(test::of_rule(doctor.doc, "duplicate-dist").empty()) << doctor.out.substr(0, 2000);
+  const auto back = cudafix("rollback -y", v);
+  ASSERT_EQ(back.exit_code, 0) << back.out;
+  EXPECT_EQ(test::tree_of(v), before) << test::tree_diff(before, test::tree_of(v));
+  EXPECT_THAT(test::venv_pip(v, "list").out, ::testing::ContainsRegex("alpha +1\\.0"));
+}
+
+// A tmpfs of `size` mounted at `dir` for one test, unmounted when it ends; `mounted` false
+// where mount(8) is refused (not root, no CAP_SYS_ADMIN), with its reason.
+struct Tmpfs {
+  std::string dir, refused;
+  bool mounted = false;
+  Tmpfs(std::string at, const std::string& size) : dir(std::move(at)) {
+    fs::create_directories(dir);
+    const auto r = run_shell("mount -t tmpfs -o size=" + size + " tmpfs " + shell_quote(dir) + " 2>&1");
+    mounted = r.exit_code == 0;
+    refused = r.out;
+  }
+  ~Tmpfs() {
+    if (mounted) (void)run_shell("umount " + shell_quote(dir) + " 2>&1 || umount -l " + shell_quote(dir));
+  }
+  Tmpfs(const Tmpfs&) = delete;
+  Tmpfs& operator=(const Tmpfs&) = delete;
+  [[nodiscard]] std::uint64_t free_kib() const {
+    return std::stoull(run_shell("df --output=avail -k " + shell_quote(dir) + " | tail -1").out);
+  }
+};
+
+// Issue 36, item 4: the disk fills up after the free-space check passed (another writer took the
+// space while cudafix staged). Each staged file's blocks are reserved before it is mapped, so a
+// full disk is an error that names the file system, the wheel and the space needed, never a
+// SIGBUS; nothing in the venv changes, and once space is freed the next install works. Before,
+// the inflate into the mapped file killed cudafix by SIGBUS, with no message.
+TEST_F(WheelInstall, ADiskFilledWhileStagingIsAClearErrorNeverASignal) {
+  TempDir t;
+  const Tmpfs disk(t.path() + "/fs", "96m");
+  if (!disk.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (the test needs root): " << disk.refused;
+  const std::string v = disk.dir + "/venv";
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(v)).exit_code, 0);
+  test::write_file(t.path() + "/src/big.so", std::string(std::size_t{16} << 20, 'B'));
+  const std::string wheel = test::make_wheel(t.path(), "bigfile 1.0 bigfile/libbig.so=" + t.path() + "/src/big.so");
+  const std::string before = test::tree_of(v);
+  const std::string trace = t.path() + "/trace", out = t.path() + "/out", filler = disk.dir + "/filler";
+  // cudafix pauses after its free-space check, before it writes a staged byte (the hook writes
+  // "mark staging" to the trace); the filler then takes all but 1 MiB of the free space.
+  const auto ran = run_shell(
+      "(env -u VIRTUAL_ENV CUDAFIX_TEST_PAUSE_AT=staging:4000 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(trace) + " " +
+      shell_quote(test::k_bin) + " install " + shell_quote(wheel) + " -y --no-verify --venv " + shell_quote(v) +
+      test::k_no_cache + " > " + shell_quote(out) + " 2>&1; echo rc=$? >> " + shell_quote(out) +
+      ") & for i in $(seq 1000); do grep -qs 'mark staging' " + shell_quote(trace) +
+      " && break; sleep 0.01; done; grep -qs 'mark staging' " + shell_quote(trace) +
+      " || echo never paused; avail=$(df --output=avail -k " + shell_quote(disk.dir) +
+      " | tail -1); fallocate -l $(( (avail - 1024) * 1024 )) " + shell_quote(filler) + "; wait");
+  EXPECT_THAT(ran.out, ::testing::Not(HasSubstr("never paused"))) << ran.out;
+  const std::string said = resolver::try_read_file(out).value_or("");
+  EXPECT_THAT(said, HasSubstr("rc=2")) << "an error, not a signal (rc=135 is SIGBUS): " << said;
+  EXPECT_THAT(said, HasSubstr("is full")) << said;
+  EXPECT_THAT(said, HasSubstr(disk.dir)) << "the file system, by its mount point: " << said;
+  EXPECT_THAT(said, HasSubstr(wheel)) << said;
+  EXPECT_THAT(said, HasSubstr("bigfile/libbig.so")) << said;
+  EXPECT_THAT(said, HasSubstr("MiB needed")) << said;
+  EXPECT_THAT(said, HasSubstr("nothing was installed")) << said;
+  EXPECT_EQ(test::tree_of(v), before) << test::tree_diff(before, test::tree_of(v));
+  EXPECT_FALSE(fs::exists(v + "/.cudafix/active"));
+  EXPECT_TRUE(fs::is_empty(v + "/.cudafix/tx")) << "the refused transaction's staging is gone";
+  // Space freed, the same install goes through.
+  fs::remove(filler);
+  const auto again = cudafix("install " + shell_quote(wheel) + " -y --no-verify", v);
+  EXPECT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_EQ(fs::file_size(test::site_packages(v) + "/bigfile/libbig.so"), std::uintmax_t{16} << 20);
+}
+
+// Issue 36, item 4: the free-space margin scales with what is staged (1% of it, at least
+// 4 MiB): a 1 MB wheel installs with 10 MiB free, where the fixed 64 MiB margin refused it; a
+// wheel larger than the free space is still refused before anything is written.
+TEST_F(WheelInstall, TheFreeSpaceMarginScalesWithTheWheel) {
+  TempDir t;
+  const Tmpfs disk(t.path() + "/fs", "10m");
+  if (!disk.mounted) GTEST_SKIP() << "cannot mount a tmpfs here (the test needs root): " << disk.refused;
+  const std::string v = disk.dir + "/venv";
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(v)).exit_code, 0);
+  ASSERT_GT(disk.free_kib(), 9u * 1024);
+  test::write_file(t.path() + "/src/small.so", std::string(std::size_t{1} << 20, 's'));
+  test::write_file(t.path() + "/src/large.so", std::string(std::size_t{12} << 20, 'l'));
+  const std::string small = test::make_wheel(t.path(), "smallfile 1.0 smallfile/libs.so=" + t.path() + "/src/small.so");
+  const std::string large = test::make_wheel(t.path(), "largefile 1.0 largefile/libl.so=" + t.path() + "/src/large.so");
+  const std::string before = test::tree_of(v);
+  const auto refused = cudafix("install " + shell_quote(large) + " -y --no-verify", v);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("MiB free on the environment's file system")) << refused.out;
+  EXPECT_EQ(test::tree_of(v), before);
+  const auto r = cudafix("install " + shell_quote(small) + " -y --no-verify", v);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(test::site_packages(v) + "/smallfile/libs.so"));
+}
+
+// Issue 36, item 4: where the file system cannot reserve blocks (EOPNOTSUPP, EINVAL), each
+// member is written through write(2) instead of a mapping, file for file what a reserved
+// install writes; a reservation that finds no room refuses the install and changes nothing.
+TEST_F(WheelInstall, WhereBlocksCannotBeReservedTheFilesAreWrittenAndNoRoomIsARefusal) {
+  TempDir t;
+  const std::string base = t.path() + "/base", v = t.path() + "/v";
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(base)).exit_code, 0);
+  const auto fresh = [&] {
+    ASSERT_EQ(run_shell("rm -rf " + shell_quote(v) + " && cp -a " + shell_quote(base) + " " + shell_quote(v)).exit_code,
+              0);
+  };
+  const auto install = [&](const std::string& env) {
+    return run_shell("env -u VIRTUAL_ENV " + env + " " + shell_quote(test::k_bin) + " install " + shell_quote(wheel_) +
+                     " -y --no-verify --threads 1 --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+  };
+  ASSERT_NO_FATAL_FAILURE(fresh());
+  const std::string before = files_of(v), tree = test::tree_of(v);
+  ASSERT_EQ(install("").exit_code, 0);
+  const std::string reserved = files_of(v);
+  for (const char* err : {"EOPNOTSUPP", "EINVAL"}) {
+    ASSERT_NO_FATAL_FAILURE(fresh());
+    // The first reservation fails: with one thread, the largest member's (staged first).
+    const auto r = install(std::string("CUDAFIX_TEST_FAULT=fallocate:1:") + err);
+    EXPECT_EQ(r.exit_code, 0) << err << ": " << r.out;
+    EXPECT_EQ(files_of(v), reserved) << err;
+  }
+  ASSERT_NO_FATAL_FAILURE(fresh());
+  const auto full = install("CUDAFIX_TEST_FAULT=fallocate:1:ENOSPC");
+  EXPECT_EQ(full.exit_code, 2) << full.out;
+  EXPECT_THAT(full.out, HasSubstr("fancy_pkg/libfancy.so: the file system at "));
+  EXPECT_THAT(full.out, HasSubstr("is full (No space left on device)"));
+  EXPECT_THAT(full.out, HasSubstr("nothing was installed"));
+  EXPECT_EQ(files_of(v), before);
+  EXPECT_EQ(test::tree_of(v), tree);
+}
+
 // Memory: a wheel whose metadata members are 128 MB each (WHEEL, METADATA, RECORD and
 // entry_points.txt, deflated 100:1 so that only their size can stop them) is refused by name
 // without inflating them: the run's peak RSS stays under 100 MB (before, a 245 KB wheel's
