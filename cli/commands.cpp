@@ -217,14 +217,21 @@ void fence(const r::EnvLayout& layout, const GlobalOptions& g) {
   }
 }
 
-// A transaction a killed run left is finished or undone before anything reads the environment.
-void recover_in_process(const r::EnvLayout& layout, const GlobalOptions& g) {
-  installer::txn::recover(layout.root_real, lock_wait(g), say_waiting);
+// A transaction a killed run left is finished or undone before anything reads the environment;
+// what it did is said on standard error, whatever the output format, and returned.
+std::vector<std::string> recover_in_process(const r::EnvLayout& layout, const GlobalOptions& g) {
+  std::vector<std::string> said;
+  installer::txn::recover(layout.root_real, lock_wait(g), [&](const std::string& line) {
+    say_waiting(line);
+    if (line.starts_with("recovering")) said.push_back(line);
+  });
+  return said;
 }
 
 // A reading command recovers in a child, fenced as a writing command is, so that the fence
-// does not outlive the recovery in the command itself (its --output, its reports).
-void recover_in_child(const r::EnvLayout& layout, const GlobalOptions& g) {
+// does not outlive the recovery in the command itself (its --output, its reports). The child
+// sends back what it did, a line each after 'R', or why it failed after 'E'.
+std::vector<std::string> recover_in_child(const r::EnvLayout& layout, const GlobalOptions& g) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw r::Error(fmt::format("pipe: {}", std::strerror(errno)));
   std::cout.flush();
@@ -234,56 +241,63 @@ void recover_in_child(const r::EnvLayout& layout, const GlobalOptions& g) {
   if (child == 0) {
     ::close(pipe_fds[0]);
     int code = 0;
+    std::string reply;
     try {
       fence(layout, g);
-      recover_in_process(layout, g);
+      reply = "R";
+      for (const auto& line : recover_in_process(layout, g)) reply += printable(line) + "\n";
     } catch (const std::exception& e) {
-      const std::string why = e.what();
-      (void)!::write(pipe_fds[1], why.data(), why.size());
+      reply = std::string("E") + e.what();
       code = 3;
     }
+    (void)!::write(pipe_fds[1], reply.data(), reply.size());
     std::cerr.flush();
     ::_exit(code);
   }
   ::close(pipe_fds[1]);
-  std::string why;
+  std::string reply;
   char buf[4096];
   for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) != 0;) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
-    why.append(buf, static_cast<std::size_t>(n));
+    reply.append(buf, static_cast<std::size_t>(n));
   }
   ::close(pipe_fds[0]);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!why.empty()) throw r::Error(why);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+  if (reply.starts_with("E")) throw r::Error(reply.substr(1));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !reply.starts_with("R"))
     throw r::Error(
         fmt::format("recovering {}: the recovery process ended abnormally (status {})", layout.root, status));
+  std::vector<std::string> said;
+  for (const auto line : r::split(std::string_view(reply).substr(1), '\n'))
+    if (!line.empty()) said.emplace_back(line);
+  return said;
 }
 
-void recover_interrupted(const r::EnvLayout& layout, const GlobalOptions& g, Access access) {
-  if (layout.kind == r::EnvKind::site_dir) return;
+std::vector<std::string> recover_interrupted(const r::EnvLayout& layout, const GlobalOptions& g, Access access) {
+  if (layout.kind == r::EnvKind::site_dir) return {};
   if (access == Access::write) {
     fence(layout, g);
-    recover_in_process(layout, g);
-    return;
+    return recover_in_process(layout, g);
   }
   struct stat st {};
-  if (::lstat((layout.root_real + "/.cudafix/active").c_str(), &st) == 0) recover_in_child(layout, g);
+  if (::lstat((layout.root_real + "/.cudafix/active").c_str(), &st) == 0) return recover_in_child(layout, g);
+  return {};
 }
 
 Located locate(const GlobalOptions& g, Access access, std::vector<std::string>* refused) {
   r::EnvLayout layout = r::locate_environment(locate_request(g));
+  std::vector<std::string> recovered;
   try {
-    recover_interrupted(layout, g, access);
+    recovered = recover_interrupted(layout, g, access);
   } catch (const r::Error& e) {
     if (!refused) throw;
     refused->push_back(e.what());
   }
   Configuration config = load_configuration(g, layout.root);
-  return {std::move(layout), std::move(config)};
+  return {std::move(layout), std::move(config), std::move(recovered)};
 }
 
 r::ScanOptions scan_options(const GlobalOptions& g, r::ScanDepth depth, bool parse_requirements) {
@@ -430,6 +444,7 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   opts.threads = g.threads;
   opts.settings = located.config.rule_settings;
   const auto depth = rules::scan_depth_for(opts);
+  const std::vector<std::string> recovered = located.recovered;
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), depth, rules::parses_requirements(opts));
   if (!g.json) opts.hash_progress = progress_bar("hashing");
   const auto rules_start = std::chrono::steady_clock::now();
@@ -441,7 +456,7 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rules_start).count());
   }
   if (g.json)
-    out << doctor_json(env, knowledge, report) << '\n';
+    out << doctor_json(env, knowledge, report, recovered) << '\n';
   else if (!g.quiet || report.errors > 0)
     out << doctor_text(env, report, style_for(g));
   return report.errors > 0 ? 1 : 0;

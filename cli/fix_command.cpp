@@ -113,6 +113,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   const PreparedPlan prepared =
       prepare_plan(g, env, knowledge, r::parse_plan_file(planned.document, "the plan"), "the plan");
   const auto said = prepared.labels();
+  check_one_file_system(env.layout);
   confirm(g, fmt::format("carry out these {} steps", said.size()));
 
   tx::Transaction t(env.layout.root_real, "fix");

@@ -313,10 +313,14 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
   return w.take();
 }
 
-std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge, const rules::DoctorReport& rep) {
+std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge, const rules::DoctorReport& rep,
+                        const std::vector<std::string>& recovered) {
   Doc d(env, knowledge);
   auto& w = d.w;
   d.header("doctor");
+  w.key("recovered").begin_array();
+  for (const auto& line : recovered) w.value(line);
+  w.end_array();
   w.key("findings").begin_array();
   for (const auto& f : rep.findings) {
     w.begin_object()

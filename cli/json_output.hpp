@@ -26,8 +26,10 @@ namespace cudafix::cli {
                                    const resolver::WhyReport& report);
 [[nodiscard]] std::string verify_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                       const installer::probe::VerifyReport& report);
+// `recovered`: what recovering a killed transaction wrote before the scan (docs/json.md).
 [[nodiscard]] std::string doctor_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
-                                      const rules::DoctorReport& report);
+                                      const rules::DoctorReport& report,
+                                      const std::vector<std::string>& recovered = {});
 [[nodiscard]] std::string plan_remove_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                            const resolver::RemovalPlan& plan);
 [[nodiscard]] std::string plan_fix_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,

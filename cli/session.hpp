@@ -44,6 +44,7 @@ struct Scanned {
 struct Located {
   resolver::EnvLayout layout;
   Configuration config;
+  std::vector<std::string> recovered;  // what recovery did, one line each ("recovering: ..."), when it wrote
 };
 
 [[nodiscard]] std::optional<std::string> env_var(const char* name);

@@ -37,6 +37,11 @@ void show_progress(const GlobalOptions& g, installer::txn::Transaction& t, const
 // The environment's layout, refusing a bare site folder (cudafix changes a venv or a prefix).
 const resolver::EnvLayout& writable(const resolver::Environment& env);
 
+// Refuses, before anything changes, an environment whose site folders are on another mount than
+// the root's .cudafix: every change is a rename into .cudafix/tx/<id>/, which the kernel refuses
+// across file systems and bind mounts (EXDEV).
+void check_one_file_system(const resolver::EnvLayout& layout);
+
 // What a committed transaction says (text, or `extra` with the transaction's fields as JSON);
 // then the backups beyond [transactions] keep are removed. Returns 0.
 int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command,

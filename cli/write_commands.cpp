@@ -1,6 +1,7 @@
 // The commands that change an environment (docs/cli.md): remove, history, rollback, snapshot,
 // apply and install, each one transaction of installer/txn/; and the pieces `fix` shares with
 // them (cli/transaction_steps.hpp).
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -114,6 +115,48 @@ const r::EnvLayout& writable(const r::Environment& env) {
   return env.layout;
 }
 
+namespace {
+
+// The mount a path is on: its device and, where name_to_handle_at answers, its mount id, which
+// tells two bind mounts of one file system apart as rename does (-1 where it does not answer).
+struct Mount {
+  int id = -1;
+  dev_t dev = 0;
+};
+std::optional<Mount> mount_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  // A file_handle ends in a flexible array: room for the largest handle, aligned as one.
+  alignas(file_handle) unsigned char room[sizeof(file_handle) + MAX_HANDLE_SZ] = {};
+  auto* handle = reinterpret_cast<file_handle*>(room);
+  handle->handle_bytes = MAX_HANDLE_SZ;
+  Mount m;
+  m.dev = st.st_dev;
+  if (::name_to_handle_at(AT_FDCWD, path.c_str(), handle, &m.id, 0) != 0) m.id = -1;
+  return m;
+}
+
+}  // namespace
+
+void check_one_file_system(const r::EnvLayout& layout) {
+  // Where the transaction's backups and staging go (.cudafix/ is made in the root when absent).
+  const std::string state = layout.root_real + "/.cudafix";
+  const std::string held = ::access(state.c_str(), F_OK) == 0 ? state : layout.root_real;
+  const auto home = mount_of(held);
+  if (!home) return;
+  for (const auto& site : layout.sites) {
+    if (!r::is_within(site.real, layout.root_real)) continue;  // a system site: cudafix does not change it
+    const auto there = mount_of(site.real);
+    if (!there) continue;
+    const bool apart = there->dev != home->dev || (there->id >= 0 && home->id >= 0 && there->id != home->id);
+    if (apart)
+      throw r::Error(
+          fmt::format("refused: {} and {} are on different file systems (a bind mount?): cudafix moves files "
+                      "by rename within one file system; nothing was changed",
+                      site.path, held));
+  }
+}
+
 int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const tx::Transaction& t,
                 const std::string& text, const Retention& keep, nlohmann::json extra) {
   const auto pruned = tx::prune_transactions(keep.root, keep.count);
@@ -142,6 +185,7 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   // Scanned under the lock: pip takes none, so what was planned before it is not trusted.
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const auto& layout = writable(env);
+  check_one_file_system(layout);
   const auto dists = dists_named(env, o.dists);
   const auto plan = r::plan_removal(env, knowledge, dists, g.threads);
   // Rows that name what no removal may delete: refused whatever --force says.
@@ -219,6 +263,7 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
   const Retention keep = retention(located);
   const std::string root = located.layout.root_real;
   tx::EnvLock lock(root, lock_wait(g), say_waiting);
+  check_one_file_system(located.layout);
   if (const auto listed = r::records_listing_protected(located.layout); !listed.empty())
     throw r::Error(
         fmt::format("refused: a dist's RECORD lists cudafix's own state or the venv's files, so a wheel "
@@ -344,16 +389,20 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
                           {"linked", info.linked},
                           {"copied", info.copied},
                           {"symlinks", info.symlinks},
-                          {"bytes", info.bytes}}
+                          {"bytes", info.bytes},
+                          {"copied_bytes", info.copied_bytes},
+                          {"copied_because", info.copied ? nlohmann::json(info.copied_because) : nlohmann::json()}}
                .dump()
         << '\n';
   } else if (!g.quiet) {
     out << fmt::format(
         "snapshot '{}': {} files ({:.1f} MB) hardlinked{}, {} symlinks recorded; `cudafix rollback "
         "--snapshot {}` restores them\n",
-        info.name, info.linked, static_cast<double>(info.bytes) / 1e6,
-        info.copied ? fmt::format(", {} copied (the file system refused a hard link)", info.copied) : "", info.symlinks,
-        info.name);
+        info.name, info.linked, static_cast<double>(info.bytes - info.copied_bytes) / 1e6,
+        info.copied ? fmt::format(", {} files copied ({:.1f} MB): no hard link can be made, {}", info.copied,
+                                  static_cast<double>(info.copied_bytes) / 1e6, printable(info.copied_because))
+                    : "",
+        info.symlinks, info.name);
   }
   return 0;
 }
@@ -674,6 +723,7 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const auto& layout = writable(env);
+  check_one_file_system(layout);
   const PreparedPlan prepared = prepare_plan(g, env, knowledge, plan, o.plan);
   const auto said = prepared.labels();
   confirm(g, fmt::format("apply {} steps: {}", said.size(), fmt::join(said, ", ")));
@@ -701,6 +751,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full);
   const auto& layout = writable(env);
+  check_one_file_system(layout);
   std::vector<std::string> labels;
   for (const auto& w : wheels) labels.push_back(w.name + " " + w.version);
   // Refused before a transaction begins, so that a refusal leaves none behind.

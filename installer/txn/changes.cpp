@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -131,6 +133,24 @@ void plan_removal_ops(const r::Environment& env, const r::Deletion& deletion, Tr
   for (const auto& d : rest) tx.remove_folder_if_empty(d, mode_of(d));
 }
 
+namespace {
+
+// Why `file` could not be hard-linked into the snapshot folder `into`: the two on different file
+// systems (their devices), or on different mounts of one (a bind mount: link(2) refuses across
+// mounts too), else what the link said.
+std::string why_no_link(const std::string& file, const std::string& into, const std::string& said) {
+  struct stat a {};
+  struct stat b {};
+  if (::lstat(file.c_str(), &a) == 0 && ::stat(into.c_str(), &b) == 0) {
+    if (a.st_dev != b.st_dev) return "another file system";
+    if (said.find(std::strerror(EXDEV)) != std::string::npos)
+      return "another mount of the same file system (a bind mount)";
+  }
+  return said;
+}
+
+}  // namespace
+
 SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
                            const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   check_snapshot_name(name);
@@ -154,9 +174,9 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   for (const auto& f : folders) make_dirs(f);
   std::vector<json> made(files.size());
   std::atomic<std::size_t> linked{0}, copied{0}, symlinks{0}, seen{0};
-  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<std::uint64_t> bytes{0}, copied_bytes{0};
   std::mutex failure_mutex;
-  std::string failure;
+  std::string failure, copied_because;
   r::parallel_for(files.size(), 0, [&](std::size_t i) {
     const auto& [abs, hash] = files[i];
     if (progress) progress(++seen, files.size());
@@ -182,8 +202,10 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
       bool hardlinked = true;
       try {
         link_path(abs, into);
-      } catch (const r::Error&) {
+      } catch (const r::Error& refused) {
         hardlinked = false;
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (copied_because.empty()) copied_because = why_no_link(abs, tmp, refused.what());
       }
       if (hardlinked) {
         ++linked;
@@ -197,6 +219,7 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
           return;
         }
         ++copied;
+        copied_bytes += static_cast<std::uint64_t>(st.st_size);
       }
       e["sha256"] = hash.empty() ? r::sha256_of_file(abs) : hash;
       bytes += static_cast<std::uint64_t>(st.st_size);
@@ -214,6 +237,8 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   info.copied = copied;
   info.symlinks = symlinks;
   info.bytes = bytes;
+  info.copied_bytes = copied_bytes;
+  info.copied_because = copied_because;
   const json manifest{{"name", name},          {"time", info.time},     {"root", root},
                       {"linked", info.linked}, {"copied", info.copied}, {"entries", std::move(entries)}};
   write_synced(tmp + "/manifest.json", manifest.dump());

@@ -40,6 +40,11 @@ struct SnapshotInfo {
   std::int64_t time = 0;
   std::size_t files = 0, linked = 0, copied = 0, symlinks = 0;
   std::uint64_t bytes = 0;
+  // Where a hard link was refused, the files were copied instead: their bytes, and why the
+  // first refusal happened ("another file system", "another mount of the same file system (a bind
+  // mount)", or the link's error).
+  std::uint64_t copied_bytes = 0;
+  std::string copied_because;
 };
 
 // `progress` is called with (files kept, files listed) as it goes.

@@ -235,8 +235,16 @@ bool kernel_confines() { return !openat2_missing; }
 
 void rename_path(const std::string& from, const std::string& to) {
   const Parent a("rename", from), b("rename", to);
-  if (injected("rename", from) || ::renameat(a.fd(), a.name(), b.fd(), b.name()) != 0)
+  if (injected("rename", from) || ::renameat(a.fd(), a.name(), b.fd(), b.name()) != 0) {
+    // The kernel's "Invalid cross-device link" names no cause: a site folder mounted apart from
+    // the venv's root (a bind mount of the same disk counts as apart).
+    if (errno == EXDEV)
+      throw resolver::Error(fmt::format(
+          "rename {} -> {}: {} and {} are on different file systems (a bind mount?): cudafix moves files by "
+          "rename within one file system",
+          from, to, resolver::parent_dir(from), resolver::parent_dir(to)));
     fail("rename", fmt::format("{} -> {}", from, to), errno);
+  }
 }
 
 void make_dir(const std::string& path, unsigned mode) {
