@@ -117,6 +117,27 @@ grep -E "verification|undone|error" /tmp/t.out | head -3 | cut -c1-220 | sed 's/
 listing /tmp/v3 > /tmp/after3.txt
 say "  the venv after: $(same /tmp/broken3.txt /tmp/after3.txt)"
 
+say "== case 5: pip writes over what fix installed; rollback refuses by path, --force takes pip's files aside, undoing that puts them back"
+copy_venv /tmp/v5
+/tmp/v5/bin/python3 -m pip uninstall -y -q nvidia-cudnn-cu13 >> "$log" 2>&1
+listing /tmp/v5 > /tmp/broken5.txt
+say "  fix -y: $(t $C fix -y --find-links /tmp/wheels --venv /tmp/v5 --color never)"
+/tmp/v5/bin/python3 -m pip install -q --no-deps --force-reinstall /tmp/badw/*.whl >> "$log" 2>&1
+listing /tmp/v5 > /tmp/pip5.txt
+say "  rollback -y once pip reinstalled nvidia-cudnn-cu13 from another wheel: $(t $C rollback -y --venv /tmp/v5 --color never)"
+say "    $(grep -c 'after transaction' /tmp/t.out) paths named; $(grep -m1 'libcudnn.so.9 ' /tmp/t.out | cut -c1-200)"
+grep -E "^refused|nothing was changed" /tmp/t.out | cut -c1-200 | sed 's/^/    /' >> "$log"
+listing /tmp/v5 > /tmp/still5.txt
+say "  the venv after the refusal: $(same /tmp/pip5.txt /tmp/still5.txt)"
+say "  rollback -y --force: $(t $C rollback -y --force --json --venv /tmp/v5)"
+R5=$(python3 -c "import json; print(json.load(open('/tmp/t.out'))['transaction'])" 2>/dev/null)
+listing /tmp/v5 > /tmp/forced5.txt
+say "  after --force, against the venv before fix: $(same /tmp/broken5.txt /tmp/forced5.txt)"
+say "  rollback $R5 (the forced rollback undone): $(t $C rollback "$R5" -y --venv /tmp/v5)"
+listing /tmp/v5 > /tmp/redo5.txt
+say "  pip's files back: $(same /tmp/pip5.txt /tmp/redo5.txt)"
+say "  history: $($C history --venv /tmp/v5 | tail -1)"
+
 say "== case 4: fix against what a person runs by hand (pip, uv), fresh broken copies, 3 rounds"
 for i in 1 2 3; do
   copy_venv /tmp/v4; /tmp/v4/bin/python3 -m pip uninstall -y -q nvidia-cudnn-cu13 >/dev/null 2>&1
