@@ -657,10 +657,33 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
   if (auto why = distrust(done, undo.root(), done.id); !why.empty())
     throw resolver::Error(fmt::format("cannot roll back {}: its journal {}; nothing was changed", done.id, why));
   std::vector<ChangedPath> changed;
-  for (const auto& left : done.left)
+  std::map<std::string, LeftType> left_type;
+  for (const auto& left : done.left) {
+    left_type[left.path] = left.type;
     if (const auto what = change_at(left)) changed.push_back({left.path, *what});
+  }
+  // Folders `done` made that now hold what it did not put there: another tool's files (pip's
+  // direct_url.json in a dist-info cudafix wrote) are changes; bytecode Python compiled there
+  // goes with the folder, as pip's uninstall takes it.
+  std::set<std::string> touched;
+  for (const auto& op : done.ops)
+    for (const std::string* p : {&op.from, &op.to, &op.path})
+      if (!p->empty()) touched.insert(*p);
+  std::vector<std::string> aside;
+  for (const auto& op : done.ops) {
+    if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || left_now(op.path).type != LeftType::dir)
+      continue;
+    std::error_code ec;
+    for (fs::directory_iterator it(op.path, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string entry = op.path + "/" + it->path().filename().string();
+      if (touched.count(entry)) continue;
+      aside.push_back(entry);
+      if (it->path().filename() != "__pycache__") changed.push_back({entry, "was created"});
+    }
+  }
   if (!changed.empty() && !force) return changed;
   undo.undoes(done.id);
+  for (const auto& entry : aside) undo.move_aside(entry);
   for (auto it = done.ops.rbegin(); it != done.ops.rend(); ++it) {
     const Op& op = *it;
     switch (op.kind) {
@@ -689,10 +712,15 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
         break;
       }
       case OpKind::mkdir:
-        undo.remove_folder_if_empty(op.path, op.mode);
+        // A folder gone since (another tool removed it) is not removed again, so that undoing
+        // this rollback does not make it.
+        if (undo.will_exist(op.path)) undo.remove_folder_if_empty(op.path, op.mode);
         break;
       case OpKind::rmdir:
-        if (!undo.will_exist(op.path)) undo.make_folder(op.path, op.mode);
+        // Made again only where `done` removed it (its left record says so; a folder that held
+        // something stayed).
+        if (!undo.will_exist(op.path) && (done.left.empty() || left_type[op.path] == LeftType::none))
+          undo.make_folder(op.path, op.mode);
         break;
     }
   }

@@ -386,6 +386,12 @@ TEST_F(Transactions, RollbackRefusesByPathWhatPipWroteSinceAndForceTakesItAsideA
   const auto as_json = json::parse(cudafix("rollback -y --json", v).out);
   ASSERT_EQ(as_json["changed"].size(), 1U) << as_json;
   EXPECT_THAT(as_json["changed"][0]["path"].get<std::string>(), ::testing::EndsWith("/delta/lib.so"));
+  // A file another tool added to a folder cudafix made is a change too.
+  test::write_file(test::site_packages(v) + "/delta-1.0.dist-info/direct_url.json", "{}\n");
+  const auto added = cudafix("rollback -y", v);
+  EXPECT_EQ(added.exit_code, 1) << added.out;
+  EXPECT_THAT(added.out, HasSubstr("delta-1.0.dist-info/direct_url.json was created after transaction " + id));
+  fs::remove(test::site_packages(v) + "/delta-1.0.dist-info/direct_url.json");
 
   const auto forced = json::parse(cudafix("rollback -y --force --json", v).out);
   EXPECT_EQ(forced["taken_aside"], 1) << forced;
@@ -396,8 +402,9 @@ TEST_F(Transactions, RollbackRefusesByPathWhatPipWroteSinceAndForceTakesItAsideA
   EXPECT_SAME_TREE(tree_of(v), with_pip);
 }
 
-// pip reinstalls the same bytes over what cudafix installed (new inodes, same content): nothing
-// was changed, so the rollback goes ahead.
+// pip reinstalls the same bytes over what cudafix installed (new inodes, same content), and
+// Python compiles the package's bytecode into the folder cudafix made: nothing was changed, so
+// the rollback goes ahead, and takes the bytecode with the folder, as pip's uninstall does.
 TEST_F(Transactions, RollbackTakesTheSameBytesRewrittenAsUnchanged) {
   TempDir t;
   const std::string v = copy(t);
@@ -409,9 +416,15 @@ TEST_F(Transactions, RollbackTakesTheSameBytesRewrittenAsUnchanged) {
     fs::remove(p);
     test::write_file(p, bytes);
   }
+  ASSERT_EQ(run_shell("cd / && " + shell_quote(v + "/bin/python") + " -m compileall -q " +
+                      shell_quote(test::site_packages(v) + "/delta"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(fs::exists(test::site_packages(v) + "/delta/__pycache__"));
   const auto r = cudafix("rollback -y", v);
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_SAME_TREE(tree_of(v), before);
+  EXPECT_FALSE(fs::exists(test::site_packages(v) + "/delta")) << "the folder cudafix made goes, its bytecode with it";
 }
 
 // keep = 2: roll back the oldest, so that pruning removes its folder, then undo that rollback,
