@@ -12,7 +12,9 @@
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/state_folder.hpp"
+#include "resolver/plan/provenance.hpp"
 
 namespace cudafix::installer::txn {
 namespace {
