@@ -303,11 +303,28 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
   }
   const auto all = tx::transactions(root);
   const tx::JournalRead* target = nullptr;
+  // How deep in a chain of rollbacks each transaction is: 0 a change, 1 its rollback, 2 the
+  // rollback of that (a redo), ... An even depth is a change in effect once committed.
+  std::map<std::string, std::string> command_of;
+  for (const auto& t : all) command_of[t.id] = t.command;
+  const auto depth_of = [&](const tx::JournalRead& t) {
+    std::size_t depth = 0;
+    std::string command = t.command, id = t.id;
+    while (command.starts_with("rollback ") && !command.starts_with("rollback --snapshot") && depth < all.size()) {
+      const std::string undone = command.substr(9);
+      const auto it = command_of.find(undone);
+      ++depth;
+      if (it == command_of.end() || undone >= id) break;  // pruned, or not older: the chain ends
+      id = undone;
+      command = it->second;
+    }
+    return depth;
+  };
   for (const auto& t : all) {
-    // By default the newest change not yet undone, so that rollback after rollback walks back
-    // through history; undoing a rollback (a redo) takes its id.
-    const bool undo_of_one = t.command.starts_with("rollback ") && !t.command.starts_with("rollback --snapshot");
-    if (o.id ? t.id == *o.id : (t.state == tx::TxState::committed && !t.rolled_back_by && !undo_of_one)) {
+    // By default the newest change in effect (a change, or a redo, not yet undone), so that
+    // rollback after rollback walks back through history; a rollback's own id redoes.
+    const bool in_effect = t.state == tx::TxState::committed && !t.rolled_back_by && depth_of(t) % 2 == 0;
+    if (o.id ? t.id == *o.id : in_effect) {
       target = &t;
       break;
     }

@@ -550,6 +550,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     make_parent(s.staged);
     s.put_already = restage(s.staged);
     txn::append_synced(s.staged, record);
+    s.hash = r::sha256_of_file(s.staged);  // not listed in RECORD, but what a rollback compares
     staged.push_back(std::move(s));
   }
   // One batch: the staged data durable before any rename makes it live.

@@ -8,6 +8,7 @@
 
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/env/state_folder.hpp"
 #include "resolver/plan/provenance.hpp"
 
 namespace cudafix::installer::txn {
@@ -71,6 +72,11 @@ const char* left_word(LeftType t) {
 // version does not understand it. Throws nlohmann's errors for a field of another type.
 bool take_record(const nlohmann::json& j, JournalRead& out, bool& begun) {
   const std::string record = j.value("record", "");
+  const bool finished = out.state == TxState::committed || out.state == TxState::aborted;
+  if (finished && !(out.state == TxState::committed && record == "rolled_back_by")) {
+    out.unreadable = fmt::format("a '{}' record after the transaction's final one", record.substr(0, 64));
+    return false;
+  }
   if (record == "begin") {
     begun = true;
     out.id = j.value("id", "");
@@ -109,7 +115,12 @@ bool take_record(const nlohmann::json& j, JournalRead& out, bool& begun) {
     out.state = TxState::aborted;
     out.aborted_why = j.value("why", "");
   } else if (record == "rolled_back_by") {
-    out.rolled_back_by = j.value("id", "");
+    const std::string by = j.value("id", "");
+    if (!resolver::is_transaction_id(by)) {
+      out.unreadable = "a rolled_back_by record whose id is not a transaction id";
+      return false;
+    }
+    out.rolled_back_by = by;
   } else {
     out.unreadable = fmt::format("a record this cudafix does not know ('{}')", record);
     return false;
@@ -135,8 +146,10 @@ std::string left_json(const Left& left) {
 }
 
 JournalRead read_journal(const std::string& path) {
-  const auto text = resolver::try_read_file(path);
-  if (!text) throw resolver::Error(fmt::format("{}: cannot read the journal", path));
+  const auto text = resolver::try_read_file(path, k_max_journal);
+  if (!text)
+    throw resolver::Error(
+        fmt::format("{}: cannot read the journal (not a regular file, or over {} MiB)", path, k_max_journal >> 20));
   JournalRead out;
   bool begun = false;
   std::size_t pos = 0, line_number = 0;

@@ -25,6 +25,9 @@
 //   <root>/.cudafix/tx/<id>/old/...   what the ops moved aside: the backups a rollback uses,
 //                                     kept by committed transactions only (a rollback moves
 //                                     what it replaces into its own old/, never another's)
+// Nothing may follow a final record: after `aborted`, nothing; after `commit`, only
+// `rolled_back_by` (with an id). Any other record there was not appended by cudafix, and the
+// journal is unreadable.
 // A line whose checksum does not match, or the last line without its newline, is a torn tail:
 // it and everything after it are cut on reading, as ninja cuts its log. A line whose checksum
 // holds but whose record this version does not know (a record or op kind it has no word for, a
@@ -81,6 +84,10 @@ struct JournalRead {
   bool torn = false;                          // a torn tail was cut
   std::string unreadable;                     // "line N: why", where a checksummed record could not be understood
 };
+
+// The largest journal read (a real one holds about 300 bytes an op; a planted sparse file could
+// claim any size): a larger one cannot be read, and nothing is done with its transaction.
+inline constexpr std::uint64_t k_max_journal = std::uint64_t{256} << 20;
 
 // One line of the journal, checksummed.
 [[nodiscard]] std::string journal_line(const std::string& json);

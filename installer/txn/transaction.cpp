@@ -33,6 +33,7 @@ using nlohmann::json;
 std::string active_file(const std::string& root) { return root + "/.cudafix/active"; }
 std::string state_dir(const std::string& root) { return root + "/.cudafix"; }
 std::string pruned_file(const std::string& root) { return root + "/.cudafix/pruned"; }
+constexpr std::uint64_t k_max_active = 256;  // an id and its newline, with room
 
 // Inside cudafix's own folder: a transaction's staging or backups, never the environment's.
 bool in_state(const std::string& p, const std::string& root) { return resolver::is_within(p, state_dir(root)); }
@@ -60,8 +61,9 @@ Left left_now(const std::string& path) {
 
 // Whether what is at a path now is what a transaction left there. The inode, size and times
 // alike say so at once; where they differ (a copy, an identical rewrite) the bytes decide, when
-// the transaction knew them. A ctime alone moves with every hard link made or removed (a
-// snapshot makes one per file), so without the bytes, inode, size and mtime decide.
+// the transaction knew them. Without the bytes, inode, size and mtime decide: a ctime moves with
+// every rename (recovery's, a killed rollback's) and every hard link (a snapshot makes one per
+// file), so alone it says nothing.
 std::optional<std::string> change_at(const Left& was) {
   const Left now = left_now(was.path);
   if (was.type == LeftType::none) return now.type == LeftType::none ? std::nullopt : std::optional("was created");
@@ -89,34 +91,62 @@ void clear_staging(const std::string& tx_dir, bool keep_backups) {
 }
 
 // Whether `p` is a path a journal of `root` may name: absolute, normal, beneath the root (not
-// the root itself), and, inside cudafix's own folder, only in a transaction's new/ or old/.
-std::string path_problem(const std::string& p, const std::string& root) {
+// the root itself), and, inside cudafix's own folder, only in the new/ or old/ of a transaction
+// `ids` names (any, where none are given).
+std::string path_problem(const std::string& p, const std::string& root, const std::vector<std::string>& ids = {}) {
   if (p.empty() || p[0] != '/' || resolver::lexically_normal(p) != p || p.find("//") != std::string::npos)
     return fmt::format("'{}' is not a normal absolute path", p);
   if (p == root || !resolver::is_within(p, root)) return fmt::format("'{}' is outside the environment {}", p, root);
   const std::string rel = p.substr(root.size() + 1);
   if (!resolver::is_protected_path(rel)) return {};
   if (!rel.starts_with(".cudafix/")) return fmt::format("'{}' is the environment's own {}", p, rel);
-  {
-    // .cudafix/tx/<id>/(new|old)[/...]
-    const std::string_view r(rel);
-    const auto id_end = r.find('/', 12);
-    const bool in_tx = r.starts_with(".cudafix/tx/") && id_end != std::string_view::npos &&
-                       resolver::is_transaction_id(r.substr(12, id_end - 12)) &&
-                       (r.substr(id_end).starts_with("/new") || r.substr(id_end).starts_with("/old")) &&
-                       (r.size() == id_end + 4 || r[id_end + 4] == '/');
-    if (!in_tx) return fmt::format("'{}' is cudafix's own state, not a transaction's new/ or old/", p);
-  }
+  // .cudafix/tx/<id>/(new|old)[/...]
+  const std::string_view r(rel);
+  const auto id_end = r.find('/', 12);
+  const bool in_tx = r.starts_with(".cudafix/tx/") && id_end != std::string_view::npos &&
+                     resolver::is_transaction_id(r.substr(12, id_end - 12)) &&
+                     (r.substr(id_end).starts_with("/new") || r.substr(id_end).starts_with("/old")) &&
+                     (r.size() == id_end + 4 || r[id_end + 4] == '/');
+  if (!in_tx) return fmt::format("'{}' is cudafix's own state, not a transaction's new/ or old/", p);
+  if (!ids.empty() && std::find(ids.begin(), ids.end(), r.substr(12, id_end - 12)) == ids.end())
+    return fmt::format("'{}' is another transaction's folder", p);
   return {};
 }
 
-std::string op_problem(const Op& op, const std::string& root) {
+// `p` with the folders on its way resolved (the nearest one that exists, by realpath): where a
+// symlinked folder inside the root leads, which the text of `p` does not say.
+std::string resolved_path(const std::string& p) {
+  std::vector<std::string> rest{std::string(resolver::base_name(p))};
+  std::string head = resolver::parent_dir(p);
+  struct stat st {};
+  while (head.size() > 1 && ::lstat(head.c_str(), &st) != 0) {
+    rest.emplace_back(resolver::base_name(head));
+    head = resolver::parent_dir(head);
+  }
+  std::string out = resolver::real_path_of(head);
+  for (auto it = rest.rbegin(); it != rest.rend(); ++it) out += (out == "/" ? "" : "/") + *it;
+  return out;
+}
+
+// A path's problem as written and as the disk resolves it.
+std::string named_path_problem(const std::string& p, const std::string& root, const std::vector<std::string>& ids) {
+  if (auto why = path_problem(p, root, ids); !why.empty()) return why;
+  const std::string real = resolved_path(p);
+  if (real == p) return {};
+  if (real == root || !resolver::is_within(real, root))
+    return fmt::format("'{}' leads outside the environment {} (a symlinked folder on the way, to {})", p, root, real);
+  if (auto why = path_problem(real, root, ids); !why.empty())
+    return fmt::format("'{}' leads, through a symlinked folder, to {}", p, why);
+  return {};
+}
+
+std::string op_problem(const Op& op, const std::string& root, const std::vector<std::string>& ids) {
   if (op.mode > 07777) return fmt::format("mode {:o} is not a file mode", op.mode);
   if (op.kind == OpKind::move) {
-    if (auto why = path_problem(op.from, root); !why.empty()) return why;
-    return path_problem(op.to, root);
+    if (auto why = named_path_problem(op.from, root, ids); !why.empty()) return why;
+    return named_path_problem(op.to, root, ids);
   }
-  return path_problem(op.path, root);
+  return named_path_problem(op.path, root, ids);
 }
 
 // Sortable and unique: UTC time to the millisecond, then the process id.
@@ -216,14 +246,20 @@ std::string distrust(const JournalRead& tx, const std::string& root, std::string
   if (!resolver::is_transaction_id(tx.id) || tx.id != folder)
     return fmt::format("its id '{}' is not the transaction id its folder is named by", tx.id.substr(0, 64));
   if (tx.root != root) return fmt::format("it was written for {}, not this environment", tx.root);
+  // Its own folder, and for a rollback the folder of the transaction it undoes (whose backups
+  // it moves back): no other transaction's.
+  std::vector<std::string> ids{tx.id};
+  if (tx.command.starts_with("rollback ") && resolver::is_transaction_id(std::string_view(tx.command).substr(9)))
+    ids.push_back(tx.command.substr(9));
+  if (tx.undoes && (ids.size() < 2 || *tx.undoes != ids[1] || *tx.undoes >= tx.id))
+    return fmt::format("its commit undoes '{}', which is not the older transaction its command rolls back",
+                       tx.undoes->substr(0, 64));
   for (std::size_t i = 0; i < tx.ops.size(); ++i)
-    if (auto why = op_problem(tx.ops[i], root); !why.empty()) return fmt::format("op {}: {}", i, why);
+    if (auto why = op_problem(tx.ops[i], root, ids); !why.empty()) return fmt::format("op {}: {}", i, why);
   for (const auto& left : tx.left) {
-    if (auto why = path_problem(left.path, root); !why.empty()) return fmt::format("left record: {}", why);
+    if (auto why = named_path_problem(left.path, root, ids); !why.empty()) return fmt::format("left record: {}", why);
     if (in_state(left.path, root)) return fmt::format("left record: '{}' is cudafix's own state", left.path);
   }
-  if (tx.undoes && !resolver::is_transaction_id(*tx.undoes))
-    return fmt::format("its commit undoes '{}', which is not a transaction id", tx.undoes->substr(0, 64));
   // Normal text is not enough: a folder on the way may be a symlink leading out. Asked through
   // the confined calls (where the root is registered), which refuse such a path by name.
   for (std::size_t i = 0; i < tx.ops.size(); ++i) {
@@ -247,6 +283,28 @@ std::string distrust(const JournalRead& tx, const std::string& root, std::string
 
 namespace {
 
+// Whether a transaction's folder holds nothing that was done: no journal, or one without its
+// begin record (the ops come after it), and no file below old/ or new/. Such a folder is a
+// kill's leftover and goes; one whose journal cannot be read now (too large, EIO) stays.
+bool never_began(const std::string& dir) {
+  const std::string journal = dir + "/journal";
+  if (exists_nofollow(journal)) {
+    if (!resolver::try_read_file(journal, k_max_journal)) return false;
+    try {
+      (void)read_journal(journal);
+      return false;
+    } catch (const resolver::Error&) {
+      // no begin record
+    }
+  }
+  for (const char* below : {"/old", "/new"}) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(dir + below, ec), end; !ec && it != end; it.increment(ec))
+      if (!it->is_directory(ec) || it->is_symlink(ec)) return false;
+  }
+  return true;
+}
+
 // Finishes or undoes the one transaction `id` a killed run left, the lock held.
 void recover_one(const std::string& root, const std::string& id, const std::function<void(const std::string&)>& say) {
   const std::string dir = tx_root(root) + "/" + id;
@@ -254,8 +312,9 @@ void recover_one(const std::string& root, const std::string& id, const std::func
   JournalRead tx;
   try {
     tx = read_journal(journal);
-  } catch (const resolver::Error&) {
-    remove_tree(dir);  // no begin record: nothing was done, and nothing is kept
+  } catch (const resolver::Error& e) {
+    if (!never_began(dir)) throw;  // unreadable, not empty: left as it is, and said
+    remove_tree(dir);
     say(fmt::format("recovering: transaction {} was stopped before it changed anything", id));
     return;
   }
@@ -285,6 +344,23 @@ void recover_one(const std::string& root, const std::string& id, const std::func
   clear_staging(dir, false);
   say(fmt::format("recovering: transaction {} ({}) was interrupted{}; its {} changes were undone", id, tx.command,
                   tx.torn ? " (a torn journal tail was cut)" : "", tx.ops.size()));
+}
+
+// A journal in a wheel's RECORD was written by pip installing that wheel, not by cudafix: while
+// any dist lists cudafix's state, no journal is obeyed (rollback refuses the same way).
+void refuse_state_a_wheel_wrote(const std::string& root) {
+  std::vector<std::string> listed;
+  try {
+    listed = resolver::records_listing_protected(resolver::read_layout(root, "the environment's lock"));
+  } catch (const resolver::Error&) {
+    return;  // not a layout cudafix reads: nothing lists anything
+  }
+  if (!listed.empty())
+    throw resolver::Error(
+        fmt::format("a killed change waits to be recovered, but a dist's RECORD lists cudafix's own state or the "
+                    "venv's files, so a wheel may have written its journal, and cudafix obeys none of it: {}; nothing "
+                    "was changed (uninstall that dist first)",
+                    fmt::join(listed, "; ")));
 }
 
 // Snapshots a killed `snapshot` left half taken (`.<name>.partial`, never listed nor restored).
@@ -336,7 +412,7 @@ void recover_held(const std::string& root, const std::function<void(const std::s
   }
   std::set<std::string, std::greater<>> ids;  // newest first
   if (active) {
-    if (const auto id_text = resolver::try_read_file(active_file(root))) {
+    if (const auto id_text = resolver::try_read_file(active_file(root), k_max_active)) {
       const std::string id(resolver::trim(*id_text));
       if (!resolver::is_transaction_id(id))
         throw resolver::Error(
@@ -347,6 +423,7 @@ void recover_held(const std::string& root, const std::function<void(const std::s
     }
   }
   for (const auto& id : unfinished_transactions(root)) ids.insert(id);
+  if (!ids.empty()) refuse_state_a_wheel_wrote(root);
   for (const auto& id : ids) recover_one(root, id, say);
   if (active) remove_file(active_file(root));
   remove_partial_snapshots(root, say);
@@ -361,7 +438,7 @@ void tidy_state(const std::string& root) {
     const std::string dir = tx_root(root) + "/" + name;
     struct stat st {};
     if (!resolver::is_transaction_id(name) || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    if (!exists_nofollow(dir + "/journal")) {
+    if (never_began(dir)) {
       remove_tree(dir);
       continue;
     }
@@ -371,7 +448,7 @@ void tidy_state(const std::string& root) {
       if (distrust(tx, root, name).empty() && (tx.state == TxState::committed || tx.state == TxState::aborted))
         clear_staging(dir, tx.state == TxState::committed);
     } catch (const resolver::Error&) {
-      remove_tree(dir);  // no begin record: nothing was done
+      // Unreadable: left as it is (history and doctor say so).
     }
   }
 }
@@ -428,7 +505,7 @@ Transaction::Transaction(const std::string& root, const std::string& command) : 
   make_state_folders(root_);
   // The caller holds the lock, which recovered what a killed run left; `active` naming a
   // transaction still would mean a writer that took no lock: never overwritten.
-  if (const auto other = resolver::try_read_file(active_file(root_)))
+  if (const auto other = resolver::try_read_file(active_file(root_), k_max_active))
     throw resolver::Error(
         fmt::format("{} names transaction {}, which is not finished; nothing was changed (any cudafix command "
                     "recovers it under the environment's lock)",
@@ -749,8 +826,10 @@ namespace {
 // The pruned list: ids only, each checked, the newest k_pruned_kept kept.
 std::vector<std::string> read_pruned(const std::string& root) {
   std::vector<std::string> ids;
-  const auto text = resolver::try_read_file(pruned_file(root));
-  if (!text || text->size() > k_pruned_kept * 80) return ids;
+  struct stat st {};
+  if (::lstat(pruned_file(root).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return ids;  // never through a link
+  const auto text = resolver::try_read_file(pruned_file(root), k_pruned_kept * 80);
+  if (!text) return ids;
   for (auto line : resolver::split(*text, '\n'))
     if (resolver::is_transaction_id(line)) ids.emplace_back(line);
   return ids;

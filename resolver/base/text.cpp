@@ -276,18 +276,18 @@ std::string read_file(const std::filesystem::path& path) {
   return out;
 }
 
-std::optional<std::string> try_read_file(const std::filesystem::path& path) {
-  return try_read_file_at(AT_FDCWD, path.c_str());
+std::optional<std::string> try_read_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
+  return try_read_file_at(AT_FDCWD, path.c_str(), max_bytes);
 }
 
-std::optional<std::string> try_read_file_at(int dir_fd, const char* name) {
+std::optional<std::string> try_read_file_at(int dir_fd, const char* name, std::uint64_t max_bytes) {
   // O_NONBLOCK: a FIFO in the file's place must not hang the open; it is then refused as not a
   // regular file. One open and one fstat, where a stat first would look the path up twice.
   const int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
   struct stat st {};
   std::optional<std::string> out;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) <= max_bytes) {
     out.emplace();
     if (read_all(fd, st, *out) != 0) out.reset();
   }

@@ -56,10 +56,13 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out);
 
 // Reads a whole small file; throws Error naming the file on failure.
 [[nodiscard]] std::string read_file(const std::filesystem::path& path);
-// The same, or nullopt when it is no regular file or cannot be read (/proc files count).
-[[nodiscard]] std::optional<std::string> try_read_file(const std::filesystem::path& path);
+// The same, or nullopt when it is no regular file, cannot be read (/proc files count) or is
+// larger than `max_bytes` (a sparse file planted in cudafix's state costs no disk at any size).
+[[nodiscard]] std::optional<std::string> try_read_file(const std::filesystem::path& path,
+                                                       std::uint64_t max_bytes = UINT64_MAX);
 // The same for `name` in the folder open as `dir_fd` (openat(2): no lookup of the folder again).
-[[nodiscard]] std::optional<std::string> try_read_file_at(int dir_fd, const char* name);
+[[nodiscard]] std::optional<std::string> try_read_file_at(int dir_fd, const char* name,
+                                                          std::uint64_t max_bytes = UINT64_MAX);
 
 // The whole of `s` as a decimal number, or nullopt (empty, trailing junk, out of range).
 template <typename T>

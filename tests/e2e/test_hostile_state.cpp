@@ -334,6 +334,101 @@ TEST_F(HostileState, AJournalThatIsAHardLinkToAFileOutsideIsNotAppendedTo) {
   EXPECT_EQ(test::tree_of(v), before_tree) << "the interrupted removal's renames are undone all the same";
 }
 
+// A planted killed change whose ops reach the venv's own files and cudafix's snapshots through
+// a symlinked folder that stays inside the root (`evil -> .`): their text names no protected
+// path, but where they lead does. Before, recovery moved the snapshots and pyvenv.cfg into the
+// planted transaction's staging and then removed it with them.
+TEST_F(HostileState, APlantedJournalReachingProtectedFilesThroughASymlinkInsideIsRefused) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  ASSERT_EQ(cudafix("snapshot keep", v).exit_code, 0);
+  fs::create_directory_symlink(".", v + "/evil");
+  const std::string staged = v + "/.cudafix/tx/" + k_id + "/new/";
+  plant_journal(v, k_id,
+                {begin(v),
+                 move(0, staged + "a", v + "/evil/.cudafix/snapshots"),
+                 move(1, staged + "b", v + "/evil/pyvenv.cfg"),
+                 {{"record", "intent_end"}, {"ops", 2}}});
+  test::write_file(v + "/.cudafix/active", k_id + "\n");
+  const auto history = cudafix("history", v);
+  EXPECT_NO_SIGNAL(history);
+  EXPECT_THAT(history.out, HasSubstr("through a symlinked folder"));
+  EXPECT_THAT(history.out, HasSubstr("obeyed none of it"));
+  EXPECT_TRUE(fs::exists(v + "/pyvenv.cfg"));
+  EXPECT_TRUE(fs::exists(v + "/.cudafix/snapshots/keep/manifest.json"));
+  EXPECT_EQ(canaries.changes(), "");
+}
+
+// Records appended after a journal's final one were not appended by cudafix: a committed
+// transaction followed by `aborted` (which would let the next start remove its backups), a
+// rolled_back_by naming no id, and a planted rollback whose commit undoes a real transaction
+// its command does not name. None is obeyed, and history does not say the real one was undone.
+TEST_F(HostileState, RecordsAfterTheFinalOneAndARollbackMarkOfAnotherAreNotObeyed) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const auto removed = cudafix("remove alpha -y", v);
+  ASSERT_EQ(removed.exit_code, 0) << removed.out;
+  std::string real;
+  for (const auto& e : fs::directory_iterator(v + "/.cudafix/tx")) real = e.path().filename().string();
+  const std::string journal = v + "/.cudafix/tx/" + real + "/journal";
+  const std::string kept = resolver::try_read_file(journal).value_or("");
+  const auto append = [&](const json& r) { test::write_file(journal, kept + installer::txn::journal_line(r.dump())); };
+  append({{"record", "aborted"}, {"why", "planted"}});
+  fs::create_directories(v + "/.cudafix/tx/" + real + "/new");
+  EXPECT_THAT(cudafix("history", v).out, HasSubstr("after the transaction's final one"));
+  EXPECT_EQ(cudafix("snapshot s", v).exit_code, 0);
+  EXPECT_FALSE(fs::is_empty(v + "/.cudafix/tx/" + real + "/old")) << "its backups are kept";
+  append({{"record", "rolled_back_by"}, {"id", "<script>\u001b[31m"}});
+  EXPECT_THAT(cudafix("history", v).out, HasSubstr("not a transaction id"));
+  test::write_file(journal, kept);
+  // A planted "rollback" of something else whose commit claims the real one.
+  json fake = begin(v, "20991231T000000.000-1-0");
+  fake["command"] = "rollback 20200101T000000.000-1-0";
+  plant_journal(v, "20991231T000000.000-1-0",
+                {fake, {{"record", "intent_end"}, {"ops", 0}}, {{"record", "commit"}, {"undoes", real}}});
+  const auto history = test::cudafix_json("history --venv " + shell_quote(v) + test::k_no_cache);
+  bool listed = false;
+  for (const auto& tx : history.doc["transactions"])
+    if (tx["id"] == real) {
+      listed = true;
+      EXPECT_EQ(tx["result"], "committed") << tx;
+    }
+  EXPECT_TRUE(listed) << history.out;
+  const auto back = cudafix("rollback " + real + " -y", v);
+  EXPECT_EQ(back.exit_code, 0) << back.out;
+  EXPECT_EQ(canaries.changes(), "");
+}
+
+// State files planted sparse and huge (no disk, any size): read capped, never whole. Before,
+// a 400 MB `active` took 825 MB of memory and ended in std::bad_alloc under a 300 MB limit.
+TEST_F(HostileState, HugeSparseStateFilesAreNotReadWhole) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  fs::create_directories(v + "/.cudafix/tx");
+  fs::permissions(v + "/.cudafix", fs::perms::owner_all);
+  fs::permissions(v + "/.cudafix/tx", fs::perms::owner_all);
+  for (const char* f : {"/.cudafix/active", "/.cudafix/pruned"})
+    ASSERT_EQ(run_shell("truncate -s 400M " + shell_quote(v + f)).exit_code, 0);
+  // The child's peak RSS from its own rusage (a limit on address space would stop the sanitizer
+  // build, which reserves terabytes).
+  const auto r = run_shell(test::k_python + " -c " +
+                           shell_quote("import resource, subprocess, sys\n"
+                                       "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+                                       "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+                                       "print(p.stdout + p.stderr)\n") +
+                           " env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " rollback " + k_id + " -y --venv " +
+                           shell_quote(v) + test::k_no_cache);
+  std::istringstream in(r.out);
+  int rc = -1;
+  long max_rss_kb = -1;
+  in >> rc >> max_rss_kb;
+  EXPECT_EQ(rc, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no transaction " + k_id)) << r.out;
+  EXPECT_GT(max_rss_kb, 0) << r.out;
+  EXPECT_LT(max_rss_kb, 200 * 1024) << "peak RSS " << max_rss_kb << " KB";
+  EXPECT_EQ(canaries.changes(), "");
+}
+
 // A FIFO, or /dev/zero, in pyvenv.cfg's place: every command says so at once (before, they hung
 // forever, or grew until memory ran out).
 TEST_F(HostileState, AFifoOrADeviceInPyvenvCfgsPlaceIsRefusedAtOnce) {

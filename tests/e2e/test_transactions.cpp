@@ -552,5 +552,46 @@ TEST_F(Transactions, AHalfTakenSnapshotIsRemovedByTheNextCommandThatTakesTheLock
   EXPECT_TRUE(fs::exists(snapshots + "/other/manifest.json"));
 }
 
+// Two installs, the newer rolled back, that rollback undone (a redo): the redo is the change in
+// effect, so the next plain rollback undoes it, not the older install. Before, it skipped the
+// redo and refused the older install over the files cudafix itself had put back.
+TEST_F(Transactions, AfterARedoAPlainRollbackUndoesTheRedo) {
+  TempDir t;
+  const std::string v = copy(t);
+  ASSERT_EQ(cudafix("install " + shell_quote(delta_) + " -y --no-verify", v).exit_code, 0);
+  const std::string with_delta = tree_of(v);
+  ASSERT_EQ(cudafix("remove alpha -y", v).exit_code, 0);
+  const std::string both = tree_of(v);
+  const auto undo = json::parse(cudafix("rollback -y --json", v).out);
+  ASSERT_EQ(cudafix("rollback " + undo["transaction"].get<std::string>() + " -y", v).exit_code, 0);
+  EXPECT_SAME_TREE(tree_of(v), both);
+  const auto again = cudafix("rollback -y", v);
+  EXPECT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_SAME_TREE(tree_of(v), with_delta);
+  const auto walk = cudafix("rollback -y", v);
+  EXPECT_EQ(walk.exit_code, 0) << walk.out;
+  EXPECT_FALSE(pip_names(v).count("delta")) << "then the older install, walking back";
+}
+
+// A RECORD cudafix wrote, edited in place to the same size with its mtime put back (touch -r):
+// its recorded bytes tell, and the rollback is refused.
+TEST_F(Transactions, AnInPlaceEditThatKeepsSizeAndMtimeIsStillAChange) {
+  TempDir t;
+  const std::string v = copy(t);
+  ASSERT_EQ(cudafix("install " + shell_quote(delta_) + " -y --no-verify", v).exit_code, 0);
+  const std::string record = test::site_packages(v) + "/delta-1.0.dist-info/RECORD";
+  ASSERT_EQ(run_shell("cp -p " + shell_quote(record) + " " + shell_quote(t.path() + "/stamp")).exit_code, 0);
+  std::string text = resolver::try_read_file(record).value_or("");
+  ASSERT_FALSE(text.empty());
+  text[0] = text[0] == 'x' ? 'y' : 'x';
+  ASSERT_EQ(run_shell("printf %s " + shell_quote(text) + " 1<> " + shell_quote(record) + " && touch -r " +
+                      shell_quote(t.path() + "/stamp") + " " + shell_quote(record))
+                .exit_code,
+            0);
+  const auto r = cudafix("rollback -y", v);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("delta-1.0.dist-info/RECORD was changed after transaction"));
+}
+
 }  // namespace
 }  // namespace cudafix

@@ -99,7 +99,7 @@ records = [{"record": "begin", "id": "20260101T000000Z-1", "time": 1700000000, "
            {"record": "left", "path": "/v/a", "type": "none"},
            {"record": "left", "path": "/v/e", "type": "file", "dev": 2049, "ino": 77, "size": 12,
             "mtime_ns": 1700000000000000000, "ctime_ns": 1700000000000000001, "sha256": "abc"},
-           {"record": "commit", "undoes": "20260101T000000.000-1-0"}, {"record": "rolled_back_by", "id": "2"}]
+           {"record": "commit", "undoes": "20260101T000000.000-1-0"}, {"record": "rolled_back_by", "id": "20260101T000001.000-2-0"}]
 lines = [json.dumps(r, separators=(",", ":")) for r in records]
 def line(t): return hashlib.sha256(t.encode()).hexdigest()[:16] + " " + t + "\n"
 open(sys.argv[2] + "/1", "w").write("\0" + "".join(line(t) for t in lines))

@@ -145,6 +145,19 @@ TEST(Journal, ALeftRecordOfAnUnknownTypeIsUnreadable) {
   EXPECT_NE(j.state, TxState::committed) << "reading stops at the record it cannot take";
 }
 
+// cudafix appends nothing after a final record but a legacy rolled_back_by: an `aborted` after a
+// `commit` (which would let staging cleanup remove the backups) was written by someone else.
+TEST(Journal, ARecordAfterTheFinalOneIsUnreadable) {
+  const auto j = read({k_begin, k_op1, k_op2, k_intent_end, k_commit, R"({"record":"aborted","why":"x"})"});
+  EXPECT_THAT(j.unreadable, HasSubstr("after the transaction's final one"));
+  const auto legacy =
+      read({k_begin, k_intent_end, k_commit, R"({"record":"rolled_back_by","id":"20261203T101600.000-1-0"})"});
+  EXPECT_EQ(legacy.unreadable, "");
+  EXPECT_EQ(legacy.rolled_back_by, "20261203T101600.000-1-0");
+  const auto garbage = read({k_begin, k_intent_end, k_commit, R"({"record":"rolled_back_by","id":"<b>"})"});
+  EXPECT_THAT(garbage.unreadable, HasSubstr("not a transaction id"));
+}
+
 TEST(Journal, AJournalWithoutItsBeginRecordIsAnError) {
   try {
     (void)read({k_op1});
