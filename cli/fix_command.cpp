@@ -57,7 +57,7 @@ nlohmann::json cudnn_loaded(const StepChecks& checks) {
   nlohmann::json j{{"version", nullptr}, {"path", nullptr}};
   if (checks.last->cudnn_version) j["version"] = *checks.last->cudnn_version;
   for (const auto& f : checks.last->loaded)
-    if (f.soname.starts_with("libcudnn.so") && f.path) j["path"] = *f.path;
+    if (f.soname.starts_with("libcudnn.so") && f.path) j["path"] = r::real_path_of(*f.path);
   return j;
 }
 
@@ -121,8 +121,8 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   show_progress(g, t, "fixing");
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = step_verifier(g, env.layout, knowledge, said, checks);
-  if (const auto rc = carry_out_verified(g, out, "fix", t, check, checks)) return *rc;
+  const auto check = step_verifier(g, env, knowledge, said, t, checks);
+  if (const auto rc = carry_out_verified(g, out, "fix", env, t, check, checks)) return *rc;
 
   auto scan = scan_options(g);
   scan.cache_dir.clear();  // files just renamed into place
@@ -147,6 +147,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   j["after"] = health_json(after);
   j["verified"] = verified;
   j["cudnn"] = cudnn;
+  j["verification"] = verification_json(now, checks);
   j["seconds"] = seconds_since(t0);
   report_done(g, out, "fix", t, summary, keep, j);
   return checks.unverified ? 4 : 0;

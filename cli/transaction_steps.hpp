@@ -14,6 +14,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/session.hpp"
+#include "installer/probe/step_verify.hpp"
 #include "installer/probe/verify.hpp"
 #include "installer/txn/transaction.hpp"
 #include "installer/wheel_install.hpp"
@@ -48,23 +49,39 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
                 const installer::txn::Transaction& t, const std::string& text, const Retention& keep,
                 nlohmann::json extra = nlohmann::json::object());
 
-// The live verification after each step (installer/probe/verify.hpp), on the environment scanned
-// afresh the way the command scanned it. No driver: `unverified`, and the steps go on. A failed
-// one sets `failed` and throws, which undoes the transaction. `last` keeps the latest report.
+// The live verification of a transaction's steps (installer/probe/step_verify.hpp): a baseline
+// probe of the environment as it is when the verifier is made, then after each step a probe of
+// the environment scanned afresh the way the command scanned it, judged against the baseline by
+// the paths the step changed; after the last step also the whole of `cudafix verify`. No driver:
+// `unverified`, and the steps go on. A failed step sets `failed` and throws, naming every check
+// that failed with what it expected and found, which undoes the transaction. `last` keeps the
+// last step's `verify` report.
 struct StepChecks {
+  struct Step {
+    std::size_t step = 0;  // from 0
+    std::string label;
+    installer::probe::ProbePoint point;
+    installer::probe::StepJudgement judgement;
+  };
   bool skip = false;
   bool unverified = false;
   bool failed = false;
+  std::optional<installer::probe::ProbePoint> baseline;
+  std::vector<Step> steps;
   std::optional<installer::probe::VerifyReport> last;
 };
-[[nodiscard]] std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const resolver::EnvLayout& layout,
+[[nodiscard]] std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const resolver::Environment& env,
                                                              const resolver::Knowledge& knowledge,
-                                                             const std::vector<std::string>& steps, StepChecks& checks);
+                                                             const std::vector<std::string>& steps,
+                                                             const installer::txn::Transaction& t, StepChecks& checks);
+// The baseline and each step's result, as fix, apply and install report them under "verification".
+[[nodiscard]] nlohmann::json verification_json(const resolver::Environment& env, const StepChecks& checks);
 
 // A transaction carried out with the verification after each step: exit 1 (every change undone,
 // and said) when a verification failed; any other failure is thrown on.
 [[nodiscard]] std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
-                                                    const std::string& command, installer::txn::Transaction& t,
+                                                    const std::string& command, const resolver::Environment& env,
+                                                    installer::txn::Transaction& t,
                                                     const std::function<void(std::size_t)>& check,
                                                     const StepChecks& checks);
 

@@ -482,34 +482,146 @@ void plan_leftovers(const r::Environment& env, int dist, r::EarlierSteps& earlie
 
 }  // namespace
 
-std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::EnvLayout& layout,
+namespace {
+
+namespace pr = installer::probe;
+
+std::string steps_failed_text(std::size_t step, const std::string& label, const std::vector<pr::Problem>& failures) {
+  std::string out = fmt::format("verification after step {} ({}) failed, {} {}:", step + 1, label, failures.size(),
+                                failures.size() == 1 ? "check" : "checks");
+  for (const auto& p : failures) out += "\n  " + p.text();
+  return out;
+}
+
+// What `cudafix verify` found wrong after the last step, as problems beside the step's own.
+std::vector<pr::Problem> verify_problems(const pr::VerifyReport& rep) {
+  std::vector<pr::Problem> out;
+  if (rep.verdict.outcome == pr::Outcome::ok) return out;
+  if (!rep.failed_check) {
+    const std::string where = rep.verdict.stage ? pr::stage_label(rep.records.stages[*rep.verdict.stage]) : "the probe";
+    out.push_back({"the whole tree (" + where + ")", "every stage succeeds", rep.verdict.message, {}});
+  }
+  for (const auto& c : rep.checks)
+    if (!c.ok)
+      out.push_back({c.check + " (the whole tree)", c.expected.empty() ? std::string("it passes") : c.expected,
+                     c.found.empty() ? c.detail : c.found, {}});
+  return out;
+}
+
+std::string point_summary(const r::Environment& env, const pr::ProbePoint& pt) {
+  std::string s = fmt::format("{} of {} libraries open", pt.opened(), pt.libraries.size());
+  if (pt.consumer_missing) s += fmt::format(", the rest not yet: {} resolves nowhere", *pt.consumer_missing);
+  if (pt.cudnn_version && pt.cudnn) s += fmt::format("; cuDNN {} from {}", *pt.cudnn_version, env.display(*pt.cudnn));
+  return s;
+}
+
+}  // namespace
+
+std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::Environment& env,
                                                const r::Knowledge& knowledge, const std::vector<std::string>& steps,
-                                               StepChecks& checks) {
-  return [&g, &layout, &knowledge, &steps, &checks](std::size_t step) {
-    if (checks.skip) return;
+                                               const tx::Transaction& t, StepChecks& checks) {
+  const r::EnvLayout& layout = env.layout;
+  pr::VerifyOptions vo;
+  vo.probe = probe_path();
+  if (!checks.skip) {
+    checks.baseline = pr::probe_point(env, knowledge, vo);
+    checks.unverified = checks.baseline->no_driver();
+    if (!checks.unverified && !g.quiet && !g.json)
+      std::cerr << fmt::format("baseline before step 1: {}\n", point_summary(env, *checks.baseline));
+  }
+  return [&g, &layout, &knowledge, &steps, &t, &checks, vo](std::size_t step) mutable {
+    if (checks.skip || checks.unverified) return;
     auto opts = scan_options(g);
     opts.cache_dir.clear();  // files just renamed into place: read them, not a cache's answer
     const r::Environment now = r::scan_environment(layout, opts);
-    installer::probe::VerifyOptions vo;
-    vo.probe = probe_path();
-    checks.last = installer::probe::verify_environment(now, knowledge, vo);
-    const int rc = checks.last->exit_code();
-    if (rc == 3) {
-      checks.unverified = true;
-      return;
+    vo.consumer = checks.baseline->consumer;
+    const bool last = step + 1 == steps.size();
+    std::set<std::string> changed = t.step_paths(step);
+    if (last)
+      for (std::size_t k = 0; k < step; ++k) changed.merge(t.step_paths(k));
+    StepChecks::Step result{step, steps[step], pr::probe_point(now, knowledge, vo), {}};
+    result.judgement = pr::judge_step(now, *checks.baseline, result.point, changed);
+    if (last) {
+      pr::VerifyOptions whole;
+      whole.probe = vo.probe;
+      checks.last = pr::verify_environment(now, knowledge, whole);
+      // The whole tree's check repeats what a step's own found (the same cuDNN): said once.
+      for (auto& p : verify_problems(*checks.last)) {
+        auto& failures = result.judgement.failures;
+        if (std::none_of(failures.begin(), failures.end(),
+                         [&](const pr::Problem& f) { return f.expected == p.expected && f.found == p.found; }))
+          failures.push_back(std::move(p));
+      }
     }
-    if (rc != 0) {
+    const bool ok = result.judgement.ok();
+    const std::string summary = point_summary(now, result.point);
+    checks.steps.push_back(std::move(result));
+    if (!ok) {
       checks.failed = true;
-      throw r::Error(fmt::format("verification after step {} ({}) failed: {}", step + 1, steps[step],
-                                 checks.last->failed_check.value_or(checks.last->verdict.message)));
+      throw r::Error(steps_failed_text(step, steps[step], checks.steps.back().judgement.failures));
     }
-    if (!g.quiet && !g.json) std::cerr << fmt::format("verified after step {} ({})\n", step + 1, steps[step]);
+    if (!g.quiet && !g.json)
+      std::cerr << fmt::format("verified after step {} ({}): {}{}\n", step + 1, steps[step], summary,
+                               last ? "; the whole tree loads" : "");
   };
 }
 
+namespace {
+
+nlohmann::json problem_json(const pr::Problem& p) {
+  return {{"check", p.check}, {"expected", p.expected}, {"found", p.found}};
+}
+
+nlohmann::json problems_json(const std::vector<pr::Problem>& problems) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& p : problems) a.push_back(problem_json(p));
+  return a;
+}
+
+nlohmann::json optional_json(const std::optional<std::string>& s) { return s ? nlohmann::json(*s) : nullptr; }
+
+nlohmann::json point_json(const r::Environment& env, const pr::ProbePoint& pt) {
+  nlohmann::json libs = nlohmann::json::array();
+  for (const auto& l : pt.libraries)
+    libs.push_back({{"path", env.display(l.path)},
+                    {"soname", l.soname},
+                    {"predicted", l.missing ? "fails" : "opens"},
+                    {"missing", optional_json(l.missing)},
+                    {"opened", l.opened},
+                    {"error", l.opened ? nullptr : nlohmann::json(l.error)}});
+  return {{"outcome", pr::to_string(pt.verdict.outcome)},
+          {"message", pt.verdict.message},
+          {"consumer", pt.consumer ? nlohmann::json(env.display(*pt.consumer)) : nullptr},
+          {"consumer_missing", optional_json(pt.consumer_missing)},
+          {"libraries", libs},
+          {"opened", pt.opened()},
+          {"cudnn", pt.cudnn ? nlohmann::json(env.display(*pt.cudnn)) : nullptr},
+          {"cudnn_version", pt.cudnn_version ? nlohmann::json(*pt.cudnn_version) : nullptr},
+          {"cudnn_skipped", optional_json(pt.cudnn_skipped)},
+          {"problems", problems_json(pt.problems)},
+          {"seconds", pt.seconds}};
+}
+
+}  // namespace
+
+nlohmann::json verification_json(const r::Environment& env, const StepChecks& checks) {
+  if (checks.skip) return nullptr;
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : checks.steps)
+    steps.push_back({{"step", s.step + 1},
+                     {"label", s.label},
+                     {"ok", s.judgement.ok()},
+                     {"failures", problems_json(s.judgement.failures)},
+                     {"excused", problems_json(s.judgement.excused)},
+                     {"probe", point_json(env, s.point)}});
+  return {{"unverified", checks.unverified},
+          {"baseline", checks.baseline ? point_json(env, *checks.baseline) : nullptr},
+          {"steps", steps}};
+}
+
 std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out, const std::string& command,
-                                      tx::Transaction& t, const std::function<void(std::size_t)>& check,
-                                      const StepChecks& checks) {
+                                      const r::Environment& env, tx::Transaction& t,
+                                      const std::function<void(std::size_t)>& check, const StepChecks& checks) {
   try {
     t.carry_out(check);
   } catch (const r::Error& e) {
@@ -519,7 +631,8 @@ std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
                             {"command", command},
                             {"transaction", t.id()},
                             {"undone", true},
-                            {"error", e.what()}}
+                            {"error", e.what()},
+                            {"verification", verification_json(env, checks)}}
                  .dump()
           << '\n';
     std::cerr << fmt::format("cudafix: {}\n", printable_lines(e.what()));
@@ -749,8 +862,8 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
   const std::size_t files = stage_plan(g, env, prepared, t);
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = step_verifier(g, layout, knowledge, said, checks);
-  if (const auto rc = carry_out_verified(g, out, "apply", t, check, checks)) return *rc;
+  const auto check = step_verifier(g, env, knowledge, said, t, checks);
+  if (const auto rc = carry_out_verified(g, out, "apply", env, t, check, checks)) return *rc;
   const std::string text_out = fmt::format("applied {} steps ({} files){}", said.size(), files,
                                            o.no_verify         ? ", not verified (--no-verify)"
                                            : checks.unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
@@ -789,8 +902,8 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   }
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = step_verifier(g, layout, knowledge, labels, checks);
-  if (const auto rc = carry_out_verified(g, out, "install", t, check, checks)) return *rc;
+  const auto check = step_verifier(g, env, knowledge, labels, t, checks);
+  if (const auto rc = carry_out_verified(g, out, "install", env, t, check, checks)) return *rc;
   report_done(g, out, "install", t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,
                           o.no_verify         ? ", not verified (--no-verify)"

@@ -9,7 +9,11 @@
  * record, so a hang or a crash still leaves the stage it happened in. The record format is
  * documented in installer/probe/protocol.hpp, which parses it.
  *
- * Usage: cudafix-probe [--consumer PATH | --cudnn PATH] [--cudnn-soname SONAME] [--nccl PATH]
+ * Usage: cudafix-probe [--open PATH]... [--consumer PATH | --cudnn PATH] [--cudnn-soname SONAME] [--nccl PATH]
+ *   --open PATH      once libcuda.so.1 is in, dlopen this library (RTLD_LAZY|RTLD_LOCAL) and keep
+ *                    it loaded, one "dlopen library" stage each, in the order given; a failure is
+ *                    reported and the next one is tried (up to MAX_OPENS): what a transaction's
+ *                    step wrote is opened even where the rest of the tree is not there yet
  *   --consumer PATH  dlopen this cuDNN consumer (RTLD_LAZY|RTLD_LOCAL), so the real loader
  *                    resolves its whole NEEDED tree, then use the cuDNN it brought in
  *   --cudnn PATH     no consumer: dlopen this libcudnn itself
@@ -36,6 +40,7 @@
 #include <unistd.h>
 
 #define MAX_DEVICES 64
+#define MAX_OPENS 4096
 #define NO_DEVICE (-1)
 
 /* The driver API's ABI, as far as the probe uses it (cuda.h: CUresult is an enum, CUdevice an
@@ -209,8 +214,12 @@ int main(int argc, char** argv) {
   const char* consumer = NULL;
   const char* cudnn_path = NULL;
   const char* cudnn_soname = "libcudnn.so.9";
+  const char* opens[MAX_OPENS];
+  int nopens = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--consumer") == 0)
+    if (strcmp(argv[i], "--open") == 0) {
+      if (nopens < MAX_OPENS) opens[nopens++] = argv[i + 1];
+    } else if (strcmp(argv[i], "--consumer") == 0)
       consumer = argv[i + 1];
     else if (strcmp(argv[i], "--cudnn") == 0)
       cudnn_path = argv[i + 1];
@@ -230,6 +239,13 @@ int main(int argc, char** argv) {
   }
   struct link_map* lm = NULL;
   end("dlopen libcuda.so.1", NO_DEVICE, 1, NULL, dlinfo(cuda, RTLD_DI_LINKMAP, &lm) == 0 && lm ? lm->l_name : "");
+
+  for (int i = 0; i < nopens; ++i) {
+    begin("dlopen library", NO_DEVICE);
+    void* lib = dlopen(opens[i], RTLD_LAZY | RTLD_LOCAL);
+    const char* err = lib ? NULL : dlerror();
+    end("dlopen library", NO_DEVICE, lib != NULL, NULL, lib ? opens[i] : (err ? err : "dlopen failed"));
+  }
 
   begin("cuDriverGetVersion", NO_DEVICE);
   CU_FN(cuda, GetIntFn, get_version, "cuDriverGetVersion", NULL, "cuDriverGetVersion", NO_DEVICE);

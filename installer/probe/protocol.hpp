@@ -13,7 +13,8 @@
 //   M  DEV INO PATH                       a file mapped into the probe (dl_iterate_phdr)
 //   X  done|stopped                       the last record: every stage ran, or one failed
 //
-// Stages, in order: "dlopen libcuda.so.1", cuDriverGetVersion, cuInit, cuDeviceGetCount, per
+// Stages, in order: "dlopen libcuda.so.1", one "dlopen library" per --open (its DETAIL the path
+// given, or dlerror(); a failed one does not stop the probe), cuDriverGetVersion, cuInit, cuDeviceGetCount, per
 // device cuDeviceGet and cuDevicePrimaryCtxRetain, then "dlopen consumer" (or "dlopen cuDNN"),
 // cudnnGetVersion, and per device cudnnCreate and cudnnDestroy; with --nccl and two or more
 // devices up, "dlopen libnccl.so.2", ncclGetVersion, per device "nccl buffers", then

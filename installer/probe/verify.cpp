@@ -24,10 +24,9 @@ const StageRecord* find_stage(const ProbeRecords& records, std::string_view name
   return nullptr;
 }
 
-// The object whose dlopen makes the real loader resolve cuDNN as the environment's code does:
-// a library (not an extension module, which would need the interpreter's symbols), not one of
-// cuDNN's own libraries, preferring libraries without "python" in their name.
-std::optional<std::string> choose_consumer(const r::Environment& env, const std::string& soname) {
+}  // namespace
+
+std::optional<std::string> cudnn_consumer(const r::Environment& env, const std::string& soname) {
   std::vector<const r::SharedObject*> candidates;
   for (const auto* o : env.consumers(soname)) {
     const std::string dir = r::parent_dir(o->path);
@@ -44,6 +43,8 @@ std::optional<std::string> choose_consumer(const r::Environment& env, const std:
   return candidates.front()->path;
 }
 
+namespace {
+
 // The environment's own provider of `soname` that the model would load, for the no-consumer case.
 std::optional<std::string> environment_provider(const r::Environment& env, const std::string& soname) {
   for (const auto* p : env.providers(soname))
@@ -51,22 +52,10 @@ std::optional<std::string> environment_provider(const r::Environment& env, const
   return std::nullopt;
 }
 
-struct Prediction {
-  std::unique_ptr<r::LoaderModel> model;
-  r::Process process;
-};
-
-// The probe's process as the loader model sees it: the probe, libcuda.so.1 dlopened by it, then
-// the consumer (or cuDNN) dlopened by path.
+// The probe's process, then the consumer (or cuDNN) and NCCL dlopened by path.
 Prediction predict(const r::Environment& env, const std::string& probe, const std::optional<std::string>& library,
                    const std::optional<std::string>& nccl) {
-  r::LoaderConfig config = env.loader->config();
-  config.main_executable = probe;
-  Prediction p{std::make_unique<r::LoaderModel>(config, env.loader->shared_elf_cache(), env.loader->shared_ld_cache()),
-               {}};
-  p.process = p.model->start_process();
-  const r::Resolution cuda = p.model->resolve(p.process, p.process.main, k_libcuda);
-  if (cuda.found()) p.model->load(p.process, *cuda.path);
+  Prediction p = probe_process(env, probe);
   if (library) p.model->load(p.process, *library);
   if (nccl) p.model->load(p.process, *nccl);
   return p;
@@ -84,8 +73,21 @@ std::string soname_of(r::ElfCache& elf, const std::string& path) {
   return std::string(r::base_name(path));
 }
 
+}  // namespace
+
+Prediction probe_process(const r::Environment& env, const std::string& probe) {
+  r::LoaderConfig config = env.loader->config();
+  config.main_executable = probe;
+  Prediction p{std::make_unique<r::LoaderModel>(config, env.loader->shared_elf_cache(), env.loader->shared_ld_cache()),
+               {}};
+  p.process = p.model->start_process();
+  const r::Resolution cuda = p.model->resolve(p.process, p.process.main, k_libcuda);
+  if (cuda.found()) p.model->load(p.process, *cuda.path);
+  return p;
+}
+
 std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, Prediction& p, const r::Knowledge& knowledge,
-                                       bool consumer_loaded) {
+                                       bool everything) {
   std::vector<LoadedFile> out;
   std::vector<bool> seen;
   for (const auto& m : records.mapped) {
@@ -119,7 +121,7 @@ std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, Prediction& 
   }
   // Once the consumer is in, everything the model put in the process must have been mapped.
   seen.resize(p.process.objects.size(), false);
-  if (consumer_loaded)
+  if (everything)
     for (std::size_t i = 0; i < p.process.objects.size(); ++i) {
       const auto& o = p.process.objects[i];
       if (seen[i] || static_cast<int>(i) == p.process.main) continue;
@@ -135,8 +137,6 @@ std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, Prediction& 
   return out;
 }
 
-// "torch/lib/libx.so (torch 2.11.0)" inside the environment; outside, the path and the version
-// its real file name carries ("/usr/lib/x86_64-linux-gnu/libcudnn.so.9 (libcudnn.so.9.14.0)").
 std::string describe_file(const r::Environment& env, const std::string& path) {
   const std::string real = r::real_path_of(path);
   const auto owners = env.owners_of(real);
@@ -149,8 +149,10 @@ std::string describe_file(const r::Environment& env, const std::string& path) {
   return base == r::base_name(path) ? path : fmt::format("{} ({})", path, base);
 }
 
+namespace {
+
 Check loaded_files_check(const r::Environment& env, const std::vector<LoadedFile>& loaded) {
-  Check c{"loaded files", true, ""};
+  Check c{"loaded files", true, "", "", ""};
   std::vector<std::string> bad;
   std::size_t compared = 0;
   for (const auto& f : loaded) {
@@ -160,6 +162,9 @@ Check loaded_files_check(const r::Environment& env, const std::vector<LoadedFile
     bad.push_back(f.path ? fmt::format("{}: loaded {}, predicted {}", f.soname, describe_file(env, *f.path),
                                        describe_file(env, *f.predicted))
                          : fmt::format("{}: predicted {}, never loaded", f.soname, describe_file(env, *f.predicted)));
+    c.expected += fmt::format("{}{} from {}", c.expected.empty() ? "" : "; ", f.soname, describe_file(env, *f.predicted));
+    c.found += fmt::format("{}{} {}", c.found.empty() ? "" : "; ", f.soname,
+                           f.path ? "from " + describe_file(env, *f.path) : std::string("never loaded"));
   }
   c.ok = bad.empty();
   c.detail =
@@ -185,16 +190,14 @@ std::optional<std::pair<std::string, std::string>> pinned_cudnn(const r::Environ
   return std::nullopt;
 }
 
-std::optional<Check> cudnn_version_check(const r::Environment& env, const VerifyReport& rep,
-                                         const std::string& soname) {
-  if (!rep.cudnn_version) return std::nullopt;
-  const auto loaded = std::find_if(rep.loaded.begin(), rep.loaded.end(),
-                                   [&](const LoadedFile& f) { return f.soname == soname && f.path; });
-  if (loaded == rep.loaded.end()) return std::nullopt;
-  const std::string real = r::real_path_of(*loaded->path);
-  Check c{"cuDNN version", true, ""};
-  const std::string got =
-      fmt::format("cudnnGetVersion() = {} from {}", *rep.cudnn_version, describe_file(env, *loaded->path));
+}  // namespace
+
+Check cudnn_version_check(const r::Environment& env, long long version, const std::string& loaded,
+                          const std::string& soname, const std::optional<std::string>& consumer) {
+  const std::string real = r::real_path_of(loaded);
+  Check c{"cuDNN version", true, "", "", ""};
+  c.found = fmt::format("{} from {}", version, describe_file(env, loaded));
+  const std::string got = fmt::format("cudnnGetVersion() = {} from {}", version, describe_file(env, loaded));
   std::optional<long long> want;
   std::string because;
   for (int owner : env.owners_of(real)) {
@@ -204,10 +207,9 @@ std::optional<Check> cudnn_version_check(const r::Environment& env, const Verify
       break;
     }
   }
-  const bool inside = env.site_of(real) != nullptr;
-  if (!inside) {
+  if (env.site_of(real) == nullptr) {
     const auto providers = env.providers(soname);
-    const auto pin = rep.consumer ? pinned_cudnn(env, *rep.consumer) : std::nullopt;
+    const auto pin = consumer ? pinned_cudnn(env, *consumer) : std::nullopt;
     if (pin) {
       want = cudnn_version_number(pin->second);
       because = pin->first;
@@ -216,8 +218,9 @@ std::optional<Check> cudnn_version_check(const r::Environment& env, const Verify
       c.ok = false;
       c.detail = fmt::format("the cuDNN loaded is outside the environment, not the environment's: {}{}", got,
                              want ? fmt::format("; {} ({})", because, *want) : "");
-      if (want && *want != *rep.cudnn_version)
-        c.detail += fmt::format(": version mismatch, {} loaded", *rep.cudnn_version);
+      if (want && *want != version) c.detail += fmt::format(": version mismatch, {} loaded", version);
+      c.expected = want ? fmt::format("{} from the environment ({})", *want, because)
+                        : std::string("the environment's own cuDNN");
       return c;
     }
   }
@@ -225,10 +228,13 @@ std::optional<Check> cudnn_version_check(const r::Environment& env, const Verify
     c.detail = fmt::format("{}; no dist says which version to expect", got);
     return c;
   }
-  c.ok = *want == *rep.cudnn_version;
+  c.ok = *want == version;
+  c.expected = fmt::format("{} ({})", *want, because);
   c.detail = fmt::format("{}; {}, which means {}{}", got, because, *want, c.ok ? "" : ": version mismatch");
   return c;
 }
+
+namespace {
 
 // The first three numbers of a dist version ("9.19.0.56" -> 9, 19, 0), if it has them.
 std::optional<std::array<long long, 3>> major_minor_patch(std::string_view dist_version) {
@@ -254,7 +260,7 @@ std::optional<long long> nccl_version_number(std::string_view dist_version) {
 // dist's own number means.
 std::optional<Check> nccl_version_check(const r::Environment& env, const VerifyReport& rep) {
   if (!rep.nccl || !rep.nccl_version) return std::nullopt;
-  Check c{"NCCL version", true, ""};
+  Check c{"NCCL version", true, "", "", ""};
   const std::string real = r::real_path_of(*rep.nccl);
   const auto owners = env.owners_of(real);
   if (owners.empty()) {
@@ -264,6 +270,8 @@ std::optional<Check> nccl_version_check(const r::Environment& env, const VerifyR
   const auto& d = env.dists[static_cast<std::size_t>(owners.front())];
   const auto want = nccl_version_number(d.version);
   c.ok = !want || *want == *rep.nccl_version;
+  c.expected = fmt::format("{} ({} {} installed it)", want.value_or(0), d.metadata.name, d.version);
+  c.found = fmt::format("{} from {}", *rep.nccl_version, env.display(real));
   c.detail =
       fmt::format("ncclGetVersion() = {} from {} ({} {}){}", *rep.nccl_version, env.display(real), d.metadata.name,
                   d.version, c.ok ? "" : fmt::format(": version mismatch, the dist means {}", want.value_or(0)));
@@ -297,8 +305,10 @@ std::optional<int> runtime_major(const r::Environment& env, const Prediction& p)
 }  // namespace
 
 Check driver_check(const VerifyReport& rep, const r::Knowledge& knowledge, const HostFacts& host) {
-  Check c{"driver version", true, ""};
+  Check c{"driver version", true, "", "", ""};
   c.ok = *rep.driver_version / 1000 >= *rep.runtime_major;
+  c.expected = fmt::format("a driver for CUDA {} or later", *rep.runtime_major);
+  c.found = fmt::format("a driver for CUDA {}", cuda_version_text(*rep.driver_version));
   c.detail = fmt::format("the driver supports CUDA {}; the environment's runtime is CUDA {}{}",
                          cuda_version_text(*rep.driver_version), *rep.runtime_major,
                          c.ok ? "" : ": the driver is too old for it (the driver API has no error code for this)");
@@ -309,6 +319,8 @@ Check driver_check(const VerifyReport& rep, const r::Knowledge& knowledge, const
     if (have && need) {
       const bool enough = !(*have < *need);
       c.ok = c.ok && enough;
+      c.expected += fmt::format(", {} or later", minimum->second);
+      c.found += fmt::format(", kernel module {}", *host.kernel_module_version);
       c.detail += fmt::format("; CUDA {} needs driver {} or later, and the kernel module is {}{}", *rep.runtime_major,
                               minimum->second, *host.kernel_module_version, enough ? "" : ": too old");
     }
@@ -358,7 +370,7 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
   cmd.timeout = o.timeout;
   cmd.env = environment_with_library_path(env.loader->config().ld_library_path);
   rep.consumer =
-      o.consumer ? std::optional<std::string>(r::real_path_of(*o.consumer)) : choose_consumer(env, o.cudnn_soname);
+      o.consumer ? std::optional<std::string>(r::real_path_of(*o.consumer)) : cudnn_consumer(env, o.cudnn_soname);
   if (rep.consumer) {
     cmd.args = {"--consumer", *rep.consumer, "--cudnn-soname", o.cudnn_soname};
   } else if ((rep.cudnn = environment_provider(env, o.cudnn_soname))) {
@@ -410,7 +422,11 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
   const auto* loaded_stage = find_stage(rep.records, rep.consumer ? "dlopen consumer" : "dlopen cuDNN");
   rep.loaded = compare_loaded(rep.records, prediction, knowledge, loaded_stage && loaded_stage->ok);
   rep.checks.push_back(loaded_files_check(env, rep.loaded));
-  if (auto c = cudnn_version_check(env, rep, o.cudnn_soname)) rep.checks.push_back(*c);
+  const auto cudnn_loaded = std::find_if(rep.loaded.begin(), rep.loaded.end(), [&](const LoadedFile& f) {
+    return f.soname == o.cudnn_soname && f.path;
+  });
+  if (rep.cudnn_version && cudnn_loaded != rep.loaded.end())
+    rep.checks.push_back(cudnn_version_check(env, *rep.cudnn_version, *cudnn_loaded->path, o.cudnn_soname, rep.consumer));
   if (auto c = nccl_version_check(env, rep)) rep.checks.push_back(*c);
   const HostFacts host = gather_host_facts(env.loader->config().ld_library_path);
   if (rep.driver_version && rep.runtime_major) rep.checks.push_back(driver_check(rep, knowledge, host));
@@ -428,6 +444,8 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
       rep.failed_check = failed->check;
       rep.verdict.message =
           fmt::format("every call succeeded, but the {} check failed: {}", failed->check, failed->detail);
+      for (auto it = failed + 1; it != rep.checks.end(); ++it)
+        if (!it->ok) rep.verdict.message += fmt::format("; and the {} check failed: {}", it->check, it->detail);
       if (failed->check == "driver version") rep.diagnosis = {driver_age(failure_facts(rep))};
     }
   }

@@ -39,6 +39,7 @@ struct Check {
   std::string check;  // "loaded files", "cuDNN version", "driver version"
   bool ok = true;
   std::string detail;
+  std::string expected, found;  // what was expected and what was found, for a failed check
 };
 
 struct SkippedStage {
@@ -78,6 +79,35 @@ struct VerifyReport {
 // runtime_major.
 [[nodiscard]] Check driver_check(const VerifyReport& report, const resolver::Knowledge& knowledge,
                                  const HostFacts& host);
+
+// The probe's process as the loader model sees it: the probe, libcuda.so.1 dlopened by it; the
+// callers then load what the probe dlopens, in the same order.
+struct Prediction {
+  std::unique_ptr<resolver::LoaderModel> model;
+  resolver::Process process;
+};
+[[nodiscard]] Prediction probe_process(const resolver::Environment& env, const std::string& probe);
+
+// Each file the probe had mapped beside the model's prediction for its soname (dlopen groups'
+// members resolved from their loader as they are met, and loaded into `p`). `everything`: the
+// objects the model put in the process must all have been mapped (the consumer was loaded).
+[[nodiscard]] std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, Prediction& p,
+                                                     const resolver::Knowledge& knowledge, bool everything);
+
+// The object whose dlopen makes the real loader resolve `soname` (cuDNN) as the environment's
+// code does: a library (not an extension module, which would need the interpreter's symbols),
+// not one beside a provider of it, preferring libraries without "python" in their name.
+[[nodiscard]] std::optional<std::string> cudnn_consumer(const resolver::Environment& env, const std::string& soname);
+
+// "torch/lib/libx.so (torch 2.11.0)" inside the environment; outside, the path and the version
+// its real file name carries ("/usr/lib/x86_64-linux-gnu/libcudnn.so.9 (libcudnn.so.9.14.0)").
+[[nodiscard]] std::string describe_file(const resolver::Environment& env, const std::string& path);
+
+// The cuDNN check: cudnnGetVersion() of the libcudnn at `loaded` against the version the dist
+// that installed it means (or, for one outside the environment, the consumer's pin).
+[[nodiscard]] Check cudnn_version_check(const resolver::Environment& env, long long version,
+                                        const std::string& loaded, const std::string& soname,
+                                        const std::optional<std::string>& consumer);
 
 // cuDNN's version number for a dist version: "9.19.0.56" -> 91900 (cuDNN 9 and later:
 // major*10000 + minor*100 + patch; cuDNN 8: major*1000 + minor*100 + patch).

@@ -615,6 +615,22 @@ std::string Transaction::commit_records() const {
   return records + journal_line(commit.dump());
 }
 
+std::set<std::string> Transaction::step_paths(std::size_t step) const {
+  std::set<std::string> out;
+  if (step >= steps_.size()) return out;
+  const std::string own = dir() + "/";
+  for (std::size_t i = step == 0 ? 0 : steps_[step - 1]; i < steps_[step]; ++i) {
+    const Op& op = ops_[i];
+    if (op.kind != OpKind::move) {
+      out.insert(op.path);
+      continue;
+    }
+    if (!op.from.starts_with(own)) out.insert(op.from);
+    if (!op.to.starts_with(own)) out.insert(op.to);
+  }
+  return out;
+}
+
 void Transaction::carry_out() { carry_out({}); }
 
 void Transaction::carry_out(const std::function<void(std::size_t)>& check) {

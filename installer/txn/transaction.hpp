@@ -22,6 +22,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,10 @@ class Transaction {
   void undoes(const std::string& id) { undoes_ = id; }
   // Ends the current step: the ops planned so far belong to it.
   void mark_step() { steps_.push_back(ops_.size()); }
+  // The paths of the environment step k's ops change: what they put in place, move aside, make
+  // or remove (a folder moved stands for what it holds).
+  [[nodiscard]] std::set<std::string> step_paths(std::size_t step) const;
+  [[nodiscard]] std::size_t step_count() const { return steps_.size(); }
   // Ends a transaction that changed nothing (a refused plan): its folder is removed.
   void abandon();
   // Called with (ops done, ops in all) as carry_out() goes: a progress bar's feed.
