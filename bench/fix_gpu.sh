@@ -6,27 +6,13 @@
 # Writes $OUT/fix_gpu.log. `bench/fix_gpu.sh release` runs only the bundle and wheel part.
 set -u
 part=${1:-all}
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+cd "$(dirname "$0")/.." || exit 1
+source bench/gpu_lib.sh
 log=$OUT/fix_gpu.log
 : > "$log"
-unset VIRTUAL_ENV PIP_FIND_LINKS PIP_INDEX_URL UV_INDEX_URL
-say() { echo "$@" >> "$log"; }
-t() {  # t CMD...: its wall time and exit code; its output in /tmp/t.out
-  local s=$EPOCHREALTIME
-  "$@" > /tmp/t.out 2>&1
-  local rc=$? e=$EPOCHREALTIME
-  awk -v s="$s" -v e="$e" -v rc="$rc" 'BEGIN { printf "%.3f s rc=%d", e - s, rc }'
-}
-torch_cudnn() { (cd /tmp && "$1/bin/python3" -c "import torch; x=torch.randn(1,3,16,16,device='cuda'); y=torch.nn.functional.conv2d(x, torch.randn(4,3,3,3,device='cuda')); torch.cuda.synchronize(); print('cudnn', torch.backends.cudnn.version())" 2>&1 | tail -1); }
-listing() { (cd "$1" && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -printf '%p %i %s %m %l\n' | sort); }
-same() { if diff -q "$1" "$2" > /dev/null; then echo "IDENTICAL ($(wc -l < "$1") paths, inode and size each)"; else echo "DIFFERS:"; diff "$1" "$2" | head -5; fi; }
-copy_venv() { rm -rf "$1" && cp -al /opt/torch/.venv "$1"; }
 
 say "== the bundle, unpacked in /tmp/cf, run with env -i from /"
-rm -rf /tmp/cf && mkdir -p /tmp/cf && tar -xzf .dev/release/cudafix-*-linux-x86_64.tar.gz -C /tmp/cf --strip-components=1
-C=/tmp/cf/bin/cudafix
+unpack_bundle
 say "  $(cd / && env -i $C --version)"
 say "  demo: $(cd / && t env -i $C demo /tmp/demo)"
 grep -E "nothing to do|after:|^cudafix verify|cudafix: error" /tmp/t.out | head -5 | sed 's/^/    /' >> "$log"
