@@ -156,7 +156,7 @@ TEST_P(MultiFix, OneUninstallOfSeveralProvidersIsFixedVerifiedAfterEveryStepAndR
   const std::string venv = broken_venv(t, removed);
   const std::string broken = test::tree_of(venv);
 
-  const auto fixed = fix(wheels().good, venv);
+  auto fixed = fix(wheels().good, venv);
   ASSERT_EQ(fixed.exit_code, 0) << fixed.out.substr(0, 4000);
   // Every removed provider is installed again, and nothing else is done.
   const auto labels = labels_of(fixed.doc["plan"]);
@@ -171,11 +171,11 @@ TEST_P(MultiFix, OneUninstallOfSeveralProvidersIsFixedVerifiedAfterEveryStepAndR
   EXPECT_EQ(fixed.doc["verified"], true);
   EXPECT_EQ(fixed.doc["cudnn"]["version"], 91900);
   // One verification per step, each passing, judged against a baseline taken before the first.
-  const auto& verification = fixed.doc["verification"];
+  auto& verification = fixed.doc["verification"];
   EXPECT_TRUE(verification.is_object()) << "no verification in fix's JSON: " << fixed.out.substr(0, 2000);
   if (verification.is_object()) {
     EXPECT_TRUE(verification["baseline"].is_object()) << verification.dump(1).substr(0, 2000);
-    const auto& steps = verification["steps"];
+    auto& steps = verification["steps"];
     EXPECT_EQ(steps.size(), labels.size()) << steps.dump(1).substr(0, 3000);
     for (std::size_t i = 0; i < steps.size() && steps.is_array(); ++i) {
       EXPECT_EQ(steps[i]["step"], i + 1) << steps[i].dump(1);
@@ -186,7 +186,7 @@ TEST_P(MultiFix, OneUninstallOfSeveralProvidersIsFixedVerifiedAfterEveryStepAndR
   EXPECT_EQ(fixed.doc["after"]["errors"], 0) << fixed.doc["after"].dump();
 
   // Judges that are not fix: doctor finds nothing, pip's metadata check passes.
-  const auto doctor = cudafix("doctor", venv);
+  auto doctor = cudafix("doctor", venv);
   EXPECT_EQ(doctor.exit_code, 0) << doctor.doc["findings"].dump(1).substr(0, 3000);
   EXPECT_EQ(doctor.doc["summary"]["errors"], 0) << doctor.doc["findings"].dump(1).substr(0, 3000);
   const auto check = test::venv_pip(venv, "check");
@@ -216,7 +216,7 @@ TEST(MultiFixWrongRelease, AWrongReleaseCudnnWheelIsRefusedAtItsStepNamingBothVe
   ASSERT_NE(at, labels.end()) << json(labels).dump();
   const auto k = at - labels.begin() + 1;
 
-  const auto refused = fix(wheels().wrong_release, venv);
+  auto refused = fix(wheels().wrong_release, venv);
   EXPECT_EQ(refused.exit_code, 1) << refused.out.substr(0, 3000);
   EXPECT_EQ(refused.doc["undone"], true);
   const std::string error = refused.doc["error"].is_string() ? refused.doc["error"].get<std::string>() : "";
