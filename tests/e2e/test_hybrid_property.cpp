@@ -10,9 +10,16 @@
 // consumer object finds each CUDA library in the venv, byte for byte the target major's build, and loses nothing it
 // found before.
 //
+// The second property is `fix`'s own, with its verification on the fakes (tests/fixtures: a fake
+// libcuda, and cuDNN dispatchers that answer cudnnGetVersion and cudnnCreate): torch and the other
+// consumers installed as above, then 2 to 4 of the target major's providers removed by one real
+// `pip uninstall` (the usual cleanup, issue 37). `fix` must end verified after every step, and the
+// same three judges must agree.
+//
 // Each run takes a new seed and prints it; CUDAFIX_HYBRID_SEED=N runs that seed again.
-// CUDAFIX_HYBRID_ROUNDS sets the number of rounds: 6 by default, a CI sample (each round is a
-// dozen pip runs); bench/hybrid_property.sh runs many more.
+// CUDAFIX_HYBRID_ROUNDS sets the number of rounds of the plan property (6 by default) and
+// CUDAFIX_HYBRID_FIX_ROUNDS those of fix's (3 by default): a CI sample, each round a dozen pip
+// runs; bench/hybrid_property.sh runs many more of both.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -115,11 +122,14 @@ class HybridProperty : public ::testing::Test {
     rtc.files[rtc_dir + "/" + nvrtc] = object("nvrtc" + s + ".so", nvrtc, {}, "");
     add(rtc, twelve ? "12.8.93" : "13.0.88", {});
     // The dispatcher and every sub-library it and libcudnn_graph.so.9 dlopen, their RUNPATH naming
-    // the folders of cuBLASLt and NVRTC of their own major (rules/data/knowledge.toml).
+    // the folders of cuBLASLt and NVRTC of their own major (rules/data/knowledge.toml). The
+    // dispatcher is compiled (tests/fixtures/build.sh, verify/hybrid): fix's verification asks it
+    // for its version, which must be its dist's.
     Dist dnn{"cudnn", m, true, "nvidia-cudnn-cu" + s, "", {}};
+    dnn.files["nvidia/cudnn/lib/libcudnn.so.9"] = test::k_fixtures + "/verify/hybrid/cudnn" + s + "/libcudnn.so.9";
     const std::string dnn_path = "$ORIGIN:$ORIGIN/../../" + blas_dir.substr(7) + ":$ORIGIN/../../" + rtc_dir.substr(7);
     for (const char* lib :
-         {"", "_graph", "_ops", "_cnn", "_adv", "_heuristic", "_engines_precompiled", "_engines_runtime_compiled"}) {
+         {"_graph", "_ops", "_cnn", "_adv", "_heuristic", "_engines_precompiled", "_engines_runtime_compiled"}) {
       const std::string soname = fmt::format("libcudnn{}.so.9", lib);
       dnn.files["nvidia/cudnn/lib/" + soname] = object(fmt::format("cudnn{}{}.so", lib, s), soname, {}, dnn_path);
     }
@@ -153,9 +163,66 @@ class HybridProperty : public ::testing::Test {
     throw std::runtime_error("no " + key);
   }
 
-  static test::JsonRun cudafix(const std::string& args, const std::string& venv) {
-    return test::cudafix_json(args + " --venv " + shell_quote(venv) + test::k_no_cache + " --ld-library-path ''");
+  static test::JsonRun cudafix(const std::string& args, const std::string& venv, const std::string& library_path = "") {
+    return test::cudafix_json(args + " --venv " + shell_quote(venv) + test::k_no_cache + " --ld-library-path " +
+                              shell_quote(library_path));
   }
+
+  // One round's venv: the consumers (of the target major) and what pip installs, in its order.
+  struct Round {
+    int target = 0, foreign = 0;
+    std::vector<std::string> consumers;
+    std::vector<const Dist*> installed;  // one pip call each, in this order
+    std::vector<const Dist*> leftovers;  // the foreign major's providers among them
+  };
+
+  // At least one consumer; every target provider and a random non-empty set of the foreign
+  // major's, shuffled, then the consumers.
+  static Round random_round(std::mt19937& rng) {
+    const auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+    Round r;
+    r.target = coin(0.5) ? 12 : 13;
+    r.foreign = 25 - r.target;
+    for (const char* c : {"torch", "cupy", "jax"})
+      if (coin(0.6)) r.consumers.push_back(c);
+    if (r.consumers.empty()) r.consumers.push_back("torch");
+    for (const char* p : k_providers) r.installed.push_back(&dist(p, r.target));
+    for (const char* p : k_providers)
+      if (coin(0.6)) r.leftovers.push_back(&dist(p, r.foreign));
+    if (r.leftovers.empty()) r.leftovers.push_back(&dist("cudnn", r.foreign));
+    r.installed.insert(r.installed.end(), r.leftovers.begin(), r.leftovers.end());
+    std::shuffle(r.installed.begin(), r.installed.end(), rng);
+    for (const auto& c : r.consumers) r.installed.push_back(&dist(c, r.target));
+    return r;
+  }
+
+  static std::string describe(int n, const Round& r) {
+    std::string what = fmt::format("round {}: target CUDA {}; installed in order:", n, r.target);
+    for (const auto* d : r.installed) what += " " + d->name;
+    return what;
+  }
+
+  // A copy of the base venv at `venv` with the round's wheels installed by pip, one at a time,
+  // so the last writer of a shared path owns its bytes.
+  static void make_round_venv(const std::string& venv, const Round& r) {
+    ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(venv)).exit_code, 0);
+    for (const auto* d : r.installed) {
+      const auto ran = test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(d->wheel));
+      ASSERT_EQ(ran.exit_code, 0) << ran.out;
+    }
+  }
+
+  // glibc's answer for every consumer object of the round, by object path.
+  using Listings = std::map<std::string, std::map<std::string, std::optional<std::string>>>;
+  static Listings consumer_listings(const std::string& venv, const Round& r);
+
+  // The three judges that are not the planner: doctor finds no error, `pip check` passes, and
+  // glibc's `ld.so --list` of every consumer object finds each CUDA library in the venv, byte for
+  // byte the target major's build, and loses nothing it found `before`; and the foreign major's
+  // dists are gone.
+  static void judge(const std::string& venv, const Round& r, const Listings& before);
+
+  static constexpr const char* k_providers[] = {"runtime", "nvrtc", "cublas", "cudnn", "nccl"};
 
   static inline TempDir* tmp_ = nullptr;
   static inline std::string links_, elf_, base_;
@@ -201,77 +268,101 @@ void carry_out(const json& plan, const std::string& venv, const std::string& lin
   }
 }
 
-TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAndGlibc) {
-  const char* env_rounds = std::getenv("CUDAFIX_HYBRID_ROUNDS");
-  const int rounds = env_rounds ? std::atoi(env_rounds) : 6;
+HybridProperty::Listings HybridProperty::consumer_listings(const std::string& venv, const Round& r) {
+  const std::string site = test::site_packages(venv);
+  Listings out;
+  for (const auto& c : r.consumers)
+    for (const auto& [arc, src] : dist(c, r.target).files) out[site + "/" + arc] = glibc_list(site + "/" + arc);
+  return out;
+}
+
+void HybridProperty::judge(const std::string& venv, const Round& r, const Listings& before) {
+  // Judge 1: doctor, the same binary but not the planner, finds no error.
+  const auto doctor = cudafix("doctor", venv);
+  EXPECT_EQ(doctor.doc["summary"]["errors"], 0) << doctor.doc["findings"].dump(1).substr(0, 3000);
+  // Judge 2: pip's own resolver metadata check.
+  const auto check = test::venv_pip(venv, "check");
+  EXPECT_EQ(check.exit_code, 0) << check.out;
+  // Judge 3: glibc. Every CUDA library a consumer maps is in the venv and is the target build.
+  std::map<std::string, std::string> expected;  // soname -> the target build's bytes
+  for (const char* p : k_providers)
+    for (const auto& [arc, src] : dist(p, r.target).files) expected[fs::path(arc).filename().string()] = read_all(src);
+  for (const auto& [o, was] : before) {
+    const auto now = glibc_list(o);
+    for (const auto& [soname, path] : was)
+      if (path) {
+        EXPECT_TRUE(now.count(soname) && now.at(soname)) << o << " lost " << soname;
+      }
+    for (const auto& [soname, path] : now) {
+      if (!expected.count(soname)) continue;
+      ASSERT_TRUE(path) << o << ": " << soname << " not found";
+      const std::string real = fs::weakly_canonical(*path).string();
+      EXPECT_TRUE(real.starts_with(fs::weakly_canonical(venv).string() + "/")) << real;
+      EXPECT_TRUE(read_all(real) == expected[soname])
+          << o << ": " << soname << " => " << real << " is not CUDA " << r.target << "'s build";
+    }
+  }
+  // The foreign major's dists are gone.
+  const auto list = test::venv_pip(venv, "list --format json");
+  const auto dists = json::parse(list.out, nullptr, false);
+  ASSERT_FALSE(dists.is_discarded()) << list.out;
+  for (const auto& d : dists)
+    for (const auto* l : r.leftovers) EXPECT_NE(d["name"], l->name) << "still installed";
+}
+
+// The run's seed, printed and recorded: CUDAFIX_HYBRID_SEED, else a new one.
+unsigned property_seed() {
   const char* env_seed = std::getenv("CUDAFIX_HYBRID_SEED");
   const unsigned seed = env_seed ? static_cast<unsigned>(std::strtoul(env_seed, nullptr, 10)) : std::random_device{}();
   std::cout << "seed " << seed << " (run it again: CUDAFIX_HYBRID_SEED=" << seed << ")\n";
-  RecordProperty("seed", std::to_string(seed));
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  return seed;
+}
+
+int rounds_from(const char* variable, int fallback) {
+  const char* set = std::getenv(variable);
+  return set ? std::atoi(set) : fallback;
+}
+
+TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAndGlibc) {
+  const int rounds = rounds_from("CUDAFIX_HYBRID_ROUNDS", 6);
+  const unsigned seed = property_seed();
   SCOPED_TRACE(fmt::format("seed {} (CUDAFIX_HYBRID_SEED={} runs it again)", seed, seed));
   std::mt19937 rng(seed);
   const auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   int reinstalls = 0, removals = 0, installs = 0, pip_uninstalls = 0, foreign_last = 0, applied_by_cudafix = 0;
   for (int round = 0; round < rounds; ++round) {
-    const int target = coin(0.5) ? 12 : 13, foreign = 25 - target;
-    // The consumers, of the target major: at least one.
-    std::vector<std::string> consumers;
-    for (const char* c : {"torch", "cupy", "jax"})
-      if (coin(0.6)) consumers.push_back(c);
-    if (consumers.empty()) consumers.push_back("torch");
-    // Every target provider, and a random non-empty set of the foreign major's.
-    std::vector<const Dist*> installed;
-    for (const char* p : {"runtime", "nvrtc", "cublas", "cudnn", "nccl"}) installed.push_back(&dist(p, target));
-    std::vector<const Dist*> leftovers;
-    for (const char* p : {"runtime", "nvrtc", "cublas", "cudnn", "nccl"})
-      if (coin(0.6)) leftovers.push_back(&dist(p, foreign));
-    if (leftovers.empty()) leftovers.push_back(&dist("cudnn", foreign));
-    installed.insert(installed.end(), leftovers.begin(), leftovers.end());
-    std::shuffle(installed.begin(), installed.end(), rng);
-    for (const auto& c : consumers) installed.push_back(&dist(c, target));
+    const Round r = random_round(rng);
     // Optionally one real `pip uninstall`: a leftover, or a target provider a consumer requires.
     std::optional<std::string> uninstall;
     if (coin(0.45)) {
       std::vector<std::string> choices;
-      for (const auto* d : leftovers) choices.push_back(d->name);
-      if (std::count(consumers.begin(), consumers.end(), "torch"))
-        for (const char* p : {"cudnn", "nccl", "cublas", "nvrtc"}) choices.push_back(dist(p, target).name);
+      for (const auto* d : r.leftovers) choices.push_back(d->name);
+      if (std::count(r.consumers.begin(), r.consumers.end(), "torch"))
+        for (const char* p : {"cudnn", "nccl", "cublas", "nvrtc"}) choices.push_back(dist(p, r.target).name);
       uninstall = choices[rng() % choices.size()];
     }
-    std::string what = fmt::format("round {}: target CUDA {}; installed in order:", round, target);
-    for (const auto* d : installed) what += " " + d->name;
-    if (uninstall) what += "; then pip uninstall " + *uninstall;
-    SCOPED_TRACE(what);
+    SCOPED_TRACE(describe(round, r) + (uninstall ? "; then pip uninstall " + *uninstall : ""));
 
     TempDir t;
     const std::string venv = t.path() + "/venv";
-    ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(venv)).exit_code, 0);
-    // One pip call per wheel, in order, so the last writer of a shared path owns its bytes.
-    for (const auto* d : installed) {
-      const auto r = test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(d->wheel));
-      ASSERT_EQ(r.exit_code, 0) << r.out;
-    }
+    ASSERT_NO_FATAL_FAILURE(make_round_venv(venv, r));
     for (const char* shared : {"cudnn", "nccl"}) {
       const auto last =
-          std::find_if(installed.rbegin(), installed.rend(), [&](const Dist* d) { return d->key == shared; });
-      foreign_last += last != installed.rend() && (*last)->major == foreign;
+          std::find_if(r.installed.rbegin(), r.installed.rend(), [&](const Dist* d) { return d->key == shared; });
+      foreign_last += last != r.installed.rend() && (*last)->major == r.foreign;
     }
     if (uninstall) {
       ASSERT_EQ(test::venv_pip(venv, "uninstall -y -q " + *uninstall).exit_code, 0);
       ++pip_uninstalls;
     }
-    const std::string site = test::site_packages(venv);
-    std::vector<std::string> objects;
-    for (const auto& c : consumers)
-      for (const auto& [arc, src] : dist(c, target).files) objects.push_back(site + "/" + arc);
-    std::map<std::string, std::map<std::string, std::optional<std::string>>> before;
-    for (const auto& o : objects) before[o] = glibc_list(o);
+    const Listings before = consumer_listings(venv, r);
 
     const std::string plan_file = t.path() + "/plan.json";
     const auto plan = cudafix("plan fix --find-links " + shell_quote(links_) + " -o " + shell_quote(plan_file), venv);
     ASSERT_EQ(plan.exit_code, 0) << plan.doc.dump(1).substr(0, 3000);
     ASSERT_TRUE(plan.doc["problem"].is_null()) << plan.doc["problem"];
-    EXPECT_EQ(plan.doc["target"]["cuda_major"], target);
+    EXPECT_EQ(plan.doc["target"]["cuda_major"], r.target);
     for (const auto& st : plan.doc["steps"]) {
       EXPECT_TRUE(st["after_step"]["ok"]) << st.dump(1);
       const std::string action = st["action"];
@@ -287,38 +378,7 @@ TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAn
     } else {
       ASSERT_NO_FATAL_FAILURE(carry_out(plan.doc, venv, links_));
     }
-
-    // Judge 1: doctor, the same binary but not the planner, finds no error.
-    const auto doctor = cudafix("doctor", venv);
-    EXPECT_EQ(doctor.doc["summary"]["errors"], 0) << doctor.doc["findings"].dump(1).substr(0, 3000);
-    // Judge 2: pip's own resolver metadata check.
-    const auto check = test::venv_pip(venv, "check");
-    EXPECT_EQ(check.exit_code, 0) << check.out;
-    // Judge 3: glibc. Every CUDA library a consumer maps is in the venv and is the target build.
-    std::map<std::string, std::string> expected;  // soname -> the target build's bytes
-    for (const char* p : {"runtime", "nvrtc", "cublas", "cudnn", "nccl"})
-      for (const auto& [arc, src] : dist(p, target).files) expected[fs::path(arc).filename().string()] = read_all(src);
-    for (const auto& [o, was] : before) {
-      const auto now = glibc_list(o);
-      for (const auto& [soname, path] : was)
-        if (path) {
-          EXPECT_TRUE(now.count(soname) && now.at(soname)) << o << " lost " << soname;
-        }
-      for (const auto& [soname, path] : now) {
-        if (!expected.count(soname)) continue;
-        ASSERT_TRUE(path) << o << ": " << soname << " not found";
-        const std::string real = fs::weakly_canonical(*path).string();
-        EXPECT_TRUE(real.starts_with(fs::weakly_canonical(venv).string() + "/")) << real;
-        EXPECT_TRUE(read_all(real) == expected[soname])
-            << o << ": " << soname << " => " << real << " is not CUDA " << target << "'s build";
-      }
-    }
-    // The foreign major's dists are gone.
-    const auto list = test::venv_pip(venv, "list --format json");
-    const auto dists = json::parse(list.out, nullptr, false);
-    ASSERT_FALSE(dists.is_discarded()) << list.out;
-    for (const auto& d : dists)
-      for (const auto* l : leftovers) EXPECT_NE(d["name"], l->name) << "still installed";
+    judge(venv, r, before);
   }
   // The rounds exercised every kind of step and both orders of the shared paths.
   if (rounds >= 12) {
@@ -332,6 +392,55 @@ TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAn
   RecordProperty("installs", installs);
   RecordProperty("pip_uninstalls", pip_uninstalls);
   RecordProperty("applied_by_cudafix", applied_by_cudafix);
+}
+
+// Several of the target's providers removed by one real `pip uninstall`, then `fix` with its
+// verification on the fakes: it must end verified after every step of its plan (which also
+// removes the foreign leftovers), and the judges must agree.
+TEST_F(HybridProperty, SeveralProvidersRemovedByOnePipUninstallAreRepairedByAFixVerifiedAfterEveryStep) {
+  const int rounds = rounds_from("CUDAFIX_HYBRID_FIX_ROUNDS", 3);
+  const unsigned seed = property_seed();
+  SCOPED_TRACE(fmt::format("seed {} (CUDAFIX_HYBRID_SEED={} runs it again)", seed, seed));
+  std::mt19937 rng(seed);
+  const std::string fake_driver = test::k_fixtures + "/verify/cuda/ok";
+  int steps_verified = 0;
+  for (int round = 0; round < rounds; ++round) {
+    Round r = random_round(rng);
+    // torch requires every provider, so the removed ones are what pip check asks for again.
+    if (!std::count(r.consumers.begin(), r.consumers.end(), "torch")) {
+      r.consumers.push_back("torch");
+      r.installed.push_back(&dist("torch", r.target));
+    }
+    std::vector<std::string> names;
+    for (const char* p : k_providers) names.push_back(dist(p, r.target).name);
+    std::shuffle(names.begin(), names.end(), rng);
+    names.resize(2 + rng() % 3);
+    std::string uninstall;
+    for (const auto& n : names) uninstall += " " + n;
+    SCOPED_TRACE(describe(round, r) + "; then pip uninstall" + uninstall);
+
+    TempDir t;
+    const std::string venv = t.path() + "/venv";
+    ASSERT_NO_FATAL_FAILURE(make_round_venv(venv, r));
+    const auto removed = test::venv_pip(venv, "uninstall -y -q" + uninstall);
+    ASSERT_EQ(removed.exit_code, 0) << removed.out;
+    const Listings before = consumer_listings(venv, r);
+
+    auto fixed = cudafix("fix -y --find-links " + shell_quote(links_), venv, fake_driver);
+    ASSERT_EQ(fixed.exit_code, 0) << fixed.out.substr(0, 4000);
+    EXPECT_EQ(fixed.doc["verified"], true);
+    EXPECT_EQ(fixed.doc["plan"]["target"]["cuda_major"], r.target);
+    // One verification per step of the plan, each passing.
+    auto& steps = fixed.doc["verification"]["steps"];
+    EXPECT_TRUE(steps.is_array()) << "no verification in fix's JSON: " << fixed.out.substr(0, 2000);
+    EXPECT_EQ(steps.size(), fixed.doc["plan"]["steps"].size()) << steps.dump(1).substr(0, 3000);
+    for (const auto& st : steps) {
+      EXPECT_EQ(st["ok"], true) << st.dump(1).substr(0, 2000);
+      steps_verified += st["ok"] == true;
+    }
+    judge(venv, r, before);
+  }
+  RecordProperty("steps_verified", steps_verified);
 }
 
 }  // namespace
