@@ -508,6 +508,16 @@ std::vector<pr::Problem> verify_problems(const pr::VerifyReport& rep) {
   return out;
 }
 
+// The environment as the probe's real loader will see it: scanned afresh (files just renamed into
+// place are read, not a cache's answer), with the host's ld.so.cache, which the real loader reads
+// whatever --ld-so-cache told the model.
+r::Environment scan_for_probe(const GlobalOptions& g, const r::EnvLayout& layout) {
+  auto opts = scan_options(g);
+  opts.cache_dir.clear();
+  opts.ld_so_cache.reset();
+  return r::scan_environment(layout, opts);
+}
+
 std::string point_summary(const r::Environment& env, const pr::ProbePoint& pt) {
   std::string s = fmt::format("{} of {} libraries open", pt.opened(), pt.libraries.size());
   if (pt.consumer_missing) s += fmt::format(", the rest not yet: {} resolves nowhere", *pt.consumer_missing);
@@ -524,16 +534,14 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
   pr::VerifyOptions vo;
   vo.probe = probe_path();
   if (!checks.skip) {
-    checks.baseline = pr::probe_point(env, knowledge, vo);
+    checks.baseline = pr::probe_point(scan_for_probe(g, layout), knowledge, vo);
     checks.unverified = checks.baseline->no_driver();
     if (!checks.unverified && !g.quiet && !g.json)
       std::cerr << fmt::format("baseline before step 1: {}\n", point_summary(env, *checks.baseline));
   }
   return [&g, &layout, &knowledge, &steps, &t, &checks, vo](std::size_t step) mutable {
     if (checks.skip || checks.unverified) return;
-    auto opts = scan_options(g);
-    opts.cache_dir.clear();  // files just renamed into place: read them, not a cache's answer
-    const r::Environment now = r::scan_environment(layout, opts);
+    const r::Environment now = scan_for_probe(g, layout);
     vo.consumer = checks.baseline->consumer;
     const bool last = step + 1 == steps.size();
     std::set<std::string> changed = t.step_paths(step);
