@@ -23,6 +23,7 @@ struct Tree {
   std::optional<std::string> missing;  // the first library of the consumer's own tree that resolves nowhere
   std::optional<std::string> cudnn;    // the libcudnn it resolves (inside the environment or not)
   std::set<std::string> cudnn_family;  // libraries reached through cuDNN's dlopens
+  std::set<std::string> unresolved;    // what the tree NEEDs or dlopens that resolves nowhere
 };
 
 bool inside(const r::Environment& env, const std::string& real) { return env.site_of(real) != nullptr; }
@@ -39,6 +40,8 @@ void add_libraries(const r::Environment& env, const r::Process& p, std::size_t f
                    std::set<std::string>& seen, bool through_cudnn) {
   for (std::size_t i = from; i < p.objects.size(); ++i) {
     const std::string& real = p.objects[i].real;
+    for (const auto& res : p.objects[i].needed)
+      if (!res.found()) tree.unresolved.insert(res.name);
     if (!inside(env, real) || !seen.insert(real).second) continue;
     if (tree.libraries.size() < k_max_opened) tree.libraries.push_back(real);
     if (through_cudnn) tree.cudnn_family.insert(real);
@@ -63,7 +66,10 @@ Tree consumer_tree(const r::Environment& env, const r::Knowledge& knowledge, Pre
     if (object == nullptr) continue;
     const bool through_cudnn = loader == tree.cudnn || tree.cudnn_family.count(loader) > 0;
     for (const auto& d : r::resolve_dlopens(env, knowledge, *object)) {
-      if (!d.resolution.found()) continue;
+      if (!d.resolution.found()) {
+        tree.unresolved.insert(d.resolution.name);
+        continue;
+      }
       const std::string real = r::real_path_of(*d.resolution.path);
       if (seen.count(real) > 0) continue;
       const std::size_t from = p.process.objects.size();
@@ -210,11 +216,11 @@ void regressions(const r::Environment& env, const ProbePoint& baseline, const Pr
     const auto it = found.find(soname);
     const std::string was = describe_file(env, before);
     if (it == found.end()) {
-      const bool still_tried = std::any_of(now.libraries.begin(), now.libraries.end(),
-                                           [&](const LibraryOpen& l) { return l.soname == soname; });
-      if (!still_tried)
+      // Asked for still (a loader whose bytes changed may ask for another name: cuDNN for CUDA 12
+      // dlopens libcublasLt.so.12), and resolving nowhere.
+      if (now.unresolved.count(soname) > 0)
         out.push_back({"loads " + soname, fmt::format("from {}, or another file of the environment", was),
-                       "loaded by nothing: the consumer's tree no longer reaches it", {before}});
+                       "it resolves nowhere now", {before}});
       continue;
     }
     if (it->second == before) continue;
@@ -251,6 +257,7 @@ ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge,
   Tree tree;
   if (pt.consumer && env.object(*pt.consumer) != nullptr) tree = consumer_tree(env, knowledge, p, *pt.consumer, o.cudnn_soname);
   pt.consumer_missing = tree.missing;
+  pt.unresolved = tree.unresolved;
   for (const auto& path : tree.libraries) pt.libraries.push_back(predict_open(env, p, path));
 
   ProbeCommand cmd;

@@ -61,6 +61,7 @@ struct ProbePoint {
   std::optional<std::string> consumer;
   std::optional<std::string> consumer_missing;  // the model: the first library of its tree that resolves nowhere
   std::vector<LibraryOpen> libraries;           // in the order opened
+  std::set<std::string> unresolved;             // sonames the tree NEEDs or dlopens that resolve nowhere
   std::optional<std::string> cudnn;             // the libcudnn the consumer resolves, whose stages ran
   std::optional<std::string> cudnn_skipped;     // why its stages did not run
   std::optional<long long> cudnn_version;
