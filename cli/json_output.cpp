@@ -285,8 +285,12 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
   }
   w.end_array();
   w.key("checks").begin_array();
-  for (const auto& c : rep.checks)
-    w.begin_object().key("check").value(c.check).key("ok").value(c.ok).key("detail").value(c.detail).end_object();
+  for (const auto& c : rep.checks) {
+    w.begin_object().key("check").value(c.check).key("ok").value(c.ok).key("detail").value(c.detail);
+    optional_string(w, "expected", c.ok || c.expected.empty() ? std::nullopt : std::optional<std::string>(c.expected));
+    optional_string(w, "found", c.ok || c.expected.empty() ? std::nullopt : std::optional<std::string>(c.found));
+    w.end_object();
+  }
   w.end_array();
   w.key("diagnosis").begin_array();
   for (const auto& e : rep.diagnosis)

@@ -381,9 +381,13 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
   for (const auto& s : rep.skipped) out += fmt::format("  {} {:>9}  {}: {}\n", st.dim("skip "), "-", s.stage, s.why);
   if (!rep.checks.empty()) {
     out += st.bold("checks") + "\n";
-    for (const auto& c : rep.checks)
+    for (const auto& c : rep.checks) {
       out += fmt::format("  {} {}: {}\n", c.ok ? st.good("ok  ") : st.bad("FAIL"), c.check,
                          printable(c.detail, k_line_limit));
+      if (!c.ok && !c.expected.empty())
+        out += fmt::format("       expected {}\n       found    {}\n", printable(c.expected, k_line_limit),
+                           printable(c.found, k_line_limit));
+    }
   }
   std::string files;
   for (const auto& f : rep.loaded) {

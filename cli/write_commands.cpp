@@ -876,7 +876,10 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
                                            o.no_verify         ? ", not verified (--no-verify)"
                                            : checks.unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
                                                                : ", each verified on the GPU");
-  report_done(g, out, "apply", t, text_out, keep, {{"steps", said}, {"verified", !o.no_verify && !checks.unverified}});
+  report_done(g, out, "apply", t, text_out, keep,
+              {{"steps", said},
+               {"verified", !o.no_verify && !checks.unverified},
+               {"verification", verification_json(env, checks)}});
   return checks.unverified ? 4 : 0;
 }
 
@@ -917,7 +920,11 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
                           o.no_verify         ? ", not verified (--no-verify)"
                           : checks.unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
                                               : ", verified on the GPU"),
-              keep, {{"installed", labels}, {"files", files}, {"verified", !o.no_verify && !checks.unverified}});
+              keep,
+              {{"installed", labels},
+               {"files", files},
+               {"verified", !o.no_verify && !checks.unverified},
+               {"verification", verification_json(env, checks)}});
   return checks.unverified ? 4 : 0;
 }
 
