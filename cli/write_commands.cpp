@@ -503,8 +503,10 @@ std::vector<pr::Problem> verify_problems(const pr::VerifyReport& rep) {
   }
   for (const auto& c : rep.checks)
     if (!c.ok)
-      out.push_back({c.check + " (the whole tree)", c.expected.empty() ? std::string("it passes") : c.expected,
-                     c.found.empty() ? c.detail : c.found, {}});
+      out.push_back({c.check + " (the whole tree)",
+                     c.expected.empty() ? std::string("it passes") : c.expected,
+                     c.found.empty() ? c.detail : c.found,
+                     {}});
   return out;
 }
 
@@ -548,7 +550,7 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
     if (last)
       for (std::size_t k = 0; k < step; ++k) changed.merge(t.step_paths(k));
     StepChecks::Step result{step, steps[step], pr::probe_point(now, knowledge, vo), {}};
-    result.judgement = pr::judge_step(now, *checks.baseline, result.point, changed);
+    result.judgement = pr::judge_step(now, *checks.baseline, result.point, changed, last);
     if (last) {
       pr::VerifyOptions whole;
       whole.probe = vo.probe;
@@ -635,12 +637,8 @@ std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
   } catch (const r::Error& e) {
     if (!checks.failed) throw;
     if (g.json)
-      out << nlohmann::json{{"schema", 1},
-                            {"command", command},
-                            {"transaction", t.id()},
-                            {"undone", true},
-                            {"error", e.what()},
-                            {"verification", verification_json(env, checks)}}
+      out << nlohmann::json{{"schema", 1},    {"command", command}, {"transaction", t.id()},
+                            {"undone", true}, {"error", e.what()},  {"verification", verification_json(env, checks)}}
                  .dump()
           << '\n';
     std::cerr << fmt::format("cudafix: {}\n", printable_lines(e.what()));

@@ -48,8 +48,8 @@ void add_libraries(const r::Environment& env, const r::Process& p, std::size_t f
   }
 }
 
-Tree consumer_tree(const r::Environment& env, const r::Knowledge& knowledge, Prediction& p,
-                   const std::string& consumer, const std::string& cudnn_soname) {
+Tree consumer_tree(const r::Environment& env, const r::Knowledge& knowledge, Prediction& p, const std::string& consumer,
+                   const std::string& cudnn_soname) {
   Tree tree;
   std::set<std::string> seen;
   p.process.begin_trial();
@@ -151,8 +151,8 @@ void stage_problems(const ProbePoint& pt, const std::optional<std::string>& libc
       found = s.detail;
     out.push_back({stage_label(s), s.code ? "returns 0" : "succeeds", found, files});
   }
-  if (!pt.records.finished && std::all_of(pt.records.stages.begin(), pt.records.stages.end(),
-                                          [](const StageRecord& s) { return s.ended; }))
+  if (!pt.records.finished &&
+      std::all_of(pt.records.stages.begin(), pt.records.stages.end(), [](const StageRecord& s) { return s.ended; }))
     out.push_back({"the probe", "runs to its end", pt.verdict.message, {}});
 }
 
@@ -162,8 +162,10 @@ void open_problems(const r::Environment& env, const std::vector<LibraryOpen>& li
     if (!lib.missing && !lib.opened)
       out.push_back({check, "opens: every library it NEEDs resolves", "dlopen failed: " + lib.error, {lib.path}});
     else if (lib.missing && lib.opened)
-      out.push_back(
-          {check, fmt::format("fails: {} resolves nowhere", *lib.missing), "it opened: the real loader found it", {lib.path}});
+      out.push_back({check,
+                     fmt::format("fails: {} resolves nowhere", *lib.missing),
+                     "it opened: the real loader found it",
+                     {lib.path}});
   }
 }
 
@@ -206,8 +208,10 @@ void regressions(const r::Environment& env, const ProbePoint& baseline, const Pr
     const auto n = std::find_if(now.libraries.begin(), now.libraries.end(),
                                 [&](const LibraryOpen& l) { return l.path == b.path; });
     if (n != now.libraries.end() && !n->opened && n->missing)
-      out.push_back({"opens " + env.display(b.path), "opens, as it did before the step",
-                     fmt::format("it cannot: {} resolves nowhere", *n->missing), {b.path}});
+      out.push_back({"opens " + env.display(b.path),
+                     "opens, as it did before the step",
+                     fmt::format("it cannot: {} resolves nowhere", *n->missing),
+                     {b.path}});
   }
   std::map<std::string, std::string> found;
   for (const auto& f : now.loaded)
@@ -219,24 +223,32 @@ void regressions(const r::Environment& env, const ProbePoint& baseline, const Pr
       // Asked for still (a loader whose bytes changed may ask for another name: cuDNN for CUDA 12
       // dlopens libcublasLt.so.12), and resolving nowhere.
       if (now.unresolved.count(soname) > 0)
-        out.push_back({"loads " + soname, fmt::format("from {}, or another file of the environment", was),
-                       "it resolves nowhere now", {before}});
+        out.push_back({"loads " + soname,
+                       fmt::format("from {}, or another file of the environment", was),
+                       "it resolves nowhere now",
+                       {before}});
       continue;
     }
     if (it->second == before) continue;
     if (!inside(env, it->second))
-      out.push_back({"loads " + soname, fmt::format("from the environment ({}, as before the step)", was),
-                     "from " + describe_file(env, it->second) + ", outside it", {before, it->second}});
+      out.push_back({"loads " + soname,
+                     fmt::format("from the environment ({}, as before the step)", was),
+                     "from " + describe_file(env, it->second) + ", outside it",
+                     {before, it->second}});
     else if (changed.count(before) == 0 && changed.count(it->second) == 0)
-      out.push_back({"loads " + soname, fmt::format("from {}, as before the step", was),
-                     "from " + describe_file(env, it->second) + ", which the step did not write", {before, it->second}});
+      out.push_back({"loads " + soname,
+                     fmt::format("from {}, as before the step", was),
+                     "from " + describe_file(env, it->second) + ", which the step did not write",
+                     {before, it->second}});
   }
   const bool cudnn_passed = baseline.cudnn && baseline.cudnn_version &&
                             std::none_of(baseline.problems.begin(), baseline.problems.end(),
                                          [](const Problem& p) { return p.check.rfind("cudnn", 0) == 0; });
   if (cudnn_passed && !now.cudnn)
-    out.push_back({"cuDNN", "its version and a handle on every device checked, as before the step",
-                   "not checked: " + now.cudnn_skipped.value_or("?"), {*baseline.cudnn}});
+    out.push_back({"cuDNN",
+                   "its version and a handle on every device checked, as before the step",
+                   "not checked: " + now.cudnn_skipped.value_or("?"),
+                   {*baseline.cudnn}});
 }
 
 }  // namespace
@@ -251,11 +263,12 @@ std::size_t ProbePoint::opened() const {
 ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge, const VerifyOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   ProbePoint pt;
-  pt.consumer = o.consumer ? std::optional<std::string>(r::real_path_of(*o.consumer))
-                           : cudnn_consumer(env, o.cudnn_soname);
+  pt.consumer =
+      o.consumer ? std::optional<std::string>(r::real_path_of(*o.consumer)) : cudnn_consumer(env, o.cudnn_soname);
   Prediction p = probe_process(env, o.probe);
   Tree tree;
-  if (pt.consumer && env.object(*pt.consumer) != nullptr) tree = consumer_tree(env, knowledge, p, *pt.consumer, o.cudnn_soname);
+  if (pt.consumer && env.object(*pt.consumer) != nullptr)
+    tree = consumer_tree(env, knowledge, p, *pt.consumer, o.cudnn_soname);
   pt.consumer_missing = tree.missing;
   pt.unresolved = tree.unresolved;
   for (const auto& path : tree.libraries) pt.libraries.push_back(predict_open(env, p, path));
@@ -266,8 +279,9 @@ ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge,
   cmd.env = environment_with_library_path(env.loader->config().ld_library_path);
   for (const auto& lib : pt.libraries) cmd.args.insert(cmd.args.end(), {"--open", lib.path});
   if (!tree.cudnn) {
-    pt.cudnn_skipped = pt.consumer ? fmt::format("{} resolves nowhere for {}", o.cudnn_soname, env.display(*pt.consumer))
-                                   : fmt::format("no library of the environment NEEDs {}", o.cudnn_soname);
+    pt.cudnn_skipped = pt.consumer
+                           ? fmt::format("{} resolves nowhere for {}", o.cudnn_soname, env.display(*pt.consumer))
+                           : fmt::format("no library of the environment NEEDs {}", o.cudnn_soname);
   } else if (auto why = cudnn_blocked(env, pt.libraries, tree)) {
     pt.cudnn_skipped = why;
   } else {
@@ -302,16 +316,26 @@ ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge,
 }
 
 StepJudgement judge_step(const r::Environment& env, const ProbePoint& baseline, const ProbePoint& now,
-                         const std::set<std::string>& changed) {
+                         const std::set<std::string>& changed, bool last) {
   StepJudgement j;
+  // Once no step is left to bring what they lack, the libraries the transaction wrote must open.
+  if (last)
+    for (const auto& lib : now.libraries)
+      if (lib.missing && touches({"", "", "", {lib.path}}, changed))
+        j.failures.push_back({"opens " + env.display(lib.path),
+                              "opens: the transaction wrote it, and no step is left",
+                              fmt::format("it cannot: {} resolves nowhere", *lib.missing),
+                              {lib.path}});
   for (const auto& p : now.problems) {
     const bool before = std::find(baseline.problems.begin(), baseline.problems.end(), p) != baseline.problems.end();
     (before && !touches(p, changed) ? j.excused : j.failures).push_back(p);
   }
   std::vector<Problem> worse;
   regressions(env, baseline, now, changed, worse);
+  // One failure per check: a library that cannot open is said once, however many rules see it.
   for (auto& p : worse)
-    if (std::find(j.failures.begin(), j.failures.end(), p) == j.failures.end()) j.failures.push_back(std::move(p));
+    if (std::none_of(j.failures.begin(), j.failures.end(), [&](const Problem& f) { return f.check == p.check; }))
+      j.failures.push_back(std::move(p));
   return j;
 }
 

@@ -85,8 +85,9 @@ struct StepJudgement {
 };
 
 // `now` against `baseline`; `changed`: the realpaths the step (for the last step, the whole
-// transaction) wrote, moved aside or made.
+// transaction) wrote, moved aside or made. `last`: no step is left, so a library the transaction
+// wrote that cannot open fails it too.
 [[nodiscard]] StepJudgement judge_step(const resolver::Environment& env, const ProbePoint& baseline,
-                                       const ProbePoint& now, const std::set<std::string>& changed);
+                                       const ProbePoint& now, const std::set<std::string>& changed, bool last);
 
 }  // namespace cudafix::installer::probe

@@ -10,6 +10,7 @@
 
 #include "resolver/base/text.hpp"
 #include "resolver/pep/pep440.hpp"
+#include "resolver/plan/provenance.hpp"
 
 namespace cudafix::installer::probe {
 namespace r = cudafix::resolver;
@@ -162,7 +163,8 @@ Check loaded_files_check(const r::Environment& env, const std::vector<LoadedFile
     bad.push_back(f.path ? fmt::format("{}: loaded {}, predicted {}", f.soname, describe_file(env, *f.path),
                                        describe_file(env, *f.predicted))
                          : fmt::format("{}: predicted {}, never loaded", f.soname, describe_file(env, *f.predicted)));
-    c.expected += fmt::format("{}{} from {}", c.expected.empty() ? "" : "; ", f.soname, describe_file(env, *f.predicted));
+    c.expected +=
+        fmt::format("{}{} from {}", c.expected.empty() ? "" : "; ", f.soname, describe_file(env, *f.predicted));
     c.found += fmt::format("{}{} {}", c.found.empty() ? "" : "; ", f.soname,
                            f.path ? "from " + describe_file(env, *f.path) : std::string("never loaded"));
   }
@@ -200,7 +202,12 @@ Check cudnn_version_check(const r::Environment& env, long long version, const st
   const std::string got = fmt::format("cudnnGetVersion() = {} from {}", version, describe_file(env, loaded));
   std::optional<long long> want;
   std::string because;
-  for (int owner : env.owners_of(real)) {
+  // Two dists listing the path (cuDNN 12 and 13 both write nvidia/cudnn/lib): the one whose
+  // RECORD hash the bytes match installed them.
+  auto owners = env.owners_of(real);
+  if (owners.size() > 1)
+    if (auto whose = r::whose_bytes(env, real, owners); whose.size() == 1) owners = whose;
+  for (int owner : owners) {
     const auto& d = env.dists[static_cast<std::size_t>(owner)];
     if ((want = cudnn_version_number(d.version))) {
       because = fmt::format("{} {} installed it", d.name, d.version);
@@ -422,11 +429,11 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
   const auto* loaded_stage = find_stage(rep.records, rep.consumer ? "dlopen consumer" : "dlopen cuDNN");
   rep.loaded = compare_loaded(rep.records, prediction, knowledge, loaded_stage && loaded_stage->ok);
   rep.checks.push_back(loaded_files_check(env, rep.loaded));
-  const auto cudnn_loaded = std::find_if(rep.loaded.begin(), rep.loaded.end(), [&](const LoadedFile& f) {
-    return f.soname == o.cudnn_soname && f.path;
-  });
+  const auto cudnn_loaded = std::find_if(rep.loaded.begin(), rep.loaded.end(),
+                                         [&](const LoadedFile& f) { return f.soname == o.cudnn_soname && f.path; });
   if (rep.cudnn_version && cudnn_loaded != rep.loaded.end())
-    rep.checks.push_back(cudnn_version_check(env, *rep.cudnn_version, *cudnn_loaded->path, o.cudnn_soname, rep.consumer));
+    rep.checks.push_back(
+        cudnn_version_check(env, *rep.cudnn_version, *cudnn_loaded->path, o.cudnn_soname, rep.consumer));
   if (auto c = nccl_version_check(env, rep)) rep.checks.push_back(*c);
   const HostFacts host = gather_host_facts(env.loader->config().ld_library_path);
   if (rep.driver_version && rep.runtime_major) rep.checks.push_back(driver_check(rep, knowledge, host));

@@ -105,9 +105,8 @@ struct Prediction {
 
 // The cuDNN check: cudnnGetVersion() of the libcudnn at `loaded` against the version the dist
 // that installed it means (or, for one outside the environment, the consumer's pin).
-[[nodiscard]] Check cudnn_version_check(const resolver::Environment& env, long long version,
-                                        const std::string& loaded, const std::string& soname,
-                                        const std::optional<std::string>& consumer);
+[[nodiscard]] Check cudnn_version_check(const resolver::Environment& env, long long version, const std::string& loaded,
+                                        const std::string& soname, const std::optional<std::string>& consumer);
 
 // cuDNN's version number for a dist version: "9.19.0.56" -> 91900 (cuDNN 9 and later:
 // major*10000 + minor*100 + patch; cuDNN 8: major*1000 + minor*100 + patch).

@@ -113,7 +113,7 @@ const Wheels& wheels() {
 }
 
 // A fresh venv with every wheel installed by pip (make_venv copies the first one it made), then
-// the first `removed` of k_removable taken out by one real `pip uninstall`.
+// the first `removed` of k_removable taken out by one real `pip uninstall` (none: a healthy venv).
 std::string broken_venv(const TempDir& t, int removed) {
   const std::string venv = t.path() + "/venv";
   test::make_venv(venv, wheels().installed);
@@ -121,6 +121,7 @@ std::string broken_venv(const TempDir& t, int removed) {
   EXPECT_EQ(check.exit_code, 0) << "the venv before the uninstall: " << check.out;
   std::string names;
   for (int i = 0; i < removed; ++i) names += " " + k_removable[static_cast<std::size_t>(i)];
+  if (removed == 0) return venv;
   const auto r = test::venv_pip(venv, "uninstall -y -q" + names);
   EXPECT_EQ(r.exit_code, 0) << r.out;
   return venv;
@@ -226,6 +227,32 @@ TEST(MultiFixWrongRelease, AWrongReleaseCudnnWheelIsRefusedAtItsStepNamingBothVe
   EXPECT_THAT(error, HasSubstr("91900"));
   const std::string now = test::tree_of(venv);
   EXPECT_EQ(now, broken) << test::tree_diff(broken, now);
+}
+
+// A step can break what worked without the consumer noticing: an install whose cuDNN sub-library
+// NEEDs a library found nowhere leaves torch's whole tree loading (cuDNN opens its sub-libraries
+// only when used), yet cuDNN, checked at the baseline, can no longer be. The install is refused
+// against the baseline, naming the sub-library and what it lacks, and the venv is as before.
+TEST(MultiFixWorseThanBefore, AnInstallThatBreaksCudnnsSubLibraryIsRefusedAgainstTheBaseline) {
+  TempDir t;
+  const std::string venv = broken_venv(t, 0);
+  const std::string before = test::tree_of(venv);
+  auto w = cudnn_wheel("cudnn91900");
+  for (auto& [arc, src] : w.files)
+    if (arc.ends_with("libcudnn_graph.so.9")) src = k_multi + "/graph_needs_nowhere/libcudnn_graph.so.9";
+  const std::string wheel = build(t.path(), w);
+  auto r = cudafix("install -y " + shell_quote(wheel) + " --ld-library-path " + shell_quote(k_fake_cuda), venv);
+  EXPECT_EQ(r.exit_code, 1) << r.out.substr(0, 3000);
+  const std::string error = r.doc["error"].is_string() ? r.doc["error"].get<std::string>() : "";
+  EXPECT_THAT(error, HasSubstr("nvidia-cudnn-cu13 9.19.0.56) failed"));
+  EXPECT_THAT(error, HasSubstr("nvidia/cudnn/lib/libcudnn_graph.so.9"));
+  EXPECT_THAT(error, HasSubstr("libnowhere.so.1"));
+  EXPECT_THAT(error, HasSubstr("as before the step"));
+  const auto& v = r.doc["verification"];
+  ASSERT_TRUE(v.is_object()) << r.out.substr(0, 2000);
+  EXPECT_EQ(v["baseline"]["cudnn_version"], 91900) << v["baseline"].dump(1).substr(0, 2000);
+  const std::string now = test::tree_of(venv);
+  EXPECT_EQ(now, before) << test::tree_diff(before, now);
 }
 
 }  // namespace
