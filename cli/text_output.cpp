@@ -70,12 +70,6 @@ std::vector<std::string> grouped_evidence(const std::vector<std::string>& lines)
   return out;
 }
 
-// "and"-joined names: "a and b", "a, b and c".
-std::string and_list(const std::vector<std::string>& names) {
-  if (names.size() < 2) return names.empty() ? "" : names.front();
-  return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
-}
-
 // The paths several dists list, one line per owner set and the folder its paths share (a pair of
 // CUDA 12 and 13 wheels lists dozens of the same headers and libraries): "45 paths under
 // nvidia/nccl/ are listed by both ...". -v lists every path.
@@ -148,6 +142,11 @@ void tree_lines(const r::Environment& env, const r::NeededNode& n, const Style& 
 }
 
 }  // namespace
+
+std::string and_list(const std::vector<std::string>& names) {
+  if (names.size() < 2) return names.empty() ? "" : names.front();
+  return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
+}
 
 std::string Style::bold(std::string_view s) const { return paint(color, "1", s); }
 std::string Style::bad(std::string_view s) const { return paint(color, "1;31", s); }

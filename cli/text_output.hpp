@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "installer/probe/verify.hpp"
 #include "resolver/env/environment.hpp"
@@ -26,6 +27,8 @@ struct Style {
   [[nodiscard]] std::string dim(std::string_view s) const;
 };
 
+// "and"-joined names: "a and b", "a, b and c".
+[[nodiscard]] std::string and_list(const std::vector<std::string>& names);
 [[nodiscard]] std::string reason_label(const resolver::Environment& env, const resolver::Resolution& r);
 [[nodiscard]] std::string scan_text(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                     const Style& style);
