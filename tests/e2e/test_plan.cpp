@@ -906,6 +906,40 @@ TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndNamesTheFindingItLeaves) {
   EXPECT_THAT(text.out, HasSubstr("        next: " + left["next_step"].get<std::string>() + "\n"));
 }
 
+// An error outside fix's scope (the /usr case: a requirement of a dist that provides no CUDA
+// library, on a real pip venv): fix has no step, and says so rather than "nothing to do": the
+// finding, with doctor's next step, in text and in JSON; nothing is written.
+TEST(FixLeaves, ARequirementErrorNoStepRepairsIsNamedWithItsNextStepAndNothingChanges) {
+  TempDir t;
+  test::write_file(t.path() + "/init.py", "x = 1\n");
+  const std::string wheel =
+      test::make_wheel(t.path(), "needy 1.0 needy/__init__.py=" + t.path() + "/init.py --requires 'absentdep>=2'");
+  const std::string v = t.path() + "/venv";
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(v, {wheel}));
+  const std::string before = test::tree_of(v);
+  const std::string args = " --venv " + shell_quote(v) + k_no_cache + " --ld-library-path ''";
+  const auto text =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " fix -y --color never" + args + " </dev/null 2>&1");
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_THAT(text.out, ::testing::Not(HasSubstr("nothing to do"))) << text.out;
+  EXPECT_THAT(text.out, HasSubstr("fix has no step for " + v + " (doctor: 1 error (unsatisfied-requirement)"));
+  EXPECT_THAT(text.out, HasSubstr("error[unsatisfied-requirement] #1 needy 1.0 requires absentdep>=2, which is not "
+                                  "installed\n    next: pip install 'absentdep>=2'\n"));
+  for (const char* flags : {"fix -y", "fix --dry-run"}) {
+    const auto j = test::cudafix_json(flags + args);
+    EXPECT_EQ(j.exit_code, 0) << flags << ": " << j.out;
+    EXPECT_EQ(j.doc["changed"], false) << flags;
+    std::vector<json> errors;
+    for (const auto& f : j.doc["left"])
+      if (f["severity"] == "error") errors.push_back(f);
+    ASSERT_EQ(errors.size(), 1u) << flags << ": " << j.doc["left"].dump(1);
+    EXPECT_EQ(errors[0]["rule"], "unsatisfied-requirement");
+    EXPECT_EQ(errors[0]["message"], "needy 1.0 requires absentdep>=2, which is not installed");
+    EXPECT_EQ(errors[0]["next_step"], "pip install 'absentdep>=2'");
+  }
+  EXPECT_EQ(test::tree_of(v), before) << test::tree_diff(before, test::tree_of(v));
+}
+
 // Where no GPU driver can be loaded, fix does the work and says it could not verify it: exit 4.
 TEST_F(PlanFix, FixWithoutADriverIsDoneButUnverifiedAndExits4) {
   if (host_has_a_gpu_driver()) GTEST_SKIP() << "a GPU driver is installed: the no-driver exit code cannot be seen";
