@@ -85,10 +85,6 @@ NextStep next_step_after_fix(const r::Environment& env, std::set<std::string> wr
   };
 }
 
-std::string count_of(int n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
 // Each line of `text` but the empty ones, indented by `by` spaces.
 std::string indented(const std::string& text, std::size_t by) {
   std::string out;
@@ -194,7 +190,8 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   summary += fmt::format("  before: {}\n  after:  {}\n", health_text(before), health_text(after));
   if (const int left = after.errors + after.warnings; left > 0)
     // Without colour: the summary goes out through printable_lines, which would escape it.
-    summary += fmt::format("  left: {} that fix does not repair:\n{}", count_of(left, "finding", "findings"),
+    summary += fmt::format("  left: {} that fix does not repair:\n{}",
+                           count_of(static_cast<std::size_t>(left), "finding", "findings"),
                            indented(findings_left_text(after.report, next, Style{false, st.verbose}), 4));
   if (o.no_verify)
     summary += "  not verified (--no-verify)\n";

@@ -143,6 +143,10 @@ void tree_lines(const r::Environment& env, const r::NeededNode& n, const Style& 
 
 }  // namespace
 
+std::string count_of(std::size_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
 std::string and_list(const std::vector<std::string>& names) {
   if (names.size() < 2) return names.empty() ? "" : names.front();
   return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
@@ -488,8 +492,11 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
 }
 
 std::string findings_left_text(const rules::DoctorReport& report, const NextStep& next, const Style& st) {
+  // Errors and warnings only, as findings_left_json has them, -v or not.
+  rules::DoctorReport left = report;
+  std::erase_if(left.findings, [](const rules::Finding& f) { return f.severity == rules::Severity::info; });
   std::string out;
-  findings_lines(report, st, next, out);
+  findings_lines(left, st, next, out);
   return out;
 }
 
@@ -511,10 +518,6 @@ std::string rules_text(const std::map<std::string, rules::RuleSettings>& setting
 }
 
 namespace {
-
-std::string count_of(std::size_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
 
 std::string deletion_summary(const r::Deletion& d) {
   return fmt::format("{} and {}", count_of(d.files.size(), "file", "files"),

@@ -27,6 +27,8 @@ struct Style {
   [[nodiscard]] std::string dim(std::string_view s) const;
 };
 
+// "1 file", "2 files".
+[[nodiscard]] std::string count_of(std::size_t n, std::string_view one, std::string_view many);
 // "and"-joined names: "a and b", "a, b and c".
 [[nodiscard]] std::string and_list(const std::vector<std::string>& names);
 [[nodiscard]] std::string reason_label(const resolver::Environment& env, const resolver::Resolution& r);
