@@ -8,6 +8,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -788,8 +790,21 @@ TEST_F(HybridCuda12Torch, ApplyCarriesOutTheSavedPlanAndRollbackUndoesItByteForB
   const std::string plan_file = t.path() + "/plan.json";
   const auto plan = run("plan fix --find-links " + shell_quote(links_) + " -o " + shell_quote(plan_file), venv);
   ASSERT_EQ(plan.exit_code, 0) << plan.doc["problem"];
+  // Each step's name respelled as a wheel file escapes it (NVIDIA_CUDNN_CU12): apply binds it all
+  // the same, and names every step as pip list does, by the dist's METADATA Name.
+  json doc = json::parse(resolver::read_file(plan_file));
+  std::vector<std::string> as_pip_names_them;
+  for (auto& st : doc["steps"]) {
+    std::string name = st["name"];
+    as_pip_names_them.push_back(st["action"].get<std::string>() + " " + name + " " + st["version"].get<std::string>());
+    std::replace(name.begin(), name.end(), '-', '_');
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::toupper(c); });
+    st["name"] = name;
+  }
+  test::write_file(plan_file, doc.dump());
   const auto applied = run("apply " + shell_quote(plan_file) + " -y --no-verify", venv);
   ASSERT_EQ(applied.exit_code, 0) << applied.out;
+  EXPECT_EQ(applied.doc["steps"], json(as_pip_names_them));
   EXPECT_EQ(applied.doc["verified"], false);
   // doctor finds no mixed majors and no shared paths left (this fixture's fake dispatcher has no
   // RUNPATH for its sub-libraries: that error is the fixture's, before and after); pip sees the
