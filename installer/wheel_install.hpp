@@ -7,9 +7,9 @@
 // is there); on top of it, each refusal naming the member (uv's list after CVE-2025-54368,
 // pypa/installer's validate_record):
 //   the wheel: one `NAME-VERSION.dist-info` whose name and version are the file name's, METADATA
-//     (with a Name that is the folder's name, normalised) WHEEL (Wheel-Version major 1) and RECORD in it, each at most
-//     zip::k_max_metadata (16 MiB, as entry_points.txt: the members read whole, refused by name before they are
-//     inflated),
+//     (its Name the folder's name, normalised), WHEEL (Wheel-Version major 1) and RECORD in it,
+//     each at most zip::k_max_metadata (16 MiB, as entry_points.txt: the members read whole,
+//     refused by name before they are inflated),
 //     `.data/<scheme>` only purelib, platlib, scripts, headers or data;
 //   targets: no two members landing on one file (`a/x` and `.data/purelib/a/x`; every target
 //     compared again once the environment's layout is known), none outside the environment, none
