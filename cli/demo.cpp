@@ -43,11 +43,12 @@ std::string lines_with(const std::string& text, std::initializer_list<std::strin
   return out;
 }
 
-// What `pip uninstall -y DIST` deletes, as plan remove models it (pip's own rules, checked
-// against real pip by the tests), deleted here: the demo's environment has no interpreter.
-std::size_t uninstall_as_pip_does(const GlobalOptions& g, const std::string& dist) {
+// What `pip uninstall -y DIST...` deletes, as plan remove models it (pip's own rules, one dist
+// after another, checked against real pip by the tests), deleted here: the demo's environment
+// has no interpreter.
+std::size_t uninstall_as_pip_does(const GlobalOptions& g, const std::vector<std::string>& dists) {
   const auto& [env, knowledge, settings] = scan_kept(g);
-  const auto plan = r::plan_removal(env, knowledge, dists_named(env, {dist}), g.threads);
+  const auto plan = r::plan_removal(env, knowledge, dists_named(env, dists), g.threads);
   for (const auto& f : plan.pip.deletion.files) std::filesystem::remove(f);
   for (auto it = plan.pip.deletion.dirs.rbegin(); it != plan.pip.deletion.dirs.rend(); ++it)
     std::filesystem::remove_all(*it);
@@ -111,40 +112,49 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
     return rc;
   };
   const std::string venv_arg = "--venv " + dir;
-  // The wheel the repair installs from, packed from the installed files while they are whole.
+  // The CUDA 12 leftovers the user cleans up at once, and the CUDA 13 providers that cleanup
+  // breaks, since each pair lists the same files.
+  const std::vector<std::string> leftovers = {"nvidia-cudnn-cu12", "nvidia-nccl-cu12", "nvidia-cusparselt-cu12"};
+  const std::vector<std::string> broken = {"nvidia-cudnn-cu13", "nvidia-nccl-cu13", "nvidia-cusparselt-cu13"};
+  // The wheels the repair installs from, packed from the installed files while they are whole.
   const std::string wheels = dir + "/demo-wheels";
   std::filesystem::create_directories(wheels);
-  std::string wheel;
+  std::vector<std::string> packed;
   {
     const auto& scanned = scan_kept(sub);
-    const auto cu13 = scanned.env.dist_index("nvidia-cudnn-cu13");
-    if (!cu13) throw r::Error("the demo environment lacks nvidia-cudnn-cu13");
-    wheel = installer::pack_installed_dist(scanned.env, *cu13, wheels);
+    for (const auto& name : broken) {
+      const auto dist = scanned.env.dist_index(name);
+      if (!dist) throw r::Error(fmt::format("the demo environment lacks {}", name));
+      packed.push_back(installer::pack_installed_dist(scanned.env, *dist, wheels));
+    }
   }
+  const std::string leftover_args = fmt::format("{}", fmt::join(leftovers, " "));
   say(fmt::format("{}\n", st.bold("cudafix demo")));
-  say(fmt::format(
-      "An example CUDA 13 torch environment in {}: {} dists, {} files, {} ELF objects carrying the\n"
-      "SONAME, NEEDED and RPATH of torch 2.11.0+cu130's real wheels, with the CUDA 12 leftovers users end up\n"
-      "with: nvidia-cudnn-cu12 and nvidia-nccl-cu12 beside their CUDA 13 namesakes, writing the same files.\n"
-      "A wheel folder for the repair: {} (packed from the installed nvidia-cudnn-cu13).\n",
-      dir, stats.dists, stats.files, stats.elf_objects, wheels));
+  say(
+      fmt::format("An example CUDA 13 torch environment in {}: {} dists, {} files, {} ELF objects carrying the\n"
+                  "SONAME, NEEDED and RPATH of torch 2.11.0+cu130's real wheels, with the CUDA 12 leftovers of torch\n"
+                  "2.8's cu128 wheels beside their CUDA 13 namesakes, writing the same files: {}.\n"
+                  "A wheel folder for the repair, packed from the installed CUDA 13 providers: {}\n",
+                  dir, stats.dists, stats.files, stats.elf_objects, and_list(leftovers), wheels));
   DoctorCliOptions doctor_opts;
   auto doctor = [&](const GlobalOptions& o, std::ostream& os) { return run_doctor(o, doctor_opts, os); };
   const std::string doctor_args = "doctor " + venv_arg;
   const std::initializer_list<std::string_view> findings = {"error[", "warning[", "next:"};
 
-  say(st.bold("\n1. What is wrong: two pairs of dists list the same files, and CUDA 12 sits beside 13.\n"));
+  say(st.bold("\n1. What is wrong: three pairs of dists list the same files, and CUDA 12 sits beside 13.\n"));
   show(doctor_args, doctor, findings);
-  say(st.bold("\n2. The uninstall a user tries next, as a dry run: pip would delete the files both cuDNNs list.\n"));
-  show("plan remove nvidia-cudnn-cu12 " + venv_arg,
-       [&](const GlobalOptions& o, std::ostream& os) { return run_plan_remove(o, {"nvidia-cudnn-cu12"}, os); },
-       {"pip uninstall would", "would be left", "NEEDs", "unsafe", "safe with"});
-  const std::size_t deleted = uninstall_as_pip_does(sub, "nvidia-cudnn-cu12");
+  say(st.bold(
+      "\n2. The cleanup a user tries next, as a dry run: pip would delete the files both of each pair list.\n"));
+  show("plan remove " + leftover_args + " " + venv_arg,
+       [&](const GlobalOptions& o, std::ostream& os) { return run_plan_remove(o, leftovers, os); },
+       // torch's one library that NEEDs each of the three, not every object that does
+       {"pip uninstall would", "would be left", "libtorch_cuda.so (torch) NEEDs", "unsafe", "safe with"});
+  const std::size_t deleted = uninstall_as_pip_does(sub, leftovers);
   say(st.bold("\n3. Broken as pip breaks it: "));
-  say(fmt::format("the demo deleted the {} files `pip uninstall -y nvidia-cudnn-cu12` deletes.\n", deleted));
-  say("   nvidia-cudnn-cu13 still shows as installed, so `pip install` would skip it:\n");
+  say(fmt::format("the demo deleted the {} files `pip uninstall -y {}` deletes.\n", deleted, leftover_args));
+  say(fmt::format("   {} still show as installed, so `pip install` would skip them:\n", and_list(broken)));
   show(doctor_args, doctor, findings);
-  say(st.bold("\n4. The repair: planned, carried out as one transaction, doctor before and after.\n"));
+  say(st.bold("\n4. The repair of all three: planned, carried out as one transaction, doctor before and after.\n"));
   say("   (On a real venv fix also verifies on the GPU after each step; the example's libraries are\n"
       "   models without code, so the demo passes --no-verify.)\n");
   sub.find_links = {wheels};
@@ -190,7 +200,9 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
         .key("files")
         .value(static_cast<std::uint64_t>(stats.files));
     w.key("elf_objects").value(static_cast<std::uint64_t>(stats.elf_objects));
-    w.key("wheel").value(wheel).key("repaired").value(last == 0).end_object();
+    w.key("wheels").begin_array();
+    for (const auto& p : packed) w.value(p);
+    w.end_array().key("repaired").value(last == 0).end_object();
     out << w.str() << '\n';
   }
   return 0;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
@@ -13,6 +14,7 @@
 #include "cli/text_output.hpp"
 #include "cli/transaction_steps.hpp"
 #include "installer/txn/transaction.hpp"
+#include "resolver/base/text.hpp"
 #include "rules/doctor.hpp"
 
 namespace cudafix::cli {
@@ -25,6 +27,7 @@ namespace {
 struct Health {
   int errors = 0, warnings = 0;
   std::vector<std::string> error_rules;  // the rules that found errors, each once, in doctor's order
+  rules::DoctorReport report;            // whose errors and warnings are what fix leaves, where it ends
 };
 
 Health health_of(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
@@ -33,7 +36,7 @@ Health health_of(const GlobalOptions& g, const r::Environment& env, const r::Kno
   opts.threads = g.threads;
   opts.settings = settings;
   const auto report = rules::run_doctor(env, knowledge, opts);
-  Health h{report.errors, report.warnings, {}};
+  Health h{report.errors, report.warnings, {}, report};
   for (const auto& f : report.findings)
     if (f.severity == rules::Severity::error &&
         std::find(h.error_rules.begin(), h.error_rules.end(), f.rule) == h.error_rules.end())
@@ -59,6 +62,35 @@ nlohmann::json cudnn_loaded(const StepChecks& checks) {
   for (const auto& f : checks.last->loaded)
     if (f.soname.starts_with("libcudnn.so") && f.path) j["path"] = r::real_path_of(*f.path);
   return j;
+}
+
+// What to do about a finding fix leaves: its remedy's command, but for those fix has just tried,
+// fix's own plan ("cudafix plan fix") and a reinstall or install of a dist whose wheel fix has
+// just written (`written`: their PEP 503 names), for which the rule's document is the next step.
+NextStep next_step_after_fix(const r::Environment& env, std::set<std::string> written) {
+  return [&env, written = std::move(written)](const rules::Finding& f) -> std::string {
+    std::string command = f.remedy ? f.remedy->command : "";
+    constexpr std::string_view k_or_fix = "   (or: cudafix plan fix)";
+    if (command.ends_with(k_or_fix)) command.resize(command.size() - k_or_fix.size());
+    const auto just_written = [&](const std::string& dist) {  // a dist-info folder's name, or a project's
+      const auto it =
+          std::find_if(env.dists.begin(), env.dists.end(), [&](const r::DistInfo& d) { return d.dir_name == dist; });
+      return written.count(it != env.dists.end() ? it->normalized : r::normalize_name(dist)) > 0;
+    };
+    const bool tried = f.remedy && (f.remedy->action == "reinstall" || f.remedy->action == "install") &&
+                       !f.remedy->dists.empty() &&
+                       std::all_of(f.remedy->dists.begin(), f.remedy->dists.end(), just_written);
+    if (tried || command.empty() || command.starts_with("cudafix plan fix")) return "cudafix explain " + f.rule;
+    return command;
+  };
+}
+
+// Each line of `text` but the empty ones, indented by `by` spaces.
+std::string indented(const std::string& text, std::size_t by) {
+  std::string out;
+  for (const auto line : r::split(text, '\n'))
+    if (!line.empty()) out += std::string(by, ' ') + std::string(line) + "\n";
+  return out;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -95,8 +127,17 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
     return finish(1, plan_fix_text(env, planned.plan, st) + "nothing was changed: no safe plan (above)\n");
   if (planned.plan.steps.empty()) {
     j["after"] = j["before"];
-    return finish(0,
-                  fmt::format("nothing to do: {} needs no step (doctor: {})\n", env.layout.root, health_text(before)));
+    const auto next = next_step_after_fix(env, {});
+    j["left"] = nlohmann::json::parse(findings_left_json(env, knowledge, before.report, next));
+    const int found = before.errors + before.warnings;
+    if (found == 0)
+      return finish(
+          0, fmt::format("nothing to do: {} needs no step (doctor: {})\n", env.layout.root, health_text(before)));
+    // Not "nothing to do": doctor's findings are there, and none of them is fix's to repair.
+    return finish(0, fmt::format("fix has no step for {} (doctor: {}); {}:\n{}", env.layout.root, health_text(before),
+                                 found == 1 ? std::string("it does not repair this finding")
+                                            : fmt::format("it repairs none of these {} findings", found),
+                                 findings_left_text(before.report, next, st)));
   }
   const std::string shown = plan_fix_text(env, planned.plan, st);
   if (!planned.plan.needs.empty()) {
@@ -107,7 +148,17 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
                                          "DIR, --index-url URL, or the pip and uv caches with --offline)\n",
                                          fmt::join(names, ", ")));
   }
-  if (o.dry_run) return finish(0, shown + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
+  if (o.dry_run) {
+    // The plan is judged on a simulated model that doctor's file rules cannot read, so which
+    // findings its steps leave is known only once they have run.
+    j["left"] = nullptr;
+    const std::string findings =
+        before.errors + before.warnings == 0
+            ? ""
+            : fmt::format("doctor finds {} now; fix names the findings its steps leave once it has carried them out\n",
+                          health_text(before));
+    return finish(0, shown + findings + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
+  }
   if (!g.json && !g.quiet) out << shown << std::flush;
   // Carried out as `apply` carries out a saved plan: from the document, parsed and replayed.
   const PreparedPlan prepared =
@@ -130,9 +181,18 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   const Health after = health_of(g, now, knowledge, settings);
   const nlohmann::json cudnn = cudnn_loaded(checks);
   const bool verified = !o.no_verify && !checks.unverified;
+  std::set<std::string> written;
+  for (const auto& p : prepared.steps)
+    if (p.step.action != r::StepAction::remove) written.insert(r::normalize_name(p.step.name));
+  const auto next = next_step_after_fix(now, std::move(written));
   std::string summary =
       fmt::format("fixed {}: {} {}\n", env.layout.root, said.size(), said.size() == 1 ? "step" : "steps");
   summary += fmt::format("  before: {}\n  after:  {}\n", health_text(before), health_text(after));
+  if (const int left = after.errors + after.warnings; left > 0)
+    // Without colour: the summary goes out through printable_lines, which would escape it.
+    summary += fmt::format("  left: {} that fix does not repair:\n{}",
+                           count_of(static_cast<std::size_t>(left), "finding", "findings"),
+                           indented(findings_left_text(after.report, next, Style{false, st.verbose}), 4));
   if (o.no_verify)
     summary += "  not verified (--no-verify)\n";
   else if (checks.unverified)
@@ -145,6 +205,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   j["changed"] = true;
   j["steps"] = said;
   j["after"] = health_json(after);
+  j["left"] = nlohmann::json::parse(findings_left_json(now, knowledge, after.report, next));
   j["verified"] = verified;
   j["cudnn"] = cudnn;
   j["verification"] = verification_json(now, checks);

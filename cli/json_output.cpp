@@ -7,6 +7,7 @@
 
 #include "cli/json_doc.hpp"
 #include "cli/json_writer.hpp"
+#include "cli/text_output.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/unresolved.hpp"
@@ -317,6 +318,35 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
   return w.take();
 }
 
+namespace {
+
+// A finding's fields as doctor's document has them, in an object the caller ends.
+void finding_fields(Doc& d, const rules::Finding& f) {
+  auto& w = d.w;
+  w.begin_object().key("id").value(f.id).key("rule").value(f.rule).key("severity").value(rules::to_string(f.severity));
+  w.key("message").value(f.message);
+  w.key("evidence").begin_array();
+  for (const auto& e : f.evidence) w.value(e);
+  w.end_array().key("dists").begin_array();
+  for (const auto& x : f.dists) w.value(x);
+  w.end_array().key("paths").begin_array();
+  for (const auto& x : f.paths) d.path(x);
+  w.end_array().key("sonames").begin_array();
+  for (const auto& x : f.sonames) w.value(x);
+  w.end_array().key("caused_by").begin_array();
+  for (int x : f.caused_by) w.value(x);
+  w.end_array().key("remedy");
+  if (f.remedy) {
+    w.begin_object().key("action").value(f.remedy->action).key("dists").begin_array();
+    for (const auto& x : f.remedy->dists) w.value(x);
+    w.end_array().key("command").value(f.remedy->command).end_object();
+  } else {
+    w.null();
+  }
+}
+
+}  // namespace
+
 std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge, const rules::DoctorReport& rep,
                         const std::vector<std::string>& recovered) {
   Doc d(env, knowledge);
@@ -327,32 +357,7 @@ std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge
   w.end_array();
   w.key("findings").begin_array();
   for (const auto& f : rep.findings) {
-    w.begin_object()
-        .key("id")
-        .value(f.id)
-        .key("rule")
-        .value(f.rule)
-        .key("severity")
-        .value(rules::to_string(f.severity));
-    w.key("message").value(f.message);
-    w.key("evidence").begin_array();
-    for (const auto& e : f.evidence) w.value(e);
-    w.end_array().key("dists").begin_array();
-    for (const auto& x : f.dists) w.value(x);
-    w.end_array().key("paths").begin_array();
-    for (const auto& x : f.paths) d.path(x);
-    w.end_array().key("sonames").begin_array();
-    for (const auto& x : f.sonames) w.value(x);
-    w.end_array().key("caused_by").begin_array();
-    for (int x : f.caused_by) w.value(x);
-    w.end_array().key("remedy");
-    if (f.remedy) {
-      w.begin_object().key("action").value(f.remedy->action).key("dists").begin_array();
-      for (const auto& x : f.remedy->dists) w.value(x);
-      w.end_array().key("command").value(f.remedy->command).end_object();
-    } else {
-      w.null();
-    }
+    finding_fields(d, f);
     w.end_object();
   }
   w.end_array();
@@ -368,6 +373,19 @@ std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge
         .end_object();
   w.end_object();
   return w.take();
+}
+
+std::string findings_left_json(const r::Environment& env, const r::Knowledge& knowledge, const rules::DoctorReport& rep,
+                               const NextStep& next) {
+  Doc d(env, knowledge);
+  d.w.begin_array();
+  for (const auto& f : rep.findings) {
+    if (f.severity == rules::Severity::info) continue;
+    finding_fields(d, f);
+    d.w.key("next_step").value(next(f)).end_object();
+  }
+  d.w.end_array();
+  return d.w.take();
 }
 
 std::string rules_json(const std::optional<std::string>& venv,

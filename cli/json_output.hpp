@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/text_output.hpp"
 #include "installer/probe/verify.hpp"
 #include "resolver/env/environment.hpp"
 #include "resolver/env/knowledge.hpp"
@@ -30,6 +31,10 @@ namespace cudafix::cli {
 [[nodiscard]] std::string doctor_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                       const rules::DoctorReport& report,
                                       const std::vector<std::string>& recovered = {});
+// What `fix` leaves (its "left"): the errors and warnings of `report`, each as doctor's document
+// has it plus "next_step" (`next` of it: the one findings_left_text shows), as one JSON array.
+[[nodiscard]] std::string findings_left_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                             const rules::DoctorReport& report, const NextStep& next);
 [[nodiscard]] std::string plan_remove_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                            const resolver::RemovalPlan& plan);
 [[nodiscard]] std::string plan_fix_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,

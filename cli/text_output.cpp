@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -67,12 +68,6 @@ std::vector<std::string> grouped_evidence(const std::vector<std::string>& lines)
                               prefix.empty() ? std::string("in several folders") : "under " + prefix, it->first));
   }
   return out;
-}
-
-// "and"-joined names: "a and b", "a, b and c".
-std::string and_list(const std::vector<std::string>& names) {
-  if (names.size() < 2) return names.empty() ? "" : names.front();
-  return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
 }
 
 // The paths several dists list, one line per owner set and the folder its paths share (a pair of
@@ -147,6 +142,15 @@ void tree_lines(const r::Environment& env, const r::NeededNode& n, const Style& 
 }
 
 }  // namespace
+
+std::string count_of(std::size_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
+std::string and_list(const std::vector<std::string>& names) {
+  if (names.size() < 2) return names.empty() ? "" : names.front();
+  return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
+}
 
 std::string Style::bold(std::string_view s) const { return paint(color, "1", s); }
 std::string Style::bad(std::string_view s) const { return paint(color, "1;31", s); }
@@ -426,10 +430,15 @@ std::string severity_label(rules::Severity s, const Style& st) {
   return "";
 }
 
-// `explained`: the rules whose pointer to `cudafix explain` was printed already (once a rule).
+// The next command doctor's text shows under a root finding: its remedy's.
+std::string remedy_command(const rules::Finding& f) { return f.remedy ? f.remedy->command : ""; }
+
+// `explained`: the rules whose pointer to `cudafix explain` was printed already (once a rule);
+// `next`: the command shown under a root finding ("" shows none).
 void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
                    const std::map<int, std::vector<const rules::Finding*>>& effects, const Style& st, int depth,
-                   std::set<std::string>& explained, std::string& out) {
+                   const std::function<std::string(const rules::Finding&)>& next, std::set<std::string>& explained,
+                   std::string& out) {
   const std::string indent(static_cast<std::size_t>(depth) * 4, ' ');
   out += fmt::format("{}{}{}[{}] #{} {}\n", indent, depth ? "└ " : "", severity_label(f.severity, st), f.rule, f.id,
                      printable(f.message, k_line_limit));
@@ -443,10 +452,31 @@ void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
       out += st.dim(fmt::format("{}      ... {} more (-v)\n", indent, evidence.size() - limit));
   }
   if (auto it = effects.find(f.id); it != effects.end())
-    for (const auto* e : it->second) finding_lines(rep, *e, effects, st, depth + 1, explained, out);
-  if (details && depth == 0 && f.remedy && !f.remedy->command.empty())
-    out += fmt::format("{}    {} {}\n", indent, st.bold("next:"), f.remedy->command);
+    for (const auto* e : it->second) finding_lines(rep, *e, effects, st, depth + 1, next, explained, out);
+  if (const std::string command = details && depth == 0 ? next(f) : ""; !command.empty())
+    out += fmt::format("{}    {} {}\n", indent, st.bold("next:"), printable(command, k_line_limit));
   if (explained.insert(f.rule).second) out += st.dim(fmt::format("{}    see: cudafix explain {}\n", indent, f.rule));
+}
+
+// Root causes first (most severe first), each with the findings it causes nested under it; how
+// many findings (info) were not shown.
+std::size_t findings_lines(const rules::DoctorReport& rep, const Style& st,
+                           const std::function<std::string(const rules::Finding&)>& next, std::string& out) {
+  std::map<int, std::vector<const rules::Finding*>> effects;
+  for (const auto& f : rep.findings)
+    for (int cause : f.caused_by) effects[cause].push_back(&f);
+  std::size_t infos_hidden = 0;
+  std::set<std::string> explained;
+  for (const auto& f : rep.findings) {
+    if (!f.caused_by.empty()) continue;
+    if (f.severity == rules::Severity::info && !st.verbose) {
+      ++infos_hidden;
+      continue;
+    }
+    out += "\n";
+    finding_lines(rep, f, effects, st, 0, next, explained, out);
+  }
+  return infos_hidden;
 }
 
 }  // namespace
@@ -458,24 +488,19 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
   if (rep.hashed_files)
     out += fmt::format("hashed {} files ({:.2f} GB) against their RECORD\n", rep.hashed_files,
                        static_cast<double>(rep.hashed_bytes) / 1e9);
-  std::map<int, std::vector<const rules::Finding*>> effects;
-  for (const auto& f : rep.findings)
-    for (int cause : f.caused_by) effects[cause].push_back(&f);
-  // Root causes first (most severe first), each with the findings it causes nested under it.
-  std::size_t infos_hidden = 0;
-  std::set<std::string> explained;
-  for (const auto& f : rep.findings) {
-    if (!f.caused_by.empty()) continue;
-    if (f.severity == rules::Severity::info && !st.verbose) {
-      ++infos_hidden;
-      continue;
-    }
-    out += "\n";
-    finding_lines(rep, f, effects, st, 0, explained, out);
-  }
+  const std::size_t infos_hidden = findings_lines(rep, st, remedy_command, out);
   if (infos_hidden)
     out += st.dim(fmt::format("\n{} explained findings (info) not shown; -v shows them\n", infos_hidden));
   if (rep.errors == 0 && rep.warnings == 0) out += st.good("\nno problems found\n");
+  return out;
+}
+
+std::string findings_left_text(const rules::DoctorReport& report, const NextStep& next, const Style& st) {
+  // Errors and warnings only, as findings_left_json has them, -v or not.
+  rules::DoctorReport left = report;
+  std::erase_if(left.findings, [](const rules::Finding& f) { return f.severity == rules::Severity::info; });
+  std::string out;
+  findings_lines(left, st, next, out);
   return out;
 }
 
@@ -497,10 +522,6 @@ std::string rules_text(const std::map<std::string, rules::RuleSettings>& setting
 }
 
 namespace {
-
-std::string count_of(std::size_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
 
 std::string deletion_summary(const r::Deletion& d) {
   return fmt::format("{} and {}", count_of(d.files.size(), "file", "files"),

@@ -2,8 +2,10 @@
 // ([rpath of X], [ld.so.cache], ...), colour only when asked for or on a terminal.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "installer/probe/verify.hpp"
 #include "resolver/env/environment.hpp"
@@ -25,6 +27,10 @@ struct Style {
   [[nodiscard]] std::string dim(std::string_view s) const;
 };
 
+// "1 file", "2 files".
+[[nodiscard]] std::string count_of(std::size_t n, std::string_view one, std::string_view many);
+// "and"-joined names: "a and b", "a, b and c".
+[[nodiscard]] std::string and_list(const std::vector<std::string>& names);
 [[nodiscard]] std::string reason_label(const resolver::Environment& env, const resolver::Resolution& r);
 [[nodiscard]] std::string scan_text(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                     const Style& style);
@@ -33,6 +39,13 @@ struct Style {
 
 [[nodiscard]] std::string doctor_text(const resolver::Environment& env, const rules::DoctorReport& report,
                                       const Style& style);
+// The next command for a finding, as the command that shows it judges it.
+using NextStep = std::function<std::string(const rules::Finding&)>;
+// The errors and warnings of `report` as doctor's text shows them (root causes first, what they
+// cause nested, one blank line before each root), with `next` as each root's next step: what
+// `fix` leaves.
+[[nodiscard]] std::string findings_left_text(const rules::DoctorReport& report, const NextStep& next,
+                                             const Style& style);
 // `cudafix rules`: every rule with its default severity, the one the configuration gives it
 // (`settings`), the scan depth it needs and its summary.
 [[nodiscard]] std::string rules_text(const std::map<std::string, rules::RuleSettings>& settings, const Style& style);

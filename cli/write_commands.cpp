@@ -209,7 +209,9 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   const auto& del = plan.cudafix.deletion;
   confirm(g, fmt::format("remove {} ({} files, keeping {} another dist lists)", fmt::join(labels, ", "),
                          del.files.size(), del.kept.size()));
-  tx::Transaction t(layout.root_real, "remove " + fmt::format("{}", fmt::join(o.dists, " ")));
+  std::vector<std::string> names;  // as pip list shows them, whatever spelling was typed
+  for (int d : dists) names.push_back(env.dists[static_cast<std::size_t>(d)].name);
+  tx::Transaction t(layout.root_real, "remove " + fmt::format("{}", fmt::join(names, " ")));
   tx::plan_removal_ops(env, del, t);
   show_progress(g, t, "removing");
   t.carry_out();
@@ -790,6 +792,14 @@ PreparedPlan prepare_plan(const GlobalOptions& g, const r::Environment& env, con
       step.wheel = &out.wheels.back();
       p.wheel = std::move(wheel);
     }
+    // Said with the dist's name as pip list shows it, whatever spelling the plan file has.
+    r::PlanStep named;
+    named.action = st.action;
+    named.name = p.wheel          ? p.wheel->project
+                 : step.dist >= 0 ? env.dists[static_cast<std::size_t>(step.dist)].name
+                                  : st.name;
+    named.version = st.version;
+    p.label = r::step_label(named);
     steps.push_back(std::move(step));
     out.steps.push_back(std::move(p));
   }
@@ -891,12 +901,13 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full);
   const auto& layout = writable(env);
   check_one_file_system(layout);
+  // Each dist named as pip list shows it (METADATA's Name), not as its wheel file escapes it.
   std::vector<std::string> labels;
-  for (const auto& w : wheels) labels.push_back(w.name + " " + w.version);
+  for (const auto& w : wheels) labels.push_back(w.project + " " + w.version);
   // Refused before a transaction begins, so that a refusal leaves none behind.
   for (const auto& w : wheels) installer::check_targets(w, layout);
   confirm(g, fmt::format("install {}", fmt::join(labels, ", ")));
-  tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(o.wheels, " ")));
+  tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(labels, ", ")));
   std::size_t files = 0;
   r::EarlierSteps earlier;  // the dists replaced so far, and the paths written
   for (const auto& w : wheels) {

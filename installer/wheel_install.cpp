@@ -299,10 +299,17 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
   };
   for (const char* required : {"METADATA", "WHEEL", "RECORD"})
     if (!by_name.count(w.dist_info + "/" + required)) refuse(path, w.dist_info, fmt::format("no {}", required));
-  // METADATA is pip's to read, not the installer's; it is held to the same cap all the same.
+  // METADATA is pip's to read, not the installer's, but for its Name: the spelling pip list
+  // shows, which is how every command names the dist to a user.
   if (const auto* md = archive.find(w.dist_info + "/METADATA"); md->size > zip::k_max_metadata)
     refuse(path, md->name,
            fmt::format("{} bytes, over the {} MiB a metadata member may have", md->size, zip::k_max_metadata >> 20));
+  const auto project = r::header_value(*text_of("METADATA"), "Name");
+  if (!project || project->empty()) refuse(path, w.dist_info + "/METADATA", "no Name header");
+  if (r::normalize_name(*project) != r::normalize_name(w.name))
+    refuse(path, w.dist_info + "/METADATA",
+           fmt::format("its Name is {}, its folder's {}", zip::shown(*project), w.name));
+  w.project = *project;
   const auto wheel_text = text_of("WHEEL");
   const auto version = r::header_value(*wheel_text, "Wheel-Version");
   if (!version || version->substr(0, version->find('.')) != "1")

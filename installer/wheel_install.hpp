@@ -6,9 +6,10 @@
 // The zip is read by installer/zip_reader (every check of the archive, its names and its sizes
 // is there); on top of it, each refusal naming the member (uv's list after CVE-2025-54368,
 // pypa/installer's validate_record):
-//   the wheel: one `NAME-VERSION.dist-info` whose name and version are the file name's, METADATA,
-//     WHEEL (Wheel-Version major 1) and RECORD in it, each at most zip::k_max_metadata (16 MiB,
-//     as entry_points.txt: the members read whole, refused by name before they are inflated),
+//   the wheel: one `NAME-VERSION.dist-info` whose name and version are the file name's, METADATA
+//     (its Name the folder's name, normalised), WHEEL (Wheel-Version major 1) and RECORD in it,
+//     each at most zip::k_max_metadata (16 MiB, as entry_points.txt: the members read whole,
+//     refused by name before they are inflated),
 //     `.data/<scheme>` only purelib, platlib, scripts, headers or data;
 //   targets: no two members landing on one file (`a/x` and `.data/purelib/a/x`; every target
 //     compared again once the environment's layout is known), none outside the environment, none
@@ -62,7 +63,8 @@ struct ZipMember {
 
 struct ValidatedWheel {
   std::string path;
-  std::string name, version;  // from the dist-info folder
+  std::string name, version;  // from the dist-info folder ("nvidia_cudnn_cu13": its escaped name)
+  std::string project;        // METADATA's Name ("nvidia-cudnn-cu13"): what pip list shows, and users are shown
   std::string dist_info;      // "name-version.dist-info"
   bool root_is_purelib = true;
   std::vector<ZipMember> members;  // files only, in archive order

@@ -22,7 +22,8 @@ def digest(data):
 
 
 def build(case, members, name="bad", version="1.0", wheel_version="1.0", record=True, extra_record="",
-          skip_record_for=(), record_override=None, compression=zipfile.ZIP_DEFLATED, infos=None, zip64=False):
+          skip_record_for=(), record_override=None, compression=zipfile.ZIP_DEFLATED, infos=None, zip64=False,
+          metadata_name=None):
     """members: list of (arcname or ZipInfo, bytes)."""
     info = infos if infos is not None else [f"{name}-{version}.dist-info"]
     path = os.path.join(OUT, case, f"{name}-{version}-py3-none-any.whl")
@@ -42,7 +43,9 @@ def build(case, members, name="bad", version="1.0", wheel_version="1.0", record=
         for arc, data in members:
             add(arc, data)
         for i in info:
-            add(f"{i}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode())
+            shown = name if metadata_name is None else metadata_name
+            add(f"{i}/METADATA", (f"Metadata-Version: 2.1\n" + (f"Name: {shown}\n" if shown else "") +
+                                  f"Version: {version}\n").encode())
             add(f"{i}/WHEEL", f"Wheel-Version: {wheel_version}\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n".encode())
         if record:
             text = record_override if record_override is not None else "\n".join(rows) + "\n" + extra_record
@@ -86,6 +89,10 @@ case("two_dist_info", "2 .dist-info folders", build("two_dist_info", ok, infos=[
 p = build("name_mismatch", ok)
 os.rename(p, p.replace("bad-1.0-py3", "good-1.0-py3"))
 case("name_mismatch", "the file name says good", p.replace("bad-1.0-py3", "good-1.0-py3"))
+# METADATA's Name is what pip list shows and what cudafix names the dist by: one naming another
+# project than the folder's (the wheel of `bad` listed as torch) is refused, and so is none.
+case("metadata_name", "its Name is torch, its folder's bad", build("metadata_name", ok, metadata_name="torch"))
+case("metadata_no_name", "METADATA: no Name header", build("metadata_no_name", ok, metadata_name=""))
 case("wheel_version", "Wheel-Version 2.0", build("wheel_version", ok, wheel_version="2.0"))
 case("data_scheme", "unknown .data scheme 'lib'", build("data_scheme", ok + [("bad-1.0.data/lib/x.so", b"x")]))
 ep = [("bad-1.0.dist-info/entry_points.txt", b"[console_scripts]\n../../evil = bad:main\n")]

@@ -395,16 +395,32 @@ TEST(Demo, WalksTheWorkflowBreakingAndRepairingTheExampleInAMinutesRead) {
   const std::string dir = tmp.path() + "/demo";
   const auto r = cudafix("demo " + shell_quote(dir) + " --color never");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  // Before the break: the shared files and the mixed majors.
+  // Before the break: the shared files of three pairs and the mixed majors.
   EXPECT_THAT(r.out, HasSubstr("22 paths (shared objects among them) are written by both nvidia-cudnn-cu12 9.10.2.21 "
                                "and nvidia-cudnn-cu13 9.19.0.56"));
+  EXPECT_THAT(r.out, HasSubstr("45 paths (shared objects among them) are written by both nvidia-nccl-cu12 2.27.3 "
+                               "and nvidia-nccl-cu13 2.28.9"));
+  EXPECT_THAT(r.out, HasSubstr("3 paths (shared objects among them) are written by both nvidia-cusparselt-cu12 0.7.1 "
+                               "and nvidia-cusparselt-cu13 0.8.0"));
   EXPECT_THAT(r.out, HasSubstr("warning[mixed-cuda-major]"));
-  // The dry run of pip's uninstall, then the break it predicts.
+  // The dry run of pip's uninstall of all three leftovers at once, then the break it predicts:
+  // every CUDA 13 namesake left metadata-only.
+  EXPECT_THAT(r.out, HasSubstr("$ cudafix plan remove nvidia-cudnn-cu12 nvidia-nccl-cu12 nvidia-cusparselt-cu12 "));
   EXPECT_THAT(r.out, HasSubstr("nvidia-cudnn-cu13 9.19.0.56 would be left metadata-only: all 22 of its files deleted"));
+  EXPECT_THAT(r.out, HasSubstr("nvidia-nccl-cu13 2.28.9 would be left metadata-only: all 45 of its files deleted"));
+  EXPECT_THAT(r.out, HasSubstr("nvidia-cusparselt-cu13 0.8.0 would be left metadata-only: all 3 of its files deleted"));
   EXPECT_THAT(r.out, HasSubstr("error[metadata-only] #1 nvidia-cudnn-cu13 9.19.0.56 is installed but all 8 of its "
                                "libraries are gone"));
-  // The repair from the folder the demo packed, rolled back and done again; then nothing to do.
+  EXPECT_THAT(r.out, HasSubstr("error[metadata-only] #2 nvidia-cusparselt-cu13 0.8.0 is installed but its only "
+                               "library is gone"));
+  EXPECT_THAT(r.out, HasSubstr("error[metadata-only] #3 nvidia-nccl-cu13 2.28.9 is installed but its only library "
+                               "is gone"));
+  // The repair of all three from the folder the demo packed, in one transaction of three steps,
+  // rolled back and done again; then nothing to do.
   EXPECT_THAT(r.out, HasSubstr("1. reinstall nvidia-cudnn-cu13 9.19.0.56 from " + dir + "/demo-wheels/"));
+  EXPECT_THAT(r.out, HasSubstr("2. reinstall nvidia-cusparselt-cu13 0.8.0 from " + dir + "/demo-wheels/"));
+  EXPECT_THAT(r.out, HasSubstr("3. reinstall nvidia-nccl-cu13 2.28.9 from " + dir + "/demo-wheels/"));
+  EXPECT_THAT(r.out, HasSubstr("fixed " + dir + ": 3 steps\n"));
   EXPECT_THAT(r.out, HasSubstr("after:  0 errors, 0 warnings"));
   EXPECT_THAT(r.out, HasSubstr("rolled back"));
   EXPECT_THAT(r.out, HasSubstr("nothing to do: " + dir + " needs no step"));
@@ -423,18 +439,30 @@ TEST(Demo, WalksTheWorkflowBreakingAndRepairingTheExampleInAMinutesRead) {
       cudafix("why libcudnn.so.9 --color never --ld-library-path '' --venv " + shell_quote(dir) + k_no_cache);
   EXPECT_EQ(why.exit_code, 0) << why.out;
   EXPECT_THAT(why.out, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9 (nvidia_cudnn_cu13-9.19.0.56.dist-info)"));
+  // And so do NCCL's and cuSPARSELt's, the other two the cleanup broke.
+  for (const auto& [soname, owner] : {std::pair<std::string, std::string>{"libnccl.so.2",
+                                                                          "nvidia/nccl/lib/libnccl.so.2 "
+                                                                          "(nvidia_nccl_cu13-2.28.9"},
+                                      {"libcusparseLt.so.0",
+                                       "nvidia/cusparselt/lib/libcusparseLt.so.0 "
+                                       "(nvidia_cusparselt_cu13-0.8.0"}}) {
+    const auto other =
+        cudafix("why " + soname + " --color never --ld-library-path '' --venv " + shell_quote(dir) + k_no_cache);
+    EXPECT_EQ(other.exit_code, 0) << other.out;
+    EXPECT_THAT(other.out, HasSubstr(owner)) << other.out;
+  }
 }
 
 TEST(Scan, SharedPathsAreGroupedByFolderAndOwnersInScanAndDoctorAndListedWithVerbose) {
   TempDir tmp;
   const std::string dir = tmp.path() + "/demo";
-  // The demo's example before its walk: both cuDNNs and both NCCLs installed.
+  // The demo's example before its walk: both cuDNNs, both NCCLs and both cuSPARSELts installed.
   ASSERT_EQ(
       cudafix("materialize " + shell_quote(test::k_source + "/cli/demo_env.json") + " " + shell_quote(dir)).exit_code,
       0);
   const auto grouped = cudafix("scan --color never --venv " + shell_quote(dir) + k_no_cache);
   EXPECT_THAT(grouped.out,
-              HasSubstr("Paths listed by more than one dist (67)\n  22 paths under nvidia/cudnn/ are listed by "
+              HasSubstr("Paths listed by more than one dist (70)\n  22 paths under nvidia/cudnn/ are listed by "
                         "both nvidia-cudnn-cu12 9.10.2.21 and nvidia-cudnn-cu13 9.19.0.56"));
   // doctor's evidence says one thing of many paths once, with their folder; -v lists each.
   const auto doctor = cudafix("doctor --select shared-path --color never --venv " + shell_quote(dir) + k_no_cache);

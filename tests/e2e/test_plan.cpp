@@ -8,6 +8,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -788,8 +790,21 @@ TEST_F(HybridCuda12Torch, ApplyCarriesOutTheSavedPlanAndRollbackUndoesItByteForB
   const std::string plan_file = t.path() + "/plan.json";
   const auto plan = run("plan fix --find-links " + shell_quote(links_) + " -o " + shell_quote(plan_file), venv);
   ASSERT_EQ(plan.exit_code, 0) << plan.doc["problem"];
+  // Each step's name respelled as a wheel file escapes it (NVIDIA_CUDNN_CU12): apply binds it all
+  // the same, and names every step as pip list does, by the dist's METADATA Name.
+  json doc = json::parse(resolver::read_file(plan_file));
+  std::vector<std::string> as_pip_names_them;
+  for (auto& st : doc["steps"]) {
+    std::string name = st["name"];
+    as_pip_names_them.push_back(st["action"].get<std::string>() + " " + name + " " + st["version"].get<std::string>());
+    std::replace(name.begin(), name.end(), '-', '_');
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::toupper(c); });
+    st["name"] = name;
+  }
+  test::write_file(plan_file, doc.dump());
   const auto applied = run("apply " + shell_quote(plan_file) + " -y --no-verify", venv);
   ASSERT_EQ(applied.exit_code, 0) << applied.out;
+  EXPECT_EQ(applied.doc["steps"], json(as_pip_names_them));
   EXPECT_EQ(applied.doc["verified"], false);
   // doctor finds no mixed majors and no shared paths left (this fixture's fake dispatcher has no
   // RUNPATH for its sub-libraries: that error is the fixture's, before and after); pip sees the
@@ -821,10 +836,11 @@ TEST_F(HybridCuda12Torch, ApplyCarriesOutTheSavedPlanAndRollbackUndoesItByteForB
 
 // `fix`: the seed case on a real venv. pip's uninstall of the CUDA 13 cuDNN took the files the
 // CUDA 12 one lists; fix reinstalls it from the wheel folder as one transaction, says what doctor
-// found before and after, and a second fix has nothing to do.
+// found before and after and which finding it leaves (the fixture's), with that finding's next
+// step; a second fix has no step, and says it repairs none of what doctor still finds.
 bool host_has_a_gpu_driver() { return run_shell("ldconfig -p | grep -q 'libcuda.so.1 '").exit_code == 0; }
 
-TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndASecondFixHasNothingToDo) {
+TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndNamesTheFindingItLeaves) {
   TempDir t;
   const auto dir = venv(t, {"runtime12", "cudnn12", "cudnn13", "torch12"});
   ASSERT_EQ(test::venv_pip(dir, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
@@ -840,6 +856,7 @@ TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndASecondFixHasNothingToDo) {
   EXPECT_EQ(dry.exit_code, 0) << dry.out;
   EXPECT_THAT(dry.out, HasSubstr("1. reinstall nvidia-cudnn-cu12 9.10.2.21"));
   EXPECT_THAT(dry.out, HasSubstr("dry run: nothing was changed"));
+  EXPECT_THAT(dry.out, HasSubstr("fix names the findings its steps leave once it has carried them out"));
   const auto unasked = run_text("fix");
   EXPECT_EQ(unasked.exit_code, 2) << unasked.out;
   EXPECT_THAT(unasked.out, HasSubstr("give -y (there is no terminal to ask on)"));
@@ -855,6 +872,21 @@ TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndASecondFixHasNothingToDo) {
   EXPECT_THAT(fixed.doc["before"]["error_rules"], ::testing::Contains("metadata-only"));
   // What is left is the fixture's: its fake cuDNN lacks the sub-libraries the real one dlopens.
   EXPECT_EQ(fixed.doc["after"]["error_rules"], json({"missing-dlopen-library"})) << fixed.doc["after"].dump();
+  // fix names it as left, with its next step, in the same facts as doctor's own document.
+  const auto doctor = test::cudafix_json("doctor" + args);
+  std::vector<json> errors;
+  for (const auto& f : doctor.doc["findings"])
+    if (f["severity"] == "error") errors.push_back(f);
+  ASSERT_EQ(errors.size(), 1u) << doctor.out;
+  ASSERT_EQ(fixed.doc["left"].size(), 1u) << fixed.doc["left"].dump(1);
+  const json& left = fixed.doc["left"][0];
+  EXPECT_EQ(left["rule"], "missing-dlopen-library");
+  EXPECT_EQ(left["severity"], "error");
+  EXPECT_EQ(left["message"], errors[0]["message"]);
+  EXPECT_EQ(left["dists"], errors[0]["dists"]);
+  // doctor's remedy is the reinstall fix has just done: the rule's document is the next step.
+  EXPECT_THAT(errors[0]["remedy"]["command"].get<std::string>(), HasSubstr("--force-reinstall"));
+  EXPECT_EQ(left["next_step"], "cudafix explain missing-dlopen-library");
   // pip agrees: the files are back under their dist, and its checks pass.
   EXPECT_TRUE(fs::exists(site(dir) + "/nvidia/cudnn/lib/libcudnn.so.9"));
   EXPECT_THAT(test::venv_pip(dir, "show -f nvidia-cudnn-cu12").out, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9"));
@@ -863,10 +895,64 @@ TEST_F(PlanFix, FixRepairsAMetadataOnlyProviderAndASecondFixHasNothingToDo) {
   EXPECT_EQ(again.exit_code, 0) << again.out;
   EXPECT_EQ(again.doc["changed"], false);
   EXPECT_EQ(again.doc["after"], fixed.doc["after"]);
+  ASSERT_EQ(again.doc["left"].size(), 1u) << again.out;
+  EXPECT_EQ(again.doc["left"][0]["message"], left["message"]);
+  EXPECT_EQ(again.doc["left"][0]["next_step"], errors[0]["remedy"]["command"]);
+  // Its text says so, not "nothing to do": the finding, and the next step doctor's text gives.
+  const auto again_text = run_text("fix -y");
+  EXPECT_EQ(again_text.exit_code, 0) << again_text.out;
+  EXPECT_THAT(again_text.out, ::testing::Not(HasSubstr("nothing to do")));
+  EXPECT_THAT(again_text.out, HasSubstr("fix has no step for " + dir +
+                                        " (doctor: 1 error (missing-dlopen-library), 0 "
+                                        "warnings); it does not repair this finding:"));
+  EXPECT_THAT(again_text.out, HasSubstr("error[missing-dlopen-library] #1 " + errors[0]["message"].get<std::string>()));
+  EXPECT_THAT(again_text.out, HasSubstr("next: " + again.doc["left"][0]["next_step"].get<std::string>()));
   // The fix is one transaction: rolled back, the venv is as pip left it.
   const auto back = run_text("rollback -y");
   ASSERT_EQ(back.exit_code, 0) << back.out;
   EXPECT_TRUE(hashes_of(dir) == broken) << "the rollback of fix did not give the broken venv back";
+  // The text of the same fix: the finding it leaves, indented under its summary, with its next step.
+  const auto text = run_text("fix -y --no-verify");
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_THAT(text.out, HasSubstr("  after:  1 error (missing-dlopen-library), 0 warnings\n"
+                                  "  left: 1 finding that fix does not repair:\n"
+                                  "    error[missing-dlopen-library] #1 " +
+                                  errors[0]["message"].get<std::string>()));
+  EXPECT_THAT(text.out, HasSubstr("        next: " + left["next_step"].get<std::string>() + "\n"));
+}
+
+// An error outside fix's scope (the /usr case: a requirement of a dist that provides no CUDA
+// library, on a real pip venv): fix has no step, and says so rather than "nothing to do": the
+// finding, with doctor's next step, in text and in JSON; nothing is written.
+TEST(FixLeaves, ARequirementErrorNoStepRepairsIsNamedWithItsNextStepAndNothingChanges) {
+  TempDir t;
+  test::write_file(t.path() + "/init.py", "x = 1\n");
+  const std::string wheel =
+      test::make_wheel(t.path(), "needy 1.0 needy/__init__.py=" + t.path() + "/init.py --requires 'absentdep>=2'");
+  const std::string v = t.path() + "/venv";
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(v, {wheel}));
+  const std::string before = test::tree_of(v);
+  const std::string args = " --venv " + shell_quote(v) + k_no_cache + " --ld-library-path ''";
+  const auto text =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " fix -y --color never" + args + " </dev/null 2>&1");
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_THAT(text.out, ::testing::Not(HasSubstr("nothing to do"))) << text.out;
+  EXPECT_THAT(text.out, HasSubstr("fix has no step for " + v + " (doctor: 1 error (unsatisfied-requirement)"));
+  EXPECT_THAT(text.out, HasSubstr("error[unsatisfied-requirement] #1 needy 1.0 requires absentdep>=2, which is not "
+                                  "installed\n    next: pip install 'absentdep>=2'\n"));
+  for (const char* flags : {"fix -y", "fix --dry-run"}) {
+    const auto j = test::cudafix_json(flags + args);
+    EXPECT_EQ(j.exit_code, 0) << flags << ": " << j.out;
+    EXPECT_EQ(j.doc["changed"], false) << flags;
+    std::vector<json> errors;
+    for (const auto& f : j.doc["left"])
+      if (f["severity"] == "error") errors.push_back(f);
+    ASSERT_EQ(errors.size(), 1u) << flags << ": " << j.doc["left"].dump(1);
+    EXPECT_EQ(errors[0]["rule"], "unsatisfied-requirement");
+    EXPECT_EQ(errors[0]["message"], "needy 1.0 requires absentdep>=2, which is not installed");
+    EXPECT_EQ(errors[0]["next_step"], "pip install 'absentdep>=2'");
+  }
+  EXPECT_EQ(test::tree_of(v), before) << test::tree_diff(before, test::tree_of(v));
 }
 
 // Where no GPU driver can be loaded, fix does the work and says it could not verify it: exit 4.

@@ -156,12 +156,14 @@ TEST_F(Transactions, RemoveIsOwnerCountedAndRollbackRestoresTheTreeByteForByte) 
   ASSERT_EQ(removed.exit_code, 0) << removed.out;
   EXPECT_FALSE(pip_names(v).count("alpha"));
   EXPECT_FALSE(fs::exists(test::site_packages(v) + "/alpha"));
-  // --force takes beta, and owner counting keeps shared/common.py, which gamma lists too.
-  ASSERT_EQ(cudafix("remove beta --force -y", v).exit_code, 0);
+  // --force takes beta (typed as its dist-info folder), and owner counting keeps
+  // shared/common.py, which gamma lists too.
+  ASSERT_EQ(cudafix("remove beta-2.0.dist-info --force -y", v).exit_code, 0);
   EXPECT_TRUE(fs::exists(test::site_packages(v) + "/shared/common.py"));
   EXPECT_FALSE(fs::exists(test::site_packages(v) + "/beta/libb.so"));
   const auto history = test::cudafix_json("history --venv " + shell_quote(v) + test::k_no_cache);
   ASSERT_EQ(history.doc["transactions"].size(), 2u) << history.out;
+  // history names it as pip list does, whatever spelling was typed.
   EXPECT_EQ(history.doc["transactions"][0]["command"], "remove beta");
   EXPECT_EQ(history.doc["transactions"][1]["result"], "committed");
   // Two rollbacks, newest first, give the first tree back.

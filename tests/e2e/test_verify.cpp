@@ -426,7 +426,7 @@ TEST(VerifyAfterAStep, AFailedVerificationUndoesTheInstallAndExitsOne) {
   fs::create_directories(w.path() + "/v91900");
   const auto bad = install("create_fails");
   EXPECT_EQ(bad.exit_code, 1) << bad.out;
-  EXPECT_THAT(bad.out, HasSubstr("verification after step 1 (nvidia_cudnn_cu13 9.19.0.56) failed"));
+  EXPECT_THAT(bad.out, HasSubstr("verification after step 1 (nvidia-cudnn-cu13 9.19.0.56) failed"));
   EXPECT_THAT(bad.out, HasSubstr("every change was undone"));
   EXPECT_EQ(listing(), before);
   const auto good = install("v91900");

@@ -26,6 +26,7 @@ using test::run_shell;
 using test::shell_quote;
 using test::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Every file under `dir` (relative path, executable bit, SHA-256; RECORD by its sorted rows),
 // cudafix's folder, the lock and compiled bytecode left out.
@@ -155,9 +156,18 @@ TEST_F(WheelInstall, PipListsShowsChecksAndUninstallsItAndRollbackUndoesIt) {
   const auto check = test::venv_pip(v, "check");
   EXPECT_THAT(check.out, HasSubstr("fancy-pkg 1.2.3 requires packaging"));
   EXPECT_EQ(run_shell(shell_quote(v + "/bin/fancy")).out, "hello\n");
+  // The dist is named as pip list names it (METADATA's Name), never as the wheel file escapes it:
+  // in install's summary, in history and in rollback's message.
+  EXPECT_THAT(r.out, HasSubstr("installed fancy-pkg 1.2.3 ("));
+  EXPECT_THAT(r.out, Not(HasSubstr("fancy_pkg 1.2.3")));
+  const auto history = cudafix("history", v);
+  EXPECT_THAT(history.out, HasSubstr("install fancy-pkg 1.2.3 ")) << history.out;
+  EXPECT_THAT(history.out, Not(HasSubstr("fancy_pkg"))) << history.out;
   // Installing it again replaces it in one transaction; rollback twice gives the empty venv back.
   ASSERT_EQ(cudafix("install " + shell_quote(wheel_) + " -y --no-verify", v).exit_code, 0);
-  ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  const auto back = cudafix("rollback -y", v);
+  ASSERT_EQ(back.exit_code, 0) << back.out;
+  EXPECT_THAT(back.out, HasSubstr("(install fancy-pkg 1.2.3)")) << back.out;
   ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
   EXPECT_EQ(files_of(v), before);
   // And pip uninstalls what cudafix installed, every file.
@@ -480,7 +490,8 @@ void disk_filled_while_staging(const TempDir& t, const Tmpfs& disk, int slack_ki
       ") & for i in $(seq 1000); do grep -qs 'mark staging' " + shell_quote(trace) +
       " && break; sleep 0.01; done; grep -qs 'mark staging' " + shell_quote(trace) +
       " || echo never paused; avail=$(df --output=avail -k " + shell_quote(disk.dir) +
-      " | tail -1); fallocate -l $(( (avail - " + std::to_string(slack_kib) + ") * 1024 )) " + shell_quote(filler) + "; wait");
+      " | tail -1); fallocate -l $(( (avail - " + std::to_string(slack_kib) + ") * 1024 )) " + shell_quote(filler) +
+      "; wait");
   EXPECT_THAT(ran.out, ::testing::Not(HasSubstr("never paused"))) << ran.out;
   const std::string said = resolver::try_read_file(out).value_or("");
   EXPECT_THAT(said, HasSubstr("rc=2")) << "an error, not a signal (rc=135 is SIGBUS): " << said;
