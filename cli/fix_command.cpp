@@ -196,7 +196,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   if (o.no_verify)
     summary += "  not verified (--no-verify)\n";
   else if (checks.unverified)
-    summary += "  not verified: no GPU driver (libcuda.so.1) here; run `cudafix verify` on a GPU node\n";
+    summary += fmt::format("  not verified: {}; run `cudafix verify` on a GPU node\n", checks.unverified_why);
   else
     summary += fmt::format("  verified on the GPU after each step; cuDNN {} loaded from {}\n",
                            cudnn["version"].is_null() ? "?" : cudnn["version"].dump(),

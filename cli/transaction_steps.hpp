@@ -52,8 +52,9 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
 // The live verification of a transaction's steps (installer/probe/step_verify.hpp): a baseline
 // probe of the environment as it is when the verifier is made, then after each step a probe of
 // the environment scanned afresh the way the command scanned it, judged against the baseline by
-// the paths the step changed; after the last step also the whole of `cudafix verify`. No driver:
-// `unverified`, and the steps go on. A failed step sets `failed` and throws, naming every check
+// the paths the step changed; after the last step also the whole of `cudafix verify`. No driver, or
+// a driver stage failing at the baseline before the environment is used: `unverified` (and
+// `unverified_why`), and the steps go on. A failed step sets `failed` and throws, naming every check
 // that failed with what it expected and found, which undoes the transaction. `last` keeps the
 // last step's `verify` report.
 struct StepChecks {
@@ -65,6 +66,7 @@ struct StepChecks {
   };
   bool skip = false;
   bool unverified = false;
+  std::string unverified_why;  // "no GPU driver (libcuda.so.1) here", or the driver stage that failed
   bool failed = false;
   std::optional<installer::probe::ProbePoint> baseline;
   std::vector<Step> steps;

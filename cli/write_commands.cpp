@@ -522,8 +522,19 @@ r::Environment scan_for_probe(const GlobalOptions& g, const r::EnvLayout& layout
   return r::scan_environment(layout, opts);
 }
 
+// Why the baseline says the driver cannot verify anything: none here, or a driver stage that
+// failed before any library of the environment was asked for; empty: it can.
+std::string driver_unusable(const pr::ProbePoint& baseline) {
+  if (baseline.no_driver()) return "no GPU driver (libcuda.so.1) here";
+  if (baseline.verdict.outcome == pr::Outcome::ok || !baseline.failed_stage) return "";
+  const std::string& stage = *baseline.failed_stage;
+  if (stage.rfind("cudnn", 0) == 0 || stage == "dlopen library") return "";
+  return fmt::format("the driver fails before the environment is used ({})", baseline.verdict.message);
+}
+
 std::string point_summary(const r::Environment& env, const pr::ProbePoint& pt) {
   std::string s = fmt::format("{} of {} libraries open", pt.opened(), pt.libraries.size());
+  if (pt.left_out > 0) s += fmt::format(" ({} more past the limit of {} not opened)", pt.left_out, pr::k_max_opened);
   if (pt.consumer_missing) s += fmt::format(", the rest not yet: {} resolves nowhere", *pt.consumer_missing);
   if (pt.cudnn_version && pt.cudnn) s += fmt::format("; cuDNN {} from {}", *pt.cudnn_version, env.display(*pt.cudnn));
   return s;
@@ -537,13 +548,20 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
   const r::EnvLayout& layout = env.layout;
   pr::VerifyOptions vo;
   vo.probe = probe_path();
+  // What the whole transaction writes, opened at every point (the tree may not reach it).
+  std::set<std::string> all_paths;
+  for (std::size_t k = 0; k < t.step_count(); ++k) all_paths.merge(t.step_paths(k));
+  const std::vector<std::string> written(all_paths.begin(), all_paths.end());
   if (!checks.skip) {
-    checks.baseline = pr::probe_point(scan_for_probe(g, layout), knowledge, vo);
-    checks.unverified = checks.baseline->no_driver();
-    if (!checks.unverified && !g.quiet && !g.json)
-      std::cerr << fmt::format("baseline before step 1: {}\n", point_summary(env, *checks.baseline));
+    checks.baseline = pr::probe_point(scan_for_probe(g, layout), knowledge, vo, written);
+    checks.unverified_why = driver_unusable(*checks.baseline);
+    checks.unverified = !checks.unverified_why.empty();
+    if (!g.quiet && !g.json)
+      std::cerr << (checks.unverified
+                        ? fmt::format("baseline before step 1: {}; the steps go on unverified\n", checks.unverified_why)
+                        : fmt::format("baseline before step 1: {}\n", point_summary(env, *checks.baseline)));
   }
-  return [&g, &layout, &knowledge, &steps, &t, &checks, vo](std::size_t step) mutable {
+  return [&g, &layout, &knowledge, &steps, &t, &checks, vo, written](std::size_t step) mutable {
     if (checks.skip || checks.unverified) return;
     const r::Environment now = scan_for_probe(g, layout);
     vo.consumer = checks.baseline->consumer;
@@ -551,9 +569,9 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
     std::set<std::string> changed = t.step_paths(step);
     if (last)
       for (std::size_t k = 0; k < step; ++k) changed.merge(t.step_paths(k));
-    StepChecks::Step result{step, steps[step], pr::probe_point(now, knowledge, vo), {}};
+    StepChecks::Step result{step, steps[step], pr::probe_point(now, knowledge, vo, written), {}};
     result.judgement = pr::judge_step(now, *checks.baseline, result.point, changed, last);
-    if (last) {
+    if (last && result.judgement.ok()) {  // a failed step says why already: no second probe
       pr::VerifyOptions whole;
       whole.probe = vo.probe;
       checks.last = pr::verify_environment(now, knowledge, whole);
@@ -601,12 +619,16 @@ nlohmann::json point_json(const r::Environment& env, const pr::ProbePoint& pt) {
                     {"missing", optional_json(l.missing)},
                     {"opened", l.opened},
                     {"error", l.opened ? nullptr : nlohmann::json(l.error)}});
+  nlohmann::json resolved = nlohmann::json::object();
+  for (const auto& [soname, path] : pt.resolved) resolved[soname] = env.display(path);
   return {{"outcome", pr::to_string(pt.verdict.outcome)},
           {"message", pt.verdict.message},
           {"consumer", pt.consumer ? nlohmann::json(env.display(*pt.consumer)) : nullptr},
           {"consumer_missing", optional_json(pt.consumer_missing)},
           {"libraries", libs},
           {"opened", pt.opened()},
+          {"left_out", pt.left_out},
+          {"resolved", resolved},
           {"cudnn", pt.cudnn ? nlohmann::json(env.display(*pt.cudnn)) : nullptr},
           {"cudnn_version", pt.cudnn_version ? nlohmann::json(*pt.cudnn_version) : nullptr},
           {"cudnn_skipped", optional_json(pt.cudnn_skipped)},
@@ -627,6 +649,7 @@ nlohmann::json verification_json(const r::Environment& env, const StepChecks& ch
                      {"excused", problems_json(s.judgement.excused)},
                      {"probe", point_json(env, s.point)}});
   return {{"unverified", checks.unverified},
+          {"unverified_why", checks.unverified ? nlohmann::json(checks.unverified_why) : nullptr},
           {"baseline", checks.baseline ? point_json(env, *checks.baseline) : nullptr},
           {"steps", steps}};
 }
@@ -882,7 +905,7 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
   if (const auto rc = carry_out_verified(g, out, "apply", env, t, check, checks)) return *rc;
   const std::string text_out = fmt::format("applied {} steps ({} files){}", said.size(), files,
                                            o.no_verify         ? ", not verified (--no-verify)"
-                                           : checks.unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
+                                           : checks.unverified ? "; not verified: " + checks.unverified_why
                                                                : ", each verified on the GPU");
   report_done(g, out, "apply", t, text_out, keep,
               {{"steps", said},
@@ -927,7 +950,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   report_done(g, out, "install", t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,
                           o.no_verify         ? ", not verified (--no-verify)"
-                          : checks.unverified ? "; not verified: no GPU driver (libcuda.so.1) here"
+                          : checks.unverified ? "; not verified: " + checks.unverified_why
                                               : ", verified on the GPU"),
               keep,
               {{"installed", labels},

@@ -20,10 +20,11 @@ constexpr const char* k_open_stage = "dlopen library";
 // the environment holds, in load order (the consumer first).
 struct Tree {
   std::vector<std::string> libraries;
-  std::optional<std::string> missing;  // the first library of the consumer's own tree that resolves nowhere
-  std::optional<std::string> cudnn;    // the libcudnn it resolves (inside the environment or not)
-  std::set<std::string> cudnn_family;  // libraries reached through cuDNN's dlopens
-  std::set<std::string> unresolved;    // what the tree NEEDs or dlopens that resolves nowhere
+  std::optional<std::string> missing;           // the first library of the consumer's own tree that resolves nowhere
+  std::optional<std::string> cudnn;             // the libcudnn it resolves (inside the environment or not)
+  std::set<std::string> cudnn_family;           // libraries reached through cuDNN's dlopens
+  std::set<std::string> unresolved;             // what the tree NEEDs or dlopens that resolves nowhere
+  std::map<std::string, std::string> resolved;  // soname -> the realpath it resolves to, inside or not
 };
 
 bool inside(const r::Environment& env, const std::string& real) { return env.site_of(real) != nullptr; }
@@ -42,8 +43,10 @@ void add_libraries(const r::Environment& env, const r::Process& p, std::size_t f
     const std::string& real = p.objects[i].real;
     for (const auto& res : p.objects[i].needed)
       if (!res.found()) tree.unresolved.insert(res.name);
+    const r::ElfInfo* elf = p.objects[i].elf;
+    tree.resolved.emplace(elf && elf->soname ? *elf->soname : std::string(r::base_name(real)), real);
     if (!inside(env, real) || !seen.insert(real).second) continue;
-    if (tree.libraries.size() < k_max_opened) tree.libraries.push_back(real);
+    tree.libraries.push_back(real);
     if (through_cudnn) tree.cudnn_family.insert(real);
   }
 }
@@ -79,6 +82,39 @@ Tree consumer_tree(const r::Environment& env, const r::Knowledge& knowledge, Pre
   }
   p.process.rollback();
   return tree;
+}
+
+// At most k_max_opened of the tree's libraries and `extra` (what the transaction writes), in load
+// order, `extra` appended: cuDNN, the libraries it dlopens and `extra` kept first where the tree is
+// larger. Returns how many were left out.
+std::size_t choose_libraries(const r::Environment& env, Tree& tree, const std::vector<std::string>& extra) {
+  std::vector<std::string> added;
+  for (const auto& e : extra) {
+    const auto* o = env.object(e);
+    if (o == nullptr || o->entry_point || o->elf.status != r::ElfReadStatus::ok) continue;
+    if (std::find(tree.libraries.begin(), tree.libraries.end(), e) == tree.libraries.end() &&
+        std::find(added.begin(), added.end(), e) == added.end())
+      added.push_back(e);
+  }
+  std::vector<std::string> all = tree.libraries;
+  all.insert(all.end(), added.begin(), added.end());
+  if (all.size() <= k_max_opened) {
+    tree.libraries = std::move(all);
+    return 0;
+  }
+  const std::set<std::string> wanted_extra(extra.begin(), extra.end());
+  auto first = [&](const std::string& l) {
+    return l == tree.cudnn || tree.cudnn_family.count(l) > 0 || wanted_extra.count(l) > 0;
+  };
+  std::set<std::string> keep;
+  for (const auto& l : all)
+    if (first(l) && keep.size() < k_max_opened) keep.insert(l);
+  for (const auto& l : all)
+    if (keep.size() < k_max_opened) keep.insert(l);
+  const std::size_t left_out = all.size() - keep.size();
+  std::erase_if(all, [&](const std::string& l) { return keep.count(l) == 0; });
+  tree.libraries = std::move(all);
+  return left_out;
 }
 
 // Whether the model says `path` opens on its own in the process as it is; kept loaded if so.
@@ -189,13 +225,11 @@ bool touches(const Problem& p, const std::set<std::string>& changed) {
   return false;
 }
 
+// What the model resolves each soname of the tree to, and the probe loaded, inside the environment.
 std::map<std::string, std::string> inside_sonames(const r::Environment& env, const ProbePoint& pt) {
-  std::map<std::string, std::string> out;
+  std::map<std::string, std::string> out = pt.resolved;
   for (const auto& f : pt.loaded)
-    if (f.path) {
-      const std::string real = r::real_path_of(*f.path);
-      out.emplace(f.soname, real);
-    }
+    if (f.path) out.emplace(f.soname, r::real_path_of(*f.path));
   std::erase_if(out, [&](const auto& kv) { return !inside(env, kv.second); });
   return out;
 }
@@ -213,7 +247,7 @@ void regressions(const r::Environment& env, const ProbePoint& baseline, const Pr
                      fmt::format("it cannot: {} resolves nowhere", *n->missing),
                      {b.path}});
   }
-  std::map<std::string, std::string> found;
+  std::map<std::string, std::string> found = now.resolved;
   for (const auto& f : now.loaded)
     if (f.path) found.emplace(f.soname, r::real_path_of(*f.path));
   for (const auto& [soname, before] : inside_sonames(env, baseline)) {
@@ -260,7 +294,8 @@ std::size_t ProbePoint::opened() const {
       std::count_if(libraries.begin(), libraries.end(), [](const LibraryOpen& l) { return l.opened; }));
 }
 
-ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge, const VerifyOptions& o) {
+ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge, const VerifyOptions& o,
+                       const std::vector<std::string>& extra) {
   const auto t0 = std::chrono::steady_clock::now();
   ProbePoint pt;
   pt.consumer =
@@ -271,6 +306,8 @@ ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge,
     tree = consumer_tree(env, knowledge, p, *pt.consumer, o.cudnn_soname);
   pt.consumer_missing = tree.missing;
   pt.unresolved = tree.unresolved;
+  pt.resolved = tree.resolved;
+  pt.left_out = choose_libraries(env, tree, extra);
   for (const auto& path : tree.libraries) pt.libraries.push_back(predict_open(env, p, path));
 
   ProbeCommand cmd;
@@ -296,7 +333,10 @@ ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge,
 
   pt.run = run_probe(cmd);
   pt.records = parse_probe_records(pt.run.output);
-  pt.verdict = judge(without_opens(pt.records), pt.run);
+  const ProbeRecords judged = without_opens(pt.records);
+  pt.verdict = judge(judged, pt.run);
+  if (pt.verdict.stage && *pt.verdict.stage < judged.stages.size())
+    pt.failed_stage = judged.stages[*pt.verdict.stage].stage;
   read_opens(pt.records, pt.libraries);
   if (const auto* s = stage_named(pt.records, "cudnnGetVersion"); s && s->ok)
     pt.cudnn_version = r::to_number<long long>(s->detail);

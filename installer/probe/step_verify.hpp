@@ -18,6 +18,7 @@
 // baseline already had is excused while the step touched none of its files.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -58,10 +59,13 @@ struct ProbePoint {
   ProbeRun run;
   ProbeRecords records;
   Verdict verdict;  // of the probe's driver and cuDNN stages (the library opens are judged apart)
+  std::optional<std::string> failed_stage;  // the stage the verdict names (its index is into other records)
   std::optional<std::string> consumer;
   std::optional<std::string> consumer_missing;  // the model: the first library of its tree that resolves nowhere
   std::vector<LibraryOpen> libraries;           // in the order opened
   std::set<std::string> unresolved;             // sonames the tree NEEDs or dlopens that resolve nowhere
+  std::map<std::string, std::string> resolved;  // soname -> the realpath the model resolves it to (inside or not)
+  std::size_t left_out = 0;                     // libraries past k_max_opened, not opened
   std::optional<std::string> cudnn;             // the libcudnn the consumer resolves, whose stages ran
   std::optional<std::string> cudnn_skipped;     // why its stages did not run
   std::optional<long long> cudnn_version;
@@ -75,8 +79,10 @@ struct ProbePoint {
 
 // Probes `env` as it is now. `options.consumer`: the consumer the baseline chose, so that every
 // point of one transaction is measured from the same library; none: chosen as verify chooses.
+// `extra`: what the transaction writes; those of them that are shared libraries of the
+// environment are opened too, reached by the consumer's tree or not.
 [[nodiscard]] ProbePoint probe_point(const resolver::Environment& env, const resolver::Knowledge& knowledge,
-                                     const VerifyOptions& options);
+                                     const VerifyOptions& options, const std::vector<std::string>& extra = {});
 
 struct StepJudgement {
   std::vector<Problem> failures;  // what makes the step fail

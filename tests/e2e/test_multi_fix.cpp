@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "resolver/base/text.hpp"
 #include "tests/e2e/cudafix_run.hpp"
 #include "tests/support/process.hpp"
 
@@ -253,6 +254,69 @@ TEST(MultiFixWorseThanBefore, AnInstallThatBreaksCudnnsSubLibraryIsRefusedAgains
   EXPECT_EQ(v["baseline"]["cudnn_version"], 91900) << v["baseline"].dump(1).substr(0, 2000);
   const std::string now = test::tree_of(venv);
   EXPECT_EQ(now, before) << test::tree_diff(before, now);
+}
+
+// A sub-library a reinstall leaves out, which the process then finds outside the venv, in the
+// host's ld.so.cache (this build machine's CUDA toolkit has cuDNN): cuDNN still works with the
+// fakes, but the venv's libcudnn_heuristic.so.9 now comes from outside it. Refused, by name.
+TEST(MultiFixWorseThanBefore, ASubLibraryAReinstallDropsAndTheHostThenProvidesIsRefused) {
+  const auto host = run_shell("ldconfig -p | grep -m1 'libcudnn_heuristic.so.9 '");
+  if (host.out.find("=>") == std::string::npos) GTEST_SKIP() << "no cuDNN in this host's ld.so.cache";
+  const std::string host_file(resolver::trim(host.out.substr(host.out.find("=>") + 2)));
+  TempDir t;
+  const std::string venv = broken_venv(t, 0);
+  const std::string before = test::tree_of(venv);
+  auto w = cudnn_wheel("cudnn91900");
+  std::erase_if(w.files, [](const auto& f) { return f.first.ends_with("libcudnn_heuristic.so.9"); });
+  const std::string wheel = build(t.path(), w);
+  auto r = cudafix("install -y " + shell_quote(wheel) + " --ld-library-path " + shell_quote(k_fake_cuda), venv);
+  EXPECT_EQ(r.exit_code, 1) << r.out.substr(0, 3000);
+  const std::string error = r.doc["error"].is_string() ? r.doc["error"].get<std::string>() : "";
+  EXPECT_THAT(error, HasSubstr("loads libcudnn_heuristic.so.9"));
+  EXPECT_THAT(error, HasSubstr(", outside it"));
+  EXPECT_THAT(error, HasSubstr(resolver::real_path_of(host_file)));
+  const std::string now = test::tree_of(venv);
+  EXPECT_EQ(now, before) << test::tree_diff(before, now);
+}
+
+// torch's library a symlink to a file outside the venv: the consumer's tree is then no library
+// of the venv's, yet what the install writes is opened all the same, and a sub-library that
+// cannot open is refused after the last step.
+TEST(MultiFixWorseThanBefore, WhatAStepWroteIsOpenedEvenWhereTheConsumersTreeDoesNotReachIt) {
+  TempDir t;
+  const std::string venv = broken_venv(t, 0);
+  const std::string torch = test::site_packages(venv) + "/torch/lib/libtorch_cuda.so";
+  fs::create_directories(t.path() + "/outside");
+  fs::rename(torch, t.path() + "/outside/libtorch_cuda.so");
+  fs::create_symlink(t.path() + "/outside/libtorch_cuda.so", torch);
+  const std::string before = test::tree_of(venv);
+  auto w = cudnn_wheel("cudnn91900");
+  for (auto& [arc, src] : w.files)
+    if (arc.ends_with("libcudnn_graph.so.9")) src = k_multi + "/graph_needs_nowhere/libcudnn_graph.so.9";
+  auto r =
+      cudafix("install -y " + shell_quote(build(t.path(), w)) + " --ld-library-path " + shell_quote(k_fake_cuda), venv);
+  EXPECT_EQ(r.exit_code, 1) << r.out.substr(0, 3000);
+  const std::string error = r.doc["error"].is_string() ? r.doc["error"].get<std::string>() : "";
+  EXPECT_THAT(error, HasSubstr("opens nvidia/cudnn/lib/libcudnn_graph.so.9: expected opens: the transaction wrote it"));
+  EXPECT_THAT(error, HasSubstr("libnowhere.so.1"));
+  const std::string now = test::tree_of(venv);
+  EXPECT_EQ(now, before) << test::tree_diff(before, now);
+}
+
+// A driver whose cuInit fails at the baseline, before any library of the venv is asked for, can
+// verify nothing: a correct repair goes on unverified (exit 4, as with no driver), saying why,
+// rather than being undone for the driver's fault.
+TEST(MultiFixWorseThanBefore, ADriverFailingAtTheBaselineLeavesACorrectRepairUnverifiedNotUndone) {
+  TempDir t;
+  const std::string venv = broken_venv(t, 2);
+  auto r = cudafix("fix -y --find-links " + shell_quote(wheels().good) + " --ld-library-path " +
+                       shell_quote(test::k_fixtures + "/verify/cuda/init999"),
+                   venv);
+  EXPECT_EQ(r.exit_code, 4) << r.out.substr(0, 3000);
+  EXPECT_EQ(r.doc["verified"], false);
+  EXPECT_EQ(r.doc["verification"]["unverified"], true);
+  EXPECT_THAT(r.doc["verification"]["unverified_why"].get<std::string>(), HasSubstr("cuInit"));
+  EXPECT_EQ(r.doc["after"]["errors"], 0) << r.doc["after"].dump();
 }
 
 }  // namespace
