@@ -617,6 +617,7 @@ nlohmann::json point_json(const r::Environment& env, const pr::ProbePoint& pt) {
                     {"soname", l.soname},
                     {"predicted", l.missing ? "fails" : "opens"},
                     {"missing", optional_json(l.missing)},
+                    {"optional", l.optional},
                     {"opened", l.opened},
                     {"error", l.opened ? nullptr : nlohmann::json(l.error)}});
   nlohmann::json resolved = nlohmann::json::object();

@@ -29,10 +29,14 @@ struct Tree {
 
 bool inside(const r::Environment& env, const std::string& real) { return env.site_of(real) != nullptr; }
 
-std::optional<std::string> first_missing(const r::Environment& env, const r::Process& p, std::size_t from) {
+std::optional<std::string> first_missing(const r::Environment& env, const r::Process& p, std::size_t from,
+                                         std::string* soname = nullptr) {
   for (std::size_t i = from; i < p.objects.size(); ++i)
     for (const auto& res : p.objects[i].needed)
-      if (!res.found()) return fmt::format("{}, NEEDed by {},", res.name, env.display(p.objects[i].real));
+      if (!res.found()) {
+        if (soname) *soname = res.name;
+        return fmt::format("{}, NEEDed by {},", res.name, env.display(p.objects[i].real));
+      }
   return std::nullopt;
 }
 
@@ -128,7 +132,7 @@ LibraryOpen predict_open(const r::Environment& env, Prediction& p, const std::st
   if (p.model->load(p.process, path) < 0)
     lib.missing = "it is no ELF object the loader can map";
   else
-    lib.missing = first_missing(env, p.process, first);
+    lib.missing = first_missing(env, p.process, first, &lib.missing_soname);
   if (lib.missing) p.process.rollback();
   return lib;
 }
@@ -308,7 +312,11 @@ ProbePoint probe_point(const r::Environment& env, const r::Knowledge& knowledge,
   pt.unresolved = tree.unresolved;
   pt.resolved = tree.resolved;
   pt.left_out = choose_libraries(env, tree, extra);
-  for (const auto& path : tree.libraries) pt.libraries.push_back(predict_open(env, p, path));
+  for (const auto& path : tree.libraries) {
+    pt.libraries.push_back(predict_open(env, p, path));
+    const std::string& lacks = pt.libraries.back().missing_soname;
+    pt.libraries.back().optional = !lacks.empty() && (knowledge.optional_group(lacks) || knowledge.driver_group(lacks));
+  }
 
   ProbeCommand cmd;
   cmd.program = o.probe;
@@ -361,7 +369,7 @@ StepJudgement judge_step(const r::Environment& env, const ProbePoint& baseline, 
   // Once no step is left to bring what they lack, the libraries the transaction wrote must open.
   if (last)
     for (const auto& lib : now.libraries)
-      if (lib.missing && touches({"", "", "", {lib.path}}, changed))
+      if (lib.missing && !lib.optional && touches({"", "", "", {lib.path}}, changed))
         j.failures.push_back({"opens " + env.display(lib.path),
                               "opens: the transaction wrote it, and no step is left",
                               fmt::format("it cannot: {} resolves nowhere", *lib.missing),

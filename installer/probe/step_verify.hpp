@@ -38,6 +38,10 @@ struct LibraryOpen {
   // The model's verdict: none, it opens; else the first library of its tree that resolves
   // nowhere, "libnccl.so.2, NEEDed by torch/lib/libtorch_cuda.so,".
   std::optional<std::string> missing;
+  std::string missing_soname;
+  // What it lacks is a library an optional feature or transport needs only when used (MPI,
+  // InfiniBand verbs: nvshmem's bootstrap plugins), or the driver's: not the library's fault.
+  bool optional = false;
   bool opened = false;  // the probe's
   std::string error;    // dlerror(), where it did not open
 };
