@@ -303,6 +303,31 @@ TEST(MultiFixWorseThanBefore, WhatAStepWroteIsOpenedEvenWhereTheConsumersTreeDoe
   EXPECT_EQ(now, before) << test::tree_diff(before, now);
 }
 
+// A plugin the install writes that lacks only an optional transport's library (nvshmem's MPI
+// bootstrap needs libmpi.so.40, loaded only when MPI is used) cannot open, and that is no fault
+// of the install: it is verified and kept, the plugin said not to open and why.
+TEST(MultiFixWorseThanBefore, AWrittenPluginLackingOnlyAnOptionalTransportDoesNotFailTheInstall) {
+  TempDir t;
+  const std::string venv = broken_venv(t, 0);
+  const WheelSpec w{
+      "nvidia-nvshmem-cu13",
+      "3.4.5",
+      {{"nvidia/nvshmem/lib/nvshmem_bootstrap_mpi.so.3", k_multi + "/nvidia/nvshmem/lib/nvshmem_bootstrap_mpi.so.3"}},
+      {}};
+  auto r =
+      cudafix("install -y " + shell_quote(build(t.path(), w)) + " --ld-library-path " + shell_quote(k_fake_cuda), venv);
+  EXPECT_EQ(r.exit_code, 0) << r.out.substr(0, 3000);
+  bool seen = false;
+  for (const auto& l : r.doc["verification"]["steps"][0]["probe"]["libraries"])
+    if (l["path"] == "nvidia/nvshmem/lib/nvshmem_bootstrap_mpi.so.3") {
+      seen = true;
+      EXPECT_EQ(l["opened"], false) << l.dump();
+      EXPECT_EQ(l["optional"], true) << l.dump();
+      EXPECT_THAT(l["missing"].get<std::string>(), HasSubstr("libmpi.so.40")) << l.dump();
+    }
+  EXPECT_TRUE(seen) << r.out.substr(0, 3000);
+}
+
 // A driver whose cuInit fails at the baseline, before any library of the venv is asked for, can
 // verify nothing: a correct repair goes on unverified (exit 4, as with no driver), saying why,
 // rather than being undone for the driver's fault.
