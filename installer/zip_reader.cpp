@@ -168,7 +168,8 @@ End parse_end(const unsigned char* d, std::size_t n, std::uint64_t tail_at, cons
     if (i >= 20 && u32(d + i - 20) == k_locator_sig) {
       const std::uint64_t record = u64(d + i - 20 + 8);
       if (u32(d + i - 20 + 4) != 0 || u32(d + i - 20 + 16) > 1) refuse(label, "", "a multi-disk ZIP64 archive");
-      if (record < tail_at || record - tail_at + 56 > i - 20)
+      // Compared without adding to the offset, which a hostile record makes wrap past 2^64.
+      if (record < tail_at || record - tail_at > i - 20 || (i - 20) - (record - tail_at) < 56)
         refuse(label, "", "its ZIP64 end record lies outside the file, or overlaps its locator");
       const unsigned char* z = d + (record - tail_at);
       if (u32(z) != k_end64_sig) refuse(label, "", "its ZIP64 locator points at no ZIP64 end record");

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "installer/zip_reader.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
@@ -32,6 +35,26 @@ std::string zip_of(const TempDir& t, const std::string& members, bool zip64) {
 }
 
 const unsigned char* bytes(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+
+// Inputs the fuzzer once crashed on (tests/fuzz/regressions/zip-*): a clean Error naming the
+// archive, from the end structures as the range planner reads them and from the whole file.
+TEST(ZipReader, FuzzRegressionsAreRefusedByName) {
+  std::size_t seen = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
+    if (e.path().filename().string().rfind("zip-", 0) != 0) continue;
+    ++seen;
+    const std::string data = resolver::read_file(e.path());
+    const std::size_t tail = std::min<std::size_t>(data.size(), 64 * 1024);
+    try {
+      (void)parse_end(bytes(data) + (data.size() - tail), tail, data.size() - tail, "fuzz.whl");
+      ADD_FAILURE() << e.path() << ": accepted";
+    } catch (const resolver::Error& err) {
+      EXPECT_THAT(err.what(), HasSubstr("fuzz.whl")) << e.path();
+    }
+  }
+  EXPECT_GT(seen, 0u);
+}
 
 TEST(ZipReader, Zip64EndRecordsAreReadAndTheTailAloneFindsTheSameCentralDirectory) {
   TempDir t;
