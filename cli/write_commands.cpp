@@ -260,10 +260,10 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
                     {"result", state_name(t)},
                     {"backup_bytes", held}});
     // A journal written before steps and files were recorded says only its ops (renames).
-    const std::string size = t.steps && t.files ? fmt::format("{:>8}, {:>11}", count_of(*t.steps, "step", "steps"),
+    const std::string size = t.steps && t.files ? fmt::format("{}, {}", count_of(*t.steps, "step", "steps"),
                                                               count_of(*t.files, "file", "files"))
-                                                : fmt::format("{:>21}", count_of(t.ops.size(), "change", "changes"));
-    text += fmt::format("{}  {}  {:<40} {}  {}  ({:.1f} MB of backups)\n", printable(t.id), when(t.time),
+                                                : count_of(t.ops.size(), "change", "changes");
+    text += fmt::format("{}  {}  {:<40} {:<20}  {}  ({:.1f} MB of backups)\n", printable(t.id), when(t.time),
                         printable(t.command), size, printable(state_name(t)), static_cast<double>(held) / 1e6);
   }
   if (g.json) {
