@@ -432,7 +432,9 @@ std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const GlobalOptio
       const bool gb = total >= 1000000000, mb = total >= 1000000;
       const double scale = gb ? 1e9 : mb ? 1e6 : 1e3;
       amount = fmt::format("{:.1f} of {:.1f} {}", static_cast<double>(done) / scale, static_cast<double>(total) / scale,
-                           gb ? "GB" : mb ? "MB" : "kB");
+                           gb   ? "GB"
+                           : mb ? "MB"
+                                : "kB");
     }
     std::cerr << fmt::format("\r{} [{}{}] {:3}%  {}", what, std::string(filled, '#'), std::string(30 - filled, ' '),
                              pct, amount)

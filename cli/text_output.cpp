@@ -179,8 +179,8 @@ std::string dists_section(const r::Environment& env, const Style& st) {
       for (const auto* o : objects_of[i]) object_lines(env, *o, st, out);
   }
   if (!unowned.empty()) {
-    out += fmt::format("  {}\n", st.warn(fmt::format("{} that no dist lists", count_of(unowned.size(), "ELF object",
-                                                                                       "ELF objects"))));
+    out += fmt::format(
+        "  {}\n", st.warn(fmt::format("{} that no dist lists", count_of(unowned.size(), "ELF object", "ELF objects"))));
     if (st.verbose)
       for (const auto* o : unowned) object_lines(env, *o, st, out);
   }
@@ -420,8 +420,7 @@ std::string verify_errors_text(const installer::probe::VerifyReport& rep, const 
   for (const auto& s : rep.records.stages)
     if (!s.ended || !s.ok) out += stage_line(s, rep.run.timed_out, st);
   for (const auto& c : rep.checks)
-    if (!c.ok)
-      out += fmt::format("  {} {}: {}\n", st.bad("FAIL"), c.check, printable(c.detail, k_line_limit));
+    if (!c.ok) out += fmt::format("  {} {}: {}\n", st.bad("FAIL"), c.check, printable(c.detail, k_line_limit));
   for (const auto& e : rep.diagnosis)
     if (e.likely) out += fmt::format("  {} {}\n", st.bad("likely:"), e.cause);
   return out;

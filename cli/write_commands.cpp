@@ -310,8 +310,8 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
         out << printable_lines(why) << '\n';
       return 1;
     }
-    if (!confirmed(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot,
-                                  check.restore, check.remove)))
+    if (!confirmed(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
+                                  check.remove)))
       return declined(g, out, "rollback", env.layout.root);
     show_progress(g, t, "restoring");
     t.carry_out();
@@ -378,9 +378,9 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     }
     return 1;
   }
-  if (!confirmed(g, fmt::format("roll back {} ({}){}", target->id, target->command,
-                                changed.empty() ? ""
-                                                : fmt::format(", taking aside {} paths changed since", changed.size()))))
+  if (!confirmed(
+          g, fmt::format("roll back {} ({}){}", target->id, target->command,
+                         changed.empty() ? "" : fmt::format(", taking aside {} paths changed since", changed.size()))))
     return declined(g, out, "rollback", venv);
   show_progress(g, t, "rolling back");
   t.carry_out();
@@ -434,8 +434,7 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
     std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
     name = buf;
   }
-  const auto info = tx::take_snapshot(
-      env, name, progress_bar(g, "snapshot", "files"));
+  const auto info = tx::take_snapshot(env, name, progress_bar(g, "snapshot", "files"));
   if (g.json) {
     out << nlohmann::json{{"schema", 1},
                           {"command", "snapshot"},
@@ -923,9 +922,8 @@ std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const 
       earlier.removed.insert(st.dist);
       earlier.deleted.insert(del.files.begin(), del.files.end());
     } else {
-      const auto staged = installer::stage_wheel(
-          *prepared.wheel, layout, t, g.threads, false,
-          progress_bar(g, "installing"));
+      const auto staged =
+          installer::stage_wheel(*prepared.wheel, layout, t, g.threads, false, progress_bar(g, "installing"));
       earlier.listed.insert(staged.targets.begin(), staged.targets.end());
       if (st.dist >= 0) plan_leftovers(env, st.dist, earlier, t);
       files += staged.targets.size();
@@ -976,17 +974,16 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
     else if (r::real_path_of(*plan.venv) == located.layout.root_real)
       std::cerr << fmt::format("this plan is for {}\n", printable(*plan.venv));
     else
-      std::cerr << fmt::format("this plan is for {}; applying it to {} ({})\n", printable(*plan.venv),
-                               printable(venv), g.venv ? "--venv" : "-p");
+      std::cerr << fmt::format("this plan is for {}; applying it to {} ({})\n", printable(*plan.venv), printable(venv),
+                               g.venv ? "--venv" : "-p");
   }
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const auto& layout = writable(env);
   check_one_file_system(layout);
-  const PreparedPlan prepared =
-      prepare_plan(g, env, knowledge, plan, o.plan,
-                   fmt::format("make a new plan: cudafix plan fix --venv {} -o {}", shell_word(env.layout.root),
-                               shell_word(o.plan)));
+  const PreparedPlan prepared = prepare_plan(g, env, knowledge, plan, o.plan,
+                                             fmt::format("make a new plan: cudafix plan fix --venv {} -o {}",
+                                                         shell_word(env.layout.root), shell_word(o.plan)));
   const auto said = prepared.labels();
   if (said.empty()) {  // nothing to change, verify or ask about
     if (g.json) {
@@ -1034,14 +1031,13 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   for (const auto& w : wheels) labels.push_back(w.project + " " + w.version);
   // Refused before a transaction begins, so that a refusal leaves none behind.
   for (const auto& w : wheels) installer::check_targets(w, layout);
-  if (!confirmed(g, fmt::format("install {}", fmt::join(labels, ", ")))) return declined(g, out, "install", env.layout.root);
+  if (!confirmed(g, fmt::format("install {}", fmt::join(labels, ", "))))
+    return declined(g, out, "install", env.layout.root);
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(labels, ", ")));
   std::size_t files = 0;
   r::EarlierSteps earlier;  // the dists replaced so far, and the paths written
   for (const auto& w : wheels) {
-    const auto staged = installer::stage_wheel(
-        w, layout, t, g.threads, true,
-        progress_bar(g, "installing"));
+    const auto staged = installer::stage_wheel(w, layout, t, g.threads, true, progress_bar(g, "installing"));
     earlier.listed.insert(staged.targets.begin(), staged.targets.end());
     // An installed dist of that name is replaced: what it lists and no wheel here writes goes.
     if (const auto installed = env.dist_index(r::normalize_name(w.name))) plan_leftovers(env, *installed, earlier, t);

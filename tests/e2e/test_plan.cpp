@@ -867,8 +867,7 @@ TEST_F(HybridCuda12Torch, ApplyFromAnotherFolderTakesThePlansVenvAndARefusalEnds
   EXPECT_THAT(again.out, ::testing::ContainsRegex("the environment changed since the plan was made \\([0-9]+ "
                                                   "differences\\); nothing was changed:\n"));
   EXPECT_THAT(again.out, ::testing::ContainsRegex("\n  \\.\\.\\. and [0-9]+ more\n"));
-  EXPECT_THAT(again.out,
-              HasSubstr("\nmake a new plan: cudafix plan fix --venv " + venv + " -o ../plan.json\n"));
+  EXPECT_THAT(again.out, HasSubstr("\nmake a new plan: cudafix plan fix --venv " + venv + " -o ../plan.json\n"));
   std::size_t listed = 0, longest = 0;
   for (const auto line : resolver::split(again.out, '\n')) {
     longest = std::max(longest, line.size());

@@ -599,8 +599,8 @@ TEST_F(Transactions, AnInPlaceEditThatKeepsSizeAndMtimeIsStillAChange) {
 // `ARGS --venv VENV` at a terminal (script(1) gives it a pseudo-terminal, as a user's shell
 // would), `typed` its keyboard: the prompt and the answer as a user sees them.
 test::RunResult at_terminal(const std::string& args, const std::string& venv, const std::string& typed) {
-  const std::string cmd = "env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " " + args + " --venv " +
-                          shell_quote(venv) + test::k_no_cache;
+  const std::string cmd =
+      "env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(venv) + test::k_no_cache;
   return run_shell("printf " + shell_quote(typed) + " | script -qec " + shell_quote(cmd) + " /dev/null");
 }
 
@@ -639,8 +639,9 @@ TEST_F(Transactions, SnapshotDeleteAsksFirstAsEveryWriteDoesAndAnEmptyListSaysSo
   EXPECT_EQ(none.out, "no snapshots\n");
   ASSERT_EQ(cudafix("snapshot keep-me", v).exit_code, 0);
   // No terminal to ask on and no -y: refused, as remove and rollback refuse, and the snapshot stays.
-  const auto refused = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " snapshot --delete keep-me --venv " +
-                                 shell_quote(v) + test::k_no_cache + " </dev/null 2>&1");
+  const auto refused =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " snapshot --delete keep-me --venv " +
+                shell_quote(v) + test::k_no_cache + " </dev/null 2>&1");
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
   EXPECT_THAT(refused.out, HasSubstr("delete snapshot 'keep-me'"));
   EXPECT_THAT(refused.out, HasSubstr("give -y (there is no terminal to ask on)"));

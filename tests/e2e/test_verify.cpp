@@ -290,9 +290,9 @@ TEST(Verify, WithNoDriverTheLoadedFilesCheckIsSkippedNeverOk) {
   EXPECT_THAT((*skipped)["detail"].get<std::string>(), HasSubstr("the probe loaded nothing of the environment"));
   EXPECT_THAT(v.text, ::testing::Not(HasSubstr("ok   loaded files")));
   EXPECT_THAT(v.text, ::testing::ContainsRegex("skip +- +loaded files: not compared"));
-  const auto quiet = run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " verify -q --color never --venv " +
-                               shell_quote(venv.root()) + " --ld-library-path " + shell_quote(k_verify + "/cu13") +
-                               " 2>&1");
+  const auto quiet =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " verify -q --color never --venv " +
+                shell_quote(venv.root()) + " --ld-library-path " + shell_quote(k_verify + "/cu13") + " 2>&1");
   EXPECT_EQ(quiet.exit_code, 3);
   EXPECT_THAT(quiet.out, ::testing::StartsWith("cudafix verify no driver: "));
   EXPECT_THAT(quiet.out, ::testing::Not(HasSubstr("stages")));
