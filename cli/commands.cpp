@@ -60,6 +60,7 @@ r::LocateRequest locate_request(const GlobalOptions& g) {
 Style style_for(const GlobalOptions& g) {
   Style st;
   st.verbose = g.verbose;
+  st.quiet = g.quiet;
   switch (g.color) {
     case ColorMode::always:
       st.color = true;
@@ -411,10 +412,12 @@ int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& 
 }
 
 // A progress bar on standard error (hashing, installing), only when both streams are a terminal.
-std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what, const char* unit) {
-  if (!::isatty(1) || !::isatty(2)) return {};
+std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const GlobalOptions& g, const char* what,
+                                                               const char* unit) {
+  if (g.json || g.quiet || !::isatty(1) || !::isatty(2)) return {};
   auto last = std::make_shared<std::atomic<int>>(-1);
   return [last, what, unit](std::uint64_t done, std::uint64_t total) {
+    if (total == 0) return;  // nothing to count ("0.0 of 0.0 MB" says nothing): no bar
     const int pct = total ? static_cast<int>(std::min<std::uint64_t>(100, done * 100 / total)) : 100;
     int prev = last->load();
     if (pct <= prev || !last->compare_exchange_strong(prev, pct)) return;
@@ -422,11 +425,16 @@ std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what,
     std::string amount;
     if (unit) {
       amount = fmt::format("{} of {} {}", done, total, unit);
+    } else if (total < 1000) {
+      amount = fmt::format("{} of {} bytes", done, total);
     } else {
-      const bool gb = total >= 1000000000;
-      const double scale = gb ? 1e9 : 1e6;
+      // In the unit of the total, so that a small wheel does not read "0.0 of 0.0 MB".
+      const bool gb = total >= 1000000000, mb = total >= 1000000;
+      const double scale = gb ? 1e9 : mb ? 1e6 : 1e3;
       amount = fmt::format("{:.1f} of {:.1f} {}", static_cast<double>(done) / scale, static_cast<double>(total) / scale,
-                           gb ? "GB" : "MB");
+                           gb   ? "GB"
+                           : mb ? "MB"
+                                : "kB");
     }
     std::cerr << fmt::format("\r{} [{}{}] {:3}%  {}", what, std::string(filled, '#'), std::string(30 - filled, ' '),
                              pct, amount)
@@ -446,7 +454,7 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   const auto depth = rules::scan_depth_for(opts);
   const std::vector<std::string> recovered = located.recovered;
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), depth, rules::parses_requirements(opts));
-  if (!g.json) opts.hash_progress = progress_bar("hashing");
+  opts.hash_progress = progress_bar(g, "hashing");
   const auto rules_start = std::chrono::steady_clock::now();
   const auto report = rules::run_doctor(env, knowledge, opts);
   if (g.timings) {
@@ -515,7 +523,7 @@ installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g, 
   s.http.retries = g.retries;
   s.python_version = env.layout.python_version.value_or("3");
   s.supported_tags = supported_tags;
-  if (!g.json) s.progress = progress_bar("downloading");
+  s.progress = progress_bar(g, "downloading");
   return s;
 }
 
@@ -589,12 +597,12 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
   auto found = installer::find_wheels(folders, opts.supported_tags);
   for (const auto& diag : found.diagnostics)
-    std::cerr << fmt::format("cudafix: warning: {}\n", printable(diag.to_string(), k_line_limit));
+    if (!g.quiet) std::cerr << fmt::format("cudafix: warning: {}\n", printable(diag.to_string(), k_line_limit));
   opts.wheels = std::move(found.wheels);
   const auto t0 = std::chrono::steady_clock::now();
   out.plan = plan_with_sources(g, env, knowledge, opts, out.source_problems);
   for (const auto& problem : out.source_problems)
-    std::cerr << fmt::format("cudafix: warning: {}\n", printable(problem, k_line_limit));
+    if (!g.quiet) std::cerr << fmt::format("cudafix: warning: {}\n", printable(problem, k_line_limit));
   const auto t1 = std::chrono::steady_clock::now();
   out.fingerprint = r::fingerprint_of(env, out.plan);
   if (g.timings) {
@@ -639,7 +647,7 @@ int run_rules(const GlobalOptions& g, std::ostream& out) {
   const Configuration config = load_configuration(g, root);
   if (g.json)
     out << rules_json(root, config.rule_settings) << '\n';
-  else
+  else if (!g.quiet)
     out << rules_text(config.rule_settings, style_for(g));
   return 0;
 }
@@ -654,7 +662,7 @@ int run_explain(const GlobalOptions& g, const std::string& id, std::ostream& out
   }
   if (g.json)
     out << explain_json(*rule) << '\n';
-  else
+  else if (!g.quiet)
     out << rule->doc;
   return 0;
 }

@@ -162,10 +162,12 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   if (!g.json && !g.quiet) out << shown << std::flush;
   // Carried out as `apply` carries out a saved plan: from the document, parsed and replayed.
   const PreparedPlan prepared =
-      prepare_plan(g, env, knowledge, r::parse_plan_file(planned.document, "the plan"), "the plan");
+      prepare_plan(g, env, knowledge, r::parse_plan_file(planned.document, "the plan"), "the plan",
+                   "another tool changed it while fix planned: run `cudafix fix` again");
   const auto said = prepared.labels();
   check_one_file_system(env.layout);
-  confirm(g, fmt::format("carry out these {} steps", said.size()));
+  if (!confirmed(g, fmt::format("carry out these {} steps", said.size())))
+    return declined(g, out, "fix", env.layout.root);
 
   tx::Transaction t(env.layout.root_real, "fix");
   stage_plan(g, env, prepared, t);

@@ -70,7 +70,6 @@ const Scanned& scan_kept(const GlobalOptions& g);
 void say_waiting(const std::string& what);
 // cudafix-probe, installed beside the cudafix binary.
 [[nodiscard]] std::string probe_path();
-// A progress bar on standard error, only when both streams are a terminal; empty otherwise.
 // The wheel sources the options and the environment name (installer/source/sources.hpp): the
 // command line over PIP_* over UV_*; no index under --no-index; the wheel cache in cache_dir().
 [[nodiscard]] installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g,
@@ -81,9 +80,9 @@ void say_waiting(const std::string& what);
 [[nodiscard]] resolver::ScanOptions scan_options(const GlobalOptions& g,
                                                  resolver::ScanDepth depth = resolver::ScanDepth::full,
                                                  bool parse_requirements = true);
-// None when stdout or stderr is not a terminal; `unit` names what is counted (nullptr: bytes, shown
-// as MB or GB).
-[[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const char* what,
+// None under --json or -q, or when stdout or stderr is not a terminal; `unit` names what is counted
+// (nullptr: bytes, shown as MB or GB). A total of 0 shows no bar.
+[[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const GlobalOptions& g, const char* what,
                                                                              const char* unit = nullptr);
 // The repair plan `plan fix` prints and `fix` carries out: the wheels of --find-links (else
 // $PIP_FIND_LINKS where `pip_find_links_env`), then those the index or the caches have for steps

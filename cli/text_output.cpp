@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "cli/printable.hpp"
 #include "resolver/base/text.hpp"
@@ -141,6 +142,53 @@ void tree_lines(const r::Environment& env, const r::NeededNode& n, const Style& 
   for (const auto& c : n.children) tree_lines(env, c, st, depth + 1, out);
 }
 
+// One ELF object of the model (-v): its path, SONAME and each NEEDED with how it resolves.
+void object_lines(const r::Environment& env, const r::SharedObject& o, const Style& st, std::string& out) {
+  std::string soname = "(unreadable)";
+  if (o.elf.status == r::ElfReadStatus::ok)
+    soname = o.elf.info.soname ? "SONAME " + printable(*o.elf.info.soname) : std::string("no SONAME");
+  out += fmt::format("    {} {}\n", shown(env, o.path), st.dim(soname));
+  for (const auto& res : o.resolutions) out += fmt::format("      NEEDED {}\n", answer(env, res, st));
+}
+
+// The model's dists, by name: version, the files their RECORD lists (and how many are missing),
+// their ELF objects; with -v each object, its SONAME and how each of its NEEDED resolves, and
+// the objects no dist lists.
+std::string dists_section(const r::Environment& env, const Style& st) {
+  std::vector<std::vector<const r::SharedObject*>> objects_of(env.dists.size());
+  std::vector<const r::SharedObject*> unowned;
+  for (const auto& o : env.objects) {
+    if (o.owners.empty()) unowned.push_back(&o);
+    for (int d : o.owners) objects_of[static_cast<std::size_t>(d)].push_back(&o);
+  }
+  std::vector<std::size_t> order(env.dists.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(env.dists[a].normalized, env.dists[a].dir_name) <
+           std::tie(env.dists[b].normalized, env.dists[b].dir_name);
+  });
+  std::string out = fmt::format("\n{} ({})\n", st.bold("Dists"), env.dists.size());
+  for (const std::size_t i : order) {
+    const auto& d = env.dists[i];
+    const std::size_t missing = i < env.missing.size() ? env.missing[i].size() : 0;
+    out += fmt::format("  {} {}  {}{}, {}\n", printable(d.name), printable(d.version),
+                       count_of(d.record.size(), "file", "files"),
+                       missing ? st.bad(fmt::format(" ({} missing)", missing)) : "",
+                       count_of(objects_of[i].size(), "ELF object", "ELF objects"));
+    if (st.verbose)
+      for (const auto* o : objects_of[i]) object_lines(env, *o, st, out);
+  }
+  if (!unowned.empty()) {
+    out += fmt::format(
+        "  {}\n", st.warn(fmt::format("{} that no dist lists", count_of(unowned.size(), "ELF object", "ELF objects"))));
+    if (st.verbose)
+      for (const auto* o : unowned) object_lines(env, *o, st, out);
+  }
+  if (!st.verbose && !env.objects.empty())
+    out += st.dim("  (-v lists each dist's ELF objects, their SONAME and how each NEEDED resolves)\n");
+  return out;
+}
+
 }  // namespace
 
 std::string count_of(std::size_t n, std::string_view one, std::string_view many) {
@@ -184,6 +232,8 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
   out += fmt::format("  loader model: glibc {}, main executable {}, LD_LIBRARY_PATH {}\n", c.host.glibc_version,
                      env.main_executable.value_or("(none)"),
                      c.ld_library_path.empty() ? "(empty)" : fmt::format("{}", fmt::join(c.ld_library_path, ":")));
+
+  out += dists_section(env, st);
 
   const auto shared = env.shared_paths();
   if (!shared.empty()) {
@@ -359,8 +409,28 @@ std::string stage_line(const installer::probe::StageRecord& s, bool timed_out, c
 
 }  // namespace
 
+namespace {
+
+// verify under -q: the verdict, then only what failed (the stages, the checks, the likely causes).
+std::string verify_errors_text(const installer::probe::VerifyReport& rep, const Style& st) {
+  namespace p = installer::probe;
+  if (rep.verdict.outcome == p::Outcome::ok) return "";
+  std::string out = fmt::format("{} {}: {}\n", st.bold("cudafix verify"), outcome_headline(rep, st),
+                                printable(rep.verdict.message, k_line_limit));
+  for (const auto& s : rep.records.stages)
+    if (!s.ended || !s.ok) out += stage_line(s, rep.run.timed_out, st);
+  for (const auto& c : rep.checks)
+    if (!c.ok) out += fmt::format("  {} {}: {}\n", st.bad("FAIL"), c.check, printable(c.detail, k_line_limit));
+  for (const auto& e : rep.diagnosis)
+    if (e.likely) out += fmt::format("  {} {}\n", st.bad("likely:"), e.cause);
+  return out;
+}
+
+}  // namespace
+
 std::string verify_text(const r::Environment& env, const installer::probe::VerifyReport& rep, const Style& st) {
   namespace p = installer::probe;
+  if (st.quiet) return verify_errors_text(rep, st);
   std::string out = fmt::format("{} {}: {}\n", st.bold("cudafix verify"), outcome_headline(rep, st),
                                 printable(rep.verdict.message, k_line_limit));
   if (rep.libcuda)
@@ -455,7 +525,8 @@ void finding_lines(const rules::DoctorReport& rep, const rules::Finding& f,
     for (const auto* e : it->second) finding_lines(rep, *e, effects, st, depth + 1, next, explained, out);
   if (const std::string command = details && depth == 0 ? next(f) : ""; !command.empty())
     out += fmt::format("{}    {} {}\n", indent, st.bold("next:"), printable(command, k_line_limit));
-  if (explained.insert(f.rule).second) out += st.dim(fmt::format("{}    see: cudafix explain {}\n", indent, f.rule));
+  if (!st.quiet && explained.insert(f.rule).second)
+    out += st.dim(fmt::format("{}    see: cudafix explain {}\n", indent, f.rule));
 }
 
 // Root causes first (most severe first), each with the findings it causes nested under it; how
@@ -481,7 +552,26 @@ std::size_t findings_lines(const rules::DoctorReport& rep, const Style& st,
 
 }  // namespace
 
+namespace {
+
+// The error findings alone, each a root where what caused it is not an error (-q).
+rules::DoctorReport errors_only(const rules::DoctorReport& rep) {
+  rules::DoctorReport out = rep;
+  std::erase_if(out.findings, [](const rules::Finding& f) { return f.severity != rules::Severity::error; });
+  std::set<int> kept;
+  for (const auto& f : out.findings) kept.insert(f.id);
+  for (auto& f : out.findings) std::erase_if(f.caused_by, [&](int cause) { return !kept.count(cause); });
+  return out;
+}
+
+}  // namespace
+
 std::string doctor_text(const r::Environment& env, const rules::DoctorReport& rep, const Style& st) {
+  if (st.quiet) {  // the errors, with their evidence and next step; no header, warning or footer
+    std::string out;
+    findings_lines(errors_only(rep), st, remedy_command, out);
+    return out.empty() ? out : out.substr(1);  // no blank line before the first
+  }
   std::string out = fmt::format("{} {}: {} error{}, {} warning{}, {} explained (info)\n", st.bold("cudafix doctor"),
                                 shown(env, env.layout.root), rep.errors, rep.errors == 1 ? "" : "s", rep.warnings,
                                 rep.warnings == 1 ? "" : "s", rep.infos);
@@ -551,13 +641,16 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
     const auto& dist = env.dists[static_cast<std::size_t>(d)];
     names.push_back(printable(r::dist_label(dist)));
   }
-  std::string out = fmt::format("{} {}\n", st.bold("cudafix plan remove"), fmt::join(names, ", "));
-  out += fmt::format("pip uninstall would delete {}; cudafix would delete {}", deletion_summary(plan.pip.deletion),
-                     deletion_summary(plan.cudafix.deletion));
-  if (!plan.cudafix.deletion.kept.empty())
-    out += fmt::format(" (keeping {} that other dists list)",
-                       count_of(plan.cudafix.deletion.kept.size(), "file", "files"));
-  out += "\n";
+  std::string out;
+  if (!st.quiet) {  // -q: what breaks and the verdict only
+    out = fmt::format("{} {}\n", st.bold("cudafix plan remove"), fmt::join(names, ", "));
+    out += fmt::format("pip uninstall would delete {}; cudafix would delete {}", deletion_summary(plan.pip.deletion),
+                       deletion_summary(plan.cudafix.deletion));
+    if (!plan.cudafix.deletion.kept.empty())
+      out += fmt::format(" (keeping {} that other dists list)",
+                         count_of(plan.cudafix.deletion.kept.size(), "file", "files"));
+    out += "\n";
+  }
   auto section = [&](const char* title, const r::Outcome& o) {
     if (!o.breaks.empty()) {
       out += fmt::format("\n{} ({}):\n", st.bad(title), count_of(o.breaks.size(), "library breaks", "libraries break"));
@@ -589,6 +682,7 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
       out += fmt::format("  {} {} requires {}\n", printable(d.name), printable(d.version), printable(rb.requirement));
     }
   }
+  if (st.quiet && plan.safe()) return "";
   out += "\n";
   if (plan.safe())
     out += st.good("safe: nothing required breaks\n");
@@ -603,7 +697,29 @@ std::string plan_remove_text(const r::Environment& env, const r::RemovalPlan& pl
   return out;
 }
 
+namespace {
+
+// plan fix under -q: nothing where a plan was found; else the steps that make things worse, the
+// wheels it lacks and the problem.
+std::string plan_fix_errors_text(const r::Environment& env, const r::FixPlan& plan, const Style& st) {
+  if (plan.ok()) return "";
+  std::string out;
+  for (const auto& s : plan.steps) {
+    if (s.ok) continue;
+    out += st.bad(fmt::format("{} {} {}: worse than before the plan:", r::to_string(s.action), printable(s.name),
+                              printable(s.version))) +
+           "\n";
+    breaks_lines(env, s.worse, st, out);
+  }
+  for (const auto& need : plan.needs)
+    out += fmt::format("no wheel for {} {}\n", printable(need.name), printable(need.version));
+  return out + st.bad(plan.problem + "\n");
+}
+
+}  // namespace
+
 std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, const Style& st) {
+  if (st.quiet) return plan_fix_errors_text(env, plan, st);
   std::string out = fmt::format("{} {}\n", st.bold("cudafix plan fix"), shown(env, env.layout.root));
   if (plan.target)
     out += fmt::format("target: CUDA {}{}\n", *plan.target, plan.target_given ? " (given with --cuda-major)" : "");

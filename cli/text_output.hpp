@@ -20,6 +20,8 @@ namespace cudafix::cli {
 struct Style {
   bool color = false;
   bool verbose = false;
+  // -q: errors only (as pip -q prints them), no summary, warning, hint or info.
+  bool quiet = false;
   [[nodiscard]] std::string bold(std::string_view s) const;
   [[nodiscard]] std::string bad(std::string_view s) const;
   [[nodiscard]] std::string warn(std::string_view s) const;

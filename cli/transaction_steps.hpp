@@ -22,8 +22,13 @@
 
 namespace cudafix::cli {
 
-// Writing needs a yes: -y, or one typed at a terminal; throws Error otherwise.
-void confirm(const GlobalOptions& g, const std::string& what);
+// Writing needs a yes: -y, or one typed at a terminal (false: the user said no). With no terminal
+// and no -y, throws Error: there is no one to ask.
+[[nodiscard]] bool confirmed(const GlobalOptions& g, const std::string& what);
+// What a command says when the user declined its prompt: nothing was changed, on standard error
+// (beside the prompt), and under --json a document saying so. Returns the exit code, 1 (refused,
+// as apt-get's "Abort." exits 1; nothing was changed).
+int declined(const GlobalOptions& g, std::ostream& out, const std::string& command, const std::string& venv);
 
 // Where backups are pruned after a commit, and how many transactions keep theirs.
 struct Retention {
@@ -106,10 +111,11 @@ struct PreparedPlan {
 // Throws Error naming `name` (the plan file) and the step or field: a plan that found no safe
 // order, a fingerprint that is not its own digest or leaves out a file a step touches, an
 // environment changed since, a step whose dist, wheel or paths are not what it says, or a step
-// the replay judges unsafe.
+// the replay judges unsafe. A changed environment is said by its first three differences and the
+// count of the rest, then `remake`, on its own line: the command that makes a new plan.
 [[nodiscard]] PreparedPlan prepare_plan(const GlobalOptions& g, const resolver::Environment& env,
                                         const resolver::Knowledge& knowledge, const resolver::PlanFile& plan,
-                                        const std::string& name);
+                                        const std::string& name, const std::string& remake);
 
 // A prepared plan's steps staged into `t`, one journal step each; returns how many files they
 // write or delete.

@@ -16,6 +16,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/json_writer.hpp"
 #include "cli/printable.hpp"
 #include "cli/session.hpp"
 #include "cli/text_output.hpp"
@@ -90,20 +91,31 @@ std::string changed_since_text(const GlobalOptions& g, Located located, const tx
 
 }  // namespace
 
-void confirm(const GlobalOptions& g, const std::string& what) {
-  if (g.yes) return;
+bool confirmed(const GlobalOptions& g, const std::string& what) {
+  if (g.yes) return true;
   if (!::isatty(0))
     throw r::Error(fmt::format("{}: this changes the environment; give -y (there is no terminal to ask on)", what));
   std::cerr << what << "? [y/N] " << std::flush;
   std::string answer;
   std::getline(std::cin, answer);
-  if (answer != "y" && answer != "Y" && answer != "yes") throw r::Error("not confirmed; nothing was changed");
+  return answer == "y" || answer == "Y" || answer == "yes";
+}
+
+int declined(const GlobalOptions& g, std::ostream& out, const std::string& command, const std::string& venv) {
+  std::cerr << "not confirmed: nothing was changed\n";
+  if (g.json) {
+    JsonWriter w;
+    w.begin_object().key("schema").value(1).key("command").value(command).key("venv").value(venv);
+    w.key("confirmed").value(false).key("changed").value(false).end_object();
+    out << w.str() << '\n';
+  }
+  return 1;
 }
 
 Retention retention(const Located& located) { return {located.layout.root_real, located.config.keep_transactions}; }
 
 void show_progress(const GlobalOptions& g, tx::Transaction& t, const char* what) {
-  if (!g.json) t.on_progress(progress_bar(what, "changes"));
+  t.on_progress(progress_bar(g, what, "changes"));
 }
 
 const r::EnvLayout& writable(const r::Environment& env) {
@@ -207,8 +219,9 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   std::vector<std::string> labels;
   for (int d : dists) labels.push_back(r::dist_label(env.dists[static_cast<std::size_t>(d)]));
   const auto& del = plan.cudafix.deletion;
-  confirm(g, fmt::format("remove {} ({} files, keeping {} another dist lists)", fmt::join(labels, ", "),
-                         del.files.size(), del.kept.size()));
+  if (!confirmed(g, fmt::format("remove {} ({} files, keeping {} another dist lists)", fmt::join(labels, ", "),
+                                del.files.size(), del.kept.size())))
+    return declined(g, out, "remove", env.layout.root);
   std::vector<std::string> names;  // as pip list shows them, whatever spelling was typed
   for (int d : dists) names.push_back(env.dists[static_cast<std::size_t>(d)].name);
   tx::Transaction t(layout.root_real, "remove " + fmt::format("{}", fmt::join(names, " ")));
@@ -229,7 +242,7 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
   const Located located = locate(g);
   std::vector<std::string> distrusted;
   const auto all = tx::transactions(located.layout.root_real, &distrusted);
-  if (!g.json)
+  if (!g.json && !g.quiet)
     for (const auto& why : distrusted) std::cerr << "cudafix: not shown, not trusted: " << why << '\n';
   nlohmann::json list = nlohmann::json::array();
   std::uint64_t total = 0;
@@ -237,21 +250,28 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
   for (const auto& t : all) {
     const auto held = tx::bytes_held(tx::tx_root(located.layout.root_real) + "/" + t.id);
     total += held;
+    const auto or_null = [](const std::optional<std::size_t>& n) { return n ? nlohmann::json(*n) : nlohmann::json(); };
     list.push_back({{"id", t.id},
                     {"time", t.time},
                     {"command", t.command},
-                    {"steps", t.ops.size()},
+                    {"steps", or_null(t.steps)},
+                    {"files", or_null(t.files)},
+                    {"ops", t.ops.size()},
                     {"result", state_name(t)},
                     {"backup_bytes", held}});
-    text += fmt::format("{}  {}  {:<40} {:>6} steps  {}  ({:.1f} MB of backups)\n", printable(t.id), when(t.time),
-                        printable(t.command), t.ops.size(), printable(state_name(t)), static_cast<double>(held) / 1e6);
+    // A journal written before steps and files were recorded says only its ops (renames).
+    const std::string size = t.steps && t.files ? fmt::format("{}, {}", count_of(*t.steps, "step", "steps"),
+                                                              count_of(*t.files, "file", "files"))
+                                                : count_of(t.ops.size(), "change", "changes");
+    text += fmt::format("{}  {}  {:<40} {:<20}  {}  ({:.1f} MB of backups)\n", printable(t.id), when(t.time),
+                        printable(t.command), size, printable(state_name(t)), static_cast<double>(held) / 1e6);
   }
   if (g.json) {
     out << nlohmann::json{{"schema", 1},          {"command", "history"},     {"venv", located.layout.root},
                           {"transactions", list}, {"distrusted", distrusted}, {"backup_bytes", total}}
                .dump()
         << '\n';
-  } else {
+  } else if (!g.quiet) {
     out << (all.empty() ? "no transactions\n" : text);
     if (!all.empty())
       out << fmt::format("backups for rollback use {:.1f} MB on disk (committed transactions only)\n",
@@ -263,7 +283,7 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
 int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out) {
   Located located = locate(g, Access::write);
   const Retention keep = retention(located);
-  const std::string root = located.layout.root_real;
+  const std::string root = located.layout.root_real, venv = located.layout.root;
   tx::EnvLock lock(root, lock_wait(g), say_waiting);
   check_one_file_system(located.layout);
   if (const auto listed = r::records_listing_protected(located.layout); !listed.empty())
@@ -290,8 +310,9 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
         out << printable_lines(why) << '\n';
       return 1;
     }
-    confirm(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
-                           check.remove));
+    if (!confirmed(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
+                                  check.remove)))
+      return declined(g, out, "rollback", env.layout.root);
     show_progress(g, t, "restoring");
     t.carry_out();
     return report_done(g, out, "rollback", t,
@@ -357,8 +378,10 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     }
     return 1;
   }
-  confirm(g, fmt::format("roll back {} ({}){}", target->id, target->command,
-                         changed.empty() ? "" : fmt::format(", taking aside {} paths changed since", changed.size())));
+  if (!confirmed(
+          g, fmt::format("roll back {} ({}){}", target->id, target->command,
+                         changed.empty() ? "" : fmt::format(", taking aside {} paths changed since", changed.size()))))
+    return declined(g, out, "rollback", venv);
   show_progress(g, t, "rolling back");
   t.carry_out();
   return report_done(g, out, "rollback", t, fmt::format("rolled back {} ({})", target->id, target->command), keep,
@@ -367,23 +390,36 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
 
 int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out) {
   Located located = locate(g, Access::write);
-  const std::string root = located.layout.root_real;
+  const std::string root = located.layout.root_real, venv = located.layout.root;
   if (o.list) {
+    const auto snapshots = tx::list_snapshots(root);
     nlohmann::json list = nlohmann::json::array();
-    for (const auto& s : tx::list_snapshots(root)) {
+    std::string text;
+    for (const auto& s : snapshots) {
       list.push_back(
           {{"name", s.name}, {"time", s.time}, {"files", s.files}, {"bytes", s.bytes}, {"copied", s.copied}});
-      if (!g.json)
-        out << fmt::format("{:<24} {}  {} files, {:.1f} MB\n", s.name, when(s.time), s.files,
-                           static_cast<double>(s.bytes) / 1e6);
+      text += fmt::format("{:<24} {}  {} files, {:.1f} MB\n", printable(s.name), when(s.time), s.files,
+                          static_cast<double>(s.bytes) / 1e6);
     }
-    if (g.json) out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"snapshots", list}}.dump() << '\n';
+    if (g.json)
+      out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"snapshots", list}}.dump() << '\n';
+    else if (!g.quiet)
+      out << (snapshots.empty() ? "no snapshots\n" : text);
     return 0;
   }
   tx::EnvLock lock(root, lock_wait(g), say_waiting);
   if (o.remove) {
+    // Asked first as every write is: a deleted snapshot cannot be restored from.
+    const auto snapshots = tx::list_snapshots(root);
+    const auto it = std::find_if(snapshots.begin(), snapshots.end(),
+                                 [&](const tx::SnapshotInfo& s) { return s.name == *o.remove; });
+    if (it == snapshots.end())
+      throw r::Error(
+          fmt::format("no snapshot named '{}' in {} (`cudafix snapshot --list` lists them)", *o.remove, venv));
+    if (!confirmed(g, fmt::format("delete snapshot '{}' ({} files, taken {})", it->name, it->files, when(it->time))))
+      return declined(g, out, "snapshot", venv);
     tx::delete_snapshot(root, *o.remove);
-    if (!g.quiet && !g.json) out << fmt::format("deleted snapshot '{}'\n", *o.remove);
+    if (!g.quiet && !g.json) out << fmt::format("deleted snapshot '{}'\n", printable(*o.remove));
     if (g.json) out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"deleted", *o.remove}}.dump() << '\n';
     return 0;
   }
@@ -398,8 +434,7 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
     std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
     name = buf;
   }
-  const auto info = tx::take_snapshot(
-      env, name, g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("snapshot", "files"));
+  const auto info = tx::take_snapshot(env, name, progress_bar(g, "snapshot", "files"));
   if (g.json) {
     out << nlohmann::json{{"schema", 1},
                           {"command", "snapshot"},
@@ -779,8 +814,24 @@ r::Fingerprint checked_fingerprint(const r::Environment& env, const r::PlanFile&
 
 }  // namespace
 
+namespace {
+
+// A refusal for a fingerprint that no longer matches: the first three differences, one a line,
+// and how many more, then the command that makes a new plan on a line of its own (a changed
+// environment can differ in thousands of files: all of them on one line buried the way out).
+std::string changed_since_plan(const std::vector<std::string>& changes, const std::string& remake) {
+  constexpr std::size_t k_shown = 3;
+  std::string out = fmt::format("the environment changed since the plan was made ({}); nothing was changed:",
+                                count_of(changes.size(), "difference", "differences"));
+  for (std::size_t i = 0; i < std::min(changes.size(), k_shown); ++i) out += "\n  " + changes[i];
+  if (changes.size() > k_shown) out += fmt::format("\n  ... and {} more", changes.size() - k_shown);
+  return out + "\n" + remake;
+}
+
+}  // namespace
+
 PreparedPlan prepare_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
-                          const r::PlanFile& plan, const std::string& name) {
+                          const r::PlanFile& plan, const std::string& name, const std::string& remake) {
   if (!plan.ok)
     throw r::Error(
         fmt::format("{}: ok: false: planning found no safe order, so it cannot be carried out: {}; "
@@ -788,8 +839,7 @@ PreparedPlan prepare_plan(const GlobalOptions& g, const r::Environment& env, con
                     name, plan.problem.value_or("(no problem given)")));
   const auto fp = checked_fingerprint(env, plan, name);
   if (const auto changes = fingerprint_changes(env, fp); !changes.empty())
-    throw r::Error(
-        fmt::format("the environment changed since the plan was made: {}; make a new plan", fmt::join(changes, "; ")));
+    throw r::Error(changed_since_plan(changes, remake));
   PreparedPlan out;
   std::optional<installer::source::WheelSources> sources;  // made when a step's wheel must be downloaded
   std::vector<r::Step> steps;
@@ -872,9 +922,8 @@ std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const 
       earlier.removed.insert(st.dist);
       earlier.deleted.insert(del.files.begin(), del.files.end());
     } else {
-      const auto staged = installer::stage_wheel(
-          *prepared.wheel, layout, t, g.threads, false,
-          g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("installing"));
+      const auto staged =
+          installer::stage_wheel(*prepared.wheel, layout, t, g.threads, false, progress_bar(g, "installing"));
       earlier.listed.insert(staged.targets.begin(), staged.targets.end());
       if (st.dist >= 0) plan_leftovers(env, st.dist, earlier, t);
       files += staged.targets.size();
@@ -884,19 +933,71 @@ std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const 
   return files;
 }
 
+namespace {
+
+// A path as a shell word: as it is where it needs no quoting, else in single quotes.
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("/._+-=:,@%").find(static_cast<char>(c)) != std::string_view::npos;
+  });
+  if (plain) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The options apply locates its environment with: the plan's own venv, unless --venv or -p names
+// one (a plan carried to another folder is for the environment it was made in, not for whatever
+// python3 or $VIRTUAL_ENV is found there).
+GlobalOptions for_plan(const GlobalOptions& g, const r::PlanFile& plan, const std::string& name) {
+  GlobalOptions out = g;
+  if (g.venv || g.python || !plan.venv) return out;
+  if (!plan.venv->starts_with("/"))
+    throw r::Error(fmt::format("{}: venv: '{}' is not an absolute path; give the environment with --venv", name,
+                               printable(*plan.venv)));
+  out.venv = *plan.venv;
+  return out;
+}
+
+}  // namespace
+
 int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostream& out) {
   // Parsed whole before the environment is even located: one typed value from here on.
   const r::PlanFile plan = r::parse_plan_file(r::read_plan_file(o.plan), o.plan);
-  Located located = locate(options, Access::write);
+  Located located = locate(for_plan(options, plan, o.plan), Access::write);
   const GlobalOptions g = with_configured_sources(options, located.config);
   const Retention keep = retention(located);
+  if (!g.quiet && !g.json) {
+    const std::string venv = located.layout.root;
+    if (!plan.venv)
+      std::cerr << fmt::format("this plan names no environment; applying it to {}\n", printable(venv));
+    else if (r::real_path_of(*plan.venv) == located.layout.root_real)
+      std::cerr << fmt::format("this plan is for {}\n", printable(*plan.venv));
+    else
+      std::cerr << fmt::format("this plan is for {}; applying it to {} ({})\n", printable(*plan.venv), printable(venv),
+                               g.venv ? "--venv" : "-p");
+  }
   tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const auto& layout = writable(env);
   check_one_file_system(layout);
-  const PreparedPlan prepared = prepare_plan(g, env, knowledge, plan, o.plan);
+  const PreparedPlan prepared = prepare_plan(g, env, knowledge, plan, o.plan,
+                                             fmt::format("make a new plan: cudafix plan fix --venv {} -o {}",
+                                                         shell_word(env.layout.root), shell_word(o.plan)));
   const auto said = prepared.labels();
-  confirm(g, fmt::format("apply {} steps: {}", said.size(), fmt::join(said, ", ")));
+  if (said.empty()) {  // nothing to change, verify or ask about
+    if (g.json) {
+      JsonWriter w;
+      w.begin_object().key("schema").value(1).key("command").value("apply").key("venv").value(env.layout.root);
+      w.key("steps").begin_array().end_array().key("changed").value(false).key("verified").value(false).end_object();
+      out << w.str() << '\n';
+    } else if (!g.quiet) {
+      out << fmt::format("nothing to do: {} has no steps; nothing was changed\n", printable(o.plan));
+    }
+    return 0;
+  }
+  if (!confirmed(g, fmt::format("apply {}: {}", count_of(said.size(), "step", "steps"), fmt::join(said, ", "))))
+    return declined(g, out, "apply", env.layout.root);
 
   tx::Transaction t(layout.root_real, "apply " + o.plan);
   const std::size_t files = stage_plan(g, env, prepared, t);
@@ -904,7 +1005,7 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
   checks.skip = o.no_verify;
   const auto check = step_verifier(g, env, knowledge, said, t, checks);
   if (const auto rc = carry_out_verified(g, out, "apply", env, t, check, checks)) return *rc;
-  const std::string text_out = fmt::format("applied {} steps ({} files){}", said.size(), files,
+  const std::string text_out = fmt::format("applied {} ({} files){}", count_of(said.size(), "step", "steps"), files,
                                            o.no_verify         ? ", not verified (--no-verify)"
                                            : checks.unverified ? "; not verified: " + checks.unverified_why
                                                                : ", each verified on the GPU");
@@ -930,14 +1031,13 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   for (const auto& w : wheels) labels.push_back(w.project + " " + w.version);
   // Refused before a transaction begins, so that a refusal leaves none behind.
   for (const auto& w : wheels) installer::check_targets(w, layout);
-  confirm(g, fmt::format("install {}", fmt::join(labels, ", ")));
+  if (!confirmed(g, fmt::format("install {}", fmt::join(labels, ", "))))
+    return declined(g, out, "install", env.layout.root);
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(labels, ", ")));
   std::size_t files = 0;
   r::EarlierSteps earlier;  // the dists replaced so far, and the paths written
   for (const auto& w : wheels) {
-    const auto staged = installer::stage_wheel(
-        w, layout, t, g.threads, true,
-        g.json ? std::function<void(std::uint64_t, std::uint64_t)>{} : progress_bar("installing"));
+    const auto staged = installer::stage_wheel(w, layout, t, g.threads, true, progress_bar(g, "installing"));
     earlier.listed.insert(staged.targets.begin(), staged.targets.end());
     // An installed dist of that name is replaced: what it lists and no wheel here writes goes.
     if (const auto installed = env.dist_index(r::normalize_name(w.name))) plan_leftovers(env, *installed, earlier, t);

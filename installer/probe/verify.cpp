@@ -428,7 +428,14 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
 
   const auto* loaded_stage = find_stage(rep.records, rep.consumer ? "dlopen consumer" : "dlopen cuDNN");
   rep.loaded = compare_loaded(rep.records, prediction, knowledge, loaded_stage && loaded_stage->ok);
-  rep.checks.push_back(loaded_files_check(env, rep.loaded));
+  // Where the probe never came to load the environment's library (no driver: it stops at
+  // libcuda.so.1), what it mapped is its own start-up, not the environment: no check ran.
+  if (loaded_stage)
+    rep.checks.push_back(loaded_files_check(env, rep.loaded));
+  else
+    rep.skipped.push_back({"loaded files", fmt::format("not compared: the probe loaded nothing of the environment ({} "
+                                                       "did not run)",
+                                                       rep.consumer ? "dlopen consumer" : "dlopen cuDNN")});
   const auto cudnn_loaded = std::find_if(rep.loaded.begin(), rep.loaded.end(),
                                          [&](const LoadedFile& f) { return f.soname == o.cudnn_soname && f.path; });
   if (rep.cudnn_version && cudnn_loaded != rep.loaded.end())

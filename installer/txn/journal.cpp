@@ -92,6 +92,8 @@ bool take_record(const nlohmann::json& j, JournalRead& out, bool& begun) {
     out.ops.push_back(*op);
   } else if (record == "intent_end") {
     out.state = TxState::intended;
+    if (j.contains("steps")) out.steps = integer_or(j, "steps", std::size_t{0});
+    if (j.contains("files")) out.files = integer_or(j, "files", std::size_t{0});
   } else if (record == "left") {
     Left left;
     left.path = j.value("path", "");

@@ -8,7 +8,9 @@
 //     {"record":"op","n":N,"op":"move","from":ABS,"to":ABS}      a rename, in the order done
 //     {"record":"op","n":N,"op":"rmdir","path":ABS,"mode":M}     an emptied folder removed
 //     {"record":"op","n":N,"op":"mkdir","path":ABS,"mode":M}     a folder made for a move
-//     {"record":"intent_end","ops":N}                           every op is above; synced
+//     {"record":"intent_end","ops":N,"steps":S,"files":F}       every op is above; synced (S: the
+//         command's steps, a plan's or one; F: the environment's files the ops change, a folder
+//         moved counting what it holds; both absent in journals of versions before them)
 //     {"record":"left","path":ABS,"type":T,...}                  what the ops left at a path of
 //         the environment (T: "none", "dir", "file" or "symlink"; a file or symlink with "dev",
 //         "ino", "size", "mtime_ns", "ctime_ns", and "sha256" (RECORD's form) where the
@@ -76,6 +78,7 @@ struct JournalRead {
   std::string command;
   std::string root;
   std::vector<Op> ops;
+  std::optional<std::size_t> steps, files;  // intent_end's; absent in journals of versions before them
   TxState state = TxState::open;
   std::string aborted_why;
   std::optional<std::string> rolled_back_by;  // the committed rollback that undid it

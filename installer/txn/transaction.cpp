@@ -615,6 +615,28 @@ std::string Transaction::commit_records() const {
   return records + journal_line(commit.dump());
 }
 
+// The files of the environment the ops change, counted before they run (a folder moved counts
+// the files it holds, a file replaced counts once): what history says beside the steps, where
+// the op count says little (a dist-info folder moved aside whole is one op).
+std::size_t Transaction::files_changed() const {
+  std::set<std::string> files;
+  for (const auto& op : ops_) {
+    if (op.kind != OpKind::move) continue;
+    const std::string& place = in_state(op.to, root_) ? op.from : op.to;  // the environment's side
+    if (in_state(place, root_)) continue;
+    struct stat st {};
+    if (::lstat(op.from.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      files.insert(place);
+      continue;
+    }
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(op.from, ec), end; !ec && it != end; it.increment(ec))
+      if (it->symlink_status(ec).type() != fs::file_type::directory)
+        files.insert(place + it->path().string().substr(op.from.size()));
+  }
+  return files.size();
+}
+
 std::set<std::string> Transaction::step_paths(std::size_t step) const {
   std::set<std::string> out;
   if (step >= steps_.size()) return out;
@@ -637,7 +659,10 @@ void Transaction::carry_out(const std::function<void(std::size_t)>& check) {
   started_ = true;
   std::string intent;
   for (std::size_t i = 0; i < ops_.size(); ++i) intent += journal_line(op_json(ops_[i], i).dump());
-  intent += journal_line(json{{"record", "intent_end"}, {"ops", ops_.size()}}.dump());
+  // A transaction without marked steps (remove, rollback) is one step.
+  const std::size_t steps = steps_.empty() ? (ops_.empty() ? 0 : 1) : steps_.size();
+  intent += journal_line(
+      json{{"record", "intent_end"}, {"ops", ops_.size()}, {"steps", steps}, {"files", files_changed()}}.dump());
   std::size_t done = 0;
   try {
     append_synced(dir() + "/journal", intent);

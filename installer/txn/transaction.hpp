@@ -110,6 +110,7 @@ class Transaction {
   void append(const std::string& json) const;
   void folder_op(OpKind kind, const std::string& path, unsigned mode);
   [[nodiscard]] std::string commit_records() const;
+  [[nodiscard]] std::size_t files_changed() const;
 };
 
 // Why the journal `tx`, read from the folder named `folder` under <root>/.cudafix/tx, cannot be

@@ -1,6 +1,7 @@
 // End-to-end: the real cudafix binary on real directories: a venv made by `python3 -m venv`
 // with wheels installed by its own pip, the corpus venv materialised, the demo, and hostile
 // environments.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -474,6 +475,60 @@ TEST(Scan, SharedPathsAreGroupedByFolderAndOwnersInScanAndDoctorAndListedWithVer
   const auto all = cudafix("scan -v --color never --venv " + shell_quote(dir) + k_no_cache);
   EXPECT_THAT(all.out, HasSubstr("  nvidia/cudnn/lib/libcudnn.so.9\n    owners: nvidia_cudnn_cu12-9.10.2.21.dist-info, "
                                  "nvidia_cudnn_cu13-9.19.0.56.dist-info"));
+}
+
+// The text scan shows the model: each dist with its version, files and ELF objects; -v each
+// object with its SONAME and where each NEEDED resolves, and why.
+TEST(Scan, TextListsEveryDistWithItsFilesAndObjectsAndVerboseHowEachNeededResolves) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/demo";
+  ASSERT_EQ(
+      cudafix("materialize " + shell_quote(test::k_source + "/cli/demo_env.json") + " " + shell_quote(dir)).exit_code,
+      0);
+  const auto doc = test::cudafix_json("scan --venv " + shell_quote(dir) + k_no_cache);
+  const auto text = cudafix("scan --color never --venv " + shell_quote(dir) + k_no_cache);
+  EXPECT_THAT(text.out, HasSubstr(fmt::format("\nDists ({})\n", doc.doc["dists"].size())));
+  // Each dist's line agrees with the JSON model: its version, its RECORD's rows, its objects.
+  for (const auto& d : doc.doc["dists"]) {
+    std::size_t objects = 0;
+    for (const auto& o : doc.doc["objects"])
+      for (const auto& owner : o["owners"]) objects += owner == d["dist"] ? 1 : 0;
+    const std::size_t files = d["files"];
+    const std::string line =
+        fmt::format("\n  {} {}  {} file{}, {} ELF object{}\n", d["name"].get<std::string>(),
+                    d["version"].get<std::string>(), files, files == 1 ? "" : "s", objects, objects == 1 ? "" : "s");
+    EXPECT_THAT(text.out, HasSubstr(line)) << d.dump().substr(0, 300);
+  }
+  EXPECT_THAT(text.out, ::testing::Not(HasSubstr("NEEDED libcudnn_ops.so.9")));
+  const auto verbose = cudafix("scan -v --color never --venv " + shell_quote(dir) + k_no_cache);
+  EXPECT_THAT(verbose.out, HasSubstr("    nvidia/cudnn/lib/libcudnn_adv.so.9 SONAME libcudnn_adv.so.9\n      NEEDED "
+                                     "libcudnn_ops.so.9 => nvidia/cudnn/lib/libcudnn_ops.so.9 [runpath of "
+                                     "nvidia/cudnn/lib/libcudnn_adv.so.9]\n"));
+}
+
+// -q prints the errors only, as pip -q does: no warning, no info footer, no header or hint; the
+// exit code is doctor's.
+TEST(Doctor, QuietPrintsTheErrorFindingsAloneWithTheSameExitCode) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/demo";
+  ASSERT_EQ(
+      cudafix("materialize " + shell_quote(test::k_source + "/cli/demo_env.json") + " " + shell_quote(dir)).exit_code,
+      0);
+  const std::string args = "doctor --color never --venv " + shell_quote(dir) + k_no_cache;
+  const auto full = cudafix(args);
+  const auto doc = test::cudafix_json("doctor --venv " + shell_quote(dir) + k_no_cache);
+  ASSERT_GT(doc.doc["summary"]["errors"].get<int>(), 0) << full.out.substr(0, 2000);
+  ASSERT_GT(doc.doc["summary"]["warnings"].get<int>(), 0) << full.out.substr(0, 2000);
+  ASSERT_THAT(full.out, HasSubstr("explained findings (info) not shown"));
+  const auto quiet = cudafix(args + " -q");
+  EXPECT_EQ(quiet.exit_code, full.exit_code);
+  EXPECT_EQ(quiet.exit_code, 1);
+  std::size_t errors = 0;
+  for (const auto line : resolver::split(quiet.out, '\n')) errors += line.starts_with("error[") ? 1 : 0;
+  EXPECT_EQ(errors, static_cast<std::size_t>(doc.doc["summary"]["errors"].get<int>())) << quiet.out;
+  for (const char* gone : {"warning[", "info[", "not shown", "cudafix doctor ", "see: cudafix explain"})
+    EXPECT_THAT(quiet.out, ::testing::Not(HasSubstr(gone))) << gone;
+  EXPECT_THAT(quiet.out, HasSubstr("next: cudafix plan remove nvidia-cudnn-cu12"));
 }
 
 TEST(Demo, ExampleObjectsAreRealElfThatGlibcLoads) {

@@ -222,7 +222,7 @@ Tally KillSweep::sweep(const Case& c) {
     ADD_FAILURE() << c.name << ": no transaction in history: " << h.dump();
     return tally;
   }
-  const long total = 3 + h["transactions"][0].value("steps", 0L);
+  const long total = 3 + h["transactions"][0].value("ops", 0L);
   // A kill one past the last step never fires: the run ends as the one above did.
   {
     TempDir t;

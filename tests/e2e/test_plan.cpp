@@ -834,6 +834,56 @@ TEST_F(HybridCuda12Torch, ApplyCarriesOutTheSavedPlanAndRollbackUndoesItByteForB
   EXPECT_FALSE(fs::exists(test::site_packages(venv) + "/nvidia/cudnn/lib/libcudnn_adv.so.9"));
 }
 
+// A plan carried to another folder is for the environment it was made in: apply takes the plan's
+// venv (not the python3 found there), says so, and history counts the plan's steps and the files
+// apart. Applied once, the plan no longer matches: the refusal names three differences, the count
+// of the rest, and the command that makes a new plan on a line of its own.
+TEST_F(HybridCuda12Torch, ApplyFromAnotherFolderTakesThePlansVenvAndARefusalEndsWithTheWayOut) {
+  test::TempDir t;
+  const std::string venv = copy(t);
+  const std::string plan_file = t.path() + "/plan.json";
+  const auto plan = run("plan fix --find-links " + shell_quote(links_) + " -o " + shell_quote(plan_file), venv);
+  ASSERT_EQ(plan.exit_code, 0) << plan.doc["problem"];
+  const std::size_t steps = plan.doc["steps"].size();
+  ASSERT_GE(steps, 2u);
+  const std::string elsewhere = t.path() + "/elsewhere";
+  fs::create_directories(elsewhere);
+  // No --venv, no VIRTUAL_ENV: the python3 on PATH would be the system's.
+  const std::string apply = "cd " + shell_quote(elsewhere) + " && env -u VIRTUAL_ENV " + shell_quote(test::k_bin) +
+                            " apply ../plan.json -y --no-verify --color never --ld-so-cache " + shell_quote(cache_) +
+                            " --ld-library-path '' 2>&1";
+  const auto applied = run_shell(apply);
+  ASSERT_EQ(applied.exit_code, 0) << applied.out;
+  EXPECT_THAT(applied.out, HasSubstr("this plan is for " + venv + "\n"));
+  EXPECT_THAT(applied.out, HasSubstr(fmt::format("applied {} steps (", steps)));
+  const auto history = run("history", venv);
+  ASSERT_EQ(history.doc["transactions"].size(), 1u);
+  const auto& tx = history.doc["transactions"][0];
+  EXPECT_EQ(tx["steps"], steps);
+  EXPECT_GT(tx["files"].get<std::size_t>(), steps);
+  // Applied again: refused, short, with the way out on its own line.
+  const auto again = run_shell(apply);
+  EXPECT_EQ(again.exit_code, 2) << again.out;
+  EXPECT_THAT(again.out, ::testing::ContainsRegex("the environment changed since the plan was made \\([0-9]+ "
+                                                  "differences\\); nothing was changed:\n"));
+  EXPECT_THAT(again.out, ::testing::ContainsRegex("\n  \\.\\.\\. and [0-9]+ more\n"));
+  EXPECT_THAT(again.out, HasSubstr("\nmake a new plan: cudafix plan fix --venv " + venv + " -o ../plan.json\n"));
+  std::size_t listed = 0, longest = 0;
+  for (const auto line : resolver::split(again.out, '\n')) {
+    longest = std::max(longest, line.size());
+    listed += line.starts_with("  ") && !line.starts_with("  ...") ? 1 : 0;
+  }
+  EXPECT_EQ(listed, 3u) << again.out;
+  EXPECT_LT(longest, 400u) << again.out;
+  // --venv says otherwise: the plan's venv is named beside the one it is applied to.
+  test::TempDir other;
+  const std::string second = copy(other);
+  const auto to_other = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " apply " +
+                                  shell_quote(plan_file) + " -y --no-verify --venv " + shell_quote(second) +
+                                  " --ld-so-cache " + shell_quote(cache_) + " --ld-library-path '' 2>&1");
+  EXPECT_THAT(to_other.out, HasSubstr("this plan is for " + venv + "; applying it to " + second + " (--venv)"));
+}
+
 // `fix`: the seed case on a real venv. pip's uninstall of the CUDA 13 cuDNN took the files the
 // CUDA 12 one lists; fix reinstalls it from the wheel folder as one transaction, says what doctor
 // found before and after and which finding it leaves (the fixture's), with that finding's next

@@ -3,6 +3,7 @@
 // every symlink's target) and by pip itself; a kill -9 at every journal step, injected ENOSPC,
 // EIO and EACCES, the environment's lock held as uv holds it, and hostile input, each leaving
 // the before or the after state and nothing else.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -593,6 +594,146 @@ TEST_F(Transactions, AnInPlaceEditThatKeepsSizeAndMtimeIsStillAChange) {
   const auto r = cudafix("rollback -y", v);
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("delta-1.0.dist-info/RECORD was changed after transaction"));
+}
+
+// `ARGS --venv VENV` at a terminal (script(1) gives it a pseudo-terminal, as a user's shell
+// would), `typed` its keyboard: the prompt and the answer as a user sees them.
+test::RunResult at_terminal(const std::string& args, const std::string& venv, const std::string& typed) {
+  const std::string cmd =
+      "env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(venv) + test::k_no_cache;
+  return run_shell("printf " + shell_quote(typed) + " | script -qec " + shell_quote(cmd) + " /dev/null");
+}
+
+TEST_F(Transactions, DecliningThePromptIsAnAnswerNotAnErrorItChangesNothingAndExitsOne) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = tree_of(v);
+  const auto no = at_terminal("remove alpha", v, "n\n");
+  EXPECT_EQ(no.exit_code, 1) << no.out;
+  EXPECT_THAT(no.out, HasSubstr("remove alpha 1.0"));
+  EXPECT_THAT(no.out, HasSubstr("? [y/N]"));
+  EXPECT_THAT(no.out, HasSubstr("not confirmed: nothing was changed"));
+  EXPECT_THAT(no.out, ::testing::Not(HasSubstr("error")));
+  EXPECT_SAME_TREE(tree_of(v), before);
+  EXPECT_TRUE(history_of(v).empty());
+  EXPECT_EQ(pip_names(v), pip_names(base_));
+  // Under --json the answer is a document too, saying nothing changed.
+  const auto json_no = at_terminal("rollback --snapshot nothing-yet --json", v, "n\n");
+  EXPECT_THAT(json_no.out, ::testing::Not(HasSubstr("not confirmed"))) << "no snapshot: refused before the prompt";
+  ASSERT_EQ(cudafix("snapshot s0", v).exit_code, 0);
+  const auto declined = at_terminal("snapshot --delete s0 --json", v, "n\n");
+  EXPECT_EQ(declined.exit_code, 1) << declined.out;
+  EXPECT_THAT(declined.out, HasSubstr(R"({"schema":1,"command":"snapshot","venv":)"));
+  EXPECT_THAT(declined.out, HasSubstr(R"("confirmed":false,"changed":false})"));
+  // And a yes goes ahead.
+  const auto yes = at_terminal("remove alpha", v, "y\n");
+  EXPECT_EQ(yes.exit_code, 0) << yes.out;
+  EXPECT_FALSE(pip_names(v).count("alpha"));
+}
+
+TEST_F(Transactions, SnapshotDeleteAsksFirstAsEveryWriteDoesAndAnEmptyListSaysSo) {
+  TempDir t;
+  const std::string v = copy(t);
+  const auto none = cudafix("snapshot --list", v);
+  EXPECT_EQ(none.exit_code, 0);
+  EXPECT_EQ(none.out, "no snapshots\n");
+  ASSERT_EQ(cudafix("snapshot keep-me", v).exit_code, 0);
+  // No terminal to ask on and no -y: refused, as remove and rollback refuse, and the snapshot stays.
+  const auto refused =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " snapshot --delete keep-me --venv " +
+                shell_quote(v) + test::k_no_cache + " </dev/null 2>&1");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("delete snapshot 'keep-me'"));
+  EXPECT_THAT(refused.out, HasSubstr("give -y (there is no terminal to ask on)"));
+  EXPECT_THAT(cudafix("snapshot --list", v).out, HasSubstr("keep-me"));
+  const auto unknown = cudafix("snapshot --delete nosuch -y", v);
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.out, HasSubstr("no snapshot named 'nosuch'"));
+  const auto deleted = cudafix("snapshot --delete keep-me -y", v);
+  EXPECT_EQ(deleted.exit_code, 0) << deleted.out;
+  EXPECT_THAT(deleted.out, HasSubstr("deleted snapshot 'keep-me'"));
+  EXPECT_EQ(cudafix("snapshot --list", v).out, "no snapshots\n");
+}
+
+TEST_F(Transactions, HistoryCountsAStepForARemovalAndTheFilesItMovedAsideApart) {
+  TempDir t;
+  const std::string v = copy(t);
+  const auto removed = test::cudafix_json("remove gamma -y --venv " + shell_quote(v) + test::k_no_cache);
+  ASSERT_EQ(removed.exit_code, 0) << removed.out;
+  const std::size_t files = removed.doc["deleted"];
+  ASSERT_GT(files, 2u);
+  const auto h = test::cudafix_json("history --venv " + shell_quote(v) + test::k_no_cache);
+  ASSERT_EQ(h.doc["transactions"].size(), 1u);
+  const auto& tx = h.doc["transactions"][0];
+  EXPECT_EQ(tx["steps"], 1);
+  // The files the removal moved aside, as remove said, though its dist-info and package folders
+  // move whole as one op each.
+  EXPECT_EQ(tx["files"], files);
+  EXPECT_LT(tx["ops"].get<std::size_t>(), files);
+  const auto text = cudafix("history", v);
+  EXPECT_THAT(text.out, HasSubstr(fmt::format("1 step, {} files", files)));
+  // Its rollback is one step putting the same files back.
+  ASSERT_EQ(cudafix("rollback -y", v).exit_code, 0);
+  const auto after = test::cudafix_json("history --venv " + shell_quote(v) + test::k_no_cache);
+  EXPECT_EQ(after.doc["transactions"][0]["steps"], 1);
+  EXPECT_EQ(after.doc["transactions"][0]["files"], files);
+}
+
+TEST_F(Transactions, QuietPrintsNothingButErrorsWithTheExitCodesUnchanged) {
+  TempDir t;
+  const std::string v = copy(t);
+  for (const char* args : {"snapshot s1 -q", "snapshot --list -q", "remove alpha -y -q", "history -q", "scan -q",
+                           "rules -q", "rollback -y -q"}) {
+    const auto r = cudafix(args, v);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.out;
+    EXPECT_EQ(r.out, "") << args;
+  }
+  // What was done is done: -q hides the saying only.
+  EXPECT_EQ(pip_names(v), pip_names(base_));
+  EXPECT_EQ(history_of(v).size(), 2u);
+  const auto error = cudafix("remove nosuch -y -q", v);
+  EXPECT_EQ(error.exit_code, 2);
+  EXPECT_THAT(error.out, HasSubstr("cudafix: error: not installed in"));
+  // remove's refusal is what went wrong: said under -q too, without the plan's summary lines.
+  const auto refused = cudafix("remove beta -y -q", v);
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("refused:"));
+  EXPECT_THAT(refused.out, ::testing::Not(HasSubstr("pip uninstall would delete")));
+}
+
+TEST_F(Transactions, ASmallWheelsProgressBarCountsInItsOwnUnitNotZeroMegabytes) {
+  TempDir t;
+  const std::string v = copy(t);
+  const auto r = at_terminal("install -y --no-verify " + shell_quote(delta_), v, "");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("installing ["));
+  EXPECT_THAT(r.out, HasSubstr("100%"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("0.0 of 0.0")));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("[0-9.]+ of [0-9.]+ (bytes|kB)"));
+}
+
+TEST_F(Transactions, APlanOfNoStepsIsNothingToDoWithoutAPromptOrAClaimOfVerification) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string plan = t.path() + "/plan.json";
+  const auto made = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " plan fix -o " + shell_quote(plan) +
+                              " --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const std::string before = tree_of(v);
+  // No -y and no terminal: nothing to ask about, so nothing is refused either.
+  const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " apply " + shell_quote(plan) +
+                           " --venv " + shell_quote(v) + test::k_no_cache + " </dev/null 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("nothing to do"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("verified")));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("steps: :")));
+  EXPECT_SAME_TREE(tree_of(v), before);
+  EXPECT_TRUE(history_of(v).empty());
+  const auto j = test::cudafix_json("apply " + shell_quote(plan) + " --venv " + shell_quote(v) + test::k_no_cache);
+  EXPECT_EQ(j.exit_code, 0);
+  EXPECT_EQ(j.doc["steps"], json::array());
+  EXPECT_EQ(j.doc["changed"], false);
+  EXPECT_EQ(j.doc["verified"], false);
 }
 
 }  // namespace

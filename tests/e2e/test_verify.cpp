@@ -275,6 +275,30 @@ TEST(Verify, NoLibcudaIsNoDriverExit3) {
   EXPECT_NE(likely_cause(v.doc, "no libcuda.so.1 on the loader's path"), nullptr);
 }
 
+// With no driver the probe stops at libcuda.so.1 and loads nothing of the environment: the loaded
+// files were not compared, and verify must not say "ok" of them. -q says the verdict alone.
+TEST(Verify, WithNoDriverTheLoadedFilesCheckIsSkippedNeverOk) {
+  FakeVenv venv;
+  const auto v = verify(venv, k_verify + "/cu13");
+  EXPECT_EQ(v.exit_code, 3);
+  for (const auto& c : v.doc["checks"]) EXPECT_NE(c["check"], "loaded files") << c.dump();
+  const json* skipped = nullptr;
+  for (const auto& s : v.doc["stages"])
+    if (s["stage"] == "loaded files") skipped = &s;
+  ASSERT_NE(skipped, nullptr) << v.doc["stages"].dump(1);
+  EXPECT_EQ((*skipped)["skipped"], true);
+  EXPECT_THAT((*skipped)["detail"].get<std::string>(), HasSubstr("the probe loaded nothing of the environment"));
+  EXPECT_THAT(v.text, ::testing::Not(HasSubstr("ok   loaded files")));
+  EXPECT_THAT(v.text, ::testing::ContainsRegex("skip +- +loaded files: not compared"));
+  const auto quiet =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(k_bin) + " verify -q --color never --venv " +
+                shell_quote(venv.root()) + " --ld-library-path " + shell_quote(k_verify + "/cu13") + " 2>&1");
+  EXPECT_EQ(quiet.exit_code, 3);
+  EXPECT_THAT(quiet.out, ::testing::StartsWith("cudafix verify no driver: "));
+  EXPECT_THAT(quiet.out, ::testing::Not(HasSubstr("stages")));
+  EXPECT_THAT(quiet.out, ::testing::Not(HasSubstr("skip")));
+}
+
 TEST(Verify, ADriverOlderThanTheRuntimeFailsTheDriverCheck) {
   FakeVenv venv;
   const auto v = verify(venv, fake_cuda("driver_12_8"));

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,18 @@ TEST(Journal, AWholeJournalGivesItsCommandOpsAndState) {
   EXPECT_EQ(j.state, TxState::committed);
   EXPECT_FALSE(j.torn);
   EXPECT_TRUE(j.unreadable.empty());
+}
+
+TEST(Journal, TheStepsAndFilesOfTheIntentReadBackAndAnOlderJournalHasNeither) {
+  const auto j = read({k_begin, k_op1, k_op2, R"({"record":"intent_end","ops":2,"steps":1,"files":64})", k_commit});
+  EXPECT_EQ(j.steps, std::optional<std::size_t>(1));
+  EXPECT_EQ(j.files, std::optional<std::size_t>(64));
+  EXPECT_TRUE(j.unreadable.empty());
+  // Written before the intent said them: history says the ops alone, not a count it cannot know.
+  const auto old = read({k_begin, k_op1, k_op2, k_intent_end, k_commit});
+  EXPECT_FALSE(old.steps);
+  EXPECT_FALSE(old.files);
+  EXPECT_EQ(old.state, TxState::committed);
 }
 
 TEST(Journal, ALastLineWithoutItsNewlineIsATornTailAndIsCut) {
