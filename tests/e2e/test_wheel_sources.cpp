@@ -1,4 +1,5 @@
-// Wheel sources on real parts: a real HTTP index on 127.0.0.1 (tests/e2e/index_server.py, on a
+// Wheel sources on real parts (and, in RealServers below, against Debian's nginx, tinyproxy and
+// squid): a real HTTP index on 127.0.0.1 (tests/e2e/index_server.py, on a
 // free port, PEP 691 JSON and PEP 503 HTML, Range, TLS with a CA made by openssl, basic auth,
 // and fault modes), a real venv whose cuDNN a real `pip uninstall` deleted, and real pip filling
 // its own cache from that index for `--offline`. Each fault is judged by the message, by what
@@ -669,9 +670,9 @@ std::size_t count_containing(const std::vector<std::string>& lines, const std::s
 // with its own configuration under the suite's folder: nginx serving static PEP 691 JSON and
 // PEP 503 HTML trees (types set for application/vnd.pypi.simple.v1+json), over HTTPS with HTTP/2
 // (a CA made by openssl, trusted through SSL_CERT_FILE) and plain HTTP, with a basic-auth copy
-// under /private/ (an htpasswd made by openssl passwd); and tinyproxy as a forward proxy, open
-// and requiring credentials. The wheel's local version is written %2B in every URL, as
-// download.pytorch.org writes its names.
+// under /private/ (an htpasswd made by openssl passwd); tinyproxy as a forward proxy, open and
+// requiring credentials; squid requiring them. The wheel's local version is written %2B in
+// every URL, as download.pytorch.org writes its names.
 class RealServers : public WheelSources {
  protected:
   static void SetUpTestSuite() {
@@ -747,12 +748,34 @@ class RealServers : public WheelSources {
     auth_proxy_ = new Daemon("tinyproxy", "tinyproxy -d -c " + shell_quote(dir_ + "/tpa/tinyproxy.conf"),
                              auth_proxy_port_, dir_ + "/tpa/tinyproxy.log");
     ASSERT_TRUE(auth_proxy_->up());
+    // squid drops root for its cache_effective_user (proxy): its folder is that user's, and the
+    // folders above it are open to it.
+    const std::string sq = dir_ + "/squid";
+    fs::create_directories(sq);
+    ASSERT_EQ(run_shell("cp " + shell_quote(dir_ + "/htpasswd") + " " + shell_quote(sq) + " && chmod 711 " +
+                        shell_quote(tmp_->path()) + " " + shell_quote(dir_) +
+                        (::geteuid() == 0 ? " && chown -R proxy: " + shell_quote(sq) : std::string()))
+                  .exit_code,
+              0);
+    squid_port_ = free_port();
+    test::write_file(sq + "/squid.conf", "http_port 127.0.0.1:" + squid_port_ + "\npid_filename " + sq +
+                                             "/squid.pid\ncache_log " + sq + "/cache.log\naccess_log stdio:" + sq +
+                                             "/access.log squid\ncache deny all\ncache_mem 1 MB\ncoredump_dir " + sq +
+                                             "\nshutdown_lifetime 0 seconds\n"
+                                             "auth_param basic program /usr/lib/squid/basic_ncsa_auth " +
+                                             sq +
+                                             "/htpasswd\nacl authed proxy_auth REQUIRED\n"
+                                             "http_access allow authed\nhttp_access deny all\n");
+    squid_ =
+        new Daemon("squid", "/usr/sbin/squid -N -f " + shell_quote(sq + "/squid.conf"), squid_port_, sq + "/cache.log");
+    ASSERT_TRUE(squid_->up());
   }
   static void TearDownTestSuite() {
+    delete squid_;
     delete auth_proxy_;
     delete proxy_;
     delete nginx_;
-    auth_proxy_ = proxy_ = nginx_ = nullptr;
+    squid_ = auth_proxy_ = proxy_ = nginx_ = nullptr;
     WheelSources::TearDownTestSuite();
   }
 
@@ -817,8 +840,9 @@ class RealServers : public WheelSources {
     return v;
   }
 
-  static inline std::string dir_, www_, local_wheel_, local_base_, tls_port_, http_port_, proxy_port_, auth_proxy_port_;
-  static inline Daemon *nginx_ = nullptr, *proxy_ = nullptr, *auth_proxy_ = nullptr;
+  static inline std::string dir_, www_, local_wheel_, local_base_, tls_port_, http_port_, proxy_port_, auth_proxy_port_,
+      squid_port_;
+  static inline Daemon *nginx_ = nullptr, *proxy_ = nullptr, *auth_proxy_ = nullptr, *squid_ = nullptr;
 };
 
 // Before: a PEP 503 link to ...%2Blocal... found no wheel; from PEP 691 JSON the install said
@@ -957,6 +981,35 @@ TEST_F(RealServers, AProxyWantingCredentialsIsAskedOnceAndNamedWithoutThem) {
   }
   ASSERT_NO_FATAL_FAILURE(expect_local_wheel(
       plan_fix(t, v, "--index-url " + https_index("pep691"), ca() + " https_proxy=http://alice:s3cret@" + at), "JSON"));
+}
+
+// squid answers a wrong password with 407 too; each refusal is one line of its access log.
+TEST_F(RealServers, SquidWantingCredentialsIsAskedOnceAndTheRightOnesTunnel) {
+  TempDir t;
+  const auto v = local_venv(t);
+  const std::string at = "127.0.0.1:" + squid_port_;
+  const std::string log = dir_ + "/squid/access.log";
+  const std::string http_index = "http://127.0.0.1:" + http_port_ + "/pep691/simple";
+  for (const auto& [env, index] :
+       {std::pair{"https_proxy=http://" + at, https_index("pep691")}, std::pair{"http_proxy=http://" + at, http_index},
+        std::pair{"https_proxy=http://alice:wr0ng@" + at, https_index("pep691")}}) {
+    const std::size_t before = log_lines(log).size();
+    const auto p = plan_fix(t, v, "--index-url " + index, ca() + " " + env);
+    ASSERT_EQ(p.doc["source_problems"].size(), 1U) << env << p.out;
+    EXPECT_THAT(p.doc["source_problems"][0].get<std::string>(),
+                HasSubstr("the proxy http://" + at + " refused: authentication required (407"))
+        << env;
+    EXPECT_THAT(p.out + p.err, Not(HasSubstr("wr0ng"))) << env;
+    const auto seen = log_lines(log, before);
+    EXPECT_EQ(seen.size(), 1U) << env << ": asked once, not retried\n" << resolver::try_read_file(log).value_or("");
+    EXPECT_EQ(count_containing(seen, "TCP_DENIED/407"), 1U) << env;
+  }
+  const std::size_t before = log_lines(log).size();
+  const auto p =
+      plan_fix(t, v, "--index-url " + https_index("pep691"), ca() + " https_proxy=http://alice:s3cret@" + at);
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(p, "JSON"));
+  EXPECT_THAT(p.out + p.err, Not(HasSubstr("s3cret")));
+  EXPECT_GE(count_containing(log_lines(log, before), "TCP_TUNNEL/200"), 1U);
 }
 
 }  // namespace
