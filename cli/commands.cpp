@@ -503,18 +503,13 @@ installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g, 
                                                         const std::vector<std::string>& supported_tags) {
   installer::source::SourceSettings s;
   installer::source::read_environment(s);
-  if (s.index_urls.empty()) {  // the configuration files rank below the environment, as pip's do
-    if (g.config_index_url) s.index_urls.push_back(*g.config_index_url);
-    s.index_urls.insert(s.index_urls.end(), g.config_extra_index_urls.begin(), g.config_extra_index_urls.end());
-  }
-  if (g.index_url) {
-    s.index_urls.erase(s.index_urls.begin(), s.index_urls.begin() + (s.index_urls.empty() ? 0 : 1));
-    s.index_urls.insert(s.index_urls.begin(), *g.index_url);
-  }
-  if (!g.extra_index_urls.empty()) {
-    s.index_urls.resize(s.index_urls.empty() ? 0 : 1);
-    s.index_urls.insert(s.index_urls.end(), g.extra_index_urls.begin(), g.extra_index_urls.end());
-  }
+  const auto listed = [](const std::vector<std::string>& urls) {
+    return urls.empty() ? std::nullopt : std::optional<std::vector<std::string>>(urls);
+  };
+  // The configuration files rank below the environment, as pip's do.
+  s.index_urls = installer::source::index_urls({g.index_url, listed(g.extra_index_urls)},
+                                               installer::source::indexes_from_environment(),
+                                               {g.config_index_url, listed(g.config_extra_index_urls)});
   if (g.no_index) s.index_urls.clear();
   s.offline = g.offline;
   s.cache_dir = cache_dir();

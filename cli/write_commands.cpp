@@ -725,8 +725,9 @@ std::string planned_wheel_file(const GlobalOptions& g, const r::Environment& env
     sources.emplace(settings);
   }
   const std::string real_url = installer::source::restore_credentials(url, settings.index_urls);
-  const std::string name = url.substr(url.find_last_of('/') + 1);
-  const auto got = sources->download(real_url, wheel.sha256, name.substr(0, name.find_first_of("?#")));
+  const auto name = installer::source::file_name_in_url(url);
+  if (!name) throw r::Error(fmt::format("{}: the URL does not end with a wheel's file name", url));
+  const auto got = sources->download(real_url, wheel.sha256, *name);
   if (got.file.empty()) throw r::Error(got.problem);
   return got.file;
 }

@@ -94,6 +94,7 @@ struct Transfer {
   HttpResponse* response = nullptr;
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
+  std::string url, user, password;  // what libcurl is given: the URL without its user information
   int fd = -1;
   std::uint64_t written = 0;     // body bytes kept (in the file or the string)
   std::uint64_t resume_at = 0;   // this attempt asked for the body from here (a resumed download)
@@ -181,8 +182,11 @@ int on_progress(void* user, curl_off_t total, curl_off_t now, curl_off_t, curl_o
   return 0;
 }
 
-// Whether a failed attempt is worth another: the network or the server, not the request or TLS.
-bool retryable(CURLcode code, long status) {
+// Whether a failed attempt is worth another: the network or the server, not the request, TLS or
+// the proxy's refusal (`connect_status`: the proxy's answer to CONNECT; a 407 retried is one more
+// failed login on the proxy, and locks accounts on a corporate one).
+bool retryable(CURLcode code, long status, long connect_status) {
+  if (connect_status >= 300) return false;
   if (code == CURLE_OK) return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
   switch (code) {
     case CURLE_COULDNT_CONNECT:
@@ -225,23 +229,67 @@ void set_common(const HttpOptions& o, CURL* e, void* share) {
   c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   if (!o.ca_file.empty()) c.easy_setopt(e, CURLOPT_CAINFO, o.ca_file.c_str());
   if (!o.ca_dir.empty()) c.easy_setopt(e, CURLOPT_CAPATH, o.ca_dir.c_str());
-  if (!o.netrc_file.empty()) {
-    c.easy_setopt(e, CURLOPT_NETRC, static_cast<long>(CURL_NETRC_OPTIONAL));
-    c.easy_setopt(e, CURLOPT_NETRC_FILE, o.netrc_file.c_str());
-  }
-  // libcurl reads http_proxy but, as CGI programs must, not HTTP_PROXY; pip reads both.
-  const char* lower = std::getenv("http_proxy");
-  const char* upper = std::getenv("HTTP_PROXY");
-  if ((!lower || !*lower) && upper && *upper) c.easy_setopt(e, CURLOPT_PROXY, upper);
+  // netrc is read here, not by libcurl: libcurl looks it up again for the host a redirect leads
+  // to, and so sends it to any port of that host (set_credentials says why not).
+  c.easy_setopt(e, CURLOPT_NETRC, static_cast<long>(CURL_NETRC_IGNORED));
 }
 
-void start_attempt(const HttpOptions& o, Transfer& t, void* share) {
+// libcurl reads http_proxy but, as CGI programs must, not HTTP_PROXY; pip reads both, for http: URLs.
+void set_upper_case_http_proxy(CURL* e, const std::string& url) {
+  const char* lower = std::getenv("http_proxy");
+  const char* upper = std::getenv("HTTP_PROXY");
+  if (url.starts_with("http:") && (!lower || !*lower) && upper && *upper) curl().easy_setopt(e, CURLOPT_PROXY, upper);
+}
+
+// One part of a URL, percent-decoded; empty when it has none.
+std::string url_part(CURLU* u, CURLUPart part, unsigned flags = CURLU_URLDECODE) {
+  char* s = nullptr;
+  std::string out;
+  if (curl().url_get(u, part, &s, flags) == CURLUE_OK && s) out = s;
+  curl().free(s);
+  return out;
+}
+
+// The request's URL without its user information, and the user name and password it is sent
+// with: the URL's own, else netrc's for its host. Given as CURLOPT_USERNAME/PASSWORD, they are
+// the request's own credentials, which libcurl drops on a redirect to another scheme, host or
+// port (it looked netrc up again for the redirect's host, whatever its port). A redaction
+// placeholder is never sent: a plan's URL whose credentials could not be put back has it.
+void set_credentials(Transfer& t, const std::string& netrc_text) {
+  const auto& c = curl();
+  t.url = t.request->url;
+  CURLU* u = c.url();
+  if (c.url_set(u, CURLUPART_URL, t.request->url.c_str(), CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK) {
+    t.user = url_part(u, CURLUPART_USER);
+    t.password = url_part(u, CURLUPART_PASSWORD);
+    if (t.user == k_redacted && t.password.empty()) t.user.clear();
+    if (t.password == k_redacted) t.password.clear();
+    if (t.password.empty() && !netrc_text.empty()) {
+      if (const auto found = netrc_login(netrc_text, url_part(u, CURLUPART_HOST), t.user)) {
+        t.user = found->login;
+        t.password = found->password;
+      }
+    }
+    c.url_set(u, CURLUPART_USER, nullptr, 0);
+    c.url_set(u, CURLUPART_PASSWORD, nullptr, 0);
+    if (const std::string bare = url_part(u, CURLUPART_URL, 0); !bare.empty()) t.url = bare;
+  }
+  c.url_cleanup(u);
+  c.easy_setopt(t.easy, CURLOPT_URL, t.url.c_str());
+  if (!t.user.empty() || !t.password.empty()) {
+    c.easy_setopt(t.easy, CURLOPT_USERNAME, t.user.c_str());
+    c.easy_setopt(t.easy, CURLOPT_PASSWORD, t.password.c_str());
+  }
+}
+
+void start_attempt(const HttpOptions& o, Transfer& t, void* share, const std::string& netrc_text) {
   const auto& c = curl();
   if (!t.easy) {
     t.easy = c.easy_init();
     if (!t.easy) throw r::Error("cannot reach a package index: curl_easy_init failed");
     set_common(o, t.easy, share);
-    c.easy_setopt(t.easy, CURLOPT_URL, t.request->url.c_str());
+    set_credentials(t, netrc_text);
+    set_upper_case_http_proxy(t.easy, t.url);
     c.easy_setopt(t.easy, CURLOPT_HEADERFUNCTION, on_header);
     c.easy_setopt(t.easy, CURLOPT_HEADERDATA, &t);
     c.easy_setopt(t.easy, CURLOPT_WRITEFUNCTION, on_body);
@@ -276,15 +324,39 @@ void start_attempt(const HttpOptions& o, Transfer& t, void* share) {
   ++t.response->attempts;
 }
 
-std::string failure_text(const Transfer& t, CURLcode code, long status, const char* curl_error) {
+// A proxy's refusal, the proxy named without its credentials.
+std::string proxy_refusal(const std::string& url, long status) {
+  std::string proxy = proxy_for(url);
+  if (proxy.empty()) proxy = "(from the environment)";
+  if (status == 407)
+    return fmt::format(
+        "{}: the proxy {} refused: authentication required (407; its user name and password go in "
+        "the proxy's URL: http://USER:PASSWORD@host:port)",
+        url, proxy);
+  return fmt::format("{}: the proxy {} refused: HTTP {}", url, proxy, status);
+}
+
+std::string failure_text(const Transfer& t, CURLcode code, long status, long connect_status, const char* curl_error) {
   const std::string url = redact(t.request->url);
   if (!t.write_error.empty()) return fmt::format("{}: cannot write the download: {}", url, t.write_error);
+  // The proxy answered CONNECT itself (libcurl's CURLINFO_HTTP_CONNECTCODE), or a 407, which only
+  // a proxy sends.
+  if (connect_status >= 300) return proxy_refusal(url, connect_status);
+  if (status == 407) return proxy_refusal(url, status);
   if (code != CURLE_OK) {
     std::string why = curl_error && *curl_error ? curl_error : curl().easy_strerror(code);
     if (code == CURLE_PEER_FAILED_VERIFICATION)
       why += " (the server's certificate is not trusted: give its CA with SSL_CERT_FILE or SSL_CERT_DIR)";
     return fmt::format("{}: {}", url, why);
   }
+  // Over plain HTTP a proxy's own 401 or 403 (tinyproxy's for a wrong password) reads as the
+  // index's: nothing tells them apart, so both are named.
+  const std::string proxy = url.starts_with("http:") ? proxy_for(t.request->url) : "";
+  if ((status == 401 || status == 403) && !proxy.empty())
+    return fmt::format(
+        "{}: HTTP {} from the index or the proxy {} (the index's credentials go in the URL or in netrc: $NETRC or "
+        "~/.netrc; the proxy's in its URL)",
+        url, status, proxy);
   if (status == 401 || status == 403)
     return fmt::format("{}: HTTP {} (the index wants credentials: in the URL, or in netrc: $NETRC or ~/.netrc)", url,
                        status);
@@ -327,6 +399,9 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
     return answers;
   }
   const auto& c = curl();
+  if (!netrc_) {  // a netrc over 1 MiB is no login list
+    netrc_ = options_.netrc_file.empty() ? std::string() : r::try_read_file(options_.netrc_file, 1U << 20).value_or("");
+  }
   if (!share_) {
     CURLSH* s = c.share_init();
     c.share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
@@ -375,7 +450,7 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
         ++it;
         continue;
       }
-      start_attempt(options_, t, share_);
+      start_attempt(options_, t, share_, *netrc_);
       const std::size_t index = t.index;
       c.easy_setopt(t.easy, CURLOPT_ERRORBUFFER, &errors[index * CURL_ERROR_SIZE]);
       errors[index * CURL_ERROR_SIZE] = 0;
@@ -397,7 +472,9 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
       c.easy_getinfo(t->easy, CURLINFO_SIZE_DOWNLOAD_T, &got);
       received_ += static_cast<std::uint64_t>(got);
       const long status = status_of(t->easy);
-      t->response->status = status;
+      long connect_status = 0;
+      c.easy_getinfo(t->easy, CURLINFO_HTTP_CONNECTCODE, &connect_status);
+      t->response->status = connect_status >= 300 ? connect_status : status;
       char* ct = nullptr;
       c.easy_getinfo(t->easy, CURLINFO_CONTENT_TYPE, &ct);
       t->response->content_type = ct ? ct : "";
@@ -412,7 +489,7 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
         finish(*t);
         continue;
       }
-      t->response->error = failure_text(*t, code, status, &errors[index * CURL_ERROR_SIZE]);
+      t->response->error = failure_text(*t, code, status, connect_status, &errors[index * CURL_ERROR_SIZE]);
       if (code == CURLE_OPERATION_TIMEDOUT)
         t->response->error = fmt::format("{}: no data for {} s (the timeout)", redact(t->request->url),
                                          (options_.timeout.count() + 999) / 1000);
@@ -421,7 +498,8 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
         t->written = 0;
         t->response->body.clear();
       }
-      if (t->write_error.empty() && retryable(code, status) && t->response->attempts <= options_.retries) {
+      if (t->write_error.empty() && retryable(code, status, connect_status) &&
+          t->response->attempts <= options_.retries) {
         t->ready = Clock::now() + wait_before(options_, t->response->attempts, t->retry_after);
         waiting.push_back(t);
       } else {
@@ -448,37 +526,180 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
   return responses;
 }
 
-std::string redact(std::string_view url) {
+namespace {
+
+// A URL cut around its user information: "https://", "bob:pw", "@host:8443/path".
+struct Userinfo {
+  std::string_view before, info, after;
+};
+
+std::optional<Userinfo> userinfo_of(std::string_view url) {
   const auto scheme = url.find("://");
-  if (scheme == std::string_view::npos) return std::string(url);
+  if (scheme == std::string_view::npos) return std::nullopt;
   const auto host_start = scheme + 3;
   const auto path = url.find_first_of("/?#", host_start);
   const auto at = url.substr(0, path).rfind('@');
-  if (at == std::string_view::npos || at < host_start) return std::string(url);
-  return std::string(url.substr(0, host_start)) + "***" + std::string(url.substr(at));
+  if (at == std::string_view::npos || at < host_start) return std::nullopt;
+  return Userinfo{url.substr(0, host_start), url.substr(host_start, at - host_start), url.substr(at)};
+}
+
+// scheme://host:port, without user information.
+std::string origin_of(std::string_view url) {
+  const auto parts = userinfo_of(url);
+  const std::string plain = parts ? std::string(parts->before) + std::string(parts->after.substr(1)) : std::string(url);
+  const auto scheme = plain.find("://");
+  if (scheme == std::string::npos) return plain;
+  return plain.substr(0, plain.find_first_of("/?#", scheme + 3));
+}
+
+std::string_view user_of(std::string_view info) { return info.substr(0, info.find(':')); }
+
+}  // namespace
+
+std::string redact(std::string_view url) {
+  const auto parts = userinfo_of(url);
+  if (!parts) return std::string(url);
+  const auto colon = parts->info.find(':');
+  const std::string kept = colon == std::string_view::npos ? std::string(k_redacted)
+                                                           : fmt::format("{}:{}", user_of(parts->info), k_redacted);
+  return fmt::format("{}{}{}", parts->before, kept, parts->after);
 }
 
 std::string restore_credentials(const std::string& url, const std::vector<std::string>& urls) {
-  const auto marker = url.find("://***@");
-  if (marker == std::string::npos) return url;
-  const auto origin_of = [](std::string_view u) {  // scheme://host:port, credentials left out
-    const std::string plain = redact(u);
-    const auto start = plain.find("://") + 3;
-    const auto end = plain.find_first_of("/?#", start);
-    std::string o = plain.substr(0, end);
-    if (const auto at = o.rfind('@'); at != std::string::npos && at >= start) o = o.substr(0, start) + o.substr(at + 1);
-    return o;
-  };
+  const auto parts = userinfo_of(url);
+  if (!parts) return url;
+  const auto colon = parts->info.find(':');
+  const bool user_redacted = parts->info == k_redacted;
+  const bool password_redacted = colon != std::string_view::npos && parts->info.substr(colon + 1) == k_redacted;
+  if (!user_redacted && !password_redacted) return url;  // real credentials, given so
   const std::string want = origin_of(url);
   for (const auto& u : urls) {
-    const auto scheme = u.find("://");
-    const auto at = u.find('@', scheme == std::string::npos ? 0 : scheme);
-    const auto path = u.find_first_of("/?#", scheme == std::string::npos ? 0 : scheme + 3);
-    if (scheme == std::string::npos || at == std::string::npos || (path != std::string::npos && at > path)) continue;
-    if (origin_of(u) == want)
-      return url.substr(0, marker + 3) + u.substr(scheme + 3, at - scheme - 3) + url.substr(marker + 6);
+    const auto theirs = userinfo_of(u);
+    if (!theirs || origin_of(u) != want) continue;
+    if (!user_redacted && user_of(theirs->info) != user_of(parts->info)) continue;
+    return fmt::format("{}{}{}", parts->before, theirs->info, parts->after);
   }
-  return url;
+  // Not given again: the user name alone (netrc may have its password), or nothing.
+  if (user_redacted) return fmt::format("{}{}", parts->before, parts->after.substr(1));
+  return fmt::format("{}{}{}", parts->before, user_of(parts->info), parts->after);
+}
+
+namespace {
+
+// netrc's tokens: words between white space, or "quoted" with backslash escapes (libcurl 7.84+).
+class NetrcTokens {
+ public:
+  explicit NetrcTokens(std::string_view text) : s_(text) {}
+  std::optional<std::string> next() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+    if (i_ >= s_.size()) return std::nullopt;
+    std::string out;
+    if (s_[i_] == '"') {
+      for (++i_; i_ < s_.size() && s_[i_] != '"'; ++i_) {
+        if (s_[i_] == '\\' && i_ + 1 < s_.size()) ++i_;
+        out += s_[i_];
+      }
+      ++i_;
+      return out;
+    }
+    while (i_ < s_.size() && !std::isspace(static_cast<unsigned char>(s_[i_]))) out += s_[i_++];
+    return out;
+  }
+  // A macro's body: everything up to the next empty line.
+  void skip_macro() {
+    const auto end = s_.find("\n\n", i_);
+    i_ = end == std::string_view::npos ? s_.size() : end + 2;
+  }
+
+ private:
+  std::string_view s_;
+  std::size_t i_ = 0;
+};
+
+}  // namespace
+
+std::optional<NetrcLogin> netrc_login(std::string_view text, std::string_view host, std::string_view login) {
+  struct Entry {
+    std::string machine;  // empty: default
+    NetrcLogin login;
+  };
+  std::vector<Entry> entries;
+  NetrcTokens tokens(text);
+  while (auto word = tokens.next()) {
+    if (*word == "machine") {
+      entries.push_back({tokens.next().value_or(""), {}});
+      if (entries.back().machine.empty()) entries.pop_back();
+    } else if (*word == "default") {
+      entries.push_back({"", {}});
+    } else if (*word == "login" || *word == "password" || *word == "account") {
+      const std::string value = tokens.next().value_or("");
+      if (entries.empty()) continue;
+      if (*word == "login") entries.back().login.login = value;
+      if (*word == "password") entries.back().login.password = value;
+    } else if (*word == "macdef") {
+      tokens.next();
+      tokens.skip_macro();
+    }
+  }
+  const auto lower = [](std::string_view v) {
+    std::string o(v);
+    std::transform(o.begin(), o.end(), o.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    return o;
+  };
+  const auto fits = [&](const Entry& e) { return login.empty() || e.login.login == login; };
+  for (const auto& e : entries)
+    if (!e.machine.empty() && lower(e.machine) == lower(host) && fits(e)) return e.login;
+  for (const auto& e : entries)
+    if (e.machine.empty() && fits(e)) return e.login;
+  return std::nullopt;
+}
+
+namespace {
+
+std::string env_var(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// no_proxy as libcurl reads it: "*", or host names and domains (".example.com" and
+// "example.com" both match its subdomains), separated by commas or spaces.
+bool no_proxy_names(const std::string& host) {
+  std::string list = env_var("no_proxy");
+  if (list.empty()) list = env_var("NO_PROXY");
+  std::string h = host;
+  std::transform(h.begin(), h.end(), h.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  for (auto entry : r::split(list, ',')) {
+    for (auto word : r::split(entry, ' ')) {
+      std::string w(r::trim(word));
+      std::transform(w.begin(), w.end(), w.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      while (w.starts_with(".")) w.erase(0, 1);
+      if (w == "*") return true;
+      if (!w.empty() && (h == w || h.ends_with("." + w))) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string proxy_for(const std::string& url) {
+  const auto& c = curl();
+  CURLU* u = c.url();
+  std::string scheme, host;
+  if (c.url_set(u, CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK) {
+    scheme = url_part(u, CURLUPART_SCHEME, 0);
+    host = url_part(u, CURLUPART_HOST, 0);
+  }
+  c.url_cleanup(u);
+  if (scheme != "http" && scheme != "https") return {};
+  std::string proxy = scheme == "http" ? env_var("http_proxy") : env_var("https_proxy");
+  if (proxy.empty()) proxy = scheme == "http" ? env_var("HTTP_PROXY") : env_var("HTTPS_PROXY");
+  if (proxy.empty()) proxy = env_var("all_proxy");
+  if (proxy.empty()) proxy = env_var("ALL_PROXY");
+  if (proxy.empty() || no_proxy_names(host)) return {};
+  if (proxy.find("://") == std::string::npos) proxy = "http://" + proxy;
+  const auto parts = userinfo_of(proxy);
+  return parts ? fmt::format("{}{}", parts->before, parts->after.substr(1)) : proxy;
 }
 
 std::string resolve_url(const std::string& base, const std::string& reference) {

@@ -6,10 +6,15 @@
 // certificate or TLS error. A download cut midway resumes with Range from the bytes it has.
 //
 // What libcurl reads from the environment: http_proxy, https_proxy (HTTPS_PROXY), no_proxy
-// (NO_PROXY), all_proxy; HTTP_PROXY is read here (libcurl ignores it). Credentials come from the
-// URL or from netrc ($NETRC, else ~/.netrc); libcurl sends them to the host they were given for
-// only, never to another host or port a redirect leads to. redact() takes them out of every URL
-// a message, a log or a JSON document shows.
+// (NO_PROXY), all_proxy; HTTP_PROXY is read here (libcurl ignores it). A proxy's refusal (407, or
+// any refused CONNECT) is never retried: each retry is one more failed login on the proxy.
+//
+// Credentials come from the URL or from netrc ($NETRC, else ~/.netrc, looked up here by the
+// URL's host, and by its user name where it names one, as pip does), and are handed to libcurl
+// as the request's own (CURLOPT_USERNAME/PASSWORD, CURLOPT_UNRESTRICTED_AUTH off): they go to
+// the scheme, host and port they were given for only, never to another host or port a redirect
+// leads to (pip sends netrc's to any port of the host). redact() takes the password out of every
+// URL a message, a log or a JSON document shows; the redaction placeholder is never sent.
 #pragma once
 
 #include <chrono>
@@ -90,13 +95,31 @@ class HttpClient {
   void* share_ = nullptr;  // CURLSH: DNS and TLS sessions across perform() calls
   void* multi_ = nullptr;  // CURLM: connections across perform() calls
   std::uint64_t received_ = 0;
+  std::optional<std::string> netrc_;  // the netrc file's text, read at the first request
 };
 
-// `url` with any user name and password taken out ("https://***@host/..."); a URL cudafix shows.
+// The placeholder redact() writes for a password, or for a user name given alone (a token).
+inline constexpr std::string_view k_redacted = "***";
+// `url` with its password taken out ("https://bob:***@host/..."), as pip shows URLs; a user name
+// given alone may be a token and is taken out whole ("https://***@host/..."). A URL cudafix shows.
 [[nodiscard]] std::string redact(std::string_view url);
-// A redacted URL ("https://***@host/...") with the user name and password of the first of
-// `urls` on the same scheme, host and port put back; `url` itself when none matches.
+// A redacted URL (a plan's) made fit to send: the user name and password of the first of `urls`
+// on the same scheme, host and port (and user name, where the redacted URL kept one) put back;
+// where none matches, the placeholder taken out (then netrc may give the password).
 [[nodiscard]] std::string restore_credentials(const std::string& url, const std::vector<std::string>& urls);
+
+struct NetrcLogin {
+  std::string login, password;
+};
+// What a netrc file's `text` gives for `host`: its first `machine` entry for it (with `login`
+// where that is not empty), else its `default` entry; as libcurl and Python's netrc read it
+// (quoted tokens, `macdef` bodies skipped).
+[[nodiscard]] std::optional<NetrcLogin> netrc_login(std::string_view text, std::string_view host,
+                                                    std::string_view login);
+// The proxy libcurl takes from the environment for `url` (http_proxy, HTTP_PROXY, https_proxy,
+// HTTPS_PROXY, all_proxy, unless no_proxy names the host), without its credentials
+// ("http://proxy:3128"); empty when none.
+[[nodiscard]] std::string proxy_for(const std::string& url);
 // `reference` resolved against `base` (RFC 3986, as a browser does an href); its fragment kept.
 [[nodiscard]] std::string resolve_url(const std::string& base, const std::string& reference);
 

@@ -24,9 +24,42 @@ void take_fragment(IndexFile& f) {
   if (fragment.starts_with("sha256=") && f.sha256.empty()) f.sha256 = fragment.substr(7);
 }
 
-std::string file_name_of(const std::string& url) {
-  std::string path = url.substr(0, url.find_first_of("?#"));
-  return path.substr(path.rfind('/') + 1);
+// A name an index gave is joined into cache paths and compared with a wheel's metadata: one
+// path component of printable bytes, as a wheel's name always is.
+bool valid_file_name(std::string_view name) {
+  return !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+         std::none_of(name.begin(), name.end(), [](char ch) {
+           const auto u = static_cast<unsigned char>(ch);
+           return u < 0x20 || u == 0x7f || ch == '/' || ch == '\\';
+         });
+}
+
+int hex_digit(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+// %XX decoded, as Python's urllib.parse.unquote does (a % not followed by two hex digits is kept).
+std::string percent_decoded(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// The file name of an index's entry: its own (PEP 691's "filename"), else its URL's; empty when
+// it is not a valid one (the file is then no wheel to anyone).
+std::string checked_name(const std::optional<std::string>& given, const std::string& url) {
+  if (given) return valid_file_name(*given) ? *given : std::string();
+  return file_name_in_url(url).value_or("");
 }
 
 // The JSON kind of a value, as an error names it: "a number", "an array".
@@ -65,7 +98,7 @@ ProjectPage parse_json(std::string_view body, const std::string& page_url) {
       throw r::Error(fmt::format("{}: a file of the index's JSON page has no url", redact(page_url)));
     IndexFile file;
     file.url = resolve_url(page_url, f["url"].get<std::string>());
-    file.filename = string_field(f, "filename", page_url, where).value_or("");
+    const auto given_name = string_field(f, "filename", page_url, where);
     if (const auto hashes = f.find("hashes"); hashes != f.end() && !hashes->is_null()) {
       if (!hashes->is_object())
         throw r::Error(fmt::format("{}: {}\"hashes\" is {}, not an object", redact(page_url), where, kind_of(*hashes)));
@@ -84,79 +117,128 @@ ProjectPage parse_json(std::string_view body, const std::string& page_url) {
       }
     }
     take_fragment(file);
-    if (file.filename.empty()) file.filename = file_name_of(file.url);
+    file.filename = checked_name(given_name, file.url);
     page.files.push_back(std::move(file));
   }
   return page;
 }
 
+// A code point as UTF-8; NUL, a surrogate or one past U+10FFFF is U+FFFD, as HTML5 reads it.
+void append_utf8(std::string& out, unsigned long cp) {
+  if (cp == 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// A numeric character reference's digits ("62", "x3E"), or nullopt when they are none.
+std::optional<unsigned long> code_point_of(std::string_view ent) {
+  const bool hex = ent.starts_with("x") || ent.starts_with("X");
+  const std::string_view digits = ent.substr(hex ? 1 : 0);
+  if (digits.empty() || digits.size() > 8) return std::nullopt;
+  unsigned long cp = 0;
+  for (const char ch : digits) {
+    const int d = hex ? hex_digit(ch) : (ch >= '0' && ch <= '9' ? ch - '0' : -1);
+    if (d < 0) return std::nullopt;
+    cp = cp * (hex ? 16 : 10) + static_cast<unsigned long>(d);
+  }
+  return cp;
+}
+
+// HTML character references: the named ones a Simple page uses, and every numeric one, to UTF-8.
 std::string unescape_html(std::string_view s) {
+  static const std::pair<std::string_view, std::string_view> k_named[] = {
+      {"amp", "&"}, {"lt", "<"}, {"gt", ">"}, {"quot", "\""}, {"apos", "'"}, {"nbsp", "\xC2\xA0"}};
   std::string out;
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '&') {
-      out += s[i];
-      continue;
-    }
-    const auto semi = s.find(';', i);
-    if (semi == std::string_view::npos || semi - i > 10) {
+    const auto semi = s[i] == '&' ? s.find(';', i) : std::string_view::npos;
+    if (semi == std::string_view::npos || semi - i > 12) {
       out += s[i];
       continue;
     }
     const std::string_view ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp")
-      out += '&';
-    else if (ent == "lt")
-      out += '<';
-    else if (ent == "gt")
-      out += '>';
-    else if (ent == "quot")
-      out += '"';
-    else if (ent == "apos")
-      out += '\'';
-    else if (ent.starts_with("#x") || ent.starts_with("#X"))
-      out += static_cast<char>(std::strtol(std::string(ent.substr(2)).c_str(), nullptr, 16));
-    else if (ent.starts_with("#"))
-      out += static_cast<char>(std::strtol(std::string(ent.substr(1)).c_str(), nullptr, 10));
-    else {
-      out += s.substr(i, semi - i + 1);
+    const auto named =
+        std::find_if(std::begin(k_named), std::end(k_named), [&](const auto& n) { return n.first == ent; });
+    if (named != std::end(k_named)) {
+      out += named->second;
+    } else if (const auto cp = ent.starts_with("#") ? code_point_of(ent.substr(1)) : std::nullopt) {
+      append_utf8(out, *cp);
+    } else {
+      out += s[i];
+      continue;
     }
     i = semi;
   }
   return out;
 }
 
-// The attributes of one tag's text (`a href="..." data-yanked`): lower-cased names, values
-// unescaped; a bare attribute has an empty value.
-std::vector<std::pair<std::string, std::optional<std::string>>> attributes(std::string_view tag) {
-  std::vector<std::pair<std::string, std::optional<std::string>>> out;
-  std::size_t i = 0;
-  while (i < tag.size() && !std::isspace(static_cast<unsigned char>(tag[i]))) ++i;  // the tag's name
-  while (i < tag.size()) {
-    while (i < tag.size() && (std::isspace(static_cast<unsigned char>(tag[i])) || tag[i] == '/')) ++i;
-    std::size_t start = i;
-    while (i < tag.size() && tag[i] != '=' && !std::isspace(static_cast<unsigned char>(tag[i]))) ++i;
-    std::string name(tag.substr(start, i - start));
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-    while (i < tag.size() && std::isspace(static_cast<unsigned char>(tag[i]))) ++i;
+bool is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f'; }
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+// One start tag, as HTML5's tokenizer reads it: its name and attributes (names lower-cased,
+// values unescaped, a bare attribute without a value), and where the tag ends. A quoted value
+// holds any '>' ("data-requires-python=">=3.13""); an unquoted one ends at white space or '>'.
+struct Tag {
+  std::string name;
+  std::vector<std::pair<std::string, std::optional<std::string>>> attributes;
+  std::size_t end = 0;  // just past its '>'
+};
+
+Tag read_tag(std::string_view s, std::size_t lt) {
+  Tag tag;
+  std::size_t i = lt + 1;
+  const std::size_t name_start = i;
+  while (i < s.size() && !is_space(s[i]) && s[i] != '/' && s[i] != '>') ++i;
+  tag.name = lower(s.substr(name_start, i - name_start));
+  while (true) {
+    while (i < s.size() && (is_space(s[i]) || s[i] == '/')) ++i;
+    if (i >= s.size()) {
+      tag.end = s.size();
+      return tag;
+    }
+    if (s[i] == '>') {
+      tag.end = i + 1;
+      return tag;
+    }
+    const std::size_t start = i++;  // a name's first character may be anything, '=' included
+    while (i < s.size() && !is_space(s[i]) && s[i] != '/' && s[i] != '>' && s[i] != '=') ++i;
+    std::string name = lower(s.substr(start, i - start));
+    std::size_t j = i;
+    while (j < s.size() && is_space(s[j])) ++j;
     std::optional<std::string> value;
-    if (i < tag.size() && tag[i] == '=') {
-      ++i;
-      while (i < tag.size() && std::isspace(static_cast<unsigned char>(tag[i]))) ++i;
-      if (i < tag.size() && (tag[i] == '"' || tag[i] == '\'')) {
-        const char q = tag[i++];
-        start = i;
-        while (i < tag.size() && tag[i] != q) ++i;
-        value = unescape_html(tag.substr(start, i - start));
-        ++i;
+    if (j < s.size() && s[j] == '=') {
+      i = j + 1;
+      while (i < s.size() && is_space(s[i])) ++i;
+      if (i < s.size() && (s[i] == '"' || s[i] == '\'')) {
+        const auto close = s.find(s[i], i + 1);
+        const std::size_t vstart = i + 1;
+        i = close == std::string_view::npos ? s.size() : close + 1;
+        value = unescape_html(s.substr(vstart, (close == std::string_view::npos ? s.size() : close) - vstart));
       } else {
-        start = i;
-        while (i < tag.size() && !std::isspace(static_cast<unsigned char>(tag[i]))) ++i;
-        value = unescape_html(tag.substr(start, i - start));
+        const std::size_t vstart = i;
+        while (i < s.size() && !is_space(s[i]) && s[i] != '>') ++i;
+        value = unescape_html(s.substr(vstart, i - vstart));
       }
     }
-    if (!name.empty()) out.emplace_back(std::move(name), std::move(value));
+    tag.attributes.emplace_back(std::move(name), std::move(value));
   }
-  return out;
 }
 
 ProjectPage parse_html(std::string_view body, const std::string& page_url) {
@@ -164,20 +246,31 @@ ProjectPage parse_html(std::string_view body, const std::string& page_url) {
   page.format = "html";
   std::string base = page_url;
   for (std::size_t at = 0; (at = body.find('<', at)) != std::string_view::npos;) {
-    const auto end = body.find('>', at);
-    if (end == std::string_view::npos) break;
-    const std::string_view tag = body.substr(at + 1, end - at - 1);
-    const auto name_end = tag.find_first_of(" \t\r\n/");
-    std::string name(tag.substr(0, name_end));
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (name == "base") {
-      for (const auto& [k, v] : attributes(tag))
+    if (body.substr(at, 4) == "<!--") {  // a comment ends at -->, whatever it holds
+      const auto close = body.find("-->", at + 4);
+      at = close == std::string_view::npos ? body.size() : close + 3;
+      continue;
+    }
+    const char next = at + 1 < body.size() ? body[at + 1] : '\0';
+    if (next == '/' || next == '!' || next == '?') {  // an end tag, a doctype: nothing to read
+      const auto close = body.find('>', at);
+      at = close == std::string_view::npos ? body.size() : close + 1;
+      continue;
+    }
+    if (!std::isalpha(static_cast<unsigned char>(next))) {  // a '<' in text
+      ++at;
+      continue;
+    }
+    Tag tag = read_tag(body, at);
+    at = tag.end;
+    if (tag.name == "base") {
+      for (const auto& [k, v] : tag.attributes)
         if (k == "href" && v) base = resolve_url(page_url, *v);
-    } else if (name == "a") {
+    } else if (tag.name == "a") {
       IndexFile file;
       bool has_href = false;
-      for (const auto& [k, v] : attributes(tag)) {
-        if (k == "href" && v) {
+      for (const auto& [k, v] : tag.attributes) {
+        if (k == "href" && v && !has_href) {  // the first of a repeated attribute counts, as in HTML5
           file.url = resolve_url(base, *v);
           has_href = true;
         } else if (k == "data-requires-python" && v) {
@@ -189,11 +282,10 @@ ProjectPage parse_html(std::string_view body, const std::string& page_url) {
       }
       if (has_href) {
         take_fragment(file);
-        file.filename = file_name_of(file.url);
+        file.filename = checked_name(std::nullopt, file.url);
         page.files.push_back(std::move(file));
       }
     }
-    at = end + 1;
   }
   return page;
 }
@@ -210,6 +302,13 @@ bool pins_exactly(const r::SpecifierSet& s, const std::string& version) {
 }
 
 }  // namespace
+
+std::optional<std::string> file_name_in_url(std::string_view url) {
+  const std::string_view path = url.substr(0, url.find_first_of("?#"));
+  std::string name = percent_decoded(path.substr(path.rfind('/') + 1));
+  if (!valid_file_name(name)) return std::nullopt;
+  return name;
+}
 
 std::string project_url(const std::string& index_url, const std::string& normalized_name) {
   std::string base = index_url;

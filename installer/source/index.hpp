@@ -33,6 +33,12 @@ struct ProjectPage {
   std::vector<IndexFile> files;
 };
 
+// The file name a URL's path ends with, percent-decoded as pip's Link.filename is
+// (".../torch-2.7.0%2Bcu128-cp312-....whl" names torch-2.7.0+cu128-cp312-....whl); nullopt when
+// the decoded name is no single file name (empty, "." or "..", a '/', a '\\', a control byte:
+// an index is hostile input, and the name is joined into cache paths). The URL stays as served.
+[[nodiscard]] std::optional<std::string> file_name_in_url(std::string_view url);
+
 // `<index>/<normalized name>/`.
 [[nodiscard]] std::string project_url(const std::string& index_url, const std::string& normalized_name);
 

@@ -356,21 +356,46 @@ std::vector<Obtained> WheelSources::obtain(const std::vector<Wanted>& wanted) {
   return out;
 }
 
-void read_environment(SourceSettings& s) {
-  const auto var = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? v : "";
-  };
-  std::string index = var("PIP_INDEX_URL");
-  if (index.empty()) index = var("UV_INDEX_URL");
-  if (index.empty()) index = var("UV_DEFAULT_INDEX");
-  s.index_urls.clear();
-  if (!index.empty()) s.index_urls.push_back(index);
+namespace {
+
+std::string env_var(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+IndexChoice indexes_from_environment() {
+  IndexChoice c;
+  for (const char* name : {"PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"})
+    if (!c.index_url && !env_var(name).empty()) c.index_url = env_var(name);
   for (const char* name : {"PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX"}) {
-    const std::string urls = var(name);  // split() returns views into it
-    for (const auto& u : r::split(urls, ' '))
-      if (!u.empty()) s.index_urls.emplace_back(u);
+    const std::string urls = env_var(name);  // split() returns views into it
+    for (const auto& u : r::split(urls, ' ')) {
+      if (u.empty()) continue;
+      if (!c.extra_index_urls) c.extra_index_urls.emplace();
+      c.extra_index_urls->emplace_back(u);
+    }
   }
+  return c;
+}
+
+std::vector<std::string> index_urls(const IndexChoice& command_line, const IndexChoice& environment,
+                                    const IndexChoice& config_files) {
+  std::vector<std::string> out;
+  if (const auto& index = command_line.index_url  ? command_line.index_url
+                          : environment.index_url ? environment.index_url
+                                                  : config_files.index_url)
+    out.push_back(*index);
+  if (const auto& extra = environment.extra_index_urls ? environment.extra_index_urls : config_files.extra_index_urls)
+    out.insert(out.end(), extra->begin(), extra->end());
+  if (command_line.extra_index_urls)
+    out.insert(out.end(), command_line.extra_index_urls->begin(), command_line.extra_index_urls->end());
+  return out;
+}
+
+void read_environment(SourceSettings& s) {
+  const auto var = env_var;
   const std::string home = var("HOME");
   const std::string xdg =
       var("XDG_CACHE_HOME").empty() ? (home.empty() ? "" : home + "/.cache") : var("XDG_CACHE_HOME");

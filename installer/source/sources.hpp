@@ -83,11 +83,29 @@ class WheelSources {
   std::string keep_download(const std::string& tmp, const IndexFile& file, std::string& problem);
 };
 
-// The settings pip and uv read from the environment, with pip's precedence: PIP_INDEX_URL over
-// UV_INDEX_URL (and UV_DEFAULT_INDEX); PIP_EXTRA_INDEX_URL, UV_EXTRA_INDEX_URL and UV_INDEX
-// (spaces between URLs) after it; the pip and uv cache folders (PIP_CACHE_DIR, UV_CACHE_DIR,
-// else $XDG_CACHE_HOME/{pip,uv}, else ~/.cache/{pip,uv}). Unlike pip, no index is assumed: a
-// repair on a provisioning node reaches the network only where it is told to.
+// The index URL and the extra ones, as one place (the command line, the environment, the
+// configuration files) sets them: two settings of their own, as pip's --index-url and
+// --extra-index-url are; nullopt where that place does not set one.
+struct IndexChoice {
+  std::optional<std::string> index_url;
+  std::optional<std::vector<std::string>> extra_index_urls;
+};
+
+// What pip and uv read from the environment: PIP_INDEX_URL, else UV_INDEX_URL, else
+// UV_DEFAULT_INDEX; the extra ones of PIP_EXTRA_INDEX_URL, UV_EXTRA_INDEX_URL and UV_INDEX
+// together (spaces between URLs).
+[[nodiscard]] IndexChoice indexes_from_environment();
+
+// The indexes asked, in order, by pip's rule: the index URL of the command line, else of the
+// environment, else of the configuration files; then the extra ones of the environment, else of
+// the files, with the command line's after them (pip's --extra-index-url appends to the list
+// PIP_EXTRA_INDEX_URL gives, which replaces its config files'). Unlike pip, no index is assumed:
+// a repair on a provisioning node reaches the network only where it is told to.
+[[nodiscard]] std::vector<std::string> index_urls(const IndexChoice& command_line, const IndexChoice& environment,
+                                                  const IndexChoice& config_files);
+
+// The pip and uv cache folders the environment names (PIP_CACHE_DIR, UV_CACHE_DIR, else
+// $XDG_CACHE_HOME/{pip,uv}, else ~/.cache/{pip,uv}).
 void read_environment(SourceSettings& settings);
 
 }  // namespace cudafix::installer::source

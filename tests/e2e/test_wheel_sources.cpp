@@ -1,12 +1,17 @@
-// Wheel sources on real parts: a real HTTP index on 127.0.0.1 (tests/e2e/index_server.py, on a
+// Wheel sources on real parts (and, in RealServers below, against Debian's nginx, tinyproxy and
+// squid): a real HTTP index on 127.0.0.1 (tests/e2e/index_server.py, on a
 // free port, PEP 691 JSON and PEP 503 HTML, Range, TLS with a CA made by openssl, basic auth,
 // and fault modes), a real venv whose cuDNN a real `pip uninstall` deleted, and real pip filling
 // its own cache from that index for `--offline`. Each fault is judged by the message, by what
 // the server saw, and by what is left in cudafix's wheel cache (nothing partial, nothing kept
 // that failed its hash).
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -201,6 +206,25 @@ TEST_F(WheelSources, TheIndexSettingsFollowPipsPrecedence) {
       plan_fix(t, v, "--index-url " + server.url() + "/simple --extra-index-url http://127.0.0.1:9/simple --retries 0",
                "PIP_INDEX_URL=http://127.0.0.1:9/simple");
   ASSERT_NO_FATAL_FAILURE(expect_reinstall_from_index(both, "JSON"));
+  // The index URL and the extra ones are settings of their own, as pip's: --index-url X does not
+  // drop PIP_EXTRA_INDEX_URL's J (pip asks X and J), nor the configuration file's.
+  TempDir x_dir;
+  IndexServer x(wheels_, x_dir.path(), "");
+  const auto asked = [](const IndexServer& s) {
+    std::size_t n = 0;
+    for (const auto& r : s.requests()) n += r["path"] == "/simple/nvidia-cudnn-cu12/" ? 1 : 0;
+    return n;
+  };
+  const std::size_t before = asked(server);
+  ASSERT_NO_FATAL_FAILURE(expect_reinstall_from_index(
+      plan_fix(t, v, "--index-url " + x.url() + "/simple", "PIP_EXTRA_INDEX_URL=" + server.url() + "/simple"), "JSON"));
+  EXPECT_EQ(asked(x), 1U);
+  EXPECT_EQ(asked(server), before + 1) << "PIP_EXTRA_INDEX_URL is asked too";
+  test::write_file(v + "/cudafix.toml", "[sources]\nextra_index_urls = [\"" + server.url() + "/simple\"]\n");
+  ASSERT_NO_FATAL_FAILURE(expect_reinstall_from_index(plan_fix(t, v, "--index-url " + x.url() + "/simple"), "JSON"));
+  EXPECT_EQ(asked(x), 2U);
+  EXPECT_EQ(asked(server), before + 2) << "the configuration file's extra index is asked too";
+  fs::remove(v + "/cudafix.toml");
   // --no-index: nothing fetched, and the plan says which wheel it needs.
   const auto none = plan_fix(t, v, "--no-index", "PIP_INDEX_URL=" + server.url() + "/simple");
   EXPECT_EQ(none.exit_code, 0);
@@ -338,7 +362,8 @@ TEST_F(WheelSources, CredentialsComeFromNetrcOrTheUrlAndNeverShowOrFollowARedire
       "--index-url http://alice:s3cret@127.0.0.1:" + server.url().substr(server.url().rfind(':') + 1) + "/simple");
   ASSERT_NO_FATAL_FAILURE(expect_reinstall_from_index(in_url, "JSON"));
   EXPECT_THAT(in_url.out + in_url.err, Not(HasSubstr("s3cret")));
-  EXPECT_THAT(in_url.doc["steps"][0]["wheel"]["source"].get<std::string>(), HasSubstr("http://***@127.0.0.1:"));
+  EXPECT_THAT(in_url.doc["steps"][0]["wheel"]["source"].get<std::string>(), HasSubstr("http://alice:***@127.0.0.1:"))
+      << "as pip shows it: the user name kept, the password taken out";
   // A redirect to another host and port: the file comes, the credentials do not go with it.
   TempDir other_dir, front_dir;
   IndexServer other(wheels_, other_dir.path(), "");
@@ -352,6 +377,19 @@ TEST_F(WheelSources, CredentialsComeFromNetrcOrTheUrlAndNeverShowOrFollowARedire
   ASSERT_EQ(other.requests().size(), 1U);
   EXPECT_FALSE(other.requests()[0]["authorization"]) << other.requests()[0];
   EXPECT_THAT(other.requests()[0]["host"].get<std::string>(), HasSubstr("localhost:"));
+  // netrc's credentials, to another port of the same host: not sent either (libcurl looked netrc
+  // up again for the redirect's host, whatever its port, as pip does).
+  TempDir same_dir, port_dir;
+  IndexServer same_host(wheels_, same_dir.path(), "");
+  IndexServer by_port(wheels_, port_dir.path(),
+                      "--auth alice:s3cret --fault redirect --redirect-to " + same_host.url());
+  ASSERT_NO_FATAL_FAILURE(
+      expect_reinstall_from_index(plan_fix(port_dir, broken_venv(port_dir), "--index-url " + by_port.url() + "/simple",
+                                           "NETRC=" + shell_quote(t.path() + "/netrc")),
+                                  "JSON"));
+  ASSERT_EQ(same_host.requests().size(), 1U);
+  EXPECT_FALSE(same_host.requests()[0]["authorization"]) << same_host.requests()[0];
+  EXPECT_TRUE(by_port.requests()[0]["authorization"]) << "the index itself had them";
 }
 
 TEST_F(WheelSources, TlsIsCheckedAgainstTheCaSslCertFileNamesAndACertificateErrorIsNotRetried) {
@@ -556,6 +594,422 @@ TEST_F(RangePlan, AServerThatIgnoresRangeGivesTheWholeWheelAndThePlanSaysSo) {
   ASSERT_TRUE(w["file"].is_string());
   EXPECT_EQ(sha256(w["file"]), sha256(big_wheel_));
   EXPECT_EQ(server.file_requests(), 2U) << "the cut whole file, then the whole file again, kept";
+}
+
+// A TCP port free on 127.0.0.1 now (bound and released: the server started next takes it).
+std::string free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  return ok ? std::to_string(ntohs(a.sin_port)) : "0";
+}
+
+bool accepts_connections(const std::string& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// One of Debian's servers (nginx, tinyproxy, squid) run in the foreground by `command`, with its
+// own configuration and files under a folder of its own; up once `port` takes connections, else
+// the test fails with `log`. Stopped with SIGTERM when destroyed.
+class Daemon {
+ public:
+  Daemon(const std::string& name, const std::string& command, const std::string& port, const std::string& log)
+      : name_(name), log_(log) {
+    const auto r = run_shell(command + " >> " + shell_quote(log) + " 2>&1 & echo $!");
+    pid_ = std::stoi(r.out);
+    for (int i = 0; i < 200 && !up_; ++i) {
+      up_ = accepts_connections(port);
+      if (!up_) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (::kill(pid_, 0) != 0) break;
+    }
+    EXPECT_TRUE(up_) << name << " did not start on port " << port << ": " << command << "\n"
+                     << resolver::try_read_file(log).value_or("(no log)");
+  }
+  ~Daemon() {
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 100 && ::kill(pid_, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  [[nodiscard]] bool up() const { return up_; }
+
+ private:
+  std::string name_, log_;
+  int pid_ = -1;
+  bool up_ = false;
+};
+
+// The lines of a server's log from `from` on (a count taken before).
+std::vector<std::string> log_lines(const std::string& path, std::size_t from = 0) {
+  std::vector<std::string> out;
+  const std::string text = resolver::try_read_file(path).value_or("");
+  for (auto line : resolver::split(text, '\n'))
+    if (!line.empty()) out.emplace_back(line);
+  out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(std::min(from, out.size())));
+  return out;
+}
+
+std::size_t count_containing(const std::vector<std::string>& lines, const std::string& what) {
+  return static_cast<std::size_t>(std::count_if(
+      lines.begin(), lines.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; }));
+}
+
+// Wheel sources against Debian's real servers, each started once for the suite on free ports
+// with its own configuration under the suite's folder: nginx serving static PEP 691 JSON and
+// PEP 503 HTML trees (types set for application/vnd.pypi.simple.v1+json), over HTTPS with HTTP/2
+// (a CA made by openssl, trusted through SSL_CERT_FILE) and plain HTTP, with a basic-auth copy
+// under /private/ (an htpasswd made by openssl passwd); tinyproxy as a forward proxy, open and
+// requiring credentials; squid requiring them. The wheel's local version is written %2B in
+// every URL, as download.pytorch.org writes its names.
+class RealServers : public WheelSources {
+ protected:
+  static void SetUpTestSuite() {
+    WheelSources::SetUpTestSuite();
+    dir_ = tmp_->path() + "/real";
+    www_ = dir_ + "/www";
+    for (const char* d : {"/wheels", "/www/files", "/www/pep691/simple/nvidia-cudnn-cu12",
+                          "/www/pep503/simple/nvidia-cudnn-cu12", "/nginx/logs", "/tp", "/tpa"})
+      fs::create_directories(dir_ + d);
+    const std::string lib = test::k_fixtures + "/verify/cudnn/v91400/libcudnn.so.9";
+    // 4 MB of random bytes first: big enough that the plan reads the wheel by range and apply
+    // downloads it (with the credentials it gets back).
+    ASSERT_EQ(run_shell("head -c 4194304 /dev/urandom > " + shell_quote(dir_ + "/pad.bin")).exit_code, 0);
+    local_wheel_ =
+        test::make_wheel(dir_ + "/wheels", "nvidia-cudnn-cu12 9.10.2.21+local nvidia/cudnn/include/pad.bin=" + dir_ +
+                                               "/pad.bin nvidia/cudnn/lib/libcudnn.so.9=" + lib);
+    // The venv has the local version, its cuDNN deleted as in WheelSources.
+    local_base_ = tmp_->path() + "/local-base";
+    ASSERT_NO_FATAL_FAILURE(
+        test::make_venv(local_base_, {wheel_files_[0], local_wheel_, wheel_files_[2], wheel_files_[3]}));
+    ASSERT_EQ(test::venv_pip(local_base_, "uninstall -y -q nvidia-cudnn-cu13").exit_code, 0);
+    // A build of the same version, listed first, for Python 3.99 only, with other bytes: a page
+    // whose data-requires-python is lost (">=3.99" cut at its '>') offers it, and the pick takes it.
+    fs::create_directories(dir_ + "/decoy");
+    const std::string decoy = dir_ + "/wheels/nvidia_cudnn_cu12-9.10.2.21+local-1-py3-none-linux_x86_64.whl";
+    fs::rename(test::make_wheel(dir_ + "/decoy", "nvidia-cudnn-cu12 9.10.2.21+local nvidia/cudnn/lib/libcudnn.so.9=" +
+                                                     test::k_fixtures + "/verify/cudnn/v91900/libcudnn.so.9"),
+               decoy);
+    json files = json::array();
+    std::string anchors;
+    for (const auto& [wheel, requires_python] : {std::pair{decoy, ">=3.99"}, std::pair{local_wheel_, ">=3.8"}}) {
+      const std::string name = fs::path(wheel).filename().string();
+      fs::copy_file(wheel, www_ + "/files/" + name);
+      std::string encoded = name;
+      encoded.replace(encoded.find('+'), 1, "%2B");
+      files.push_back({{"filename", name},
+                       {"url", "../../../files/" + encoded},
+                       {"hashes", {{"sha256", sha256(wheel)}}},
+                       {"requires-python", requires_python}});
+      anchors += "    <a href=\"../../../files/" + encoded + "#sha256=" + sha256(wheel) + "\" data-requires-python=\"" +
+                 requires_python + "\">" + name + "</a><br/>\n";
+    }
+    test::write_file(www_ + "/pep691/simple/nvidia-cudnn-cu12/index.json",
+                     json{{"meta", {{"api-version", "1.1"}}}, {"name", "nvidia-cudnn-cu12"}, {"files", files}}.dump());
+    test::write_file(www_ + "/pep503/simple/nvidia-cudnn-cu12/index.html",
+                     "<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for nvidia-cudnn-cu12</h1>\n" + anchors +
+                         "  </body>\n</html>\n");
+    const auto made = run_shell(
+        "cd " + shell_quote(dir_) +
+        " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj '/CN=cudafix test CA'"
+        " && openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr -subj /CN=127.0.0.1"
+        " && printf 'subjectAltName=IP:127.0.0.1\\n' > ext.cnf"
+        " && openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 2 -extfile "
+        "ext.cnf"
+        " && printf 'alice:%s\\n' \"$(openssl passwd -apr1 s3cret)\" > htpasswd 2>&1");
+    ASSERT_EQ(made.exit_code, 0) << made.out;
+    tls_port_ = free_port();
+    http_port_ = free_port();
+    test::write_file(dir_ + "/nginx/nginx.conf", nginx_conf());
+    nginx_ = new Daemon("nginx",
+                        "/usr/sbin/nginx -p " + shell_quote(dir_ + "/nginx/") + " -c " +
+                            shell_quote(dir_ + "/nginx/nginx.conf") + " -e " +
+                            shell_quote(dir_ + "/nginx/logs/error.log") + " -g 'daemon off;'",
+                        tls_port_, dir_ + "/nginx/logs/error.log");
+    ASSERT_TRUE(nginx_->up());
+    proxy_port_ = free_port();
+    test::write_file(dir_ + "/tp/tinyproxy.conf", tinyproxy_conf(dir_ + "/tp", proxy_port_, false));
+    proxy_ = new Daemon("tinyproxy", "tinyproxy -d -c " + shell_quote(dir_ + "/tp/tinyproxy.conf"), proxy_port_,
+                        dir_ + "/tp/tinyproxy.log");
+    ASSERT_TRUE(proxy_->up());
+    auth_proxy_port_ = free_port();
+    test::write_file(dir_ + "/tpa/tinyproxy.conf", tinyproxy_conf(dir_ + "/tpa", auth_proxy_port_, true));
+    auth_proxy_ = new Daemon("tinyproxy", "tinyproxy -d -c " + shell_quote(dir_ + "/tpa/tinyproxy.conf"),
+                             auth_proxy_port_, dir_ + "/tpa/tinyproxy.log");
+    ASSERT_TRUE(auth_proxy_->up());
+    // squid drops root for its cache_effective_user (proxy): its folder is that user's, and the
+    // folders above it are open to it.
+    const std::string sq = dir_ + "/squid";
+    fs::create_directories(sq);
+    ASSERT_EQ(run_shell("cp " + shell_quote(dir_ + "/htpasswd") + " " + shell_quote(sq) + " && chmod 711 " +
+                        shell_quote(tmp_->path()) + " " + shell_quote(dir_) +
+                        (::geteuid() == 0 ? " && chown -R proxy: " + shell_quote(sq) : std::string()))
+                  .exit_code,
+              0);
+    squid_port_ = free_port();
+    test::write_file(sq + "/squid.conf", "http_port 127.0.0.1:" + squid_port_ + "\npid_filename " + sq +
+                                             "/squid.pid\ncache_log " + sq + "/cache.log\naccess_log stdio:" + sq +
+                                             "/access.log squid\ncache deny all\ncache_mem 1 MB\ncoredump_dir " + sq +
+                                             "\nshutdown_lifetime 0 seconds\n"
+                                             "auth_param basic program /usr/lib/squid/basic_ncsa_auth " +
+                                             sq +
+                                             "/htpasswd\nacl authed proxy_auth REQUIRED\n"
+                                             "http_access allow authed\nhttp_access deny all\n");
+    squid_ =
+        new Daemon("squid", "/usr/sbin/squid -N -f " + shell_quote(sq + "/squid.conf"), squid_port_, sq + "/cache.log");
+    ASSERT_TRUE(squid_->up());
+  }
+  static void TearDownTestSuite() {
+    delete squid_;
+    delete auth_proxy_;
+    delete proxy_;
+    delete nginx_;
+    squid_ = auth_proxy_ = proxy_ = nginx_ = nullptr;
+    WheelSources::TearDownTestSuite();
+  }
+
+  static std::string nginx_conf() {
+    const std::string n = dir_ + "/nginx";
+    return "user root;\nworker_processes 1;\npid " + n + "/nginx.pid;\nerror_log " + n +
+           "/logs/error.log info;\nevents { worker_connections 64; }\nhttp {\n"
+           "  log_format t '$request_method $request_uri $status $server_protocol user=$remote_user';\n"
+           "  access_log " +
+           n +
+           "/logs/access.log t;\n"
+           "  client_body_temp_path " +
+           n + "/body; proxy_temp_path " + n + "/proxy; fastcgi_temp_path " + n + "/fastcgi; uwsgi_temp_path " + n +
+           "/uwsgi; scgi_temp_path " + n +
+           "/scgi;\n"
+           "  types { text/html html; application/vnd.pypi.simple.v1+json json; application/octet-stream whl; }\n"
+           "  server {\n"
+           "    listen 127.0.0.1:" +
+           tls_port_ + " ssl http2;\n    listen 127.0.0.1:" + http_port_ +
+           ";\n"
+           "    ssl_certificate " +
+           dir_ + "/srv.pem;\n    ssl_certificate_key " + dir_ +
+           "/srv.key;\n"
+           "    root " +
+           www_ +
+           ";\n    index index.json index.html;\n"
+           "    location /private/ {\n      alias " +
+           www_ +
+           "/;\n      auth_basic \"cudafix test\";\n"
+           "      auth_basic_user_file " +
+           dir_ + "/htpasswd;\n    }\n  }\n}\n";
+  }
+  static std::string tinyproxy_conf(const std::string& d, const std::string& port, bool auth) {
+    return "Port " + port + "\nListen 127.0.0.1\nTimeout 30\nLogFile \"" + d + "/tinyproxy.log\"\nLogLevel Info\n" +
+           "PidFile \"" + d + "/tinyproxy.pid\"\nMaxClients 20\n" + (auth ? "BasicAuth alice s3cret\n" : "");
+  }
+  static std::string nginx_log() { return dir_ + "/nginx/logs/access.log"; }
+  static std::string ca() { return "SSL_CERT_FILE=" + shell_quote(dir_ + "/ca.pem"); }
+  static std::string https_index(const std::string& tree, const std::string& user = "") {
+    return "https://" + user + "127.0.0.1:" + tls_port_ + "/" + tree + "/simple";
+  }
+  // The plan's one step: a reinstall of cuDNN 12 from the +local wheel (not the build for 3.99 only).
+  static void expect_local_wheel(const Planned& p, const std::string& format) {
+    ASSERT_EQ(p.exit_code, 0) << p.out << p.err;
+    ASSERT_EQ(p.doc["steps"].size(), 1U) << p.doc.dump(1);
+    const auto& w = p.doc["steps"][0]["wheel"];
+    ASSERT_TRUE(w.is_object()) << p.err << p.doc["source_problems"].dump(1);
+    EXPECT_EQ(w["sha256"], sha256(local_wheel_)) << p.doc["steps"].dump(1);
+    EXPECT_THAT(w["source"].get<std::string>(), HasSubstr("(" + format + ")"));
+  }
+  // `cudafix apply PLAN -y` on `venv`, with `env` in its environment; its output, both streams.
+  static test::RunResult apply(const std::string& plan, const std::string& venv, const std::string& env,
+                               const std::string& args = "") {
+    return run_shell("env -u VIRTUAL_ENV -u PIP_INDEX_URL " + env + " " + shell_quote(test::k_bin) + " apply " +
+                     shell_quote(plan) + " -y --no-verify --venv " + shell_quote(venv) + test::k_no_cache +
+                     " --ld-library-path '' " + args + " 2>&1");
+  }
+
+  static std::string local_venv(const TempDir& t) {
+    const std::string v = t.path() + "/venv";
+    EXPECT_EQ(run_shell("cp -a " + shell_quote(local_base_) + " " + shell_quote(v)).exit_code, 0);
+    return v;
+  }
+
+  static inline std::string dir_, www_, local_wheel_, local_base_, tls_port_, http_port_, proxy_port_, auth_proxy_port_,
+      squid_port_;
+  static inline Daemon *nginx_ = nullptr, *proxy_ = nullptr, *auth_proxy_ = nullptr, *squid_ = nullptr;
+};
+
+// Before: a PEP 503 link to ...%2Blocal... found no wheel; from PEP 691 JSON the install said
+// "has version 9.19.0.56+local, but the file name says 9.19.0.56%2Blocal".
+TEST_F(RealServers, NginxServesBothApisOverHttp2WithPercentEncodedNamesAndTheWheelInstalls) {
+  TempDir t;
+  const auto v = local_venv(t);
+  const std::size_t before = log_lines(nginx_log()).size();
+  const auto p =
+      plan_fix(t, v, "--index-url " + https_index("pep691") + " -o " + shell_quote(t.path() + "/plan.json"), ca());
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(p, "JSON"));
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(plan_fix(t, v, "--index-url " + https_index("pep503"),
+                                                      ca() + " CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/c2")),
+                                             "HTML"));
+  const auto seen = log_lines(nginx_log(), before);
+  EXPECT_GE(count_containing(seen, "/pep691/simple/nvidia-cudnn-cu12/ 200 HTTP/2.0"), 1U) << seen.size();
+  EXPECT_GE(count_containing(seen, "/pep503/simple/nvidia-cudnn-cu12/ 200 HTTP/2.0"), 1U);
+  EXPECT_GE(count_containing(seen, "/files/nvidia_cudnn_cu12-9.10.2.21%2Blocal-py3-none-linux_x86_64.whl 206 HTTP/2.0"),
+            1U)
+      << "read by range, by the URL as served";
+  EXPECT_EQ(count_containing(seen, "%2Blocal-1-"), 0U) << "the build for Python 3.99 is passed over";
+  const auto applied =
+      apply(t.path() + "/plan.json", v, ca() + " CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/cache"));
+  EXPECT_EQ(applied.exit_code, 0) << applied.out;
+  EXPECT_THAT(test::venv_pip(v, "show nvidia-cudnn-cu12").out, HasSubstr("Version: 9.10.2.21+local"));
+  EXPECT_EQ(test::venv_pip(v, "check").exit_code, 0);
+}
+
+// Before: the plan held "https://***@host/..." and apply sent "***" as the user name.
+TEST_F(RealServers, BasicAuthThePlanKeepsTheUserNameAndApplyTakesThePasswordFromNetrcOrTheIndexUrl) {
+  TempDir t;
+  const auto v = local_venv(t);
+  const std::string plan = t.path() + "/plan.json";
+  const auto refused = plan_fix(t, v, "--index-url " + https_index("private/pep691"), ca());
+  ASSERT_EQ(refused.doc["source_problems"].size(), 1U) << refused.out;
+  EXPECT_THAT(refused.doc["source_problems"][0].get<std::string>(), HasSubstr("HTTP 401"));
+  const auto p = plan_fix(
+      t, v, "--index-url " + https_index("private/pep691", "alice:s3cret@") + " -o " + shell_quote(plan), ca());
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(p, "JSON"));
+  const std::string saved = resolver::try_read_file(plan).value_or("");
+  EXPECT_THAT(saved, Not(HasSubstr("s3cret")));
+  EXPECT_THAT(saved, HasSubstr("https://alice:***@127.0.0.1:" + tls_port_ + "/private/files/"));
+  // apply with no password anywhere: alice's name goes, with no password, never the placeholder.
+  std::size_t before = log_lines(nginx_log()).size();
+  const auto none =
+      apply(plan, v, ca() + " HOME=" + shell_quote(t.path()) + " CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/c1"));
+  EXPECT_NE(none.exit_code, 0) << none.out;
+  EXPECT_THAT(none.out, HasSubstr("HTTP 401"));
+  auto seen = log_lines(nginx_log(), before);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(count_containing(seen, "user=***"), 0U) << seen[0];
+  EXPECT_EQ(count_containing(seen, " 401 HTTP/2.0 user=alice"), seen.size()) << seen[0];
+  // The password from netrc, for alice's name on that host.
+  test::write_file(t.path() + "/netrc",
+                   "machine 127.0.0.1 login bob password nope\n"
+                   "machine 127.0.0.1 login alice password s3cret\n");
+  before = log_lines(nginx_log()).size();
+  const auto from_netrc = apply(
+      plan, v,
+      ca() + " NETRC=" + shell_quote(t.path() + "/netrc") + " CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/c2"));
+  EXPECT_EQ(from_netrc.exit_code, 0) << from_netrc.out;
+  EXPECT_THAT(from_netrc.out, Not(HasSubstr("s3cret")));
+  seen = log_lines(nginx_log(), before);
+  EXPECT_GE(count_containing(seen, " 200 HTTP/2.0 user=alice"), 1U) << (seen.empty() ? "" : seen[0]);
+  // Or from the same --index-url given again (a plan for a second copy, applied from a cold cache).
+  TempDir t2;
+  const auto v2 = local_venv(t2);
+  const std::string plan2 = t2.path() + "/plan.json";
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(
+      plan_fix(t2, v2, "--index-url " + https_index("private/pep691", "alice:s3cret@") + " -o " + shell_quote(plan2),
+               ca()),
+      "JSON"));
+  const auto from_url = apply(
+      plan2, v2, ca() + " HOME=" + shell_quote(t2.path()) + " CUDAFIX_CACHE_DIR=" + shell_quote(t2.path() + "/cold"),
+      "--index-url " + https_index("private/pep691", "alice:s3cret@"));
+  EXPECT_EQ(from_url.exit_code, 0) << from_url.out;
+  EXPECT_THAT(from_url.out, Not(HasSubstr("s3cret")));
+}
+
+TEST_F(RealServers, AForwardProxyCarriesPlainHttpAndConnectAndNoProxyGoesAroundIt) {
+  TempDir t;
+  const auto v = local_venv(t);
+  const std::string proxy = "http://127.0.0.1:" + proxy_port_;
+  const std::string log = dir_ + "/tp/tinyproxy.log";
+  std::size_t before = log_lines(log).size();
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(
+      plan_fix(t, v, "--index-url http://127.0.0.1:" + http_port_ + "/pep691/simple", "http_proxy=" + proxy), "JSON"));
+  auto seen = log_lines(log, before);
+  EXPECT_GE(count_containing(seen, "GET http://127.0.0.1:" + http_port_ + "/pep691/simple/nvidia-cudnn-cu12/"), 1U)
+      << resolver::try_read_file(log).value_or("");
+  before = log_lines(log).size();
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(
+      plan_fix(t, v, "--index-url " + https_index("pep691"),
+               ca() + " https_proxy=" + proxy + " CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/c2")),
+      "JSON"));
+  seen = log_lines(log, before);
+  EXPECT_GE(count_containing(seen, "): CONNECT 127.0.0.1:" + tls_port_), 1U)
+      << resolver::try_read_file(log).value_or("");
+  before = log_lines(log).size();
+  ASSERT_NO_FATAL_FAILURE(
+      expect_local_wheel(plan_fix(t, v, "--index-url " + https_index("pep691"),
+                                  ca() + " https_proxy=" + proxy + " http_proxy=" + proxy +
+                                      " no_proxy=127.0.0.1 CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/c3")),
+                         "JSON"));
+  EXPECT_EQ(count_containing(log_lines(log, before), "Request"), 0U) << "no_proxy: the proxy saw nothing";
+}
+
+// Before: a 407 on CONNECT was retried six times, six failed logins per wheel.
+TEST_F(RealServers, AProxyWantingCredentialsIsAskedOnceAndNamedWithoutThem) {
+  TempDir t;
+  const auto v = local_venv(t);
+  const std::string at = "127.0.0.1:" + auth_proxy_port_;
+  const std::string log = dir_ + "/tpa/tinyproxy.log";
+  const std::string http_index = "http://127.0.0.1:" + http_port_ + "/pep691/simple";
+  struct Case {
+    std::string env, index, says, request;
+  };
+  for (const Case& c : {Case{"https_proxy=http://" + at, https_index("pep691"),
+                             "the proxy http://" + at + " refused: authentication required (407", "): CONNECT "},
+                        Case{"http_proxy=http://" + at, http_index,
+                             "the proxy http://" + at + " refused: authentication required (407", "): GET http://"},
+                        Case{"https_proxy=http://alice:wr0ng@" + at, https_index("pep691"),
+                             "the proxy http://" + at + " refused: HTTP 401", "): CONNECT "},
+                        Case{"http_proxy=http://alice:wr0ng@" + at, http_index,
+                             "HTTP 401 from the index or the proxy http://" + at, "): GET http://"}}) {
+    const std::size_t before = log_lines(log).size();
+    const auto p = plan_fix(t, v, "--index-url " + c.index, ca() + " " + c.env);
+    ASSERT_EQ(p.doc["source_problems"].size(), 1U) << c.env << p.out;
+    EXPECT_THAT(p.doc["source_problems"][0].get<std::string>(), HasSubstr(c.says)) << c.env;
+    EXPECT_THAT(p.out + p.err, Not(HasSubstr("wr0ng"))) << c.env;
+    EXPECT_THAT(p.doc["source_problems"][0].get<std::string>(), Not(HasSubstr("attempts"))) << c.env;
+    const auto seen = log_lines(log, before);
+    EXPECT_EQ(count_containing(seen, "Request"), 1U) << c.env << ": asked once, not retried\n"
+                                                     << resolver::try_read_file(log).value_or("");
+    EXPECT_EQ(count_containing(seen, c.request), 1U) << c.env;
+  }
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(
+      plan_fix(t, v, "--index-url " + https_index("pep691"), ca() + " https_proxy=http://alice:s3cret@" + at), "JSON"));
+}
+
+// squid answers a wrong password with 407 too; each refusal is one line of its access log.
+TEST_F(RealServers, SquidWantingCredentialsIsAskedOnceAndTheRightOnesTunnel) {
+  TempDir t;
+  const auto v = local_venv(t);
+  const std::string at = "127.0.0.1:" + squid_port_;
+  const std::string log = dir_ + "/squid/access.log";
+  const std::string http_index = "http://127.0.0.1:" + http_port_ + "/pep691/simple";
+  for (const auto& [env, index] :
+       {std::pair{"https_proxy=http://" + at, https_index("pep691")}, std::pair{"http_proxy=http://" + at, http_index},
+        std::pair{"https_proxy=http://alice:wr0ng@" + at, https_index("pep691")}}) {
+    const std::size_t before = log_lines(log).size();
+    const auto p = plan_fix(t, v, "--index-url " + index, ca() + " " + env);
+    ASSERT_EQ(p.doc["source_problems"].size(), 1U) << env << p.out;
+    EXPECT_THAT(p.doc["source_problems"][0].get<std::string>(),
+                HasSubstr("the proxy http://" + at + " refused: authentication required (407"))
+        << env;
+    EXPECT_THAT(p.out + p.err, Not(HasSubstr("wr0ng"))) << env;
+    const auto seen = log_lines(log, before);
+    EXPECT_EQ(seen.size(), 1U) << env << ": asked once, not retried\n" << resolver::try_read_file(log).value_or("");
+    EXPECT_EQ(count_containing(seen, "TCP_DENIED/407"), 1U) << env;
+  }
+  const std::size_t before = log_lines(log).size();
+  const auto p =
+      plan_fix(t, v, "--index-url " + https_index("pep691"), ca() + " https_proxy=http://alice:s3cret@" + at);
+  ASSERT_NO_FATAL_FAILURE(expect_local_wheel(p, "JSON"));
+  EXPECT_THAT(p.out + p.err, Not(HasSubstr("s3cret")));
+  EXPECT_GE(count_containing(log_lines(log, before), "TCP_TUNNEL/200"), 1U);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // libFuzzer: what an index or a cache hands cudafix is untrusted. A Simple API page (its first
 // byte picks PEP 691 JSON or PEP 503 HTML) must parse or be an Error, every file's URL absolute
-// and without its fragment, and the pick must be one of the page's files; a pip cache entry
-// (CacheControl's "cc=4," and msgpack, the body a wheel) must be read or named as a problem,
-// never crash or read past the entry.
+// and without its fragment, every file name (percent-decoded) one path component or none, and
+// the pick must be one of the page's files; a pip cache entry (CacheControl's "cc=4," and
+// msgpack, the body a wheel) must be read or named as a problem, never crash or read past the
+// entry.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -23,8 +24,13 @@ void page(std::string_view body, bool json) {
   try {
     const auto p = parse_project_page(body, json ? "application/vnd.pypi.simple.v1+json" : "text/html",
                                       "https://idx.example/simple/fuzz/");
-    for (const auto& f : p.files)
+    for (const auto& f : p.files) {
       if (f.url.find("://") == std::string::npos || f.url.find('#') != std::string::npos) __builtin_trap();
+      // A file's name (percent-decoded) is joined into cache paths: one component or none.
+      if (f.filename == "." || f.filename == ".." ||
+          f.filename.find_first_of(std::string_view("/\\\0", 3)) != std::string::npos)
+        __builtin_trap();
+    }
     const auto any = cudafix::resolver::SpecifierSet::parse("");
     const auto pick = pick_wheel(p.files, "fuzz", *any, "3.12", {"py3-none-any"});
     if (pick && pick->wheel.normalized != "fuzz") __builtin_trap();
