@@ -342,5 +342,37 @@ TEST_F(Names, BashCompletesCommandsOptionsRuleIdsAndTheEnvironmentsDists) {
   for (const char* d : {"torch", "requests", "beta", "gamma", "pip"}) EXPECT_THAT(all, Contains(d));
 }
 
+// zsh's completion on a pseudo-terminal: the line typed, TAB pressed, each match offered
+// (tests/e2e/zsh_complete.zsh).
+std::vector<std::string> zsh_complete(const std::string& line) {
+  const auto r = run_shell("timeout 60 zsh -f " + shell_quote(test::k_source + "/tests/e2e/zsh_complete.zsh") + " " +
+                           shell_quote(test::k_source + "/contrib/completions") + " " + shell_quote(line));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  std::vector<std::string> out;
+  std::string match;
+  std::istringstream in(r.out);
+  while (std::getline(in, match))
+    if (!match.empty()) out.push_back(match);
+  return out;
+}
+
+TEST_F(Names, ZshCompletesCommandsOptionsRuleIdsAndTheEnvironmentsDists) {
+  if (run_shell("command -v zsh").exit_code != 0) GTEST_SKIP() << "zsh is not installed (.ci/install-deps --test)";
+  using ::testing::ElementsAre;
+  using ::testing::UnorderedElementsAre;
+  const std::string bin = test::k_bin + " ";
+  EXPECT_THAT(zsh_complete(bin + "ro"), ElementsAre("rollback"));
+  EXPECT_THAT(zsh_complete(bin + "--json fix --dr"), ElementsAre("--dry-run"));
+  EXPECT_THAT(zsh_complete(bin + "rollback --dr"), ElementsAre("--dry-run"));
+  EXPECT_THAT(zsh_complete(bin + "plan fix --off"), ElementsAre("--offline"));
+  EXPECT_THAT(zsh_complete(bin + "explain sha"), UnorderedElementsAre("shadowed-library", "shared-path"));
+  EXPECT_THAT(zsh_complete(bin + "doctor --ignore shared-path,meta"), ElementsAre("metadata-only"));
+  TempDir t;
+  const auto v = venv(t);
+  EXPECT_THAT(zsh_complete(bin + "--venv " + v + " plan remove to"), ElementsAre("torch"));
+  EXPECT_THAT(zsh_complete(bin + "--color never remove --venv " + v + " re"), ElementsAre("requests"));
+  EXPECT_THAT(zsh_complete(bin + "--venv " + v + " plan f"), ElementsAre("fix"));
+}
+
 }  // namespace
 }  // namespace cudafix
