@@ -116,7 +116,7 @@ constexpr OtherToolsWord k_other_tools_words[] = {
 };
 
 // "did you mean ...?" for `word`, unknown as a command of `app`: the cudafix command for a pip or
-// uv word, else the commands closest to a typo (rules' "did you mean" helper).
+// uv word, else the commands closest to a typo (as `explain` answers a rule id typed wrong).
 std::string unknown_command_message(const CLI::App& app, const std::string& word,
                                     const std::vector<std::string>& names) {
   std::string path = "cudafix";
@@ -174,6 +174,7 @@ void show_common_options(CLI::App& app, CLI::App* command, std::vector<std::stri
       if (const CLI::Option* o = app.get_option_no_throw(n)) options.push_back(o);
     std::string group = CLI::Formatter{}.make_group("Common options (before or after the command)", false, options);
     while (!group.empty() && group.front() == '\n') group.erase(0, 1);
+    while (!group.empty() && group.back() == '\n') group.pop_back();  // CLI11 ends the footer's line
     return group;
   });
 }
@@ -310,19 +311,6 @@ int main(int argc, char** argv) {
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
-  std::string complete_kind;
-  auto* complete = app.add_subcommand("__complete", "");  // the shell completions' helper: hidden
-  complete->group("");
-  complete->add_option("KIND", complete_kind)->required()->check(CLI::IsMember({"rules", "dists"}));
-  std::string mat_in, mat_dir, mat_python = "/usr/bin/python3";
-  int copies = 1;
-  auto* mat = app.add_subcommand("materialize", "");  // developer command: hidden from --help
-  mat->group("");
-  mat->add_option("DESCRIPTION", mat_in, "corpus-format JSON, or - for standard input")->required();
-  mat->add_option("DIR", mat_dir)->required();
-  mat->add_option("--copies", copies);
-  mat->add_option("--python", mat_python);
-
   {
     // Each command's --help lists the common options it honours beside its own.
     const std::vector<std::string> environment = {"--venv",  "--python",  "--json",  "--color",
@@ -351,6 +339,19 @@ int main(int argc, char** argv) {
     std::cerr << short_help(app);
     return k_exit_usage;
   }
+  std::string complete_kind;
+  auto* complete = app.add_subcommand("__complete", "");  // the shell completions' helper: hidden
+  complete->group("");
+  complete->add_option("KIND", complete_kind)->required()->check(CLI::IsMember({"rules", "dists"}));
+  std::string mat_in, mat_dir, mat_python = "/usr/bin/python3";
+  int copies = 1;
+  auto* mat = app.add_subcommand("materialize", "");  // developer command: hidden from --help
+  mat->group("");
+  mat->add_option("DESCRIPTION", mat_in, "corpus-format JSON, or - for standard input")->required();
+  mat->add_option("DIR", mat_dir)->required();
+  mat->add_option("--copies", copies);
+  mat->add_option("--python", mat_python);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
