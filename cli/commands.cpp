@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -35,8 +36,10 @@
 #include "installer/wheel_install.hpp"
 #include "installer/wheel_source.hpp"
 #include "resolver/base/atomic_file.hpp"
+#include "resolver/base/closest.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/example_env.hpp"
+#include "resolver/pep/pep508.hpp"
 #include "resolver/plan/fix.hpp"
 #include "resolver/plan/provenance.hpp"
 #include "rules/doctor.hpp"
@@ -470,18 +473,47 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   return report.errors > 0 ? 1 : 0;
 }
 
+namespace {
+
+// The dist `word` names: its dist-info folder's name, its name as pip takes it (PEP 503
+// normalised), or a requirement specifier ("pkg==2.27.3", "pkg[extra]>=2; python_version<'3'"),
+// of which only the name counts, as pip uninstall ignores the version, extras and marker.
+std::optional<int> dist_named(const r::Environment& env, const std::string& word) {
+  for (std::size_t i = 0; i < env.dists.size(); ++i)
+    if (env.dists[i].dir_name == word) return static_cast<int>(i);
+  if (const auto found = env.dist_index(r::normalize_name(word))) return found;
+  try {
+    return env.dist_index(r::Requirement::parse(word).normalized);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;  // not a specifier either
+  }
+}
+
+// "torhc (did you mean torch?)": the installed names closest to what was typed.
+std::string with_closest_dists(const r::Environment& env, const std::string& word) {
+  std::vector<std::string> names;
+  for (const auto& d : env.dists) names.push_back(r::normalize_name(d.name));
+  std::string typed = word;
+  try {
+    typed = r::Requirement::parse(word).normalized;
+  } catch (const std::invalid_argument&) {
+    typed = r::normalize_name(word);
+  }
+  const auto closest = r::closest_names(typed, names);
+  return closest.empty() ? word : fmt::format("{} (did you mean {}?)", word, fmt::join(closest, ", "));
+}
+
+}  // namespace
+
 std::vector<int> dists_named(const r::Environment& env, const std::vector<std::string>& names) {
   std::vector<int> out;
   std::vector<std::string> unknown;
   for (const auto& n : names) {
-    std::optional<int> found;
-    for (std::size_t i = 0; i < env.dists.size() && !found; ++i)
-      if (env.dists[i].dir_name == n) found = static_cast<int>(i);
-    if (!found) found = env.dist_index(r::normalize_name(n));
-    if (found)
-      out.push_back(*found);
-    else
-      unknown.push_back(n);
+    if (const auto found = dist_named(env, n)) {
+      if (std::find(out.begin(), out.end(), *found) == out.end()) out.push_back(*found);  // named twice: once, as pip
+    } else {
+      unknown.push_back(with_closest_dists(env, n));
+    }
   }
   if (!unknown.empty())
     throw r::Error(fmt::format("not installed in {}: {}", env.layout.root, fmt::join(unknown, ", ")));
@@ -659,6 +691,24 @@ int run_explain(const GlobalOptions& g, const std::string& id, std::ostream& out
     out << explain_json(*rule) << '\n';
   else if (!g.quiet)
     out << rule->doc;
+  return 0;
+}
+
+int run_complete(const GlobalOptions& g, const std::string& kind, std::ostream& out) {
+  if (kind == "rules") {
+    for (const auto* rule : rules::registry()) out << rule->id << '\n';
+    return 0;
+  }
+  const auto& [env, knowledge, settings] = scan_kept(g, locate(g), r::ScanDepth::dists);
+  std::set<std::string> names;
+  for (const auto& d : env.dists) {
+    const std::string name = r::normalize_name(d.name);
+    const bool word = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+    });
+    if (word) names.insert(name);  // a shell word whatever the METADATA says
+  }
+  for (const auto& n : names) out << n << '\n';
   return 0;
 }
 

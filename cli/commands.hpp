@@ -73,6 +73,7 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir, std:
 struct RemoveCliOptions {
   std::vector<std::string> dists;
   bool force = false;
+  bool dry_run = false;  // what would be removed; nothing changed, the exit code the removal would give
 };
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out);
 int run_history(const GlobalOptions& g, std::ostream& out);
@@ -82,6 +83,7 @@ int run_history(const GlobalOptions& g, std::ostream& out);
 struct InstallCliOptions {
   std::vector<std::string> wheels;
   bool no_verify = false;
+  bool dry_run = false;  // the wheels validated and what they would replace shown; nothing changed
 };
 int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream& out);
 // `apply PLAN.json`: 0 done and verified (or --no-verify), 4 done but no GPU driver to verify
@@ -104,7 +106,8 @@ int run_fix(const GlobalOptions& g, const FixCliOptions& o, std::ostream& out);
 struct RollbackCliOptions {
   std::optional<std::string> id;
   std::optional<std::string> snapshot;
-  bool force = false;  // take aside what was changed since, rather than refuse
+  bool force = false;    // take aside what was changed since, rather than refuse
+  bool dry_run = false;  // what would be put back (or refused); nothing changed
 };
 int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out);
 struct SnapshotCliOptions {
@@ -113,6 +116,10 @@ struct SnapshotCliOptions {
   std::optional<std::string> remove;  // --delete NAME
 };
 int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out);
+// The words the shell completions offer (contrib/completions/), one a line: "rules", the rule
+// ids; "dists", the environment's dist names as pip takes them (PEP 503), read from the dist-info
+// folders alone so that a TAB stays quick. Names that are no PEP 508 name are left out.
+int run_complete(const GlobalOptions& g, const std::string& kind, std::ostream& out);
 // Developer command: writes an environment from a corpus-format description (file or "-").
 int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,
                     std::ostream& out);

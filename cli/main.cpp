@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
 #include "cli/printable.hpp"
+#include "resolver/base/closest.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
@@ -100,6 +101,37 @@ bool asks_for_huge_pages() {
   return mode && mode->find("[madvise]") != std::string::npos;
 }
 
+// What a pip or uv user types that is no cudafix command, and the cudafix command that does it.
+struct OtherToolsWord {
+  std::string_view word, instead;
+};
+constexpr OtherToolsWord k_other_tools_words[] = {
+    {"uninstall", "`cudafix remove` (owner-counted) or `cudafix plan remove` (a dry run)"},
+    {"list", "`cudafix scan` (every dist, the files it owns and the libraries it resolves)"},
+    {"freeze", "`cudafix scan` (every dist, the files it owns and the libraries it resolves)"},
+    {"show", "`cudafix scan` (every dist and its files) or `cudafix why SONAME` (who needs a library, who has it)"},
+    {"inspect", "`cudafix scan --json` (the model: dists, files, libraries, resolutions)"},
+    {"check", "`cudafix doctor` (every way the environment is broken, unmet requirements included)"},
+    {"help", "`cudafix --help` (and `cudafix COMMAND --help`)"},
+};
+
+// "did you mean ...?" for `word`, unknown as a command of `app`: the cudafix command for a pip or
+// uv word, else the commands closest to a typo (as `explain` answers a rule id typed wrong).
+std::string unknown_command_message(const CLI::App& app, const std::string& word,
+                                    const std::vector<std::string>& names) {
+  std::string path = "cudafix";
+  for (const CLI::App* a = &app; a->get_parent(); a = a->get_parent()) path.insert(7, " " + a->get_name());
+  if (!app.get_parent())
+    for (const auto& [other, instead] : k_other_tools_words)
+      if (word == other) return fmt::format("cudafix has no '{}'; did you mean {}?", word, instead);
+  const std::string where = app.get_parent() ? fmt::format(" of '{}'", app.get_name()) : "";
+  std::vector<std::string> closest = cudafix::resolver::closest_names(word, names, 2);
+  if (closest.empty())
+    return fmt::format("unknown command '{}'{}; the commands are: {}", word, where, fmt::join(names, ", "));
+  for (auto& c : closest) c = fmt::format("`{} {}`", path, c);
+  return fmt::format("unknown command '{}'{}; did you mean {}?", word, where, fmt::join(closest, " or "));
+}
+
 // The first word of argv that names no command of `app` (options and their values skipped), as
 // "unknown command 'frobnicate'; the commands are ...": CLI11 alone says only that a subcommand is
 // required. Looks into the command it names, so `plan frob` is caught too.
@@ -119,10 +151,32 @@ std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv,
     }
     for (CLI::App* sub : app.get_subcommands({}))
       if (sub->get_name() == arg) return unknown_command(*sub, argc, argv, i + 1);
-    const std::string where = app.get_parent() ? fmt::format(" of '{}'", app.get_name()) : "";
-    return fmt::format("unknown command '{}'{}; the commands are: {}", arg, where, fmt::join(names, ", "));
+    return unknown_command_message(app, std::string(arg), names);
   }
   return std::nullopt;
+}
+
+// What `cudafix` alone prints, as uv does: the usage and the commands, on standard error (the
+// run exits 2, a usage error).
+std::string short_help(const CLI::App& app) {
+  std::string out = "Usage: cudafix [OPTIONS] COMMAND [ARGS]...\n\n" + app.get_description() + "\n\nCommands:\n";
+  for (const auto* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_group().empty(); }))
+    out += fmt::format("  {:<10} {}\n", sub->get_name(), sub->get_description());
+  return out + "\n`cudafix --help` lists the options, `cudafix COMMAND --help` a command's own.\n";
+}
+
+// The options of `app` (the root) that a command honours, shown under its own in its --help:
+// CLI11 shows a subcommand's options only, though the common ones may come before or after it.
+void show_common_options(CLI::App& app, CLI::App* command, std::vector<std::string> names) {
+  command->footer([&app, names = std::move(names)] {
+    std::vector<const CLI::Option*> options;
+    for (const auto& n : names)
+      if (const CLI::Option* o = app.get_option_no_throw(n)) options.push_back(o);
+    std::string group = CLI::Formatter{}.make_group("Common options (before or after the command)", false, options);
+    while (!group.empty() && group.front() == '\n') group.erase(0, 1);
+    while (!group.empty() && group.back() == '\n') group.pop_back();  // CLI11 ends the footer's line
+    return group;
+  });
 }
 
 }  // namespace
@@ -137,7 +191,7 @@ int main(int argc, char** argv) {
   CLI::App app{"cudafix: finds and repairs broken CUDA libraries in Python environments"};
   app.require_subcommand(1);
   app.fallthrough();  // common options may follow the command: `cudafix scan --json`
-  app.set_version_flag("--version", "cudafix " CUDAFIX_VERSION);
+  app.set_version_flag("-V,--version", "cudafix " CUDAFIX_VERSION);
   // Usage errors read like every other error: `cudafix: error: --color: sometimes not in {...}`.
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return fmt::format("cudafix: error: {}\nRun with --help for more information.\n", e.what());
@@ -220,10 +274,13 @@ int main(int argc, char** argv) {
   auto* remove = app.add_subcommand("remove", "owner-counted removal that refuses to break a required library");
   remove->add_option("DIST", remove_opts.dists, "the dists to remove (names as pip takes them)")->required();
   remove->add_flag("--force", remove_opts.force, "remove even what plan remove judges to break a required library");
+  remove->add_flag("--dry-run", remove_opts.dry_run, "show what would be removed; change nothing");
   InstallCliOptions install_opts;
   auto* install = app.add_subcommand("install", "install wheel files, validated whole first, as one transaction");
   install->add_option("WHEEL", install_opts.wheels, "the .whl files")->required()->check(CLI::ExistingFile);
   install->add_flag("--no-verify", install_opts.no_verify, "skip the live GPU check after each wheel");
+  install->add_flag("--dry-run", install_opts.dry_run,
+                    "validate the wheels and show what would be installed; change nothing");
   ApplyCliOptions apply_opts;
   auto* apply =
       app.add_subcommand("apply", "carry out a saved plan (plan fix -o) as one transaction, verifying each step");
@@ -243,6 +300,7 @@ int main(int argc, char** argv) {
   rollback->add_option("--snapshot", rollback_opts.snapshot, "restore this snapshot instead");
   rollback->add_flag("--force", rollback_opts.force,
                      "take aside files changed since the transaction (as backups of the rollback) rather than refuse");
+  rollback->add_flag("--dry-run", rollback_opts.dry_run, "show what would be put back; change nothing");
   SnapshotCliOptions snapshot_opts;
   auto* snapshot = app.add_subcommand("snapshot", "keep every listed file (hardlinks) before a cleanup by other tools");
   snapshot->add_option("NAME", snapshot_opts.name, "its name (default: the UTC time)");
@@ -253,6 +311,38 @@ int main(int argc, char** argv) {
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
+  {
+    // Each command's --help lists the common options it honours beside its own.
+    const std::vector<std::string> environment = {"--venv",  "--python",  "--json",  "--color",
+                                                  "--quiet", "--verbose", "--rules", "--lock-timeout"};
+    const std::vector<std::string> scanning = {"--ld-library-path", "--ld-so-cache", "--threads", "--timings",
+                                               "--no-cache"};
+    const std::vector<std::string> sources = {"--find-links", "--no-index",     "--index-url", "--extra-index-url",
+                                              "--offline",    "--http-timeout", "--retries"};
+    const auto joined = [](std::initializer_list<std::vector<std::string>> lists) {
+      std::vector<std::string> all;
+      for (const auto& l : lists) all.insert(all.end(), l.begin(), l.end());
+      return all;
+    };
+    for (auto* sub : {scan, why, doctor, plan_remove, remove, install, rollback, snapshot})
+      show_common_options(app, sub, joined({environment, scanning}));
+    for (auto* sub : {plan_fix, fix, apply}) show_common_options(app, sub, joined({environment, scanning, sources}));
+    // verify refuses --ld-so-cache: the probe's loader reads the host's.
+    show_common_options(app, verify,
+                        joined({environment, {"--ld-library-path", "--threads", "--timings", "--no-cache"}}));
+    show_common_options(app, history, environment);
+    show_common_options(app, rules_cmd, {"--venv", "--python", "--json", "--color", "--rules"});
+    show_common_options(app, explain, {"--json"});
+    show_common_options(app, demo, {"--json", "--color", "--quiet", "--verbose"});
+  }
+  if (argc == 1) {  // `cudafix` alone: what there is to run, as uv says it (a usage error)
+    std::cerr << short_help(app);
+    return k_exit_usage;
+  }
+  std::string complete_kind;
+  auto* complete = app.add_subcommand("__complete", "");  // the shell completions' helper: hidden
+  complete->group("");
+  complete->add_option("KIND", complete_kind)->required()->check(CLI::IsMember({"rules", "dists"}));
   std::string mat_in, mat_dir, mat_python = "/usr/bin/python3";
   int copies = 1;
   auto* mat = app.add_subcommand("materialize", "");  // developer command: hidden from --help
@@ -302,6 +392,7 @@ int main(int argc, char** argv) {
     if (install->parsed()) return run_install(g, install_opts, std::cout);
     if (rollback->parsed()) return run_rollback(g, rollback_opts, std::cout);
     if (snapshot->parsed()) return run_snapshot(g, snapshot_opts, std::cout);
+    if (complete->parsed()) return run_complete(g, complete_kind, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {
     if (g.json) std::cout << error_json(command, e.what()) << '\n';

@@ -190,10 +190,30 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
   return 0;
 }
 
+namespace {
+
+// A --dry-run's answer, in pip's words ("Would remove ..."): what the command would change, and
+// that nothing was; the exit code the command would give where it goes ahead.
+int report_dry_run(const GlobalOptions& g, std::ostream& out, const std::string& command, const r::EnvLayout& layout,
+                   const std::string& text, const nlohmann::ordered_json& facts) {
+  if (g.json) {
+    nlohmann::ordered_json j{{"schema", 1}, {"command", command}, {"venv", layout.root}, {"dry_run", true}};
+    j.update(facts);
+    out << j.dump() << '\n';
+  } else if (!g.quiet) {
+    out << printable_lines(text) << "\ndry run: nothing was changed (run without --dry-run to carry it out)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out) {
   Located located = locate(g, Access::write);
   const Retention keep = retention(located);
-  tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
+  // A dry run only reads, as plan remove does.
+  std::optional<tx::EnvLock> lock;
+  if (!o.dry_run) lock.emplace(located.layout.root_real, lock_wait(g), say_waiting);
   // Scanned under the lock: pip takes none, so what was planned before it is not trusted.
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const auto& layout = writable(env);
@@ -219,6 +239,17 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   std::vector<std::string> labels;
   for (int d : dists) labels.push_back(r::dist_label(env.dists[static_cast<std::size_t>(d)]));
   const auto& del = plan.cudafix.deletion;
+  if (o.dry_run) {
+    // pip uninstall's own list before it asks: "Would remove:" and the paths.
+    std::string text = fmt::format("Would remove {}: {} files moved aside, {} kept that another dist lists",
+                                   fmt::join(labels, ", "), del.files.size(), del.kept.size());
+    if (g.verbose)
+      for (const auto& f : del.files) text += "\n  " + env.display(f);
+    else if (!del.files.empty())
+      text += " (-v lists them)";
+    return report_dry_run(g, out, "remove", layout, text,
+                          {{"removed", labels}, {"deleted", del.files.size()}, {"kept", del.kept.size()}});
+  }
   if (!confirmed(g, fmt::format("remove {} ({} files, keeping {} another dist lists)", fmt::join(labels, ", "),
                                 del.files.size(), del.kept.size())))
     return declined(g, out, "remove", env.layout.root);
@@ -310,6 +341,16 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
         out << printable_lines(why) << '\n';
       return 1;
     }
+    if (o.dry_run) {
+      t.abandon();
+      return report_dry_run(g, out, "rollback", located.layout,
+                            fmt::format("Would restore snapshot '{}': {} files put back, {} moved aside, {} unchanged",
+                                        *o.snapshot, check.restore, check.remove, check.unchanged),
+                            {{"snapshot", *o.snapshot},
+                             {"restored", check.restore},
+                             {"removed", check.remove},
+                             {"unchanged", check.unchanged}});
+    }
     if (!confirmed(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
                                   check.remove)))
       return declined(g, out, "rollback", env.layout.root);
@@ -377,6 +418,14 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
       out << printable_lines(why) << '\n';
     }
     return 1;
+  }
+  if (o.dry_run) {
+    t.abandon();
+    return report_dry_run(
+        g, out, "rollback", located.layout,
+        fmt::format("Would roll back {} ({}): {} changes undone{}", target->id, target->command, t.ops().size(),
+                    changed.empty() ? "" : fmt::format(", {} paths changed since taken aside", changed.size())),
+        {{"rolled_back", target->id}, {"ops", t.ops().size()}, {"taken_aside", changed.size()}});
   }
   if (!confirmed(
           g, fmt::format("roll back {} ({}){}", target->id, target->command,
@@ -1017,13 +1066,38 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
   return checks.unverified ? 4 : 0;
 }
 
+namespace {
+
+// install --dry-run: pip's "Would install NAME-VERSION", with the installed dist each wheel
+// replaces and the files it holds.
+int install_dry_run(const GlobalOptions& g, std::ostream& out, const r::Environment& env,
+                    const std::vector<installer::ValidatedWheel>& wheels, const std::vector<std::string>& labels) {
+  std::vector<std::string> lines, replaced;
+  std::size_t files = 0;
+  for (std::size_t i = 0; i < wheels.size(); ++i) {
+    const auto& w = wheels[i];
+    files += w.members.size();
+    std::string line = fmt::format("Would install {} ({} files)", labels[i], w.members.size());
+    if (const auto installed = env.dist_index(r::normalize_name(w.name))) {
+      replaced.push_back(r::dist_label(env.dists[static_cast<std::size_t>(*installed)]));
+      line += ", replacing " + replaced.back();
+    }
+    lines.push_back(line);
+  }
+  return report_dry_run(g, out, "install", env.layout, fmt::format("{}", fmt::join(lines, "\n")),
+                        {{"installed", labels}, {"replaced", replaced}, {"files", files}});
+}
+
+}  // namespace
+
 int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream& out) {
   // Every wheel validated before the environment is even locked.
   std::vector<installer::ValidatedWheel> wheels;
   for (const auto& w : o.wheels) wheels.push_back(installer::validate_wheel(w));
   Located located = locate(g, Access::write);
   const Retention keep = retention(located);
-  tx::EnvLock lock(located.layout.root_real, lock_wait(g), say_waiting);
+  std::optional<tx::EnvLock> lock;  // a dry run only reads
+  if (!o.dry_run) lock.emplace(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full);
   const auto& layout = writable(env);
   check_one_file_system(layout);
@@ -1032,6 +1106,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   for (const auto& w : wheels) labels.push_back(w.project + " " + w.version);
   // Refused before a transaction begins, so that a refusal leaves none behind.
   for (const auto& w : wheels) installer::check_targets(w, layout);
+  if (o.dry_run) return install_dry_run(g, out, env, wheels, labels);
   if (!confirmed(g, fmt::format("install {}", fmt::join(labels, ", "))))
     return declined(g, out, "install", env.layout.root);
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(labels, ", ")));

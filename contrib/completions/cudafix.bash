@@ -1,5 +1,20 @@
 # bash completion for cudafix (installed as share/bash-completion/completions/cudafix).
-# tests/release/check_completions.py keeps the commands and options here those of `cudafix --help`.
+# tests/release/check_completions.py keeps the commands and options here those of `cudafix --help`;
+# tests/e2e/test_command_line.cpp calls _cudafix as bash would.
+
+# The words `cudafix __complete KIND` lists (rules: the rule ids; dists: the environment's dist
+# names), for the environment the command line names with --venv or -p/--python.
+_cudafix_words() {
+  local kind=$1 i where=()
+  for ((i = 1; i < cword; i++)); do
+    case ${words[i]} in
+      --venv | --python | -p) where+=("${words[i]}" "${words[i + 1]}") ;;
+      --venv=* | --python=*) where+=("${words[i]}") ;;
+    esac
+  done
+  "${words[0]}" "${where[@]}" __complete "$kind" 2>/dev/null
+}
+
 _cudafix() {
   local cur prev words cword
   _init_completion 2>/dev/null || {
@@ -16,31 +31,39 @@ _cudafix() {
     --venv | --find-links) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --rules | --ld-so-cache | --consumer | -o | --output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --color) COMPREPLY=($(compgen -W "auto always never" -- "$cur")); return ;;
+    --select | --ignore)
+      # A comma-separated list: the id being typed after the last comma.
+      local listed="" typing=$cur
+      [[ $cur == *,* ]] && { listed=${cur%,*},; typing=${cur##*,}; }
+      COMPREPLY=($(compgen -P "$listed" -W "$(_cudafix_words rules)" -- "$typing")); return ;;
     --python | -p | --index-url | --extra-index-url | --threads | --lock-timeout | --http-timeout | --retries | \
-      --timeout | --cuda-major | --select | --ignore | --snapshot | --delete | --ld-library-path) return ;;
+      --timeout | --cuda-major | --snapshot | --delete | --ld-library-path) return ;;
   esac
   local command="" sub="" i
   for ((i = 1; i < cword; i++)); do
     case ${words[i]} in
+      --venv | --python | -p | --find-links | --rules | --ld-so-cache | --ld-library-path | --color | --threads | \
+        --lock-timeout | --index-url | --extra-index-url | --http-timeout | --retries) ((i++)) ;;  # and its value
       -*) ;;
       *) if [ -z "$command" ]; then command=${words[i]}; elif [ "$command" = plan ] && [ -z "$sub" ]; then sub=${words[i]}; fi ;;
     esac
   done
   local own=""
   case $command in
-    "") COMPREPLY=($(compgen -W "$commands $global" -- "$cur")); return ;;
+    "") COMPREPLY=($(compgen -W "$commands $global -V" -- "$cur")); return ;;
     plan) [ -z "$sub" ] && { COMPREPLY=($(compgen -W "remove fix" -- "$cur")); return; }
-      [ "$sub" = fix ] && own="--cuda-major --output" ;;
+      [ "$sub" = fix ] && own="--cuda-major --output"
+      [ "$sub" = remove ] && [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words dists)" -- "$cur")); return; } ;;
     doctor) own="--verify-hashes --select --ignore" ;;
     verify) own="--timeout --consumer --nccl" ;;
-    remove) own="--force --yes" ;;
-    install) own="--no-verify --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -X '!*.whl' -- "$cur") $(compgen -d -- "$cur")); return; } ;;
+    remove) own="--force --dry-run --yes"
+      [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words dists)" -- "$cur")); return; } ;;
+    install) own="--no-verify --dry-run --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -X '!*.whl' -- "$cur") $(compgen -d -- "$cur")); return; } ;;
     apply) own="--no-verify --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return; } ;;
     fix) own="--cuda-major --dry-run --no-verify --yes" ;;
-    rollback) own="--snapshot --yes" ;;
+    rollback) own="--snapshot --force --dry-run --yes" ;;
     snapshot) own="--list --delete --yes" ;;
-    explain) [[ $cur != -* ]] && {
-      COMPREPLY=($(compgen -W "$(cudafix rules 2>/dev/null | awk 'NR > 1 {print $1}')" -- "$cur")); return; } ;;
+    explain) [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words rules)" -- "$cur")); return; } ;;
     demo) [[ $cur != -* ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
   esac
   COMPREPLY=($(compgen -W "$own $global" -- "$cur"))

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "resolver/base/closest.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "tests/support/process.hpp"
 
@@ -172,6 +173,22 @@ TEST(TryReadFile, RefusesAFifoAFolderAndAMissingFileWithoutWaiting) {
   EXPECT_FALSE(try_read_file(t.path()));
   EXPECT_FALSE(try_read_file(t.path() + "/absent"));
   EXPECT_THROW((void)read_file(t.path() + "/absent"), Error);
+}
+
+// "Did you mean": a typo, a swap of two letters, a word of a dashed name; nothing for a word
+// close to no name, however short the names.
+TEST(ClosestNames, OffersTheNamesATypoIsNearAndNothingFarther) {
+  const std::vector<std::string> commands = {"scan", "why", "doctor", "plan", "fix", "rollback"};
+  EXPECT_EQ(closest_names("doctr", commands), std::vector<std::string>{"doctor"});
+  EXPECT_EQ(closest_names("fxi", commands), std::vector<std::string>{"fix"});
+  EXPECT_EQ(closest_names("rollbak", commands), std::vector<std::string>{"rollback"});
+  EXPECT_EQ(closest_names("frob", commands), std::vector<std::string>{});
+  EXPECT_EQ(closest_names("zzz", commands), std::vector<std::string>{});
+  const std::vector<std::string> dists = {"torch", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "triton"};
+  EXPECT_EQ(closest_names("torhc", dists), std::vector<std::string>{"torch"});
+  EXPECT_EQ(closest_names("cudnn", dists), (std::vector<std::string>{"nvidia-cudnn-cu12", "nvidia-cudnn-cu13"}));
+  EXPECT_EQ(closest_names("cudnn", dists, 1), std::vector<std::string>{"nvidia-cudnn-cu12"});
+  EXPECT_EQ(closest_names("x", {"x", "x"}), std::vector<std::string>{"x"}) << "a name listed twice is offered once";
 }
 
 }  // namespace cudafix::resolver
