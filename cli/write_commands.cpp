@@ -383,6 +383,7 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
   tx::EnvLock lock(root, lock_wait(g), say_waiting);
   if (o.remove) {
     tx::delete_snapshot(root, *o.remove);
+    forget_guard(root, *o.remove);
     if (!g.quiet && !g.json) out << fmt::format("deleted snapshot '{}'\n", *o.remove);
     if (g.json) out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"deleted", *o.remove}}.dump() << '\n';
     return 0;
