@@ -8,7 +8,7 @@ _cudafix() {
     words=("${COMP_WORDS[@]}")
     cword=$COMP_CWORD
   }
-  local commands="scan why doctor verify plan rules explain remove install apply fix history rollback snapshot demo"
+  local commands="scan why doctor verify plan rules explain remove install apply fix history rollback snapshot guard demo"
   local global="--help --version --venv --python --json --lock-timeout --color --quiet --verbose --ld-library-path
     --ld-so-cache --threads --timings --no-cache --find-links --index-url --extra-index-url --no-index --offline
     --http-timeout --retries --rules"
@@ -39,6 +39,8 @@ _cudafix() {
     fix) own="--cuda-major --dry-run --no-verify --yes" ;;
     rollback) own="--snapshot --yes" ;;
     snapshot) own="--list --delete --yes" ;;
+    guard) local k; for ((k = 1; k < cword; k++)); do [ "${words[k]}" = -- ] && { COMPREPLY=($(compgen -c -- "$cur")); return; }; done
+      own="--allow-break --keep --no-verify --" ;;
     explain) [[ $cur != -* ]] && {
       COMPREPLY=($(compgen -W "$(cudafix rules 2>/dev/null | awk 'NR > 1 {print $1}')" -- "$cur")); return; } ;;
     demo) [[ $cur != -* ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
