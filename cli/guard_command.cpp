@@ -223,15 +223,18 @@ class Marker {
       throw r::Error(fmt::format("{}: {}", path_, std::strerror(errno)));
   }
   ~Marker() {
-    ::unlink(path_.c_str());
+    if (!left_) ::unlink(path_.c_str());
     ::close(fd_);
   }
+  // Guard failed after the command ran: the marker stays, so that later commands name the snapshot.
+  void leave() { left_ = true; }
   Marker(const Marker&) = delete;
   Marker& operator=(const Marker&) = delete;
 
  private:
   std::string path_;
   int fd_ = -1;
+  bool left_ = false;
 };
 
 // ---- the baseline and what got worse -------------------------------------------------------
@@ -242,7 +245,7 @@ struct Baseline {
 };
 
 Baseline doctor_baseline(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
-                 const std::map<std::string, rules::RuleSettings>& settings) {
+                         const std::map<std::string, rules::RuleSettings>& settings) {
   rules::DoctorOptions opts;
   opts.threads = g.threads;
   opts.settings = settings;
@@ -328,7 +331,7 @@ std::vector<GotWorse> probe_worse(const pr::VerifyReport& before, const pr::Veri
 }
 
 std::vector<GotWorse> model_worse(const r::Environment& before_env, const r::Environment& after_env,
-                               const r::Knowledge& knowledge, const Baseline& before, const Baseline& after) {
+                                  const r::Knowledge& knowledge, const Baseline& before, const Baseline& after) {
   std::vector<GotWorse> out;
   for (const auto& f : after.report.findings)
     if (f.severity == rules::Severity::error && !before.errors.count(f.rule + "\n" + f.message))
@@ -484,7 +487,8 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     probe_why_not = "no GPU driver (libcuda.so.1) here";
     baseline_probe.reset();
   }
-  const auto stamps = baseline_probe ? tree_stamps(*baseline_probe) : std::map<std::string, std::pair<TreeStamp, TreeStamp>>{};
+  const auto stamps =
+      baseline_probe ? tree_stamps(*baseline_probe) : std::map<std::string, std::pair<TreeStamp, TreeStamp>>{};
   j["snapshot"] = name;
   j["before"] = {{"errors", before.report.errors},
                  {"warnings", before.report.warnings},
@@ -498,7 +502,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   // The command, with the lock released.
   int code = 0;
   // Until guard ends: a guard killed after the command, before it undid a break, is reported too.
-  const Marker marker(root, name, o.command);
+  Marker marker(root, name, o.command);
   {
     lock.reset();
     PassingSignalsOn signals(command.pid());
@@ -506,81 +510,91 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
       std::cerr << fmt::format("cudafix guard: cannot run {}: {}\n", printable(o.command[0]), std::strerror(failed));
     }
     code = command.wait();
-    lock.emplace(root, lock_wait(g), say_waiting);
   }
   j["exit_code"] = code;
 
-  // After: the environment scanned afresh, judged against the baseline.
-  auto opts = scan_options(g, r::ScanDepth::full, true);
-  opts.cache_dir.clear();  // what the command just wrote is read, not a cache's answer
-  const r::Environment now = r::scan_environment(env.layout, opts);
-  const Baseline after = doctor_baseline(g, now, knowledge, settings);
-  std::vector<GotWorse> worse = model_worse(env, now, knowledge, before, after);
-  bool probed_after = false;
-  if (baseline_probe && (tree_changed(stamps) || !worse.empty())) {
-    pr::VerifyOptions vo;
-    vo.probe = probe_path();
-    const auto after_probe = pr::verify_environment(now, knowledge, vo);
-    probed_after = true;
-    for (auto& w : probe_worse(*baseline_probe, after_probe)) worse.push_back(std::move(w));
-    j["after_probe"] = probe_summary_json(after_probe, "");
-  } else {
-    j["after_probe"] = probe_summary_json(std::nullopt, baseline_probe ? "the command changed no file of the "
-                                                                         "consumer's library tree"
-                                                                       : probe_why_not);
-  }
-  j["probed_after"] = probed_after;
-  j["after"] = {{"errors", after.report.errors}, {"warnings", after.report.warnings}};
-  j["worse"] = worse_json(worse);
-  j["undone"] = false;
-  j["kept"] = o.keep || !worse.empty();
-  const auto finish = [&](int rc, const std::string& text) {
-    j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (g.json)
-      out << j.dump() << '\n';
-    else if (!g.quiet || rc != code)
-      std::cerr << printable_lines(text) << '\n';
-    return rc;
-  };
-  std::string broke;
-  for (const auto& w : worse)
-    broke += fmt::format("\n  {}[{}]: {}", w.kind == "doctor" ? "error" : w.kind, w.what, w.message);
-
-  if (worse.empty()) {
-    if (!o.keep) {
-      tx::delete_snapshot(root, name);
-      j["kept"] = false;
-      return finish(code, fmt::format("cudafix guard: `{}` exited {}; nothing got worse; snapshot '{}' deleted", shown,
-                                      code, name));
+  try {
+    lock.emplace(root, lock_wait(g), say_waiting);
+    // After: the environment scanned afresh, judged against the baseline.
+    auto opts = scan_options(g, r::ScanDepth::full, true);
+    opts.cache_dir.clear();  // what the command just wrote is read, not a cache's answer
+    const r::Environment now = r::scan_environment(env.layout, opts);
+    const Baseline after = doctor_baseline(g, now, knowledge, settings);
+    std::vector<GotWorse> worse = model_worse(env, now, knowledge, before, after);
+    bool probed_after = false;
+    if (baseline_probe && (tree_changed(stamps) || !worse.empty())) {
+      pr::VerifyOptions vo;
+      vo.probe = probe_path();
+      const auto after_probe = pr::verify_environment(now, knowledge, vo);
+      probed_after = true;
+      for (auto& w : probe_worse(*baseline_probe, after_probe)) worse.push_back(std::move(w));
+      j["after_probe"] = probe_summary_json(after_probe, "");
+    } else {
+      j["after_probe"] = probe_summary_json(std::nullopt, baseline_probe ? "the command changed no file of the "
+                                                                           "consumer's library tree"
+                                                                         : probe_why_not);
     }
-    return finish(code, fmt::format("cudafix guard: `{}` exited {}; nothing got worse; snapshot '{}' kept "
-                                    "(`cudafix rollback --snapshot {}` restores it)",
-                                    shown, code, name, name));
+    j["probed_after"] = probed_after;
+    j["after"] = {{"errors", after.report.errors}, {"warnings", after.report.warnings}};
+    j["worse"] = worse_json(worse);
+    j["undone"] = false;
+    j["kept"] = o.keep || !worse.empty();
+    const auto finish = [&](int rc, const std::string& text) {
+      j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (g.json)
+        out << j.dump() << '\n';
+      else if (!g.quiet || rc != code)
+        std::cerr << printable_lines(text) << '\n';
+      return rc;
+    };
+    std::string broke;
+    for (const auto& w : worse)
+      broke += fmt::format("\n  {}[{}]: {}", w.kind == "doctor" ? "error" : w.kind, w.what, w.message);
+
+    if (worse.empty()) {
+      if (!o.keep) {
+        tx::delete_snapshot(root, name);
+        j["kept"] = false;
+        return finish(code, fmt::format("cudafix guard: `{}` exited {}; nothing got worse; snapshot '{}' deleted",
+                                        shown, code, name));
+      }
+      return finish(code, fmt::format("cudafix guard: `{}` exited {}; nothing got worse; snapshot '{}' kept "
+                                      "(`cudafix rollback --snapshot {}` restores it)",
+                                      shown, code, name, name));
+    }
+    if (o.keep)
+      return finish(1, fmt::format("cudafix guard: `{}` exited {} and broke:{}\nkept as it is (--keep); `cudafix "
+                                   "rollback --snapshot {}` undoes it",
+                                   shown, code, broke, name));
+    tx::Transaction t(root, "guard: rollback --snapshot " + name);
+    const auto check = tx::plan_restore(now, name, t);
+    if (!check.altered.empty()) {
+      t.abandon();
+      j["kept"] = true;
+      j["error"] =
+          fmt::format("snapshot '{}' was altered (written in place): {}", name, fmt::join(check.altered, ", "));
+      return finish(1, fmt::format("cudafix guard: `{}` exited {} and broke:{}\nit could NOT be undone: the command "
+                                   "wrote these files of snapshot '{}' in place: {}",
+                                   shown, code, broke, name, fmt::join(check.altered, ", ")));
+    }
+    t.carry_out();
+    (void)tx::prune_transactions(keep.root, keep.count);
+    tx::delete_snapshot(root, name);
+    j["undone"] = true;
+    j["kept"] = false;
+    j["transaction"] = t.id();
+    return finish(1, fmt::format("cudafix guard: `{}` exited {} and broke:{}\nundone: snapshot '{}' restored ({} files "
+                                 "put back, {} moved aside; transaction {}, `cudafix rollback {}` redoes the command's "
+                                 "change)",
+                                 shown, code, broke, name, check.restore, check.remove, t.id(), t.id()));
+  } catch (const std::exception& e) {
+    // The command ran and what it left was not judged (or not undone): the snapshot stays.
+    marker.leave();
+    throw r::Error(
+        fmt::format("{}; `{}` exited {}, and snapshot '{}' is kept: `cudafix rollback --snapshot {}` "
+                    "restores the environment as it was before it",
+                    e.what(), shown, code, name, name));
   }
-  if (o.keep)
-    return finish(1, fmt::format("cudafix guard: `{}` exited {} and broke:{}\nkept as it is (--keep); `cudafix "
-                                 "rollback --snapshot {}` undoes it",
-                                 shown, code, broke, name));
-  tx::Transaction t(root, "guard: rollback --snapshot " + name);
-  const auto check = tx::plan_restore(now, name, t);
-  if (!check.altered.empty()) {
-    t.abandon();
-    j["kept"] = true;
-    j["error"] = fmt::format("snapshot '{}' was altered (written in place): {}", name, fmt::join(check.altered, ", "));
-    return finish(1, fmt::format("cudafix guard: `{}` exited {} and broke:{}\nit could NOT be undone: the command "
-                                 "wrote these files of snapshot '{}' in place: {}",
-                                 shown, code, broke, name, fmt::join(check.altered, ", ")));
-  }
-  t.carry_out();
-  (void)tx::prune_transactions(keep.root, keep.count);
-  tx::delete_snapshot(root, name);
-  j["undone"] = true;
-  j["kept"] = false;
-  j["transaction"] = t.id();
-  return finish(1, fmt::format("cudafix guard: `{}` exited {} and broke:{}\nundone: snapshot '{}' restored ({} files "
-                               "put back, {} moved aside; transaction {}, `cudafix rollback {}` redoes the command's "
-                               "change)",
-                               shown, code, broke, name, check.restore, check.remove, t.id(), t.id()));
 }
 
 std::vector<std::string> killed_guard_notices(const std::string& root) {

@@ -239,6 +239,21 @@ TEST_F(Guard, AKilledGuardsSnapshotIsReportedByTheNextCommandWithHowToRestoreIt)
   EXPECT_THAT(doctor().out, Not(HasSubstr("a guard was killed")));
 }
 
+TEST_F(Guard, AGuardThatCannotJudgeWhatTheCommandLeftKeepsTheSnapshotAndSaysHowToRestoreIt) {
+  TempDir t;
+  const std::string v = copy(t);
+  // The command leaves behind a holder of <venv>/.lock longer than guard waits for it.
+  const std::string hold = "flock -x " + shell_quote(v + "/.lock") + " sleep 4 & sleep 0.3";
+  const auto r = guard(v, "--lock-timeout 1", "sh -c " + shell_quote(hold));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  ASSERT_EQ(snapshots(v).size(), 1u) << r.out;
+  const std::string name = snapshots(v)[0];
+  EXPECT_THAT(r.out, HasSubstr("snapshot '" + name + "' is kept: `cudafix rollback --snapshot " + name + "`"));
+  const auto later = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " doctor --lock-timeout 10 --venv " +
+                               shell_quote(v) + test::k_no_cache + " 2>&1 >/dev/null");
+  EXPECT_THAT(later.out, HasSubstr("`cudafix rollback --snapshot " + name + "` restores it"));
+}
+
 TEST_F(Guard, AHostileMarkerIsNotObeyedNorSaid) {
   TempDir t;
   const std::string v = copy(t);
