@@ -2,7 +2,7 @@
 # On the GPU machine: issue 40's proof, `cudafix guard` around real pip on hardlink copies of the
 # real CUDA 13 torch venv (pip only as /tmp/v/bin/python3 -m pip, VIRTUAL_ENV unset):
 #   1. guard -- /tmp/v/bin/python3 -m pip uninstall -y nvidia-cudnn-cu13 is refused (exit 1):
-#      pip does not run, the listing (inode and size of every path) is unchanged;
+#      pip does not run, the listing (inode and size of every file and symlink) is unchanged;
 #   2. the same with --allow-break: pip runs, the probe after it finds torch's cuDNN fallen to the
 #      system's (9.14), guard undoes it (exit 1), the listing is back and torch runs cuDNN 91900;
 #   3. the overhead of guard around a harmless pip uninstall of a leaf (a one-file wheel installed
@@ -27,6 +27,9 @@ verdict() { # verdict WHAT OK?
   fi
 }
 secs() { echo "${1%% s rc=*}"; }
+# Every file and symlink with its inode and size (the snapshot restores files as hardlinks of the
+# very inodes, so equal inodes are equal bytes); folders pip removed come back as new folders.
+files() { (cd "$1" && find . \( -path ./.cudafix -o -path ./.lock \) -prune -o \( -type f -o -type l \) -printf '%p %i %s %m %l\n' | sort); }
 rc_of() { echo "${1##*rc=}"; }
 # The last line of guard's standard output that is a JSON document, as one key's value.
 field() { # field FILE KEY[.KEY...]
@@ -53,12 +56,12 @@ command -v nvidia-smi > /dev/null && say "   $(nvidia-smi --query-gpu=name,drive
 
 say "== 1. guard -- pip uninstall -y nvidia-cudnn-cu13 (no --allow-break)"
 copy_venv "$V"
-listing "$V" > /tmp/g_before.txt
+files "$V" > /tmp/g_before.txt
 r=$(t "$C" guard --venv "$V" -- "$V/bin/python3" -m pip uninstall -y nvidia-cudnn-cu13)
 cp /tmp/t.out "$OUT/guard_refused.txt"
 say "  $r"
 grep -E "NEEDs|metadata-only|refused" /tmp/t.out | cut -c1-220 | head -6 | sed 's/^/    /' >> "$log"
-listing "$V" > /tmp/g_after.txt
+files "$V" > /tmp/g_after.txt
 sm=$(same /tmp/g_before.txt /tmp/g_after.txt)
 say "  listing against before: $sm"
 ran=$(grep -c "Uninstalling" /tmp/t.out)
@@ -87,7 +90,7 @@ EOF
 after_cudnn=$(field /tmp/t.out after_probe.cudnn_version)
 undone=$(field /tmp/t.out undone)
 probe_worse=$(grep -c '"kind":"probe"' /tmp/t.out)
-listing "$V" > /tmp/g_after.txt
+files "$V" > /tmp/g_after.txt
 sm=$(same /tmp/g_before.txt /tmp/g_after.txt)
 say "  listing against before: $sm"
 tc=$(torch_cudnn "$V")
