@@ -124,7 +124,6 @@ class HeldCommand {
     while (::waitpid(pid_, &status, 0) < 0) {
       if (errno != EINTR) return 127;
     }
-    reaped_ = true;
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     return WEXITSTATUS(status);
   }
@@ -133,7 +132,6 @@ class HeldCommand {
  private:
   pid_t pid_ = -1;
   int go_ = -1, failed_ = -1;
-  bool reaped_ = false;
 };
 
 // Signals that reach guard while the command runs. One the terminal sends (SIGINT from Ctrl-C)
