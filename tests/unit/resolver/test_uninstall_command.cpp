@@ -21,12 +21,12 @@ UninstallCommand parsed(const std::vector<std::string>& argv) {
 
 TEST(UninstallCommand, PipByEveryNameItIsRunBy) {
   for (const std::vector<std::string>& argv : {std::vector<std::string>{"pip", "uninstall", "-y", "torch"},
-                                              {"pip3", "uninstall", "-y", "torch"},
-                                              {"/v/bin/pip3.12", "uninstall", "-y", "torch"},
-                                              {"python", "-m", "pip", "uninstall", "-y", "torch"},
-                                              {"/v/bin/python3", "-m", "pip", "uninstall", "-y", "torch"},
-                                              {"python3.13t", "-Im", "pip", "uninstall", "-y", "torch"},
-                                              {"python3", "-X", "utf8", "-mpip", "uninstall", "-y", "torch"}}) {
+                                               {"pip3", "uninstall", "-y", "torch"},
+                                               {"/v/bin/pip3.12", "uninstall", "-y", "torch"},
+                                               {"python", "-m", "pip", "uninstall", "-y", "torch"},
+                                               {"/v/bin/python3", "-m", "pip", "uninstall", "-y", "torch"},
+                                               {"python3.13t", "-Im", "pip", "uninstall", "-y", "torch"},
+                                               {"python3", "-X", "utf8", "-mpip", "uninstall", "-y", "torch"}}) {
     const auto c = parsed(argv);
     EXPECT_EQ(c.tool, "pip");
     EXPECT_THAT(c.requirements, ElementsAre("torch")) << argv[0];
@@ -54,14 +54,14 @@ TEST(UninstallCommand, UvPipUninstallWithItsOwnOptions) {
 
 TEST(UninstallCommand, WhatIsNoUninstallIsNone) {
   for (const std::vector<std::string>& argv : {std::vector<std::string>{"pip", "install", "torch"},
-                                              {"pip", "--log", "uninstall", "list"},
-                                              {"python", "script.py", "uninstall"},
-                                              {"python", "-c", "import pip", "uninstall"},
-                                              {"uv", "pip", "install", "x"},
-                                              {"uv", "uninstall", "x"},
-                                              {"sh", "-c", "pip uninstall -y x"},
-                                              {"pipx", "uninstall", "x"},
-                                              {}}) {
+                                               {"pip", "--log", "uninstall", "list"},
+                                               {"python", "script.py", "uninstall"},
+                                               {"python", "-c", "import pip", "uninstall"},
+                                               {"uv", "pip", "install", "x"},
+                                               {"uv", "uninstall", "x"},
+                                               {"sh", "-c", "pip uninstall -y x"},
+                                               {"pipx", "uninstall", "x"},
+                                               {}}) {
     EXPECT_FALSE(parse_uninstall_command(argv).has_value()) << (argv.empty() ? "" : argv[0]);
   }
 }
