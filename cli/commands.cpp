@@ -300,6 +300,8 @@ Located locate(const GlobalOptions& g, Access access, std::vector<std::string>* 
     if (!refused) throw;
     refused->push_back(e.what());
   }
+  if (layout.kind != r::EnvKind::site_dir)
+    for (const auto& notice : killed_guard_notices(layout.root_real)) say_waiting(notice);
   Configuration config = load_configuration(g, layout.root);
   return {std::move(layout), std::move(config), std::move(recovered)};
 }

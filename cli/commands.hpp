@@ -120,6 +120,17 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
 // ids; "dists", the environment's dist names as pip takes them (PEP 503), read from the dist-info
 // folders alone so that a TAB stays quick. Names that are no PEP 508 name are left out.
 int run_complete(const GlobalOptions& g, const std::string& kind, std::ostream& out);
+// `guard -- COMMAND...`: COMMAND run under a snapshot, checked before where it is an uninstall by
+// pip or uv, and undone when it leaves the environment worse: 1 refused before it ran or undone
+// (or left, with --keep) because something got worse, 2 could not run (no snapshot possible),
+// else COMMAND's own exit code.
+struct GuardCliOptions {
+  std::vector<std::string> command;
+  bool allow_break = false;  // run an uninstall plan remove judges to break something
+  bool keep = false;         // keep the snapshot, and what the command did even when it broke something
+  bool no_verify = false;    // no probe before and after
+};
+int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& out);
 // Developer command: writes an environment from a corpus-format description (file or "-").
 int run_materialize(const std::string& description, const std::string& dir, int copies, const std::string& python,
                     std::ostream& out);

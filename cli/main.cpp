@@ -306,6 +306,15 @@ int main(int argc, char** argv) {
   snapshot->add_option("NAME", snapshot_opts.name, "its name (default: the UTC time)");
   snapshot->add_flag("--list", snapshot_opts.list, "list the snapshots");
   snapshot->add_option("--delete", snapshot_opts.remove, "delete this snapshot");
+  GuardCliOptions guard_opts;
+  auto* guard = app.add_subcommand(
+      "guard", "run a cleanup (pip uninstall, a script) under a snapshot; refuse a breaking uninstall, undo a break");
+  guard->add_flag("--allow-break", guard_opts.allow_break,
+                  "run an uninstall that plan remove judges to break something");
+  guard->add_flag("--keep", guard_opts.keep,
+                  "keep the snapshot, and what the command did even where it broke something");
+  guard->add_flag("--no-verify", guard_opts.no_verify, "no GPU probe before and after the command");
+  guard->add_option("COMMAND", guard_opts.command, "the command and its arguments, after --")->required();
   for (auto* sub : {remove, rollback, snapshot, apply, install, fix})
     sub->add_flag("-y,--yes", g.yes, "change the environment without asking");
   std::optional<std::string> demo_dir;
@@ -393,6 +402,7 @@ int main(int argc, char** argv) {
     if (rollback->parsed()) return run_rollback(g, rollback_opts, std::cout);
     if (snapshot->parsed()) return run_snapshot(g, snapshot_opts, std::cout);
     if (complete->parsed()) return run_complete(g, complete_kind, std::cout);
+    if (guard->parsed()) return run_guard(g, guard_opts, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
   } catch (const cudafix::resolver::Error& e) {
     if (g.json) std::cout << error_json(command, e.what()) << '\n';

@@ -99,6 +99,12 @@ struct PlannedFix {
 [[nodiscard]] PlannedFix make_fix_plan(const GlobalOptions& g, const resolver::Environment& env,
                                        const resolver::Knowledge& knowledge, std::optional<int> cuda_major,
                                        bool pip_find_links_env = true);
+// What guards killed while their command ran left (cli/guard_command.cpp): one line each, naming
+// the command, the snapshot and the commands that restore or drop it. Their markers are read as
+// untrusted input: bounded, validated, and only those whose snapshot exists are said.
+[[nodiscard]] std::vector<std::string> killed_guard_notices(const std::string& root);
+// `snapshot --delete NAME`: the marker of a killed guard whose snapshot that was goes too.
+void forget_guard(const std::string& root, const std::string& snapshot);
 // Dists named as pip takes them or by dist-info folder, as indexes; an Error names the unknown ones.
 [[nodiscard]] std::vector<int> dists_named(const resolver::Environment& env, const std::vector<std::string>& names);
 

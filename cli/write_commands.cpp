@@ -468,6 +468,7 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
     if (!confirmed(g, fmt::format("delete snapshot '{}' ({} files, taken {})", it->name, it->files, when(it->time))))
       return declined(g, out, "snapshot", venv);
     tx::delete_snapshot(root, *o.remove);
+    forget_guard(root, *o.remove);
     if (!g.quiet && !g.json) out << fmt::format("deleted snapshot '{}'\n", printable(*o.remove));
     if (g.json) out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"deleted", *o.remove}}.dump() << '\n';
     return 0;

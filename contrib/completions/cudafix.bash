@@ -23,7 +23,7 @@ _cudafix() {
     words=("${COMP_WORDS[@]}")
     cword=$COMP_CWORD
   }
-  local commands="scan why doctor verify plan rules explain remove install apply fix history rollback snapshot demo"
+  local commands="scan why doctor verify plan rules explain remove install apply fix history rollback snapshot guard demo"
   local global="--help --version --venv --python --json --lock-timeout --color --quiet --verbose --ld-library-path
     --ld-so-cache --threads --timings --no-cache --find-links --index-url --extra-index-url --no-index --offline
     --http-timeout --retries --rules"
@@ -63,6 +63,8 @@ _cudafix() {
     fix) own="--cuda-major --dry-run --no-verify --yes" ;;
     rollback) own="--snapshot --force --dry-run --yes" ;;
     snapshot) own="--list --delete --yes" ;;
+    guard) local k; for ((k = 1; k < cword; k++)); do [ "${words[k]}" = -- ] && { COMPREPLY=($(compgen -c -- "$cur")); return; }; done
+      own="--allow-break --keep --no-verify --" ;;
     explain) [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words rules)" -- "$cur")); return; } ;;
     demo) [[ $cur != -* ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
   esac

@@ -88,7 +88,11 @@ std::map<std::string, std::string> listed_files(const r::Environment& env) {
       const std::string abs = r::join_normal(d.site_dir, row.path);
       if (!r::is_within(abs, root)) continue;
       std::string hash = row.hash_algo() == "sha256" ? std::string(row.hash) : "";
-      out.emplace(abs, std::move(hash));
+      // Two dists listing one path with different hashes (a CUDA 12 and a CUDA 13 cuDNN both
+      // shipping nvidia/cudnn/lib/libcudnn.so.9): which one's bytes are there is known only by
+      // reading them, so the snapshot hashes the file (else its restore called it altered).
+      const auto [at, added] = out.emplace(abs, hash);
+      if (!added && at->second != hash) at->second.clear();
     }
     if (d.format == r::DistFormat::egg_link || d.format == r::DistFormat::egg_info_file) continue;
     std::error_code ec;

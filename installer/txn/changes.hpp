@@ -13,7 +13,8 @@
 // environment and every file in each dist-info folder. pip and uv replace a file (a new inode)
 // rather than write it in place, so a hardlink keeps the old bytes; a tool that writes in place
 // alters the snapshot too, which the restore finds: each file it would restore is hashed first
-// and checked against the manifest (RECORD's hash, or one taken at snapshot time), and an
+// and checked against the manifest (RECORD's hash, or one taken at snapshot time: where there is
+// none, or two dists list the path with different hashes), and an
 // altered one refuses the restore, naming it.
 #pragma once
 

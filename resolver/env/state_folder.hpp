@@ -7,6 +7,7 @@
 //   <root>/.cudafix/active      the id of the transaction in progress
 //   <root>/.cudafix/snapshots/  snapshots (installer/txn/changes.hpp); `.<name>.partial` while
 //                               one is taken
+//   <root>/.cudafix/guards/     <snapshot>.json while `guard` runs a command (cli/guard_command.cpp)
 // An id is YYYYMMDDTHHMMSS.mmm-PID-N (at most 64 bytes), a snapshot name up to 128 letters,
 // digits, '-', '_' and '.', not a leading '.'; only such an id or name is joined into a path.
 #pragma once

@@ -2,7 +2,9 @@
 """contrib/ansible/library/cudafix.py run by Debian's ansible-core (`ansible-playbook -c local`)
 against real venvs: check mode changes nothing and says what would change; the real run repairs
 and reports changed with doctor's before and after as its diff; a second run is ok (unchanged);
-a wheel found nowhere fails with cudafix's message and exit code.
+a wheel found nowhere fails with cudafix's message and exit code; the documented cleanup pattern
+(Ansible's command module running `cudafix guard -- pip uninstall`) fails a breaking uninstall
+before pip runs and changes nothing.
 
 usage: test_ansible_module.py CUDAFIX_BIN SOURCE_DIR FIXTURES_DIR
 """
@@ -40,6 +42,26 @@ PLAYBOOK = """
 """
 
 
+# The module's EXAMPLES pattern: a cleanup under guard with Ansible's own command module.
+GUARDED_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: remove the CUDA 13 cuDNN, guarded
+      ansible.builtin.command:
+        argv: ["{{ cudafix }}", guard, --json, --venv, "{{ venv }}", --,
+               "{{ venv }}/bin/python", -m, pip, uninstall, -y, "{{ dist }}"]
+      register: cleanup
+      changed_when: "'Successfully uninstalled' in cleanup.stdout"
+      ignore_errors: true
+    - name: keep the result for the test
+      copy:
+        content: "{{ cleanup | to_json }}"
+        dest: "{{ result_file }}"
+      check_mode: false
+"""
+
+
 class AnsibleModule(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -51,12 +73,15 @@ class AnsibleModule(unittest.TestCase):
         cls.playbook = os.path.join(cls.tmp, "play.yml")
         with open(cls.playbook, "w") as f:
             f.write(PLAYBOOK)
+        cls.guarded = os.path.join(cls.tmp, "guarded.yml")
+        with open(cls.guarded, "w") as f:
+            f.write(GUARDED_PLAYBOOK)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def play(self, venv, links, check=False):
+    def play(self, venv, links, check=False, playbook=None, extra_vars=None):
         result = os.path.join(self.tmp, "result.json")
         if os.path.exists(result):
             os.remove(result)
@@ -73,8 +98,9 @@ class AnsibleModule(unittest.TestCase):
         for var in ("PIP_CACHE_DIR", "UV_CACHE_DIR", "XDG_CONFIG_HOME", "CUDAFIX_CACHE_DIR"):
             env.pop(var, None)
         env.update(HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"))
-        extra = json.dumps({"venv": venv, "links": links, "cudafix": BIN, "result_file": result})
-        args = ["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", extra, self.playbook]
+        extra = json.dumps(dict({"venv": venv, "links": links, "cudafix": BIN, "result_file": result},
+                                **(extra_vars or {})))
+        args = ["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", extra, playbook or self.playbook]
         if check:
             args += ["--check", "--diff"]
         r = fx.run(args, env=env)
@@ -125,6 +151,21 @@ class AnsibleModule(unittest.TestCase):
         self.assertEqual(failed["rc"], 2)
         self.assertEqual(failed["msg"], "cudafix: no wheel for nvidia-cudnn-cu12 9.10.2.21")
         self.assertEqual(fx.tree_hash(venv), broken)
+
+    def test_a_guarded_cleanup_that_would_break_a_library_fails_before_pip_runs(self):
+        venv = os.path.join(self.tmp, "venv-guarded")
+        r = fx.run([fx.PYTHON, "-m", "venv", venv])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for w in self.wheels:  # the CUDA 13 cuDNN last: its bytes are the shared file's
+            r = fx.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", "--no-index", "--no-deps", w])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        before = fx.tree_hash(venv)
+        cleanup, _ = self.play(venv, [], playbook=self.guarded, extra_vars={"dist": "nvidia-cudnn-cu13"})
+        self.assertTrue(cleanup["failed"], cleanup)
+        self.assertEqual(cleanup["rc"], 1)
+        self.assertFalse(cleanup["changed"], cleanup)
+        self.assertIn("it was not run", cleanup["stderr"] + json.loads(cleanup["stdout"].splitlines()[-1])["refused"])
+        self.assertEqual(fx.tree_hash(venv), before, "the refused cleanup changed the venv")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,16 @@ EXAMPLES = r"""
     venv: /opt/train/.venv
     find_links: [/opt/wheels]
     offline: true
+
+# A cleanup step under `cudafix guard` (Ansible's command module): a pip uninstall that would
+# break a required library is refused before pip runs (rc 1, the reason on stderr); a command
+# that breaks one is undone from a snapshot (rc 1); otherwise rc is pip's own.
+- name: Remove the CUDA 12 leftovers, guarded
+  ansible.builtin.command:
+    argv: [cudafix, guard, --json, --venv, /opt/train/.venv, --,
+           /opt/train/.venv/bin/python, -m, pip, uninstall, -y, nvidia-cudnn-cu12]
+  register: cleanup
+  changed_when: "'Successfully uninstalled' in cleanup.stdout"
 """
 
 RETURN = r"""

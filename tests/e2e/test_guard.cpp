@@ -1,0 +1,304 @@
+// End-to-end: `cudafix guard -- COMMAND` around real pip in real venvs (issue 40). The venv holds
+// a CUDA 12 and a CUDA 13 cuDNN sharing nvidia/cudnn/lib/libcudnn.so.9 (the 13 installed last,
+// so its bytes are there), a runtime, a torch-like consumer whose libtorch_cuda.so NEEDs both
+// libraries, and a leaf package nothing needs. `pip uninstall nvidia-cudnn-cu12` deletes the
+// shared file (pip counts no owners): torch's cuDNN resolves nowhere and cu13 is left
+// metadata-only. With the fake driver (tests/fixtures/fake_cuda.c) the probe runs too.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "resolver/base/text.hpp"
+#include "tests/e2e/cudafix_run.hpp"
+#include "tests/support/process.hpp"
+
+namespace cudafix {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::run_shell;
+using test::shell_quote;
+using test::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string k_verify = test::k_fixtures + "/verify";
+
+class Guard : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir();
+    const std::string w = tmp_->path() + "/wheels", py = tmp_->path() + "/empty.py";
+    fs::create_directories(w);
+    test::write_file(py, "X = 1\n");
+    std::vector<std::string> wheels;
+    const auto build = [&](const std::string& args) { wheels.push_back(test::make_wheel(w, args)); };
+    build("nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + k_verify +
+          "/cudnn/v91400/libcudnn.so.9 nvidia/cudnn/__init__.py=" + py);
+    build("nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libcudnn.so.9=" + k_verify +
+          "/cudnn/v91900/libcudnn.so.9 nvidia/cudnn/__init__.py=" + py);
+    build("nvidia-cuda-runtime 13.0.96 nvidia/cu13/lib/libcudart.so.13=" + k_verify + "/cu13/libcudart.so.13");
+    build("torchlike 2.11.0 torch/lib/libtorch_cuda.so=" + k_verify + "/libtorch_cuda.so torch/__init__.py=" + py +
+          " --requires nvidia-cudnn-cu13==9.19.0.56");
+    build("leafpkg 1.0 leafpkg/__init__.py=" + py + " leafpkg/data.txt=" + py);
+    base_ = tmp_->path() + "/base";
+    ASSERT_NO_FATAL_FAILURE(test::make_venv(base_, wheels));
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+
+  static std::string copy(const TempDir& t) {
+    const std::string v = t.path() + "/venv";
+    EXPECT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+    return v;
+  }
+  static std::string site(const std::string& venv) {
+    for (const auto& e : fs::directory_iterator(venv + "/lib"))
+      if (fs::exists(e.path() / "site-packages")) return (e.path() / "site-packages").string();
+    return "";
+  }
+  static std::string pip(const std::string& venv) { return shell_quote(venv + "/bin/python3") + " -m pip"; }
+  // `cudafix guard ARGS -- COMMAND` on `venv`, its output and standard error together.
+  static test::RunResult guard(const std::string& venv, const std::string& args, const std::string& command,
+                               const std::string& options = test::k_no_cache) {
+    return run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " guard --venv " + shell_quote(venv) + options +
+                     " " + args + " -- " + command + " 2>&1");
+  }
+  // The same with --json: the document is guard's last line of standard output.
+  static std::pair<int, json> guard_json(const std::string& venv, const std::string& args, const std::string& command,
+                                         const std::string& options = test::k_no_cache) {
+    const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " guard --json --venv " +
+                             shell_quote(venv) + options + " " + args + " -- " + command + " 2>/dev/null");
+    std::string last = r.out;
+    while (!last.empty() && last.back() == '\n') last.pop_back();
+    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+    auto doc = json::parse(last, nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << r.out;
+    return {r.exit_code, doc};
+  }
+  // Every file's SHA-256 under the venv, cudafix's own folder and the lock aside.
+  static std::string hashes_of(const std::string& root) {
+    return run_shell("cd " + shell_quote(root) +
+                     " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
+                     "xargs -0 sha256sum")
+        .out;
+  }
+  static std::vector<std::string> snapshots(const std::string& venv) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(venv + "/.cudafix/snapshots", ec), end; !ec && it != end; it.increment(ec))
+      out.push_back(it->path().filename().string());
+    return out;
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string base_;
+};
+
+TEST_F(Guard, APipUninstallThatBreaksAConsumersLibraryIsRefusedBeforeItRunsAndChangesNothing) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = hashes_of(v);
+  const auto r = guard(v, "", pip(v) + " uninstall -y nvidia-cudnn-cu12");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("torch/lib/libtorch_cuda.so (torchlike) NEEDs libcudnn.so.9"));
+  EXPECT_THAT(r.out, HasSubstr("nvidia-cudnn-cu13 9.19.0.56 would be left metadata-only"));
+  EXPECT_THAT(r.out, HasSubstr("it was not run"));
+  EXPECT_THAT(r.out, HasSubstr("`cudafix remove nvidia-cudnn-cu12` removes them counting owners"));
+  EXPECT_THAT(r.out, Not(HasSubstr("Uninstalling"))) << "pip must not have run";
+  EXPECT_EQ(hashes_of(v), before);
+  EXPECT_TRUE(snapshots(v).empty());
+  // The same refusal from a requirements file, a specifier and pip's own spelling of the name.
+  test::write_file(t.path() + "/req.txt", "# cleanup\nNVIDIA_cudnn.CU12 >= 9  # the old one\n");
+  const auto [rc, doc] = guard_json(v, "", pip(v) + " uninstall --yes -r " + shell_quote(t.path() + "/req.txt"));
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(doc["command"], "guard");
+  EXPECT_EQ(doc["uninstall"]["dists"], json::array({"nvidia-cudnn-cu12"}));
+  EXPECT_EQ(doc["uninstall"]["safe"], false);
+  EXPECT_TRUE(doc["refused"].is_string());
+  EXPECT_TRUE(doc["exit_code"].is_null());
+  EXPECT_EQ(hashes_of(v), before);
+}
+
+TEST_F(Guard, WithAllowBreakPipRunsTheBreakIsFoundAndTheVenvIsBackHashForHash) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = hashes_of(v);
+  const auto [rc, doc] = guard_json(v, "--allow-break", pip(v) + " uninstall -y nvidia-cudnn-cu12");
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(doc["exit_code"], 0) << "pip ran and succeeded";
+  EXPECT_EQ(doc["undone"], true);
+  std::set<std::string> rules;
+  for (const auto& w : doc["worse"]) rules.insert(w["what"].get<std::string>());
+  EXPECT_TRUE(rules.count("metadata-only")) << doc["worse"].dump();
+  EXPECT_TRUE(rules.count("unresolved-library")) << doc["worse"].dump();
+  EXPECT_EQ(hashes_of(v), before);
+  EXPECT_TRUE(snapshots(v).empty()) << "the snapshot is deleted once restored";
+  const auto listed = test::venv_pip(v, "list --format json");
+  EXPECT_THAT(listed.out, HasSubstr("nvidia-cudnn-cu12"));
+}
+
+TEST_F(Guard, AHarmlessPipUninstallOfALeafRunsDeletesTheSnapshotAndReturnsPipsExitCode) {
+  TempDir t;
+  const std::string v = copy(t);
+  const auto r = guard(v, "", pip(v) + " uninstall -y leafpkg");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("Successfully uninstalled leafpkg-1.0"));
+  EXPECT_THAT(r.out, HasSubstr("nothing got worse"));
+  EXPECT_FALSE(fs::exists(site(v) + "/leafpkg"));
+  EXPECT_TRUE(snapshots(v).empty());
+  EXPECT_FALSE(fs::exists(v + "/.cudafix/guards") && !fs::is_empty(v + "/.cudafix/guards"));
+  // pip's own failure is guard's exit code: an unknown option exits 2 and changes nothing.
+  const auto failed = guard(v, "", pip(v) + " uninstall -y --no-such-option leafpkg");
+  EXPECT_EQ(failed.exit_code, 2) << failed.out;
+  EXPECT_TRUE(snapshots(v).empty());
+}
+
+TEST_F(Guard, ACommandThatDeletesARequiredLibraryIsUndoneAndExits1) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = hashes_of(v);
+  const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13";
+  const auto r = guard(v, "", "sh -c " + shell_quote("rm " + shell_quote(lib) + "; exit 3"));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("exited 3 and broke"));
+  EXPECT_THAT(r.out, HasSubstr("libcudart.so.13 resolves nowhere"));
+  EXPECT_THAT(r.out, HasSubstr("undone"));
+  EXPECT_TRUE(fs::exists(lib));
+  EXPECT_EQ(hashes_of(v), before);
+}
+
+TEST_F(Guard, TheSameCommandDeletingNothingRequiredExitsWithItsCodeAndTheChangeIsKept) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string file = site(v) + "/leafpkg/data.txt";
+  const auto [rc, doc] = guard_json(v, "", "sh -c " + shell_quote("rm " + shell_quote(file) + "; exit 3"));
+  EXPECT_EQ(rc, 3);
+  EXPECT_EQ(doc["exit_code"], 3);
+  EXPECT_EQ(doc["worse"], json::array());
+  EXPECT_EQ(doc["undone"], false);
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_TRUE(snapshots(v).empty());
+  // --keep keeps the snapshot and says how to restore it.
+  const auto kept = guard(v, "--keep", "true");
+  EXPECT_EQ(kept.exit_code, 0);
+  ASSERT_EQ(snapshots(v).size(), 1u);
+  EXPECT_THAT(kept.out, HasSubstr("cudafix rollback --snapshot " + snapshots(v)[0]));
+}
+
+TEST_F(Guard, TheCommandRunsWithTheLockReleasedAndTheCallersFolderAndStreams) {
+  TempDir t;
+  const std::string v = copy(t);
+  // flock(1) takes <venv>/.lock as uv does: guard holding it would make this wait and fail.
+  const auto r =
+      run_shell("cd " + shell_quote(t.path()) + " && echo hello | env -u VIRTUAL_ENV GUARD_TEST=yes " +
+                shell_quote(test::k_bin) + " guard --venv " + shell_quote(v) + test::k_no_cache + " -q -- sh -c " +
+                shell_quote("flock -n -x " + shell_quote(v + "/.lock") +
+                            " true || exit 9; read l; echo \"$l $GUARD_TEST $(pwd)\"") +
+                " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out, "hello yes " + fs::canonical(t.path()).string() + "\n");
+}
+
+TEST_F(Guard, AKilledGuardsSnapshotIsReportedByTheNextCommandWithHowToRestoreIt) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string pid_file = t.path() + "/pid";
+  // guard in the background, its pid kept; the command sleeps until guard is killed.
+  ASSERT_EQ(run_shell("(env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " guard -q --venv " + shell_quote(v) +
+                      test::k_no_cache + " -- sleep 5 >/dev/null 2>&1 & echo $! > " + shell_quote(pid_file) + ")")
+                .exit_code,
+            0);
+  const pid_t pid = std::stoi(resolver::read_file(pid_file));
+  // The marker appears once the snapshot is taken and the command runs.
+  for (int i = 0; i < 200 && !(fs::exists(v + "/.cudafix/guards") && !fs::is_empty(v + "/.cudafix/guards")); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(snapshots(v).size(), 1u);
+  const std::string name = snapshots(v)[0];
+  const auto doctor = [&] {
+    return run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " doctor --venv " + shell_quote(v) +
+                     test::k_no_cache + " 2>&1 >/dev/null");
+  };
+  EXPECT_THAT(doctor().out, Not(HasSubstr("a guard was killed"))) << "a guard that runs is not reported";
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  for (int i = 0; i < 100 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto said = doctor().out;
+  EXPECT_THAT(said, HasSubstr("a guard was killed while `sleep 5` ran"));
+  EXPECT_THAT(said, HasSubstr("`cudafix rollback --snapshot " + name + "` restores it"));
+  // Dropping the snapshot ends the notice.
+  ASSERT_EQ(run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " snapshot --delete " + name + " --venv " +
+                      shell_quote(v) + test::k_no_cache)
+                .exit_code,
+            0);
+  EXPECT_THAT(doctor().out, Not(HasSubstr("a guard was killed")));
+}
+
+TEST_F(Guard, AGuardThatCannotJudgeWhatTheCommandLeftKeepsTheSnapshotAndSaysHowToRestoreIt) {
+  TempDir t;
+  const std::string v = copy(t);
+  // The command leaves behind a holder of <venv>/.lock longer than guard waits for it.
+  const std::string hold = "flock -x " + shell_quote(v + "/.lock") + " sleep 4 & sleep 0.3";
+  const auto r = guard(v, "--lock-timeout 1", "sh -c " + shell_quote(hold));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  ASSERT_EQ(snapshots(v).size(), 1u) << r.out;
+  const std::string name = snapshots(v)[0];
+  EXPECT_THAT(r.out, HasSubstr("snapshot '" + name + "' is kept: `cudafix rollback --snapshot " + name + "`"));
+  const auto later = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " doctor --lock-timeout 10 --venv " +
+                               shell_quote(v) + test::k_no_cache + " 2>&1 >/dev/null");
+  EXPECT_THAT(later.out, HasSubstr("`cudafix rollback --snapshot " + name + "` restores it"));
+}
+
+TEST_F(Guard, AHostileMarkerIsNotObeyedNorSaid) {
+  TempDir t;
+  const std::string v = copy(t);
+  fs::create_directories(v + "/.cudafix/guards");
+  fs::permissions(v + "/.cudafix", fs::perms::owner_all, fs::perm_options::replace);
+  // A name that is no snapshot's, a marker naming another snapshot, one too large, a symlink.
+  test::write_file(v + "/.cudafix/guards/..json", "{}");
+  test::write_file(v + "/.cudafix/guards/a.json", R"({"snapshot":"b","command":["rm","-rf","/"]})");
+  test::write_file(v + "/.cudafix/guards/big.json", std::string(1 << 20, ' '));
+  fs::create_symlink("/etc/passwd", v + "/.cudafix/guards/link.json");
+  fs::create_directories(v + "/.cudafix/snapshots/b");
+  test::write_file(v + "/.cudafix/snapshots/b/manifest.json", R"({"entries":[]})");
+  const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " doctor --venv " + shell_quote(v) +
+                           test::k_no_cache + " 2>&1 >/dev/null");
+  EXPECT_THAT(r.out, Not(HasSubstr("a guard was killed"))) << r.out;
+}
+
+// With the fake driver: a cuDNN swapped (by rename, as pip replaces a file) for one whose
+// cudnnCreate fails passes every model check; the probe after the command finds it.
+TEST_F(Guard, ACommandThatBreaksTheProbeIsUndone) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = hashes_of(v);
+  const std::string lib = site(v) + "/nvidia/cudnn/lib/libcudnn.so.9";
+  const std::string swap = "cp " + shell_quote(k_verify + "/cudnn/create_fails/libcudnn.so.9") + " " +
+                           shell_quote(lib + ".new") + " && mv " + shell_quote(lib + ".new") + " " + shell_quote(lib);
+  const std::string options = " --ld-library-path " + shell_quote(k_verify + "/cuda/ok");
+  const auto [rc, doc] = guard_json(v, "", "sh -c " + shell_quote(swap), options);
+  EXPECT_EQ(rc, 1) << doc.dump();
+  EXPECT_EQ(doc["before"]["probe"]["ran"], true);
+  EXPECT_EQ(doc["before"]["probe"]["outcome"], "ok");
+  EXPECT_EQ(doc["probed_after"], true);
+  bool create_failed = false;
+  for (const auto& w : doc["worse"])
+    if (w["kind"] == "probe" && w["what"].get<std::string>().find("cudnnCreate") != std::string::npos)
+      create_failed = true;
+  EXPECT_TRUE(create_failed) << doc["worse"].dump();
+  EXPECT_EQ(doc["undone"], true);
+  EXPECT_EQ(hashes_of(v), before);
+  // A command that leaves the tree alone is not probed again.
+  const auto [rc2, doc2] = guard_json(v, "", pip(v) + " uninstall -y leafpkg", options);
+  EXPECT_EQ(rc2, 0);
+  EXPECT_EQ(doc2["before"]["probe"]["ran"], true);
+  EXPECT_EQ(doc2["probed_after"], false);
+}
+
+}  // namespace
+}  // namespace cudafix
