@@ -43,6 +43,9 @@ std::int32_t ld_cache_flags_for(std::uint16_t machine, std::uint8_t elf_class) {
 LdCache LdCache::parse(const std::string& b, const std::string& file) {
   LdCache cache;
   cache.file_ = file;
+  // An empty file is no cache, as glibc reads one (it ignores a file too short for a header):
+  // `--ld-so-cache /dev/null` models a host without one.
+  if (b.empty()) return cache;
   auto fail = [&](std::size_t off, const std::string& what) {
     return Error(fmt::format("{} (offset {:#x}): malformed ld.so.cache: {}", file, off, what));
   };
