@@ -199,8 +199,7 @@ std::string times(std::size_t n) { return n == 2 ? "twice" : fmt::format("{} tim
 // Why `value` is refused as the value of `opt` (the name CLI11's message gives it: `name`).
 std::string conversion_refused(const CLI::Option* opt, const std::string& name, const std::string& value) {
   const std::string type = opt ? opt->get_type_name() : "";
-  if (opt && opt->get_expected_max() == 0)
-    return fmt::format("{} is a flag: it takes no value ('{}' given)", name, value);
+  if (opt && opt->get_expected_max() == 0) return fmt::format("{} is a flag: give it alone ('{}' given)", name, value);
   if (type.starts_with("UINT")) return fmt::format("{}: '{}' is not a whole number (0 or more)", name, value);
   if (type.starts_with("INT")) return fmt::format("{}: '{}' is not a whole number", name, value);
   if (type.starts_with("FLOAT") || type.starts_with("NUMBER"))
@@ -227,7 +226,7 @@ std::string conversion_text(CLI::App& root, std::string_view what) {
     if (at != std::string::npos)
       return fmt::format("{}: '{}' is not allowed", rest->substr(at + 29), rest->substr(0, at));
   }
-  if (const auto parts = named(what)) return fmt::format("{} is a flag: it takes no value", parts->first);
+  if (const auto parts = named(what)) return fmt::format("{} is a flag: give it alone", parts->first);
   return std::string(what);
 }
 
@@ -237,7 +236,7 @@ std::string mismatch_text(std::string_view what) {
     // "Expected exactly N arguments to NAME, got M" / "NAME was given a disallowed flag override"
     if (const auto rest = after(what, "Expected ")) return fmt::format("expected {}", *rest);
     const auto at = what.find(" was given a disallowed flag override");
-    if (at != std::string_view::npos) return fmt::format("{} is a flag: it takes no value", what.substr(0, at));
+    if (at != std::string_view::npos) return fmt::format("{} is a flag: give it alone", what.substr(0, at));
     return std::string(what);
   }
   const auto& [name, rest] = *parts;

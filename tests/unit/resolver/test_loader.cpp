@@ -260,8 +260,9 @@ TEST(LdCacheFormat, RejectsTruncatedAndGarbageCachesWithOffsets) {
 
 TEST(LdCacheFormat, AnEmptyFileIsNoCacheAsGlibcReadsIt) {
   // What `--ld-so-cache /dev/null` gives the model: a host without a cache, nothing found in it.
-  const auto empty = LdCache::load("/dev/null");
-  EXPECT_FALSE(empty.lookup("libc.so.6", 62, 2, {}));
+  const auto null_device = LdCache::load("/dev/null");
+  EXPECT_FALSE(null_device.lookup("libc.so.6", 62, 2, {}));
+  EXPECT_FALSE(LdCache::parse("", "empty").lookup("libc.so.6", 62, 2, {}));
   EXPECT_TRUE(LdCache::load("/etc/ld.so.cache").lookup("libc.so.6", 62, 2, {})) << "the host's finds libc";
 }
 
