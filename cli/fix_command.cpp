@@ -44,7 +44,7 @@ Health health_of(const GlobalOptions& g, const r::Environment& env, const r::Kno
   return h;
 }
 
-nlohmann::json health_json(const Health& h) {
+nlohmann::ordered_json health_json(const Health& h) {
   return {{"errors", h.errors}, {"warnings", h.warnings}, {"error_rules", h.error_rules}};
 }
 
@@ -55,9 +55,9 @@ std::string health_text(const Health& h) {
 }
 
 // The cuDNN the last verification loaded: its version and the file, as the loader named it.
-nlohmann::json cudnn_loaded(const StepChecks& checks) {
+nlohmann::ordered_json cudnn_loaded(const StepChecks& checks) {
   if (!checks.last || checks.unverified) return nullptr;
-  nlohmann::json j{{"version", nullptr}, {"path", nullptr}};
+  nlohmann::ordered_json j{{"version", nullptr}, {"path", nullptr}};
   if (checks.last->cudnn_version) j["version"] = *checks.last->cudnn_version;
   for (const auto& f : checks.last->loaded)
     if (f.soname.starts_with("libcudnn.so") && f.path) j["path"] = r::real_path_of(*f.path);
@@ -110,11 +110,13 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full, true);
   const Health before = health_of(g, env, knowledge, settings);
   const PlannedFix planned = make_fix_plan(g, env, knowledge, o.cuda_major);
-  const auto plan = nlohmann::json::parse(planned.document);
+  const auto plan = nlohmann::ordered_json::parse(planned.document);
   const Style st = style_for(g);
-  nlohmann::json j{{"schema", 1},     {"command", "fix"},     {"venv", env.layout.root},
-                   {"plan", plan},    {"dry_run", o.dry_run}, {"before", health_json(before)},
-                   {"changed", false}};
+  nlohmann::ordered_json j = document_start("fix", env.layout.root);
+  j["plan"] = plan;
+  j["dry_run"] = o.dry_run;
+  j["changed"] = false;
+  j["before"] = health_json(before);
   const auto finish = [&](int rc, const std::string& text) {
     j["seconds"] = seconds_since(t0);
     if (g.json)
@@ -128,7 +130,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   if (planned.plan.steps.empty()) {
     j["after"] = j["before"];
     const auto next = next_step_after_fix(env, {});
-    j["left"] = nlohmann::json::parse(findings_left_json(env, knowledge, before.report, next));
+    j["left"] = nlohmann::ordered_json::parse(findings_left_json(env, knowledge, before.report, next));
     const int found = before.errors + before.warnings;
     if (found == 0)
       return finish(
@@ -144,6 +146,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
     std::vector<std::string> names;
     for (const auto& n : planned.plan.needs) names.push_back(n.name + " " + n.version);
     j["error"] = fmt::format("no wheel for {}", fmt::join(names, ", "));
+    j["exit"] = 2;
     return finish(2, shown + fmt::format("nothing was changed: no wheel for {} in the sources given (--find-links "
                                          "DIR, --index-url URL, or the pip and uv caches with --offline)\n",
                                          fmt::join(names, ", ")));
@@ -181,7 +184,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   scan.cache_dir.clear();  // files just renamed into place
   const r::Environment now = r::scan_environment(env.layout, scan);
   const Health after = health_of(g, now, knowledge, settings);
-  const nlohmann::json cudnn = cudnn_loaded(checks);
+  const nlohmann::ordered_json cudnn = cudnn_loaded(checks);
   const bool verified = !o.no_verify && !checks.unverified;
   std::set<std::string> written;
   for (const auto& p : prepared.steps)
@@ -207,12 +210,12 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   j["changed"] = true;
   j["steps"] = said;
   j["after"] = health_json(after);
-  j["left"] = nlohmann::json::parse(findings_left_json(now, knowledge, after.report, next));
+  j["left"] = nlohmann::ordered_json::parse(findings_left_json(now, knowledge, after.report, next));
   j["verified"] = verified;
   j["cudnn"] = cudnn;
   j["verification"] = verification_json(now, checks);
   j["seconds"] = seconds_since(t0);
-  report_done(g, out, "fix", t, summary, keep, j);
+  report_done(g, out, "fix", env.layout.root, t, summary, keep, j);
   return checks.unverified ? 4 : 0;
 }
 

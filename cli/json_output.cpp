@@ -435,13 +435,18 @@ std::string explain_json(const rules::Rule& rule) {
   return w.take();
 }
 
-std::string error_json(const std::string& command, const std::string& message) {
+std::string error_json(const std::string& command, const std::string& message, int exit_code) {
   JsonWriter w;
   w.begin_object();
   w.key("schema").value(1);
-  w.key("command").value(command);
+  w.key("command");
+  if (command.empty())
+    w.null();
+  else
+    w.value(command);
   w.key("venv").null();
   w.key("error").value(message);
+  w.key("exit").value(exit_code);
   w.end_object();
   return w.take();
 }

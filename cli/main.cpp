@@ -16,17 +16,10 @@
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
 #include "cli/printable.hpp"
-#include "resolver/base/closest.hpp"
+#include "cli/usage.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
-
-namespace {
-
-// Usage errors exit 2, like every "could not run".
-constexpr int k_exit_usage = 2;
-
-}  // namespace
 
 namespace {
 
@@ -101,61 +94,6 @@ bool asks_for_huge_pages() {
   return mode && mode->find("[madvise]") != std::string::npos;
 }
 
-// What a pip or uv user types that is no cudafix command, and the cudafix command that does it.
-struct OtherToolsWord {
-  std::string_view word, instead;
-};
-constexpr OtherToolsWord k_other_tools_words[] = {
-    {"uninstall", "`cudafix remove` (owner-counted) or `cudafix plan remove` (a dry run)"},
-    {"list", "`cudafix scan` (every dist, the files it owns and the libraries it resolves)"},
-    {"freeze", "`cudafix scan` (every dist, the files it owns and the libraries it resolves)"},
-    {"show", "`cudafix scan` (every dist and its files) or `cudafix why SONAME` (who needs a library, who has it)"},
-    {"inspect", "`cudafix scan --json` (the model: dists, files, libraries, resolutions)"},
-    {"check", "`cudafix doctor` (every way the environment is broken, unmet requirements included)"},
-    {"help", "`cudafix --help` (and `cudafix COMMAND --help`)"},
-};
-
-// "did you mean ...?" for `word`, unknown as a command of `app`: the cudafix command for a pip or
-// uv word, else the commands closest to a typo (as `explain` answers a rule id typed wrong).
-std::string unknown_command_message(const CLI::App& app, const std::string& word,
-                                    const std::vector<std::string>& names) {
-  std::string path = "cudafix";
-  for (const CLI::App* a = &app; a->get_parent(); a = a->get_parent()) path.insert(7, " " + a->get_name());
-  if (!app.get_parent())
-    for (const auto& [other, instead] : k_other_tools_words)
-      if (word == other) return fmt::format("cudafix has no '{}'; did you mean {}?", word, instead);
-  const std::string where = app.get_parent() ? fmt::format(" of '{}'", app.get_name()) : "";
-  std::vector<std::string> closest = cudafix::resolver::closest_names(word, names, 2);
-  if (closest.empty())
-    return fmt::format("unknown command '{}'{}; the commands are: {}", word, where, fmt::join(names, ", "));
-  for (auto& c : closest) c = fmt::format("`{} {}`", path, c);
-  return fmt::format("unknown command '{}'{}; did you mean {}?", word, where, fmt::join(closest, " or "));
-}
-
-// The first word of argv that names no command of `app` (options and their values skipped), as
-// "unknown command 'frobnicate'; the commands are ...": CLI11 alone says only that a subcommand is
-// required. Looks into the command it names, so `plan frob` is caught too.
-std::optional<std::string> unknown_command(CLI::App& app, int argc, char** argv, int from = 1) {
-  std::vector<std::string> names;
-  for (const auto* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_group().empty(); }))
-    names.push_back(sub->get_name());
-  if (names.empty()) return std::nullopt;
-  for (int i = from; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--") return std::nullopt;
-    if (arg.starts_with("-")) {
-      if (arg.find('=') != std::string_view::npos || !arg.starts_with("--")) continue;
-      const CLI::Option* opt = app.get_option_no_throw(std::string(arg));
-      if (opt && opt->get_type_size_max() > 0) ++i;  // its value
-      continue;
-    }
-    for (CLI::App* sub : app.get_subcommands({}))
-      if (sub->get_name() == arg) return unknown_command(*sub, argc, argv, i + 1);
-    return unknown_command_message(app, std::string(arg), names);
-  }
-  return std::nullopt;
-}
-
 // What `cudafix` alone prints, as uv does: the usage and the commands, on standard error (the
 // run exits 2, a usage error).
 std::string short_help(const CLI::App& app) {
@@ -192,34 +130,32 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // common options may follow the command: `cudafix scan --json`
   app.set_version_flag("-V,--version", "cudafix " CUDAFIX_VERSION);
-  // Usage errors read like every other error: `cudafix: error: --color: sometimes not in {...}`.
-  app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return fmt::format("cudafix: error: {}\nRun with --help for more information.\n", e.what());
-  });
   GlobalOptions g;
   std::string color = "auto";
   std::string ld_library_path;
   app.add_option("--venv", g.venv, "the environment: a venv root, an interpreter prefix or a site-packages folder")
       ->envname("")
-      ->check(CLI::ExistingDirectory);
+      ->check(existing_folder());
   app.add_option("-p,--python", g.python,
                  "the interpreter whose environment to read: a path (.venv/bin/python, a pyenv shim), a version "
                  "(3.11, found in pyenv's and uv's interpreters, then on PATH) or an environment folder");
   app.add_flag("--json", g.json, "print JSON for machines (schema 1)");
   app.add_option("--lock-timeout", g.lock_timeout_s, "seconds to wait for <venv>/.lock, held by uv or cudafix (30)")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(number_in(0, 86400));
   app.add_option("--color", color, "auto (a terminal and no NO_COLOR), always or never")
-      ->check(CLI::IsMember({"auto", "always", "never"}));
+      ->check(one_of({"auto", "always", "never"}));
   app.add_flag("-q,--quiet", g.quiet, "print nothing but errors");
   app.add_flag("-v,--verbose", g.verbose, "print every entry of long lists");
   auto* llp = app.add_option("--ld-library-path", ld_library_path,
                              "the LD_LIBRARY_PATH the loader model assumes (default: this process's)");
-  app.add_option("--ld-so-cache", g.ld_so_cache, "read this ld.so.cache instead of the host's");
+  app.add_option("--ld-so-cache", g.ld_so_cache,
+                 "read this ld.so.cache instead of the host's (/dev/null: none, as a host without one)")
+      ->check(existing_file());
   app.add_option("--threads", g.threads, "worker threads (default and most: one per core this process may run on)");
   app.add_flag("--timings", g.timings, "print how long each phase of the scan took (stderr)");
   app.add_flag("--no-cache", g.no_cache, "read every folder and library afresh, and keep nothing for the next run");
   app.add_option("--find-links", g.find_links, "a folder of wheels to plan with (repeatable; default $PIP_FIND_LINKS)")
-      ->check(CLI::ExistingDirectory);
+      ->check(existing_folder());
   app.add_option("--index-url", g.index_url,
                  "the package index (Simple API) to fetch wheels from (default $PIP_INDEX_URL, then $UV_INDEX_URL)");
   app.add_option("--extra-index-url", g.extra_index_urls,
@@ -227,10 +163,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-index", g.no_index, "fetch nothing from an index (--find-links only)");
   app.add_flag("--offline", g.offline, "no network: wheels from --find-links and the pip, uv and cudafix caches only");
   app.add_option("--http-timeout", g.http_timeout_s, "seconds an index may stall before a retry (default 15)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--retries", g.retries, "retries of a failed transfer (default 5)")->check(CLI::Range(0, 100));
+      ->check(positive_number());
+  app.add_option("--retries", g.retries, "retries of a failed transfer (default 5)")->check(whole_number_in(0, 100));
   app.add_option("--rules", g.rules, "a knowledge/rules TOML file on top of the built-in one (repeatable)")
-      ->check(CLI::ExistingFile);
+      ->check(existing_file());
 
   auto* scan = app.add_subcommand("scan", "the model: dists, ownership, ELF objects, resolutions");
   std::string query;
@@ -249,7 +185,7 @@ int main(int argc, char** argv) {
   verify
       ->add_option("--consumer", verify_opts.consumer,
                    "the library to dlopen for cuDNN (default: the environment's, e.g. torch/lib/libtorch_cuda.so)")
-      ->check(CLI::ExistingFile);
+      ->check(existing_file());
   verify->add_flag("--nccl", verify_opts.nccl,
                    "also run one NCCL all-reduce across every visible GPU with the environment's libnccl.so.2 "
                    "(NVLink multicast off)");
@@ -262,7 +198,7 @@ int main(int argc, char** argv) {
   PlanFixCliOptions fix_opts;
   auto* plan_fix = plan->add_subcommand("fix", "the repair plan: ordered steps that keep every required library");
   plan_fix->add_option("--cuda-major", fix_opts.cuda_major, "the CUDA major to repair for (default: the consumers')")
-      ->check(CLI::Range(9, 99));
+      ->check(whole_number_in(9, 99));
   plan_fix->add_option("-o,--output", fix_opts.output, "write the plan document (JSON) here, for `cudafix apply`");
   auto* rules_cmd =
       app.add_subcommand("rules", "every doctor rule: its severities, what it needs scanned, what it finds");
@@ -277,20 +213,20 @@ int main(int argc, char** argv) {
   remove->add_flag("--dry-run", remove_opts.dry_run, "show what would be removed; change nothing");
   InstallCliOptions install_opts;
   auto* install = app.add_subcommand("install", "install wheel files, validated whole first, as one transaction");
-  install->add_option("WHEEL", install_opts.wheels, "the .whl files")->required()->check(CLI::ExistingFile);
+  install->add_option("WHEEL", install_opts.wheels, "the .whl files")->required()->check(existing_file());
   install->add_flag("--no-verify", install_opts.no_verify, "skip the live GPU check after each wheel");
   install->add_flag("--dry-run", install_opts.dry_run,
                     "validate the wheels and show what would be installed; change nothing");
   ApplyCliOptions apply_opts;
   auto* apply =
       app.add_subcommand("apply", "carry out a saved plan (plan fix -o) as one transaction, verifying each step");
-  apply->add_option("PLAN", apply_opts.plan, "the plan document")->required()->check(CLI::ExistingFile);
+  apply->add_option("PLAN", apply_opts.plan, "the plan document")->required()->check(existing_file());
   apply->add_flag("--no-verify", apply_opts.no_verify, "skip the live GPU check after each step");
   FixCliOptions fix_cli;
   auto* fix = app.add_subcommand(
       "fix", "plan fix, carried out as one transaction, verified after each step, rolled back if a check fails");
   fix->add_option("--cuda-major", fix_cli.cuda_major, "the CUDA major to repair for (default: the consumers')")
-      ->check(CLI::Range(9, 99));
+      ->check(whole_number_in(9, 99));
   fix->add_flag("--dry-run", fix_cli.dry_run, "show the plan and what it would change; change nothing");
   fix->add_flag("--no-verify", fix_cli.no_verify, "skip the live GPU check after each step");
   auto* history = app.add_subcommand("history", "the transactions cudafix carried out, newest first");
@@ -351,7 +287,7 @@ int main(int argc, char** argv) {
   std::string complete_kind;
   auto* complete = app.add_subcommand("__complete", "");  // the shell completions' helper: hidden
   complete->group("");
-  complete->add_option("KIND", complete_kind)->required()->check(CLI::IsMember({"rules", "dists"}));
+  complete->add_option("KIND", complete_kind)->required()->check(one_of({"rules", "dists"}));
   std::string mat_in, mat_dir, mat_python = "/usr/bin/python3";
   int copies = 1;
   auto* mat = app.add_subcommand("materialize", "");  // developer command: hidden from --help
@@ -361,16 +297,8 @@ int main(int argc, char** argv) {
   mat->add_option("--copies", copies);
   mat->add_option("--python", mat_python);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (const auto unknown = unknown_command(app, argc, argv)) {
-      std::cerr << fmt::format("cudafix: error: {}\n", *unknown);
-      return k_exit_usage;
-    }
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : k_exit_usage;
-  }
+  const ParsedCommandLine parsed = parse_command_line(app, argc, argv);
+  if (!parsed.run) return parsed.exit_code == 0 ? 0 : report_failure(parsed, std::cout, std::cerr);
   g.color = color == "always" ? ColorMode::always : color == "never" ? ColorMode::never : ColorMode::auto_;
   if (llp->count()) g.ld_library_path = ld_library_path;
   // More threads than cores buys nothing and costs a heap and a stack each (--threads 100000
@@ -404,14 +332,8 @@ int main(int argc, char** argv) {
     if (complete->parsed()) return run_complete(g, complete_kind, std::cout);
     if (guard->parsed()) return run_guard(g, guard_opts, std::cout);
     if (mat->parsed()) return run_materialize(mat_in, mat_dir, copies, mat_python, std::cout);
-  } catch (const cudafix::resolver::Error& e) {
-    if (g.json) std::cout << error_json(command, e.what()) << '\n';
-    std::cerr << fmt::format("cudafix: error: {}\n", cudafix::cli::printable_lines(e.what()));
-    return 2;
   } catch (const std::exception& e) {
-    if (g.json) std::cout << error_json(command, e.what()) << '\n';
-    std::cerr << fmt::format("cudafix: error: {}\n", cudafix::cli::printable_lines(e.what()));
-    return 2;
+    return report_failure(g.json, command, e.what(), k_exit_usage, std::cout, std::cerr);
   }
   return k_exit_usage;
 }

@@ -48,11 +48,18 @@ const resolver::EnvLayout& writable(const resolver::Environment& env);
 // across file systems and bind mounts (EXDEV).
 void check_one_file_system(const resolver::EnvLayout& layout);
 
-// What a committed transaction says (text, or `extra` with the transaction's fields as JSON);
-// then the backups beyond [transactions] keep are removed. Returns 0.
-int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command,
+// A write command's document as docs/json.md orders every one: {"schema":1,"command":C,
+// "venv":ROOT, ...}, the command's own keys after these in the order they are added (an
+// ordered_json: nlohmann::json would sort them).
+[[nodiscard]] nlohmann::ordered_json document_start(const std::string& command, const std::string& venv);
+
+// What a committed transaction says: `text`, or under --json document_start's keys, the
+// transaction's id and ops, `extra`'s keys in their order (its own schema, command and venv
+// left out) and what was pruned; then the backups beyond [transactions] keep are removed.
+// Returns 0.
+int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const std::string& venv,
                 const installer::txn::Transaction& t, const std::string& text, const Retention& keep,
-                nlohmann::json extra = nlohmann::json::object());
+                const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
 
 // The live verification of a transaction's steps (installer/probe/step_verify.hpp): a baseline
 // probe of the environment as it is when the verifier is made, then after each step a probe of
@@ -82,7 +89,7 @@ struct StepChecks {
                                                              const std::vector<std::string>& steps,
                                                              const installer::txn::Transaction& t, StepChecks& checks);
 // The baseline and each step's result, as fix, apply and install report them under "verification".
-[[nodiscard]] nlohmann::json verification_json(const resolver::Environment& env, const StepChecks& checks);
+[[nodiscard]] nlohmann::ordered_json verification_json(const resolver::Environment& env, const StepChecks& checks);
 
 // A transaction carried out with the verification after each step: exit 1 (every change undone,
 // and said) when a verification failed; any other failure is thrown on.

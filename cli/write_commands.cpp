@@ -169,17 +169,23 @@ void check_one_file_system(const r::EnvLayout& layout) {
   }
 }
 
-int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const tx::Transaction& t,
-                const std::string& text, const Retention& keep, nlohmann::json extra) {
+nlohmann::ordered_json document_start(const std::string& command, const std::string& venv) {
+  return {{"schema", 1}, {"command", command}, {"venv", venv}};
+}
+
+int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const std::string& venv,
+                const tx::Transaction& t, const std::string& text, const Retention& keep,
+                const nlohmann::ordered_json& extra) {
   const auto pruned = tx::prune_transactions(keep.root, keep.count);
   if (g.json) {
-    extra["schema"] = 1;
-    extra["command"] = command;
-    extra["transaction"] = t.id();
-    extra["ops"] = t.ops().size();
-    extra["pruned"] = pruned.ids;
-    extra["pruned_bytes"] = pruned.bytes;
-    out << extra.dump() << '\n';
+    auto doc = document_start(command, venv);
+    doc["transaction"] = t.id();
+    doc["ops"] = t.ops().size();
+    for (const auto& [key, value] : extra.items())
+      if (!doc.contains(key)) doc[key] = value;
+    doc["pruned"] = pruned.ids;
+    doc["pruned_bytes"] = pruned.bytes;
+    out << doc.dump() << '\n';
   } else if (!g.quiet) {
     out << printable_lines(text) << fmt::format(" (transaction {}; `cudafix rollback {}` undoes it)\n", t.id(), t.id());
     if (!pruned.ids.empty())
@@ -197,7 +203,8 @@ namespace {
 int report_dry_run(const GlobalOptions& g, std::ostream& out, const std::string& command, const r::EnvLayout& layout,
                    const std::string& text, const nlohmann::ordered_json& facts) {
   if (g.json) {
-    nlohmann::ordered_json j{{"schema", 1}, {"command", command}, {"venv", layout.root}, {"dry_run", true}};
+    auto j = document_start(command, layout.root);
+    j["dry_run"] = true;
     j.update(facts);
     out << j.dump() << '\n';
   } else if (!g.quiet) {
@@ -259,11 +266,11 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   tx::plan_removal_ops(env, del, t);
   show_progress(g, t, "removing");
   t.carry_out();
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   j["removed"] = labels;
   j["deleted"] = del.files.size();
   j["kept"] = del.kept.size();
-  return report_done(g, out, "remove", t,
+  return report_done(g, out, "remove", env.layout.root, t,
                      fmt::format("removed {}: {} files moved aside, {} kept that another dist lists",
                                  fmt::join(labels, ", "), del.files.size(), del.kept.size()),
                      keep, j);
@@ -275,13 +282,15 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
   const auto all = tx::transactions(located.layout.root_real, &distrusted);
   if (!g.json && !g.quiet)
     for (const auto& why : distrusted) std::cerr << "cudafix: not shown, not trusted: " << why << '\n';
-  nlohmann::json list = nlohmann::json::array();
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
   std::uint64_t total = 0;
   std::string text;
   for (const auto& t : all) {
     const auto held = tx::bytes_held(tx::tx_root(located.layout.root_real) + "/" + t.id);
     total += held;
-    const auto or_null = [](const std::optional<std::size_t>& n) { return n ? nlohmann::json(*n) : nlohmann::json(); };
+    const auto or_null = [](const std::optional<std::size_t>& n) {
+      return n ? nlohmann::ordered_json(*n) : nlohmann::ordered_json();
+    };
     list.push_back({{"id", t.id},
                     {"time", t.time},
                     {"command", t.command},
@@ -298,10 +307,11 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
                         printable(t.command), size, printable(state_name(t)), static_cast<double>(held) / 1e6);
   }
   if (g.json) {
-    out << nlohmann::json{{"schema", 1},          {"command", "history"},     {"venv", located.layout.root},
-                          {"transactions", list}, {"distrusted", distrusted}, {"backup_bytes", total}}
-               .dump()
-        << '\n';
+    auto doc = document_start("history", located.layout.root);
+    doc["transactions"] = list;
+    doc["distrusted"] = distrusted;
+    doc["backup_bytes"] = total;
+    out << doc.dump() << '\n';
   } else if (!g.quiet) {
     out << (all.empty() ? "no transactions\n" : text);
     if (!all.empty())
@@ -314,7 +324,8 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
 int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out) {
   Located located = locate(g, Access::write);
   const Retention keep = retention(located);
-  const std::string root = located.layout.root_real, venv = located.layout.root;
+  const std::string root = located.layout.root_real;
+  const std::string venv = located.layout.root;  // as the documents name it
   tx::EnvLock lock(root, lock_wait(g), say_waiting);
   check_one_file_system(located.layout);
   if (const auto listed = r::records_listing_protected(located.layout); !listed.empty())
@@ -333,12 +344,14 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
           "refused: snapshot '{}' was altered since it was taken (a tool wrote these files in place, or they were "
           "deleted from it): {}; nothing was changed",
           *o.snapshot, fmt::join(check.altered, ", "));
-      if (g.json)
-        out << nlohmann::json{{"schema", 1}, {"command", "rollback"}, {"refused", why}, {"altered", check.altered}}
-                   .dump()
-            << '\n';
-      else
+      if (g.json) {
+        auto doc = document_start("rollback", env.layout.root);
+        doc["refused"] = why;
+        doc["altered"] = check.altered;
+        out << doc.dump() << '\n';
+      } else {
         out << printable_lines(why) << '\n';
+      }
       return 1;
     }
     if (o.dry_run) {
@@ -356,7 +369,7 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
       return declined(g, out, "rollback", env.layout.root);
     show_progress(g, t, "restoring");
     t.carry_out();
-    return report_done(g, out, "rollback", t,
+    return report_done(g, out, "rollback", env.layout.root, t,
                        fmt::format("restored snapshot '{}': {} files put back, {} moved aside, {} unchanged",
                                    *o.snapshot, check.restore, check.remove, check.unchanged),
                        keep,
@@ -410,10 +423,12 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     t.abandon();
     const std::string why = changed_since_text(g, std::move(located), *target, changed);
     if (g.json) {
-      nlohmann::json paths = nlohmann::json::array();
+      nlohmann::ordered_json paths = nlohmann::ordered_json::array();
       for (const auto& c : changed) paths.push_back({{"path", c.path}, {"what", c.what}});
-      out << nlohmann::json{{"schema", 1}, {"command", "rollback"}, {"refused", why}, {"changed", paths}}.dump()
-          << '\n';
+      auto doc = document_start("rollback", venv);
+      doc["refused"] = why;
+      doc["changed"] = paths;
+      out << doc.dump() << '\n';
     } else {
       out << printable_lines(why) << '\n';
     }
@@ -433,16 +448,18 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     return declined(g, out, "rollback", venv);
   show_progress(g, t, "rolling back");
   t.carry_out();
-  return report_done(g, out, "rollback", t, fmt::format("rolled back {} ({})", target->id, target->command), keep,
+  return report_done(g, out, "rollback", venv, t, fmt::format("rolled back {} ({})", target->id, target->command), keep,
                      {{"rolled_back", target->id}, {"taken_aside", changed.size()}});
 }
 
 int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out) {
   Located located = locate(g, Access::write);
-  const std::string root = located.layout.root_real, venv = located.layout.root;
+  const std::string root = located.layout.root_real;
+  const std::string venv = located.layout.root;  // as the documents name it
+  auto doc = document_start("snapshot", venv);
   if (o.list) {
     const auto snapshots = tx::list_snapshots(root);
-    nlohmann::json list = nlohmann::json::array();
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
     std::string text;
     for (const auto& s : snapshots) {
       list.push_back(
@@ -450,8 +467,9 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
       text += fmt::format("{:<24} {}  {} files, {:.1f} MB\n", printable(s.name), when(s.time), s.files,
                           static_cast<double>(s.bytes) / 1e6);
     }
+    doc["snapshots"] = list;
     if (g.json)
-      out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"snapshots", list}}.dump() << '\n';
+      out << doc.dump() << '\n';
     else if (!g.quiet)
       out << (snapshots.empty() ? "no snapshots\n" : text);
     return 0;
@@ -470,7 +488,8 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
     tx::delete_snapshot(root, *o.remove);
     forget_guard(root, *o.remove);
     if (!g.quiet && !g.json) out << fmt::format("deleted snapshot '{}'\n", printable(*o.remove));
-    if (g.json) out << nlohmann::json{{"schema", 1}, {"command", "snapshot"}, {"deleted", *o.remove}}.dump() << '\n';
+    doc["deleted"] = *o.remove;
+    if (g.json) out << doc.dump() << '\n';
     return 0;
   }
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
@@ -486,18 +505,15 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
   }
   const auto info = tx::take_snapshot(env, name, progress_bar(g, "snapshot", "files"));
   if (g.json) {
-    out << nlohmann::json{{"schema", 1},
-                          {"command", "snapshot"},
-                          {"name", info.name},
-                          {"files", info.files},
-                          {"linked", info.linked},
-                          {"copied", info.copied},
-                          {"symlinks", info.symlinks},
-                          {"bytes", info.bytes},
-                          {"copied_bytes", info.copied_bytes},
-                          {"copied_because", info.copied ? nlohmann::json(info.copied_because) : nlohmann::json()}}
-               .dump()
-        << '\n';
+    doc["name"] = info.name;
+    doc["files"] = info.files;
+    doc["linked"] = info.linked;
+    doc["copied"] = info.copied;
+    doc["symlinks"] = info.symlinks;
+    doc["bytes"] = info.bytes;
+    doc["copied_bytes"] = info.copied_bytes;
+    doc["copied_because"] = info.copied ? nlohmann::ordered_json(info.copied_because) : nlohmann::ordered_json();
+    out << doc.dump() << '\n';
   } else if (!g.quiet) {
     out << fmt::format(
         "snapshot '{}': {} files ({:.1f} MB) hardlinked{}, {} symlinks recorded; `cudafix rollback "
@@ -683,20 +699,22 @@ std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::
 
 namespace {
 
-nlohmann::json problem_json(const pr::Problem& p) {
+nlohmann::ordered_json problem_json(const pr::Problem& p) {
   return {{"check", p.check}, {"expected", p.expected}, {"found", p.found}};
 }
 
-nlohmann::json problems_json(const std::vector<pr::Problem>& problems) {
-  nlohmann::json a = nlohmann::json::array();
+nlohmann::ordered_json problems_json(const std::vector<pr::Problem>& problems) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
   for (const auto& p : problems) a.push_back(problem_json(p));
   return a;
 }
 
-nlohmann::json optional_json(const std::optional<std::string>& s) { return s ? nlohmann::json(*s) : nullptr; }
+nlohmann::ordered_json optional_json(const std::optional<std::string>& s) {
+  return s ? nlohmann::ordered_json(*s) : nullptr;
+}
 
-nlohmann::json point_json(const r::Environment& env, const pr::ProbePoint& pt) {
-  nlohmann::json libs = nlohmann::json::array();
+nlohmann::ordered_json point_json(const r::Environment& env, const pr::ProbePoint& pt) {
+  nlohmann::ordered_json libs = nlohmann::ordered_json::array();
   for (const auto& l : pt.libraries)
     libs.push_back({{"path", env.display(l.path)},
                     {"soname", l.soname},
@@ -704,19 +722,19 @@ nlohmann::json point_json(const r::Environment& env, const pr::ProbePoint& pt) {
                     {"missing", optional_json(l.missing)},
                     {"optional", l.optional},
                     {"opened", l.opened},
-                    {"error", l.opened ? nullptr : nlohmann::json(l.error)}});
-  nlohmann::json resolved = nlohmann::json::object();
+                    {"error", l.opened ? nullptr : nlohmann::ordered_json(l.error)}});
+  nlohmann::ordered_json resolved = nlohmann::ordered_json::object();
   for (const auto& [soname, path] : pt.resolved) resolved[soname] = env.display(path);
   return {{"outcome", pr::to_string(pt.verdict.outcome)},
           {"message", pt.verdict.message},
-          {"consumer", pt.consumer ? nlohmann::json(env.display(*pt.consumer)) : nullptr},
+          {"consumer", pt.consumer ? nlohmann::ordered_json(env.display(*pt.consumer)) : nullptr},
           {"consumer_missing", optional_json(pt.consumer_missing)},
           {"libraries", libs},
           {"opened", pt.opened()},
           {"left_out", pt.left_out},
           {"resolved", resolved},
-          {"cudnn", pt.cudnn ? nlohmann::json(env.display(*pt.cudnn)) : nullptr},
-          {"cudnn_version", pt.cudnn_version ? nlohmann::json(*pt.cudnn_version) : nullptr},
+          {"cudnn", pt.cudnn ? nlohmann::ordered_json(env.display(*pt.cudnn)) : nullptr},
+          {"cudnn_version", pt.cudnn_version ? nlohmann::ordered_json(*pt.cudnn_version) : nullptr},
           {"cudnn_skipped", optional_json(pt.cudnn_skipped)},
           {"problems", problems_json(pt.problems)},
           {"seconds", pt.seconds}};
@@ -724,9 +742,9 @@ nlohmann::json point_json(const r::Environment& env, const pr::ProbePoint& pt) {
 
 }  // namespace
 
-nlohmann::json verification_json(const r::Environment& env, const StepChecks& checks) {
+nlohmann::ordered_json verification_json(const r::Environment& env, const StepChecks& checks) {
   if (checks.skip) return nullptr;
-  nlohmann::json steps = nlohmann::json::array();
+  nlohmann::ordered_json steps = nlohmann::ordered_json::array();
   for (const auto& s : checks.steps)
     steps.push_back({{"step", s.step + 1},
                      {"label", s.label},
@@ -735,7 +753,7 @@ nlohmann::json verification_json(const r::Environment& env, const StepChecks& ch
                      {"excused", problems_json(s.judgement.excused)},
                      {"probe", point_json(env, s.point)}});
   return {{"unverified", checks.unverified},
-          {"unverified_why", checks.unverified ? nlohmann::json(checks.unverified_why) : nullptr},
+          {"unverified_why", checks.unverified ? nlohmann::ordered_json(checks.unverified_why) : nullptr},
           {"baseline", checks.baseline ? point_json(env, *checks.baseline) : nullptr},
           {"steps", steps}};
 }
@@ -747,11 +765,15 @@ std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
     t.carry_out(check);
   } catch (const r::Error& e) {
     if (!checks.failed) throw;
-    if (g.json)
-      out << nlohmann::json{{"schema", 1},    {"command", command}, {"transaction", t.id()},
-                            {"undone", true}, {"error", e.what()},  {"verification", verification_json(env, checks)}}
-                 .dump()
-          << '\n';
+    if (g.json) {
+      auto doc = document_start(command, env.layout.root);
+      doc["transaction"] = t.id();
+      doc["undone"] = true;
+      doc["error"] = e.what();
+      doc["exit"] = 1;
+      doc["verification"] = verification_json(env, checks);
+      out << doc.dump() << '\n';
+    }
     std::cerr << fmt::format("cudafix: {}\n", printable_lines(e.what()));
     return 1;
   }
@@ -1060,7 +1082,7 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
                                            o.no_verify         ? ", not verified (--no-verify)"
                                            : checks.unverified ? "; not verified: " + checks.unverified_why
                                                                : ", each verified on the GPU");
-  report_done(g, out, "apply", t, text_out, keep,
+  report_done(g, out, "apply", env.layout.root, t, text_out, keep,
               {{"steps", said},
                {"verified", !o.no_verify && !checks.unverified},
                {"verification", verification_json(env, checks)}});
@@ -1125,7 +1147,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   checks.skip = o.no_verify;
   const auto check = step_verifier(g, env, knowledge, labels, t, checks);
   if (const auto rc = carry_out_verified(g, out, "install", env, t, check, checks)) return *rc;
-  report_done(g, out, "install", t,
+  report_done(g, out, "install", env.layout.root, t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,
                           o.no_verify         ? ", not verified (--no-verify)"
                           : checks.unverified ? "; not verified: " + checks.unverified_why

@@ -2,6 +2,8 @@
 
 #include <elf.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <cstring>
@@ -43,6 +45,8 @@ std::int32_t ld_cache_flags_for(std::uint16_t machine, std::uint8_t elf_class) {
 LdCache LdCache::parse(const std::string& b, const std::string& file) {
   LdCache cache;
   cache.file_ = file;
+  // An empty file is no cache, as glibc reads one (it ignores a file too short for a header).
+  if (b.empty()) return cache;
   auto fail = [&](std::size_t off, const std::string& what) {
     return Error(fmt::format("{} (offset {:#x}): malformed ld.so.cache: {}", file, off, what));
   };
@@ -113,8 +117,12 @@ LdCache LdCache::parse(const std::string& b, const std::string& file) {
 }
 
 LdCache LdCache::load(const std::string& file) {
+  // The null device, like a missing file, is no cache: `--ld-so-cache /dev/null` models a host
+  // without one. Any other device is refused by read_file (it may never end).
+  struct stat st {};
+  const bool null_device = ::stat(file.c_str(), &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
   std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) {
+  if (null_device || !std::filesystem::exists(file, ec)) {
     LdCache empty;
     empty.file_ = file;
     return empty;

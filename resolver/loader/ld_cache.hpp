@@ -31,9 +31,11 @@ struct LdCacheEntry {
 
 class LdCache {
  public:
-  // Parses cache bytes; `file` names the input in errors. Throws Error on a malformed cache.
+  // Parses cache bytes; `file` names the input in errors. Throws Error on a malformed cache;
+  // no bytes at all are an empty cache.
   static LdCache parse(const std::string& bytes, const std::string& file);
-  // Reads a cache file; a missing file is an empty cache (ld.so then skips this step).
+  // Reads a cache file; a missing file, and the null device, are an empty cache (ld.so then
+  // skips this step).
   static LdCache load(const std::string& file);
 
   // What ld.so would take for `soname` on this host: entries for the object's ABI, a

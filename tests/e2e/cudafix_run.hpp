@@ -22,9 +22,9 @@ inline const std::string k_bin = CUDAFIX_BIN;
 inline const std::string k_fixtures = CUDAFIX_FIXTURES;
 inline const std::string k_source = CUDAFIX_SOURCE_DIR;
 inline const std::string k_python = "/usr/bin/python3";
-// An ld.so.cache that does not exist: the answers then do not depend on what this host has
-// installed (this build machine has a CUDA toolkit in its cache).
-inline const std::string k_no_cache = " --ld-so-cache /nonexistent/ld.so.cache";
+// No ld.so.cache (an empty file is none, as glibc reads it): the answers then do not depend on
+// what this host has installed (this build machine has a CUDA toolkit in its cache).
+inline const std::string k_no_cache = " --ld-so-cache /dev/null";
 
 struct JsonRun {
   int exit_code = -1;

@@ -426,7 +426,7 @@ TEST(Verify, TheProbeLinksNothingButLibc) {
 TEST(Verify, LdSoCacheOptionIsRefusedBecauseTheRealLoaderReadsTheHostsCache) {
   FakeVenv venv;
   const auto r =
-      run_shell(shell_quote(k_bin) + " verify --venv " + shell_quote(venv.root()) + " --ld-so-cache /nonexistent 2>&1");
+      run_shell(shell_quote(k_bin) + " verify --venv " + shell_quote(venv.root()) + " --ld-so-cache /dev/null 2>&1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.out, HasSubstr("--ld-so-cache cannot be used with verify"));
 }

@@ -258,6 +258,14 @@ TEST(LdCacheFormat, RejectsTruncatedAndGarbageCachesWithOffsets) {
   EXPECT_NO_THROW((void)LdCache::parse(good, "whole"));
 }
 
+TEST(LdCacheFormat, AnEmptyFileIsNoCacheAsGlibcReadsIt) {
+  // What `--ld-so-cache /dev/null` gives the model: a host without a cache, nothing found in it.
+  const auto null_device = LdCache::load("/dev/null");
+  EXPECT_FALSE(null_device.lookup("libc.so.6", 62, 2, {}));
+  EXPECT_FALSE(LdCache::parse("", "empty").lookup("libc.so.6", 62, 2, {}));
+  EXPECT_TRUE(LdCache::load("/etc/ld.so.cache").lookup("libc.so.6", 62, 2, {})) << "the host's finds libc";
+}
+
 TEST(LoaderModel, ReportsEveryPlaceLookedWhenNotFound) {
   const auto run = model_answers(k_fixtures + "/chain/libtop_rp.so", std::nullopt);
   const LoadedObject* mid = nullptr;
