@@ -145,9 +145,9 @@ int main(int argc, char** argv) {
   GlobalOptions g;
   std::string color = "auto";
   std::string ld_library_path;
+  // Not checked here: read_layout says why a folder cannot be read (absent, permission denied).
   app.add_option("--venv", g.venv, "the environment: a venv root, an interpreter prefix or a site-packages folder")
-      ->envname("")
-      ->check(CLI::ExistingDirectory);
+      ->envname("");
   app.add_option("-p,--python", g.python,
                  "the interpreter whose environment to read: a path (.venv/bin/python, a pyenv shim), a version "
                  "(3.11, found in pyenv's and uv's interpreters, then on PATH) or an environment folder");

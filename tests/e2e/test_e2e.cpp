@@ -604,7 +604,7 @@ TEST(Errors, CouldNotRunExitsTwoWithAPreciseMessage) {
   EXPECT_THAT(r.out, HasSubstr("cudafix: error: " + tmp.path() + " is not a Python environment"));
   r = cudafix("scan --venv /nonexistent/venv");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.out, HasSubstr("cudafix: error: --venv: Directory does not exist: /nonexistent/venv\n"));
+  EXPECT_THAT(r.out, HasSubstr("cudafix: error: /nonexistent/venv: no such folder (--venv)\n"));
   r = cudafix("frobnicate");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.out, HasSubstr("cudafix: error: unknown command 'frobnicate'; the commands are: scan, why, doctor"));
