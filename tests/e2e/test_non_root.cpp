@@ -63,7 +63,7 @@ class NonRoot : public ::testing::Test {
     EXPECT_THAT(r.out, Not(HasSubstr("no such file"))) << r.out;
     EXPECT_THAT(r.out, Not(HasSubstr("No such file"))) << r.out;
     EXPECT_THAT(r.out, Not(HasSubstr("not a Python environment"))) << r.out;
-    EXPECT_THAT(r.out, Not(HasSubstr("does not exist"))) << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr("Directory does not exist"))) << r.out;
   }
 
   static std::string broken() { return root_ + "/demo-broken"; }
@@ -124,7 +124,8 @@ TEST_F(NonRoot, FoldersTheUserMayNotReadArePermissionDeniedNotMissing) {
                       shell_quote(hidden + "/v") + " && chmod 700 " + shell_quote(hidden))
                 .exit_code,
             0);
-  for (const std::string& how : {"--venv " + shell_quote(hidden + "/v"), "-p " + shell_quote(hidden + "/v/bin/python3")}) {
+  for (const std::string& how :
+       {"--venv " + shell_quote(hidden + "/v"), "-p " + shell_quote(hidden + "/v/bin/python3")}) {
     const auto r = as_user("doctor " + how);
     EXPECT_EQ(r.exit_code, 2) << how << ": " << r.out;
     EXPECT_THAT(r.out, HasSubstr("permission denied (" + hidden + " belongs to root, mode 0700")) << how;
