@@ -215,8 +215,8 @@ void fence(const r::EnvLayout& layout, const GlobalOptions& g) {
   if (const auto outside = env_var("CUDAFIX_TEST_WRITE_OUTSIDE")) {
     const int fd = ::open(outside->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
-      throw r::Error(
-          fmt::format("{}: {}: the kernel refused a write outside the environment", *outside, std::strerror(errno)));
+      throw r::Error(fmt::format("{}: {}: the kernel refused a write outside the environment", *outside,
+                                 r::os_error_text(errno, *outside)));
     ::close(fd);
   }
 }
@@ -653,7 +653,7 @@ int run_plan_fix(const GlobalOptions& options, const PlanFixCliOptions& p, std::
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const PlannedFix planned = make_fix_plan(g, env, knowledge, p.cuda_major, p.pip_find_links_env);
   if (p.output) {
-    r::AtomicFile f(*p.output);
+    r::AtomicFile f(*p.output, r::FileMode::like_any_file);
     f.write(planned.document + "\n");
     f.commit();
   }

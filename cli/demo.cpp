@@ -22,7 +22,9 @@
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/example_env.hpp"
+#include "resolver/env/interpreter.hpp"
 #include "resolver/plan/plan.hpp"
+#include "resolver/plan/provenance.hpp"
 
 namespace cudafix::cli {
 namespace r = cudafix::resolver;
@@ -55,6 +57,97 @@ std::size_t uninstall_as_pip_does(const GlobalOptions& g, const std::vector<std:
   return plan.pip.deletion.files.size();
 }
 
+// The interpreter the example environments link, and its version, so that bin/python3 and
+// lib/pythonX.Y agree and real pip can work on them (`pip --python DIR/bin/python3 ...`): the
+// python3 on PATH, else /usr/bin/python3, each asked once. Its base interpreter, where it is a
+// venv's own or a version manager's shim, since a venv links its base.
+struct HostPython {
+  std::string executable;
+  std::string version;  // "3.11.2"
+};
+
+std::optional<HostPython> host_python() {
+  std::vector<std::string> candidates;
+  for (const auto& dir : r::split_search_path(env_var("PATH").value_or("")))
+    if (!dir.empty() && dir.front() == '/') candidates.push_back(dir + "/python3");
+  candidates.emplace_back("/usr/bin/python3");
+  for (const auto& exe : candidates) {
+    if (::access(exe.c_str(), X_OK) != 0) continue;
+    const auto said = r::ask_python(exe,
+                                    "import sys; print(getattr(sys, '_base_executable', '') or sys.executable); "
+                                    "print('%d.%d.%d' % sys.version_info[:3])",
+                                    std::chrono::seconds(10));
+    if (!said) continue;
+    const auto lines = r::split(*said, '\n');
+    if (lines.size() < 2 || !lines[0].starts_with("/") || r::split(lines[1], '.').size() != 3) continue;
+    return HostPython{std::string(lines[0]), std::string(lines[1])};
+  }
+  return std::nullopt;
+}
+
+// Every RECORD of the site folder made to list the bytes written (the description's rows carry
+// the real wheels' hashes and sizes, its files are models of them): so that what pip, a snapshot
+// and `doctor --verify-hashes` compare with RECORD is what is on disk. Rows whose file is not
+// there (the description's absent ones, RECORD itself) stay as they are.
+void record_written_bytes(const std::string& site) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(site, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->path().filename().string().ends_with(".dist-info")) continue;
+    const std::string record = it->path().string() + "/RECORD";
+    const std::string text = r::read_file(record);
+    std::string out;
+    for (auto line : r::split(text, '\n')) {
+      if (line.empty()) continue;
+      // path,hash,size: hash and size hold no comma, the path may (quoted).
+      const auto size_at = line.rfind(',');
+      const auto hash_at = size_at == std::string_view::npos ? size_at : line.rfind(',', size_at - 1);
+      std::string_view field = hash_at == std::string_view::npos ? line : line.substr(0, hash_at);
+      std::string path(field);
+      if (field.size() >= 2 && field.front() == '"') {
+        path.clear();
+        for (std::size_t i = 1; i + 1 < field.size(); ++i) {
+          path.push_back(field[i]);
+          if (field[i] == '"') ++i;  // "" is one quote
+        }
+      }
+      std::uint64_t bytes = 0;
+      const std::string digest =
+          hash_at == std::string_view::npos || path.ends_with(".dist-info/RECORD")
+              ? std::string()
+              : resolver::sha256_of_file(r::lexically_normal(site + "/" + path), resolver::DigestForm::record, &bytes);
+      out += digest.empty() ? std::string(line) : fmt::format("{},sha256={},{}", field, digest, bytes);
+      out += '\n';
+    }
+    r::AtomicFile f(record, r::FileMode::like_any_file);
+    f.write(out);
+    f.commit();
+  }
+}
+
+// Writes the example environment into `dir`, linking `python` where there is one, with the
+// configuration a user of the cut-down copy would give it.
+r::MaterializeStats write_example(nlohmann::json desc, const std::string& dir,
+                                  const std::optional<HostPython>& python) {
+  r::MaterializeOptions options;
+  if (python) {
+    const auto parts = r::split(python->version, '.');
+    desc["python"] = python->version;
+    desc["site_packages"] = fmt::format("lib/python{}.{}/site-packages", parts[0], parts[1]);
+    options.python = python->executable;
+  }
+  const auto stats = r::materialize_environment(desc, dir, options);
+  record_written_bytes(r::lexically_normal(std::filesystem::absolute(dir).string()) + "/" +
+                       desc.value("site_packages", std::string("lib/python3.12/site-packages")));
+  // The cut-down copy leaves torch's pure-Python requirements out: the environment's own
+  // configuration says so, as a user's would. Readable by whoever may read the environment.
+  r::AtomicFile toml(dir + "/cudafix.toml", r::FileMode::like_any_file);
+  toml.write(
+      "# cudafix demo: torch's pure-Python requirements (sympy, jinja2, ...) were left out of this example\n"
+      "[rules.unsatisfied-requirement]\nenabled = false\n");
+  toml.commit();
+  return stats;
+}
+
 }  // namespace
 
 int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, std::ostream& out) {
@@ -68,16 +161,12 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
   }
   const auto t0 = std::chrono::steady_clock::now();
   const auto desc = nlohmann::json::parse(k_demo_env);
-  const auto stats = r::materialize_environment(desc, dir);
-  // The cut-down copy leaves torch's pure-Python requirements out: the environment's own
-  // configuration says so, as a user's would.
-  {
-    r::AtomicFile toml(dir + "/cudafix.toml");
-    toml.write(
-        "# cudafix demo: torch's pure-Python requirements (sympy, jinja2, ...) were left out of this example\n"
-        "[rules.unsatisfied-requirement]\nenabled = false\n");
-    toml.commit();
-  }
+  const auto python = host_python();
+  // The walk below breaks and repairs `dir`; a second copy beside it stays as it was before the
+  // cleanup, for trying the commands (README's examples) on a broken environment.
+  const std::string broken_copy = r::lexically_normal(std::filesystem::absolute(dir).string()) + "-broken";
+  const auto stats = write_example(desc, dir, python);
+  write_example(desc, broken_copy, python);
   const Style st = style_for(g);
   const bool talk = !g.json && !g.quiet;
   auto say = [&](const std::string& s) {
@@ -192,6 +281,11 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
       fmt::format("\nThe whole walk took {:.1f} s. Look further with `cudafix scan`, `cudafix why libcudnn.so.9`,\n"
                   "`cudafix history` and `cudafix explain metadata-only` on {}; every command takes --json.\n",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), dir));
+  say(
+      fmt::format("A copy as it was before the cleanup, still broken, for README's examples: {}\n"
+                  "(its bin/python3: {}, so pip can work on it; wheels for its repair: --find-links {})\n",
+                  broken_copy, python ? python->executable + " " + python->version : "/usr/bin/python3, absent here",
+                  r::lexically_normal(std::filesystem::absolute(wheels).string())));
   if (g.json) {
     JsonWriter w;
     w.begin_object().key("schema").value(1).key("command").value("demo").key("venv").value(dir);
@@ -202,7 +296,7 @@ int run_demo(const GlobalOptions& g, const std::optional<std::string>& dir_opt, 
     w.key("elf_objects").value(static_cast<std::uint64_t>(stats.elf_objects));
     w.key("wheels").begin_array();
     for (const auto& p : packed) w.value(p);
-    w.end_array().key("repaired").value(last == 0).end_object();
+    w.end_array().key("repaired").value(last == 0).key("broken_copy").value(broken_copy).end_object();
     out << w.str() << '\n';
   }
   return 0;

@@ -133,6 +133,8 @@ int main(int argc, char** argv) {
   GlobalOptions g;
   std::string color = "auto";
   std::string ld_library_path;
+  // A folder that cannot be looked at says why (permission denied, whose it is), as read_layout
+  // does for one found by -p or $VIRTUAL_ENV.
   app.add_option("--venv", g.venv, "the environment: a venv root, an interpreter prefix or a site-packages folder")
       ->envname("")
       ->check(existing_folder());

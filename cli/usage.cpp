@@ -18,6 +18,7 @@
 #include "cli/json_output.hpp"
 #include "cli/printable.hpp"
 #include "resolver/base/closest.hpp"
+#include "resolver/base/text.hpp"
 
 namespace cudafix::cli {
 
@@ -351,8 +352,10 @@ std::optional<double> finite_number(std::string_view s) {
 std::string path_problem(const std::string& path, bool folder) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return fmt::format("{} does not exist", path);
-    return fmt::format("{}: {}", path, std::strerror(errno));
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return fmt::format("{} does not exist", path);
+    // "permission denied (/p belongs to root, mode 0700: ...)", never "does not exist".
+    return fmt::format("{}: {}", path, cudafix::resolver::os_error_text(err, path));
   }
   const bool is_folder = S_ISDIR(st.st_mode);
   if (folder && !is_folder) return fmt::format("{} is not a folder", path);

@@ -90,7 +90,7 @@ bool injected(const char* call, const std::string& path) {
 }
 
 [[noreturn]] void fail(const char* call, const std::string& path, int err) {
-  throw resolver::Error(fmt::format("{} {}: {}", call, path, std::strerror(err)));
+  throw resolver::Error(fmt::format("{} {}: {}", call, path, resolver::os_error_text(err, path)));
 }
 
 bool syncing() {

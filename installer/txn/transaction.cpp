@@ -734,7 +734,11 @@ std::vector<JournalRead> transactions(const std::string& root, std::vector<std::
     return out;
   }
   std::error_code ec;
-  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
+  fs::directory_iterator listing(tx_root(root), ec);
+  // Another user's journals (0700) are not "no transactions".
+  if (ec == std::errc::permission_denied || ec == std::errc::operation_not_permitted)
+    throw resolver::Error(resolver::cannot("list the transactions in", tx_root(root), ec.value()));
+  for (fs::directory_iterator it = std::move(listing), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const std::string folder = tx_root(root) + "/" + name;
     struct stat st {};

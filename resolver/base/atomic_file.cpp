@@ -7,18 +7,39 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 
 namespace cudafix::resolver::inline base {
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+namespace {
+
+// mkstemp's unique name, with the mode asked for: open(2) applies the umask to it, where mkstemp
+// always makes 0600 (and a chmod after it would have to read the umask, which only changing it
+// tells).
+int create_unique(std::string& tmpl, mode_t mode) {
+  static constexpr std::string_view k_letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::random_device random;
+  const std::size_t x = tmpl.size() - 6;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    for (std::size_t i = x; i < tmpl.size(); ++i) tmpl[i] = k_letters[random() % k_letters.size()];
+    const int fd = ::open(tmpl.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path, FileMode mode) : path_(std::move(path)) {
   const std::string dir = parent_dir(path_).empty() ? "." : parent_dir(path_);
   std::string tmpl = (path_.find('/') == std::string::npos ? std::string(".") : dir) + "/." +
                      std::string(base_name(path_)) + ".tmp-XXXXXX";
-  fd_ = ::mkstemp(tmpl.data());
-  if (fd_ < 0) throw Error(fmt::format("cannot create a file in {}: {}", dir, std::strerror(errno)));
+  fd_ = mode == FileMode::private_to_user ? ::mkstemp(tmpl.data()) : create_unique(tmpl, 0666);
+  if (fd_ < 0) throw Error(fmt::format("cannot create a file in {}: {}", dir, os_error_text(errno, dir)));
   temp_ = tmpl;
 }
 

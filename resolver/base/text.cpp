@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
@@ -257,13 +258,50 @@ int read_all(int fd, const struct stat& st, std::string& out) {
   return 0;
 }
 
+// A user's name, or "uid N" where the password database has none.
+std::string user_name(uid_t uid) {
+  passwd pw{};
+  passwd* found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found && found->pw_name) return found->pw_name;
+  return fmt::format("uid {}", uid);
+}
+
 }  // namespace
+
+std::string os_error_text(int err, const std::string& path) {
+  if (err != EACCES && err != EPERM) return std::strerror(err);
+  // The first of the path and its folders that can be looked at: a file in a folder of mode 0700
+  // cannot, the folder can.
+  std::string at = path;
+  struct stat st {};
+  while (!at.empty() && ::stat(at.c_str(), &st) != 0) {
+    const std::string up = parent_dir(at);
+    if (up == at) return "permission denied";
+    at = up;
+  }
+  if (at.empty() || st.st_uid == ::geteuid()) return "permission denied";
+  const std::string owner = user_name(st.st_uid);
+  return fmt::format("permission denied ({} belongs to {}, mode {:04o}: run cudafix as {}, its owner)", at, owner,
+                     st.st_mode & 07777, owner);
+}
+
+std::string why_unread(int err, const std::string& path) {
+  if (err == ENOENT) return "missing";
+  if (err == EINVAL) return "no regular file";
+  if (err == EFBIG) return "too large";
+  return os_error_text(err, path);
+}
+
+std::string cannot(std::string_view what, const std::string& path, int err) {
+  return fmt::format("cannot {} {}: {}", what, path, os_error_text(err, path));
+}
 
 std::string read_file(const std::filesystem::path& path) {
   // O_NONBLOCK and a regular file only: a FIFO or a device (/dev/zero) planted in a file's place
   // must not hang the read or grow it without end.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
+  if (fd < 0) throw Error(cannot("read", path.string(), errno));
   struct stat st {};
   std::string out;
   const int err = ::fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : read_all(fd, st, out);
@@ -272,7 +310,7 @@ std::string read_file(const std::filesystem::path& path) {
     throw Error(fmt::format("cannot read {}: not a regular file (a FIFO, a device or a folder)", path.string()));
   }
   ::close(fd);
-  if (err != 0) throw Error(fmt::format("cannot read {}: {}", path.string(), std::strerror(err)));
+  if (err != 0) throw Error(cannot("read", path.string(), err));
   return out;
 }
 
@@ -280,18 +318,25 @@ std::optional<std::string> try_read_file(const std::filesystem::path& path, std:
   return try_read_file_at(AT_FDCWD, path.c_str(), max_bytes);
 }
 
-std::optional<std::string> try_read_file_at(int dir_fd, const char* name, std::uint64_t max_bytes) {
+std::optional<std::string> try_read_file_at(int dir_fd, const char* name, std::uint64_t max_bytes, int* error) {
   // O_NONBLOCK: a FIFO in the file's place must not hang the open; it is then refused as not a
   // regular file. One open and one fstat, where a stat first would look the path up twice.
   const int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return std::nullopt;
-  struct stat st {};
+  int err = fd < 0 ? errno : 0;
   std::optional<std::string> out;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) <= max_bytes) {
-    out.emplace();
-    if (read_all(fd, st, *out) != 0) out.reset();
+  if (fd >= 0) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0)
+      err = errno;
+    else if (!S_ISREG(st.st_mode))
+      err = EINVAL;
+    else if (static_cast<std::uint64_t>(st.st_size) > max_bytes)
+      err = EFBIG;
+    else if (out.emplace(); (err = read_all(fd, st, *out)) != 0)
+      out.reset();
+    ::close(fd);
   }
-  ::close(fd);
+  if (error) *error = err;
   return out;
 }
 

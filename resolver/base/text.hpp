@@ -54,6 +54,17 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out);
 // Replaces invalid UTF-8 with U+FFFD; `lossy` is set when anything was replaced.
 [[nodiscard]] std::string to_valid_utf8(std::string_view s, bool* lossy = nullptr);
 
+// What an OS error on `path` means, in words: strerror's, except that EACCES and EPERM are
+// "permission denied" (pip's words), followed, when `path` (or the nearest folder above it that
+// can be looked at) belongs to another user than the one running cudafix, by whose it is and
+// what to do: "(/v/lib belongs to root, mode 0700: run cudafix as root, its owner)".
+[[nodiscard]] std::string os_error_text(int err, const std::string& path);
+// Why a file that try_read_file* could not read was not read: "missing", "permission denied
+// (...)", "no regular file", or strerror's words.
+[[nodiscard]] std::string why_unread(int err, const std::string& path);
+// "cannot read PATH: permission denied (...)" and the like, for `errno` just set.
+[[nodiscard]] std::string cannot(std::string_view what, const std::string& path, int err);
+
 // Reads a whole small file; throws Error naming the file on failure.
 [[nodiscard]] std::string read_file(const std::filesystem::path& path);
 // The same, or nullopt when it is no regular file, cannot be read (/proc files count) or is
@@ -61,8 +72,10 @@ void join_normal(std::string_view dir, std::string_view rel, std::string& out);
 [[nodiscard]] std::optional<std::string> try_read_file(const std::filesystem::path& path,
                                                        std::uint64_t max_bytes = UINT64_MAX);
 // The same for `name` in the folder open as `dir_fd` (openat(2): no lookup of the folder again).
+// `error`, when given, gets the errno of a failed open or read (EINVAL: no regular file, EFBIG:
+// over `max_bytes`).
 [[nodiscard]] std::optional<std::string> try_read_file_at(int dir_fd, const char* name,
-                                                          std::uint64_t max_bytes = UINT64_MAX);
+                                                          std::uint64_t max_bytes = UINT64_MAX, int* error = nullptr);
 
 // The whole of `s` as a decimal number, or nullopt (empty, trailing junk, out of range).
 template <typename T>

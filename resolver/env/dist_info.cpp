@@ -457,9 +457,18 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
       if (fd >= 0) ::close(fd);
     }
   } close_folder{dir_fd};
-  // A folder that cannot be opened has no readable files: each read below then fails (EBADF)
-  // and is reported missing or unreadable, as it would be by path.
-  auto read = [&](const char* name) { return try_read_file_at(dir_fd, name); };
+  // A folder that cannot be opened has no readable files: each read below then fails, and says
+  // why as the folder's open did (permission denied, missing).
+  const int dir_error = dir_fd < 0 ? errno : 0;
+  int read_error = 0;
+  auto read = [&](const char* name) {
+    auto text = try_read_file_at(dir_fd, name, UINT64_MAX, &read_error);
+    if (dir_fd < 0) read_error = dir_error;
+    return text;
+  };
+  auto unread = [&](const char* name) {
+    return why_unread(read_error, dir_fd < 0 ? dir.string() : (dir / name).string());
+  };
 
   if (auto text = read("METADATA")) {
     auto parsed = parse_metadata(*text, (dir / "METADATA").string());
@@ -467,7 +476,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
     for (auto& diag : parsed.diagnostics) out.diagnostics.push_back(std::move(diag));
   } else {
     out.diagnostics.push_back({(dir / "METADATA").string(), std::nullopt, std::nullopt,
-                               "missing or unreadable; name and version taken from the folder name"});
+                               unread("METADATA") + "; name and version taken from the folder name"});
   }
   auto [folder_name, folder_version] = split_dist_info_name(dir_name);
   d.name = d.metadata.name.empty() ? folder_name : d.metadata.name;
@@ -486,12 +495,12 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
     for (auto& diag : parsed.diagnostics) out.diagnostics.push_back(std::move(diag));
   } else {
     out.diagnostics.push_back(
-        {(dir / "RECORD").string(), std::nullopt, std::nullopt, "missing or unreadable; the dist's files are unknown"});
+        {(dir / "RECORD").string(), std::nullopt, std::nullopt, unread("RECORD") + "; the dist's files are unknown"});
     // There but unreadable (a folder, a FIFO, an I/O error): a listing nobody can read. A RECORD
     // that is simply missing is pip's "no RECORD file" and stays a warning.
     struct stat there {};
     if (::fstatat(dir_fd, "RECORD", &there, AT_SYMLINK_NOFOLLOW) == 0)
-      d.record_problem = "cannot be read: it is no regular file, or reading it failed";
+      d.record_problem = "cannot be read: " + unread("RECORD");
   }
   if (auto text = read("INSTALLER")) d.installer = std::string(trim(split(*text, '\n').front()));
   struct stat st {};

@@ -271,7 +271,7 @@ class TreeWalker {
       fd = open_folder(at, where, parent_fd >= 0);
       if (fd < 0) {
         out.diagnostics.push_back(
-            {std::string(dir), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+            {std::string(dir), std::nullopt, std::nullopt, "cannot list: " + os_error_text(errno, std::string(dir))});
         return;
       }
       // The stamp is taken before the listing, so that a change during it shows next time.
@@ -323,7 +323,7 @@ class TreeWalker {
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) {
         out.diagnostics.push_back(
-            {std::string(dir), std::nullopt, std::nullopt, fmt::format("cannot list: {}", std::strerror(errno))});
+            {std::string(dir), std::nullopt, std::nullopt, "cannot list: " + os_error_text(errno, std::string(dir))});
         break;
       }
       if (r == 0) break;

@@ -5,11 +5,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <toml++/toml.h>
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <vector>
 
@@ -267,45 +269,9 @@ bool looks_like_shim(const fs::path& exe) {
 
 // Runs `exe -c 'import sys; print(sys.prefix)'` with a deadline; its first line, or nullopt.
 std::optional<std::string> ask_prefix(const std::string& exe, std::chrono::milliseconds deadline) {
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  std::string a0 = exe, a1 = "-c", a2 = "import sys; print(sys.prefix)";
-  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
-  pid_t pid = -1;
-  const int spawned = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]);
-  if (spawned != 0) {
-    ::close(out[0]);
-    return std::nullopt;
-  }
-  std::string text;
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  bool timed_out = false;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{out[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    char buf[4096];
-    const auto n = ::read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(out[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  const std::string line(trim(split(text, '\n').front()));
+  const auto text = ask_python(exe, "import sys; print(sys.prefix)", deadline);
+  if (!text) return std::nullopt;
+  const std::string line(trim(split(*text, '\n').front()));
   return line.empty() ? std::nullopt : std::optional(line);
 }
 
@@ -348,6 +314,49 @@ std::optional<FoundPython> interpreter(const fs::path& exe, const InterpreterLoo
 
 }  // namespace
 
+std::optional<std::string> ask_python(const std::string& exe, const std::string& code,
+                                      std::chrono::milliseconds deadline) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  std::string a0 = exe, a1 = "-c", a2 = code;
+  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
+  pid_t pid = -1;
+  const int spawned = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  if (spawned != 0) {
+    ::close(out[0]);
+    return std::nullopt;
+  }
+  std::string text;
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  bool timed_out = false;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{out[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[4096];
+    const auto n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  return text;
+}
+
 std::optional<FoundPython> python_on_path(const InterpreterLookup& l) {
   for (const auto& dir : split_search_path(l.path_env)) {
     if (dir.empty()) continue;
@@ -365,7 +374,9 @@ FoundPython find_python(const std::string& spec, const InterpreterLookup& l) {
   if (spec.find('/') != std::string::npos || present(given)) {
     const fs::path abs = given.is_absolute() ? given : fs::path(l.cwd) / given;
     if (is_folder(abs)) return FoundPython{abs.string(), "-p (an environment folder)"};
-    if (!present(abs)) throw Error(fmt::format("-p {}: no such file or folder", spec));
+    if (struct stat st{}; ::lstat(abs.c_str(), &st) != 0)
+      throw Error(errno == ENOENT || errno == ENOTDIR ? fmt::format("-p {}: no such file or folder", spec)
+                                                      : fmt::format("-p {}: {}", spec, os_error_text(errno, abs)));
     if (auto found = interpreter(abs, l, "-p")) return *found;
     throw Error(
         fmt::format("-p {}: cannot tell its environment (no pyvenv.cfg beside its bin folder, no "

@@ -43,6 +43,11 @@ struct FoundPython {
 // The python3 on PATH, a shim followed; nullopt when PATH has none.
 [[nodiscard]] std::optional<FoundPython> python_on_path(const InterpreterLookup& lookup);
 
+// Runs `exe -c CODE` (stdin and stderr /dev/null), killed at `deadline`: what it printed, or
+// nullopt when it could not start, failed or ran out of time.
+[[nodiscard]] std::optional<std::string> ask_python(const std::string& exe, const std::string& code,
+                                                    std::chrono::milliseconds deadline);
+
 // `-p/--python SPEC`: an interpreter's path (.venv/bin/python, a shim), an environment folder,
 // or a version (`3.11`, `3.11.7`, `python3.11`, `cpython-3.11`) found as pyenv, uv and PATH
 // hold it. Throws Error saying what was looked at when it finds none.

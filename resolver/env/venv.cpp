@@ -1,8 +1,12 @@
 #include "resolver/env/venv.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -17,6 +21,26 @@ namespace {
 bool is_dir(const fs::path& p) {
   std::error_code ec;
   return fs::is_directory(p, ec);
+}
+
+// Whether `p` is a folder whose entries can be listed; false when there is none. A folder that
+// is there but may not be looked at or listed (another user's, mode 0700) throws Error saying
+// "permission denied" and whose it is: read as absent it became "no site-packages folder", "not a
+// Python environment" or an environment of no dists.
+bool is_listable_dir(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) {
+    if (errno == EACCES || errno == EPERM) throw Error(cannot("look at", p.string(), errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) return false;
+  const int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EACCES || errno == EPERM) throw Error(cannot("list", p.string(), errno));
+    return false;
+  }
+  ::close(fd);
+  return true;
 }
 
 bool is_file(const fs::path& p) {
@@ -83,7 +107,7 @@ std::vector<std::string> python_versions_under(const fs::path& lib) {
 }
 
 void add_site(EnvLayout& layout, const fs::path& dir, SiteRoot root, const fs::path& prefix) {
-  if (!is_dir(dir)) return;
+  if (!is_listable_dir(dir)) return;
   SiteDir site{lexically_normal(dir.string()), real_path(dir.string()), root, real_path(prefix.string())};
   for (const auto& s : layout.sites)
     if (s.real == site.real) return;  // lib64 -> lib: one folder, one root
@@ -127,7 +151,13 @@ EnvLayout read_layout(const std::string& dir_in, const std::string& found_by) {
   // Resolved once, here: a venv given through a symlink is planned, staged and changed at the
   // one real path, so that no later check finds a path of one spelling outside the other.
   const std::string dir = real_path(absolute_normal(dir_in));
-  if (!is_dir(dir)) throw Error(fmt::format("{} is not a directory", dir));
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) throw Error(fmt::format("{}: no such folder ({})", dir, found_by));
+    throw Error(cannot("look at", dir, errno));
+  }
+  if (!S_ISDIR(st.st_mode)) throw Error(fmt::format("{} is not a directory ({})", dir, found_by));
+  if (!is_listable_dir(dir)) throw Error(fmt::format("{} is not a directory ({})", dir, found_by));
   EnvLayout layout;
   layout.found_by = found_by;
   layout.root = dir;

@@ -158,9 +158,10 @@ inline std::vector<FaultPoint> first_middle_and_last(const std::vector<FaultPoin
   return out;
 }
 
-// The disk errors the fault tests inject in turn, each with what strerror says of it.
+// The disk errors the fault tests inject in turn, each with what the message says of it (strerror's
+// words; EACCES in pip's, resolver::os_error_text).
 inline const std::vector<std::pair<std::string, std::string>> k_disk_errors = {
-    {"ENOSPC", "No space left on device"}, {"EIO", "Input/output error"}, {"EACCES", "Permission denied"}};
+    {"ENOSPC", "No space left on device"}, {"EIO", "Input/output error"}, {"EACCES", "permission denied"}};
 
 // A fault aimed at one point: CUDAFIX_TEST_FAULT's value, and what the error's message says.
 struct AimedFault {

@@ -460,7 +460,7 @@ TEST_F(HostileState, TheLandlockFenceStopsAWriteOutsideTheEnvironment) {
   const auto r = cudafix("-v remove alpha -y", v, "CUDAFIX_TEST_WRITE_OUTSIDE=" + shell_quote(outside));
   EXPECT_THAT(r.out, HasSubstr("writes fenced by the kernel (Landlock ABI"));
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_THAT(r.out, HasSubstr(outside + ": Permission denied: the kernel refused a write outside the environment"));
+  EXPECT_THAT(r.out, HasSubstr(outside + ": permission denied: the kernel refused a write outside the environment"));
   EXPECT_FALSE(fs::exists(outside));
   EXPECT_EQ(canaries.changes(), "");
   EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
