@@ -437,9 +437,9 @@ ParsedCommandLine parse_command_line(CLI::App& app, int argc, const char* const*
   }
 }
 
-int report_failure(bool json, const std::string& command, const std::string& message, int exit_code, std::ostream& out,
-                   std::ostream& err) {
-  if (json) out << error_json(command, message, exit_code) << '\n';
+int report_failure(bool as_json, const std::string& command, const std::string& message, int exit_code,
+                   std::ostream& out, std::ostream& err) {
+  if (as_json) out << error_json(command, message, exit_code) << '\n';
   err << fmt::format("cudafix: error: {}\n", printable_lines(message));
   return exit_code;
 }
