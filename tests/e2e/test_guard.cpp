@@ -232,7 +232,7 @@ TEST_F(Guard, AKilledGuardsSnapshotIsReportedByTheNextCommandWithHowToRestoreIt)
   EXPECT_THAT(said, HasSubstr("a guard was killed while `sleep 5` ran"));
   EXPECT_THAT(said, HasSubstr("`cudafix rollback --snapshot " + name + "` restores it"));
   // Dropping the snapshot ends the notice.
-  ASSERT_EQ(run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " snapshot --delete " + name + " --venv " +
+  ASSERT_EQ(run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " snapshot --delete " + name + " -y --venv " +
                       shell_quote(v) + test::k_no_cache)
                 .exit_code,
             0);

@@ -135,7 +135,7 @@ TEST(CommandLine, AnUnknownCommandIsNamedWithTheCommandsThereAre) {
   EXPECT_THAT(
       top.out,
       HasSubstr("cudafix: error: unknown command 'frobnicate'; the commands are: scan, why, doctor, "
-                "verify, plan, rules, explain, remove, install, apply, fix, history, rollback, snapshot, demo"));
+                "verify, plan, rules, explain, remove, install, apply, fix, history, rollback, snapshot, guard, demo"));
   // After options that take a value, and inside `plan`.
   const auto after = run_shell(shell_quote(k_bin) + " --venv /tmp --threads 2 frob 2>&1");
   EXPECT_EQ(after.exit_code, 2);
