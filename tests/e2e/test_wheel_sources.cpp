@@ -1000,6 +1000,10 @@ TEST_F(RealServers, SquidWantingCredentialsIsAskedOnceAndTheRightOnesTunnel) {
                 HasSubstr("the proxy http://" + at + " refused: authentication required (407"))
         << env;
     EXPECT_THAT(p.out + p.err, Not(HasSubstr("wr0ng"))) << env;
+    // squid writes its access log line after it answered: wait for it, then for any retry's.
+    for (int i = 0; i < 100 && log_lines(log, before).empty(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     const auto seen = log_lines(log, before);
     EXPECT_EQ(seen.size(), 1U) << env << ": asked once, not retried\n" << resolver::try_read_file(log).value_or("");
     EXPECT_EQ(count_containing(seen, "TCP_DENIED/407"), 1U) << env;
