@@ -291,6 +291,28 @@ std::vector<std::string> recover_interrupted(const r::EnvLayout& layout, const G
   return {};
 }
 
+namespace {
+
+// As pip reads a boolean of its environment variables (PIP_BREAK_SYSTEM_PACKAGES=1).
+bool env_flag(const char* name) {
+  const auto v = env_var(name);
+  if (!v) return false;
+  std::string s = *v;
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s == "1" || s == "true" || s == "yes" || s == "on" || s == "y" || s == "t";
+}
+
+}  // namespace
+
+void refuse_externally_managed(const r::EnvLayout& layout, const GlobalOptions& g) {
+  if (!layout.externally_managed || g.break_system_packages || env_flag("PIP_BREAK_SYSTEM_PACKAGES")) return;
+  throw r::Error(fmt::format(
+      "{} is externally managed ({}, PEP 668): its packages belong to the system's package manager, and pip and uv "
+      "refuse to change it. Make a venv for the project (python3 -m venv), or pass --break-system-packages to "
+      "change it all the same",
+      layout.root, *layout.externally_managed));
+}
+
 Located locate(const GlobalOptions& g, Access access, std::vector<std::string>* refused) {
   r::EnvLayout layout = r::locate_environment(locate_request(g));
   std::vector<std::string> recovered;

@@ -26,6 +26,9 @@ struct GlobalOptions {
   std::vector<std::string> find_links;  // --find-links folders (then $PIP_FIND_LINKS)
   bool no_cache = false;                // --no-cache: read everything afresh, keep nothing
   bool yes = false;                     // -y: write without asking
+  // --break-system-packages (then $PIP_BREAK_SYSTEM_PACKAGES), as pip's: change an externally
+  // managed environment (PEP 668) all the same.
+  bool break_system_packages = false;
   double lock_timeout_s = 30;           // --lock-timeout: how long to wait for <venv>/.lock
   // Wheel sources beyond --find-links (installer/source/sources.hpp).
   std::optional<std::string> index_url;       // --index-url (then $PIP_INDEX_URL, $UV_INDEX_URL)

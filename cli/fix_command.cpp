@@ -103,6 +103,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   const auto t0 = std::chrono::steady_clock::now();
   Located located = locate(options, Access::write);
   const GlobalOptions g = with_configured_sources(options, located.config);
+  if (!o.dry_run) refuse_externally_managed(located.layout, g);
   const Retention keep = retention(located);
   // A dry run only reads, as plan fix does; a real one plans under the lock it writes under.
   std::optional<tx::EnvLock> lock;

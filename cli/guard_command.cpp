@@ -403,6 +403,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   };
 
   Located located = locate(g, Access::write);
+  refuse_externally_managed(located.layout, g);
   const Retention keep = retention(located);
   const std::string root = located.layout.root_real;
   std::optional<tx::EnvLock> lock;

@@ -355,6 +355,11 @@ std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge
   w.key("recovered").begin_array();
   for (const auto& line : recovered) w.value(line);
   w.end_array();
+  w.key("externally_managed");
+  if (env.layout.externally_managed)
+    w.value(*env.layout.externally_managed);
+  else
+    w.null();
   w.key("findings").begin_array();
   for (const auto& f : rep.findings) {
     finding_fields(d, f);

@@ -255,6 +255,10 @@ int main(int argc, char** argv) {
   guard->add_option("COMMAND", guard_opts.command, "the command and its arguments, after --")->required();
   for (auto* sub : {remove, rollback, snapshot, apply, install, fix})
     sub->add_flag("-y,--yes", g.yes, "change the environment without asking");
+  for (auto* sub : {remove, rollback, snapshot, apply, install, fix, guard})
+    sub->add_flag("--break-system-packages", g.break_system_packages,
+                  "change an environment the system's package manager owns (EXTERNALLY-MANAGED, PEP 668) all the same "
+                  "(default $PIP_BREAK_SYSTEM_PACKAGES)");
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");

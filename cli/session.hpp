@@ -61,6 +61,10 @@ enum class Access {
 // instead of thrown: doctor reports it.
 [[nodiscard]] Located locate(const GlobalOptions& g, Access access = Access::read,
                              std::vector<std::string>* refused = nullptr);
+// PEP 668: pip and uv refuse to change an environment the system's package manager owns
+// (EXTERNALLY-MANAGED), and so does every cudafix command that changes one, unless told as pip
+// is told (--break-system-packages, $PIP_BREAK_SYSTEM_PACKAGES). A dry run is no change.
+void refuse_externally_managed(const resolver::EnvLayout& layout, const GlobalOptions& g);
 // Scanned and kept until exit (freeing a large model costs more than some phases of the scan).
 const Scanned& scan_kept(const GlobalOptions& g, Located located, resolver::ScanDepth depth = resolver::ScanDepth::full,
                          bool parse_requirements = false);

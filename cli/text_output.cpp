@@ -575,6 +575,11 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
   std::string out = fmt::format("{} {}: {} error{}, {} warning{}, {} explained (info)\n", st.bold("cudafix doctor"),
                                 shown(env, env.layout.root), rep.errors, rep.errors == 1 ? "" : "s", rep.warnings,
                                 rep.warnings == 1 ? "" : "s", rep.infos);
+  if (env.layout.externally_managed && (rep.errors || rep.warnings))
+    out += st.dim(fmt::format(
+        "{} is externally managed ({}, PEP 668): pip changes it only with --break-system-packages, and the "
+        "system's own packages are repaired by its package manager\n",
+        shown(env, env.layout.root), shown(env, *env.layout.externally_managed)));
   if (rep.hashed_files)
     out += fmt::format("hashed {} files ({:.2f} GB) against their RECORD\n", rep.hashed_files,
                        static_cast<double>(rep.hashed_bytes) / 1e9);

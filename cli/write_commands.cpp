@@ -217,6 +217,7 @@ int report_dry_run(const GlobalOptions& g, std::ostream& out, const std::string&
 
 int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& out) {
   Located located = locate(g, Access::write);
+  if (!o.dry_run) refuse_externally_managed(located.layout, g);
   const Retention keep = retention(located);
   // A dry run only reads, as plan remove does.
   std::optional<tx::EnvLock> lock;
@@ -323,6 +324,7 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
 
 int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out) {
   Located located = locate(g, Access::write);
+  if (!o.dry_run) refuse_externally_managed(located.layout, g);
   const Retention keep = retention(located);
   const std::string root = located.layout.root_real;
   const std::string venv = located.layout.root;  // as the documents name it
@@ -474,6 +476,7 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
       out << (snapshots.empty() ? "no snapshots\n" : text);
     return 0;
   }
+  refuse_externally_managed(located.layout, g);
   tx::EnvLock lock(root, lock_wait(g), say_waiting);
   if (o.remove) {
     // Asked first as every write is: a deleted snapshot cannot be restored from.
@@ -1038,6 +1041,7 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
   // Parsed whole before the environment is even located: one typed value from here on.
   const r::PlanFile plan = r::parse_plan_file(r::read_plan_file(o.plan), o.plan);
   Located located = locate(for_plan(options, plan, o.plan), Access::write);
+  refuse_externally_managed(located.layout, options);
   const GlobalOptions g = with_configured_sources(options, located.config);
   const Retention keep = retention(located);
   if (!g.quiet && !g.json) {
@@ -1118,6 +1122,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   std::vector<installer::ValidatedWheel> wheels;
   for (const auto& w : o.wheels) wheels.push_back(installer::validate_wheel(w));
   Located located = locate(g, Access::write);
+  if (!o.dry_run) refuse_externally_managed(located.layout, g);
   const Retention keep = retention(located);
   std::optional<tx::EnvLock> lock;  // a dry run only reads
   if (!o.dry_run) lock.emplace(located.layout.root_real, lock_wait(g), say_waiting);

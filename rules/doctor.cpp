@@ -8,6 +8,7 @@
 
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/env/requirements.hpp"
+#include "resolver/env/system_packages.hpp"
 #include "rules/checks/context.hpp"
 #include "rules/knowledge.hpp"
 #include "rules/rule.hpp"
@@ -81,6 +82,32 @@ void check_rule_names(const DoctorOptions& options) {
         throw r::Error(fmt::format("unknown rule '{}'; the rules are: {}", id, fmt::join(rule_ids(), ", ")));
 }
 
+// PEP 668: pip refuses to change an externally managed environment. A reinstall of a dist the
+// system's package manager installed is that package manager's; any other pip command says the
+// flag that makes pip go ahead, so that the command shown is one that runs.
+void adapt_to_externally_managed(const r::Environment& env, std::vector<Finding>& found) {
+  constexpr std::string_view pip_install = "pip install ";
+  std::vector<std::string> reinstalled;
+  auto folder_of = [&](const std::string& dir_name) -> std::string {
+    for (const auto& d : env.dists)
+      if (d.dir_name == dir_name) return d.site_dir + "/" + d.dir_name;
+    return "";
+  };
+  for (const auto& f : found)
+    if (f.remedy && f.remedy->action == "reinstall" && f.remedy->dists.size() == 1)
+      if (auto folder = folder_of(f.remedy->dists.front()); !folder.empty()) reinstalled.push_back(std::move(folder));
+  const auto owners = r::debian_owners(env.layout.root, reinstalled);
+  for (auto& f : found) {
+    if (!f.remedy || !f.remedy->command.starts_with(pip_install)) continue;
+    if (f.remedy->action == "reinstall" && f.remedy->dists.size() == 1)
+      if (auto it = owners.find(folder_of(f.remedy->dists.front())); it != owners.end()) {
+        f.remedy->command = fmt::format("apt install --reinstall {}", it->second);
+        continue;
+      }
+    f.remedy->command.insert(pip_install.size(), "--break-system-packages ");
+  }
+}
+
 }  // namespace
 
 r::ScanDepth scan_depth_for(const DoctorOptions& options) {
@@ -107,6 +134,7 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
     for (const auto* rule : registry())
       if (rule->root_cause == roots && rule_wanted(options, rule->id)) rule->check(c);
   sort_and_number(c.found);
+  if (env.layout.externally_managed) adapt_to_externally_managed(env, c.found);
   report.findings = std::move(c.found);
   for (const auto& f : report.findings) {
     if (f.severity == Severity::error) ++report.errors;

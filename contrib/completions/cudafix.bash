@@ -56,15 +56,15 @@ _cudafix() {
       [ "$sub" = remove ] && [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words dists)" -- "$cur")); return; } ;;
     doctor) own="--verify-hashes --select --ignore" ;;
     verify) own="--timeout --consumer --nccl" ;;
-    remove) own="--force --dry-run --yes"
+    remove) own="--force --dry-run --yes --break-system-packages"
       [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words dists)" -- "$cur")); return; } ;;
-    install) own="--no-verify --dry-run --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -X '!*.whl' -- "$cur") $(compgen -d -- "$cur")); return; } ;;
-    apply) own="--no-verify --yes"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return; } ;;
-    fix) own="--cuda-major --dry-run --no-verify --yes" ;;
-    rollback) own="--snapshot --force --dry-run --yes" ;;
-    snapshot) own="--list --delete --yes" ;;
+    install) own="--no-verify --dry-run --yes --break-system-packages"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -X '!*.whl' -- "$cur") $(compgen -d -- "$cur")); return; } ;;
+    apply) own="--no-verify --yes --break-system-packages"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return; } ;;
+    fix) own="--cuda-major --dry-run --no-verify --yes --break-system-packages" ;;
+    rollback) own="--snapshot --force --dry-run --yes --break-system-packages" ;;
+    snapshot) own="--list --delete --yes --break-system-packages" ;;
     guard) local k; for ((k = 1; k < cword; k++)); do [ "${words[k]}" = -- ] && { COMPREPLY=($(compgen -c -- "$cur")); return; }; done
-      own="--allow-break --keep --no-verify --" ;;
+      own="--allow-break --keep --no-verify --break-system-packages --" ;;
     explain) [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words rules)" -- "$cur")); return; } ;;
     demo) [[ $cur != -* ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
   esac

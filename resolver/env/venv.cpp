@@ -201,6 +201,10 @@ EnvLayout read_layout(const std::string& dir_in, const std::string& found_by) {
   if (layout.sites.empty())
     throw Error(fmt::format("{}: no site-packages folder under lib/python{}", dir, *layout.python_version));
 
+  if (layout.kind == EnvKind::prefix) {
+    const fs::path marker = root / "lib" / ("python" + *layout.python_version) / "EXTERNALLY-MANAGED";
+    if (is_file(marker)) layout.externally_managed = marker.string();
+  }
   if (layout.kind == EnvKind::venv && layout.include_system_site_packages && layout.home) {
     const fs::path base_prefix = fs::path(*layout.home).parent_path();
     add_prefix_sites(layout, base_prefix, *layout.python_version, SiteRoot::system, SiteRoot::system);

@@ -39,6 +39,10 @@ struct EnvLayout {
   std::optional<std::string> home;  // pyvenv.cfg's home
   std::vector<SiteDir> sites;       // purelib first; system sites last
   std::string found_by;             // "--venv", "$VIRTUAL_ENV", "python3 on PATH"
+  // PEP 668: the EXTERNALLY-MANAGED file in an interpreter prefix's lib/pythonX.Y (Debian's
+  // /usr, for one), when there is one. pip and uv refuse to change such an environment: its
+  // packages belong to the system's package manager. A venv never is.
+  std::optional<std::string> externally_managed;
 
   [[nodiscard]] const SiteDir* purelib() const;
   [[nodiscard]] const SiteDir* platlib() const;
