@@ -116,6 +116,7 @@ for i in $(seq "$ROUNDS"); do
   guarded+=("$(secs "$g")")
   probed+=("$(field /tmp/t.out probed_after)/$(field /tmp/t.out before.probe.ran)/rc$(rc_of "$g")")
   say "  round $i: bare $b | guard $g (probed after/before, rc: ${probed[-1]}; guard's own $(field /tmp/t.out seconds) s)"
+  say "    phases: $(field /tmp/t.out phases)"
 done
 stats=$("$PY" - "${bare[*]}" "${guarded[*]}" << 'EOF'
 import statistics, sys

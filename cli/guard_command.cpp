@@ -291,6 +291,13 @@ std::map<std::string, std::pair<TreeStamp, TreeStamp>> tree_stamps(const pr::Ver
   return out;
 }
 
+// Whether a deletion holds a shared object or a link to one ("libx.so", "libx.so.9", "_C.so"):
+// the loader could see it go.
+bool deletes_no_library(const r::Deletion& deletion) {
+  return std::none_of(deletion.files.begin(), deletion.files.end(),
+                      [](const std::string& f) { return r::base_name(f).find(".so") != std::string::npos; });
+}
+
 bool tree_changed(const std::map<std::string, std::pair<TreeStamp, TreeStamp>>& before) {
   return std::any_of(before.begin(), before.end(), [](const auto& kv) {
     return kv.second != std::pair<TreeStamp, TreeStamp>{tree_stamp_of(kv.first, false), tree_stamp_of(kv.first, true)};
@@ -396,6 +403,14 @@ std::vector<int> uninstalled_dists(const r::Environment& env, const r::Uninstall
 int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& out) {
   if (o.command.empty()) throw r::Error("guard: give the command to run after --");
   const auto t0 = std::chrono::steady_clock::now();
+  // Where guard's own time goes, phase by phase, for the JSON (`phases`) and --timings.
+  json phases = json::object();
+  auto lap_start = t0;
+  const auto lap = [&](const char* phase) {
+    const auto now = std::chrono::steady_clock::now();
+    phases[phase] = std::chrono::duration<double>(now - lap_start).count();
+    lap_start = now;
+  };
   HeldCommand command(o.command);  // before the fence and before any thread: it must stay unfenced
   const std::string shown = shown_command(o.command);
   const auto say = [&](const std::string& text) {
@@ -410,6 +425,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   lock.emplace(root, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full, true);
   writable(env);
+  lap("scan");
   try {
     check_one_file_system(env.layout);
   } catch (const r::Error& e) {
@@ -419,6 +435,9 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
 
   // Before: an uninstall cudafix can read is judged as plan remove judges it.
   j["uninstall"] = nullptr;
+  // Whether the command may run while the baseline probe is still loading the consumer's tree:
+  // only an uninstall cudafix read whose deletions hold no shared object, which no load can see.
+  bool touches_no_library = false;
   if (const auto uninstall = r::parse_uninstall_command(o.command)) {
     std::vector<std::string> skipped, problems;
     const auto dists = uninstalled_dists(env, *uninstall, skipped, problems);
@@ -427,8 +446,10 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     std::vector<std::string> names;
     for (int d : dists) names.push_back(env.dists[static_cast<std::size_t>(d)].name);
     u["dists"] = names;
+    touches_no_library = problems.empty();
     if (!dists.empty()) {
       const auto plan = r::plan_removal(env, knowledge, dists, g.threads);
+      touches_no_library = touches_no_library && deletes_no_library(plan.pip.deletion);
       u["safe"] = plan.safe();
       u["plan"] = json::parse(plan_remove_json(env, knowledge, plan));
       if (!plan.safe() && !o.allow_break) {
@@ -458,9 +479,10 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     j["uninstall"] = u;
   }
   j["refused"] = nullptr;
+  lap("check");
 
-  // The baseline: doctor now, and the probe while the snapshot is taken.
-  const Baseline before = doctor_baseline(g, env, knowledge, settings);
+  // The baseline: the probe, started first (it takes longest), while doctor runs and the
+  // snapshot is taken.
   std::future<std::optional<pr::VerifyReport>> probing;
   std::string probe_why_not = o.no_verify ? "--no-verify" : "";
   if (!o.no_verify) {
@@ -470,6 +492,8 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
       return pr::verify_environment(env, knowledge, vo);
     });
   }
+  const Baseline before = doctor_baseline(g, env, knowledge, settings);
+  lap("doctor");
   const std::string name = snapshot_name_now();
   tx::SnapshotInfo snap;
   try {
@@ -480,23 +504,32 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     throw r::Error(fmt::format("guard cannot snapshot {}: {}; `{}` was not run and nothing was changed",
                                env.layout.root, e.what(), shown));
   }
+  lap("snapshot");
   std::optional<pr::VerifyReport> baseline_probe;
-  if (probing.valid()) baseline_probe = probing.get();
-  if (baseline_probe && baseline_probe->verdict.outcome == pr::Outcome::no_driver) {
-    probe_why_not = "no GPU driver (libcuda.so.1) here";
-    baseline_probe.reset();
-  }
-  const auto stamps =
-      baseline_probe ? tree_stamps(*baseline_probe) : std::map<std::string, std::pair<TreeStamp, TreeStamp>>{};
+  std::map<std::string, std::pair<TreeStamp, TreeStamp>> stamps;
+  // The baseline probe's verdict, and the consumer's tree it mapped, stamped.
+  const auto take_baseline = [&] {
+    if (probing.valid()) baseline_probe = probing.get();
+    if (baseline_probe && baseline_probe->verdict.outcome == pr::Outcome::no_driver) {
+      probe_why_not = "no GPU driver (libcuda.so.1) here";
+      baseline_probe.reset();
+    }
+    if (baseline_probe) stamps = tree_stamps(*baseline_probe);
+    j["before"] = {{"errors", before.report.errors},
+                   {"warnings", before.report.warnings},
+                   {"probe", probe_summary_json(baseline_probe, probe_why_not)}};
+  };
   j["snapshot"] = name;
-  j["before"] = {{"errors", before.report.errors},
-                 {"warnings", before.report.warnings},
-                 {"probe", probe_summary_json(baseline_probe, probe_why_not)}};
-  say(fmt::format(
-      "cudafix guard: snapshot '{}' taken ({} files); doctor: {}; probe: {}; running `{}`", name, snap.files,
-      count_of(static_cast<std::size_t>(before.report.errors), "error", "errors"),
-      baseline_probe ? std::string(pr::to_string(baseline_probe->verdict.outcome)) : "not run, " + probe_why_not,
-      shown));
+  j["before"] = nullptr;  // its place in the document, filled by take_baseline
+  const bool probe_beside_command = touches_no_library && probing.valid();
+  if (!probe_beside_command) take_baseline();
+  lap("probe");
+  say(fmt::format("cudafix guard: snapshot '{}' taken ({} files); doctor: {}; probe: {}; running `{}`", name,
+                  snap.files, count_of(static_cast<std::size_t>(before.report.errors), "error", "errors"),
+                  probe_beside_command ? std::string("running beside it (it deletes no library)")
+                  : baseline_probe     ? std::string(pr::to_string(baseline_probe->verdict.outcome))
+                                       : "not run, " + probe_why_not,
+                  shown));
 
   // The command, with the lock released.
   int code = 0;
@@ -511,15 +544,21 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     code = command.wait();
   }
   j["exit_code"] = code;
+  lap("command");
 
   try {
+    if (probe_beside_command) {
+      take_baseline();
+      lap("probe");
+    }
     lock.emplace(root, lock_wait(g), say_waiting);
     // After: the environment scanned afresh, judged against the baseline.
-    auto opts = scan_options(g, r::ScanDepth::full, true);
-    opts.cache_dir.clear();  // what the command just wrote is read, not a cache's answer
-    const r::Environment now = r::scan_environment(env.layout, opts);
+    // The caches answer only for folders and objects whose stamps are the ones kept, and keep
+    // nothing written within their settle time: what the command changed is read from the disk.
+    const r::Environment now = r::scan_environment(env.layout, scan_options(g, r::ScanDepth::full, true));
     const Baseline after = doctor_baseline(g, now, knowledge, settings);
     std::vector<GotWorse> worse = model_worse(env, now, knowledge, before, after);
+    lap("rescan");
     bool probed_after = false;
     if (baseline_probe && (tree_changed(stamps) || !worse.empty())) {
       pr::VerifyOptions vo;
@@ -528,6 +567,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
       probed_after = true;
       for (auto& w : probe_worse(*baseline_probe, after_probe)) worse.push_back(std::move(w));
       j["after_probe"] = probe_summary_json(after_probe, "");
+      lap("probe_after");
     } else {
       j["after_probe"] = probe_summary_json(std::nullopt, baseline_probe ? "the command changed no file of the "
                                                                            "consumer's library tree"
@@ -539,7 +579,12 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     j["undone"] = false;
     j["kept"] = o.keep || !worse.empty();
     const auto finish = [&](int rc, const std::string& text) {
+      lap("finish");
       j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      j["phases"] = phases;
+      if (g.timings)
+        for (const auto& [phase, seconds] : phases.items())
+          std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", phase, seconds.get<double>() * 1000);
       if (g.json)
         out << j.dump() << '\n';
       else if (!g.quiet || rc != code)
@@ -553,6 +598,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     if (worse.empty()) {
       if (!o.keep) {
         tx::delete_snapshot(root, name);
+        lap("delete");
         j["kept"] = false;
         return finish(code, fmt::format("cudafix guard: `{}` exited {}; nothing got worse; snapshot '{}' deleted",
                                         shown, code, name));

@@ -285,7 +285,7 @@ void delete_snapshot(const std::string& root, const std::string& name) {
   const std::string dir = snapshot_dir(root, name);
   if (!exists_nofollow(dir + "/manifest.json"))
     throw r::Error(fmt::format("no snapshot named '{}' in {}", name, snapshots_root(root)));
-  remove_tree(dir);
+  remove_tree_on_every_core(dir);
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "resolver/base/diagnostic.hpp"
+#include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 
 namespace cudafix::installer::txn {
@@ -329,6 +330,138 @@ void remove_tree(const std::string& path) {
   }
   if (::unlinkat(p.fd(), p.name(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT)
     fail("unlink", path, errno);
+}
+
+namespace {
+
+// A folder below the one being removed: its path relative to that one, and its depth.
+struct Subfolder {
+  std::string rel;
+  int depth = 0;
+};
+
+// Every folder below the open folder `fd` (closed here), listed without following a symlink.
+void list_subfolders(int fd, const std::string& rel, int depth, const std::string& shown, std::vector<Subfolder>& out) {
+  if (depth > 256) {
+    ::close(fd);
+    throw resolver::Error(fmt::format("{}: folders nested over 256 deep; not removed", shown));
+  }
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    fail("opendir", shown, errno);
+  }
+  std::vector<std::string> folders;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    bool folder = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st {};
+      folder = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (folder) folders.emplace_back(name);
+  }
+  for (const auto& name : folders) {
+    const std::string sub_rel = rel.empty() ? name : rel + "/" + name;
+    out.push_back({sub_rel, depth + 1});
+    const int sub = ::openat(::dirfd(d), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) continue;
+    try {
+      list_subfolders(sub, sub_rel, depth + 1, shown + "/" + name, out);
+    } catch (...) {
+      ::closedir(d);
+      throw;
+    }
+  }
+  ::closedir(d);
+}
+
+// `rel` below the open folder `top`, opened by the kernel's rules alone: beneath it, through no
+// symlink, so that a folder swapped for a link since it was listed leads nowhere.
+int open_beneath_no_links(int top, const std::string& rel) {
+  open_how how{};
+  how.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  long fd = 0;
+  do fd = ::syscall(SYS_openat2, top, rel.c_str(), &how, sizeof how);
+  while (fd < 0 && errno == EAGAIN);
+  return static_cast<int>(fd);
+}
+
+// Unlinks every entry of the open folder `fd` (closed here) that is not a folder.
+void unlink_files_in(int fd, const std::string& shown) {
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    fail("opendir", shown, errno);
+  }
+  std::vector<std::string> files;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    bool folder = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st {};
+      folder = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (!folder) files.emplace_back(name);
+  }
+  for (const auto& name : files)
+    if (::unlinkat(::dirfd(d), name.c_str(), 0) != 0 && errno != ENOENT) {
+      const int err = errno;
+      ::closedir(d);
+      fail("unlink", shown + "/" + name, err);
+    }
+  ::closedir(d);
+}
+
+}  // namespace
+
+void remove_tree_on_every_core(const std::string& path) {
+  if (openat2_missing) return remove_tree(path);
+  const Parent p("rmdir", path);
+  if (p.missing()) return;
+  const int top = ::openat(p.fd(), p.name(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top < 0) return remove_tree(path);  // a file, a symlink, or gone: as remove_tree does
+  std::vector<Subfolder> folders{{"", 0}};
+  try {
+    const int listing = ::fcntl(top, F_DUPFD_CLOEXEC, 0);
+    if (listing < 0) fail("dup", path, errno);
+    list_subfolders(listing, "", 0, path, folders);
+    // The files, each folder's on a core of its own; then the folders, deepest first.
+    resolver::parallel_for(folders.size(), 0, [&](std::size_t i) {
+      const auto& f = folders[i];
+      const int fd = f.rel.empty() ? ::fcntl(top, F_DUPFD_CLOEXEC, 0) : open_beneath_no_links(top, f.rel);
+      if (fd < 0) {
+        if (errno == ENOENT) return;
+        fail("open", path + "/" + f.rel, errno);
+      }
+      unlink_files_in(fd, f.rel.empty() ? path : path + "/" + f.rel);
+    });
+    std::stable_sort(folders.begin(), folders.end(),
+                     [](const Subfolder& a, const Subfolder& b) { return a.depth > b.depth; });
+    for (const auto& f : folders) {
+      if (f.rel.empty()) continue;
+      const auto slash = f.rel.rfind('/');
+      const int parent = slash == std::string::npos ? ::fcntl(top, F_DUPFD_CLOEXEC, 0)
+                                                    : open_beneath_no_links(top, f.rel.substr(0, slash));
+      if (parent < 0) {
+        if (errno == ENOENT) continue;
+        fail("open", path + "/" + f.rel, errno);
+      }
+      const char* name = f.rel.c_str() + (slash == std::string::npos ? 0 : slash + 1);
+      const int rc = ::unlinkat(parent, name, AT_REMOVEDIR), err = errno;
+      ::close(parent);
+      if (rc != 0 && err != ENOENT) fail("rmdir", path + "/" + f.rel, err);
+    }
+  } catch (...) {
+    ::close(top);
+    throw;
+  }
+  ::close(top);
+  // Whatever appeared meanwhile goes the one-thread way, and the folder itself with it.
+  remove_tree(path);
 }
 
 void link_path(const std::string& from, const std::string& to) {

@@ -385,14 +385,15 @@ TEST(Verify, TheToolkitsRealStubLibcudaReports34AndItsPath) {
   TempDir lib;
   fs::create_symlink(stub, lib.path() + "/libcuda.so.1");
   const auto v = verify(venv, lib.path());
-  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.exit_code, 1) << v.text;
+  ASSERT_TRUE(v.doc.contains("stages") && v.doc.contains("libcuda_real")) << v.doc.dump() << "\n" << v.text;
   const json* failed = nullptr;
   for (const auto& s : v.doc["stages"])
     if (s["ok"] == false) failed = &s;
-  ASSERT_NE(failed, nullptr);
-  EXPECT_EQ((*failed)["code"], 34);
+  ASSERT_NE(failed, nullptr) << v.text;
+  EXPECT_EQ((*failed)["code"], 34) << v.text;
   EXPECT_EQ((*failed)["name"], "CUDA_ERROR_STUB_LIBRARY");
-  EXPECT_EQ(v.doc["libcuda_real"], fs::canonical(stub).string());
+  EXPECT_EQ(v.doc["libcuda_real"], fs::canonical(stub).string()) << v.text;
   const json* d = likely_cause(v.doc, "stub libcuda");
   ASSERT_NE(d, nullptr);
   EXPECT_THAT((*d)["result"].get<std::string>(), HasSubstr(fs::canonical(stub).string()));
