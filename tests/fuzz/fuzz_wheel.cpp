@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "installer/wheel_source.hpp"
+#include "installer/wheel/read.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 

@@ -5,7 +5,8 @@
 
 #include <filesystem>
 
-#include "installer/wheel_source.hpp"
+#include "installer/source/find_links.hpp"
+#include "installer/wheel/read.hpp"
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"

@@ -1,4 +1,4 @@
-#include "installer/wheel_pack.hpp"
+#include "installer/wheel/pack.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
