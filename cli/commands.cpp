@@ -647,7 +647,7 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
     for (auto f : r::split(pip_find_links, ' '))
       if (!f.empty()) folders.emplace_back(f);
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
-  auto found = installer::find_wheels(folders, opts.supported_tags);
+  auto found = installer::source::find_wheels(folders, opts.supported_tags);
   for (const auto& diag : found.diagnostics)
     if (!g.quiet) std::cerr << fmt::format("cudafix: warning: {}\n", printable(diag.to_string(), k_line_limit));
   opts.wheels = std::move(found.wheels);

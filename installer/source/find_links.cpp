@@ -9,7 +9,7 @@
 #include "installer/wheel/read.hpp"
 #include "resolver/base/diagnostic.hpp"
 
-namespace cudafix::installer {
+namespace cudafix::installer::source {
 namespace r = cudafix::resolver;
 
 FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vector<std::string>& supported_tags) {
@@ -38,4 +38,4 @@ FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vect
   return out;
 }
 
-}  // namespace cudafix::installer
+}  // namespace cudafix::installer::source

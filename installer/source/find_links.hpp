@@ -7,7 +7,7 @@
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/plan/wheel.hpp"
 
-namespace cudafix::installer {
+namespace cudafix::installer::source {
 
 struct FoundWheels {
   std::vector<resolver::Wheel> wheels;            // sorted by name, then file
@@ -19,4 +19,4 @@ struct FoundWheels {
 [[nodiscard]] FoundWheels find_wheels(const std::vector<std::string>& folders,
                                       const std::vector<std::string>& supported_tags);
 
-}  // namespace cudafix::installer
+}  // namespace cudafix::installer::source
