@@ -171,7 +171,7 @@ Configuration load_configuration(const GlobalOptions& g, const std::optional<std
   return c;
 }
 
-// Where scans keep what they read (resolver/cache_file.hpp): $CUDAFIX_CACHE_DIR, else
+// Where scans keep what they read (resolver/base/cache_file.hpp): $CUDAFIX_CACHE_DIR, else
 // $XDG_CACHE_HOME/cudafix, else ~/.cache/cudafix; "" (no cache) when none of them is set.
 std::string cache_dir() {
   if (auto d = env_var("CUDAFIX_CACHE_DIR"); d && !d->empty()) return *d;

@@ -1,6 +1,6 @@
-// libFuzzer: reading a wheel (a zip through libarchive, then METADATA, RECORD and the ELF members)
-// must never crash; bad input is an Error naming the wheel, and a wheel that is read names the
-// dist its file name says.
+// libFuzzer: reading a wheel (its archive through the one zip reader, then METADATA, RECORD and
+// the ELF members) must never crash; bad input is an Error naming the wheel, and a wheel that is
+// read names the dist its file name says.
 #include <cstdint>
 #include <string>
 #include <string_view>
