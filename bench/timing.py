@@ -12,7 +12,7 @@ import time
 def settle():
     """Writes back what materialising a venv left dirty, so that no bench pays for it, and waits
     out the 2 s within which cudafix's walk cache does not keep a folder's listing
-    (resolver/walk_cache.hpp), so that a venv just written is cached like any other."""
+    (resolver/env/walk_cache.hpp), so that a venv just written is cached like any other."""
     os.sync()
     time.sleep(2.1)
 

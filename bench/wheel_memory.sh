@@ -2,7 +2,7 @@
 # Memory of `cudafix install` on a wheel whose metadata members (WHEEL, METADATA, RECORD,
 # entry_points.txt) are 128 MB each, deflated about 100:1 (tests/e2e/make_wheel_big_metadata.py):
 # the zip reader refuses a metadata member over 16 MiB by name before inflating it
-# (installer/zip_reader.hpp, k_max_metadata), so the peak RSS stays that of a small run. Also
+# (installer/wheel/zip_reader.hpp, k_max_metadata), so the peak RSS stays that of a small run. Also
 # pip's own install of the same wheel, for comparison. Prints each command's exit status, its
 # message and its maximum resident set size from /usr/bin/time -v.
 #   bench/wheel_memory.sh [CUDAFIX (build/cudafix)] [SIZE_MB (128)]

@@ -28,13 +28,14 @@
 #include "cli/printable.hpp"
 #include "cli/text_output.hpp"
 #include "installer/probe/verify.hpp"
+#include "installer/source/find_links.hpp"
 #include "installer/source/sources.hpp"
 #include "installer/txn/changes.hpp"
 #include "installer/txn/file_ops.hpp"
 #include "installer/txn/landlock.hpp"
 #include "installer/txn/transaction.hpp"
-#include "installer/wheel_install.hpp"
-#include "installer/wheel_source.hpp"
+#include "installer/wheel/install.hpp"
+#include "installer/wheel/read.hpp"
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/closest.hpp"
 #include "resolver/base/text.hpp"
@@ -170,7 +171,7 @@ Configuration load_configuration(const GlobalOptions& g, const std::optional<std
   return c;
 }
 
-// Where scans keep what they read (resolver/cache_file.hpp): $CUDAFIX_CACHE_DIR, else
+// Where scans keep what they read (resolver/base/cache_file.hpp): $CUDAFIX_CACHE_DIR, else
 // $XDG_CACHE_HOME/cudafix, else ~/.cache/cudafix; "" (no cache) when none of them is set.
 std::string cache_dir() {
   if (auto d = env_var("CUDAFIX_CACHE_DIR"); d && !d->empty()) return *d;
@@ -646,7 +647,7 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
     for (auto f : r::split(pip_find_links, ' '))
       if (!f.empty()) folders.emplace_back(f);
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
-  auto found = installer::find_wheels(folders, opts.supported_tags);
+  auto found = installer::source::find_wheels(folders, opts.supported_tags);
   for (const auto& diag : found.diagnostics)
     if (!g.quiet) std::cerr << fmt::format("cudafix: warning: {}\n", printable(diag.to_string(), k_line_limit));
   opts.wheels = std::move(found.wheels);

@@ -18,7 +18,7 @@
 #include "cli/session.hpp"
 #include "cli/text_output.hpp"
 #include "demo_env_json.hpp"
-#include "installer/wheel_pack.hpp"
+#include "installer/wheel/pack.hpp"
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/example_env.hpp"

@@ -17,7 +17,7 @@
 #include "installer/probe/step_verify.hpp"
 #include "installer/probe/verify.hpp"
 #include "installer/txn/transaction.hpp"
-#include "installer/wheel_install.hpp"
+#include "installer/wheel/install.hpp"
 #include "resolver/plan/plan_file.hpp"
 
 namespace cudafix::cli {

@@ -49,7 +49,7 @@ struct RuleSettings {
   std::vector<std::string> allow;
 };
 
-// Every rule id doctor knows, in DESIGN.md's order.
+// Every rule id doctor knows, in registry()'s order (rules/rule.hpp).
 [[nodiscard]] const std::vector<std::string>& rule_ids();
 
 struct DoctorOptions {

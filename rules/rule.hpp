@@ -36,7 +36,8 @@ struct Rule {
 // "dists", "files", "full": how `cudafix rules` names a depth.
 [[nodiscard]] std::string_view to_string(resolver::ScanDepth depth);
 
-// Every rule, in DESIGN.md's order (the order of `cudafix rules` and of error messages).
+// Every rule, in the order rules/registry.cpp lists them (the order of `cudafix rules` and of the
+// rule ids an error message lists).
 [[nodiscard]] const std::vector<const Rule*>& registry();
 // nullptr for an unknown id.
 [[nodiscard]] const Rule* find_rule(std::string_view id);

@@ -1,5 +1,5 @@
 # bash completion for cudafix (installed as share/bash-completion/completions/cudafix).
-# tests/release/check_completions.py keeps the commands and options here those of `cudafix --help`;
+# tests/release/test_release.py keeps the commands and options here those of `cudafix --help`;
 # tests/e2e/test_command_line.cpp calls _cudafix as bash would.
 
 # The words `cudafix __complete KIND` lists (rules: the rule ids; dists: the environment's dist

@@ -23,61 +23,37 @@ namespace r = cudafix::resolver;
 namespace {
 
 // libcurl's functions, bound once (the header's type-checking macros wrap the names, not these).
-struct Curl {
-  decltype(&::curl_global_init) global_init;
-  decltype(&::curl_easy_init) easy_init;
-  decltype(&::curl_easy_setopt) easy_setopt;
-  decltype(&::curl_easy_getinfo) easy_getinfo;
-  decltype(&::curl_easy_cleanup) easy_cleanup;
-  decltype(&::curl_easy_strerror) easy_strerror;
-  decltype(&::curl_multi_init) multi_init;
-  decltype(&::curl_multi_setopt) multi_setopt;
-  decltype(&::curl_multi_add_handle) multi_add;
-  decltype(&::curl_multi_remove_handle) multi_remove;
-  decltype(&::curl_multi_perform) multi_perform;
-  decltype(&::curl_multi_poll) multi_poll;
-  decltype(&::curl_multi_info_read) multi_info_read;
-  decltype(&::curl_multi_cleanup) multi_cleanup;
-  decltype(&::curl_share_init) share_init;
-  decltype(&::curl_share_setopt) share_setopt;
-  decltype(&::curl_share_cleanup) share_cleanup;
-  decltype(&::curl_slist_append) slist_append;
-  decltype(&::curl_slist_free_all) slist_free_all;
-  decltype(&::curl_url) url;
-  decltype(&::curl_url_set) url_set;
-  decltype(&::curl_url_get) url_get;
-  decltype(&::curl_url_cleanup) url_cleanup;
-  decltype(&::curl_free) free;
-};
+#define LIBCURL_FUNCTIONS(X)                \
+  X(global_init, curl_global_init)          \
+  X(easy_init, curl_easy_init)              \
+  X(easy_setopt, curl_easy_setopt)          \
+  X(easy_getinfo, curl_easy_getinfo)        \
+  X(easy_cleanup, curl_easy_cleanup)        \
+  X(easy_strerror, curl_easy_strerror)      \
+  X(multi_init, curl_multi_init)            \
+  X(multi_setopt, curl_multi_setopt)        \
+  X(multi_add, curl_multi_add_handle)       \
+  X(multi_remove, curl_multi_remove_handle) \
+  X(multi_perform, curl_multi_perform)      \
+  X(multi_poll, curl_multi_poll)            \
+  X(multi_info_read, curl_multi_info_read)  \
+  X(multi_cleanup, curl_multi_cleanup)      \
+  X(share_init, curl_share_init)            \
+  X(share_setopt, curl_share_setopt)        \
+  X(share_cleanup, curl_share_cleanup)      \
+  X(slist_append, curl_slist_append)        \
+  X(slist_free_all, curl_slist_free_all)    \
+  X(url, curl_url)                          \
+  X(url_set, curl_url_set)                  \
+  X(url_get, curl_url_get)                  \
+  X(url_cleanup, curl_url_cleanup)          \
+  X(free, curl_free)
+CUDAFIX_SHARED_LIBRARY_TABLE(Curl, LIBCURL_FUNCTIONS);
+#undef LIBCURL_FUNCTIONS
 
 const Curl& curl() {
   static const Curl c = [] {
-    const r::SharedLibrary so("libcurl.so.4", "reach a package index (libcurl)");
-    Curl l{};
-    so.bind(l.global_init, "curl_global_init");
-    so.bind(l.easy_init, "curl_easy_init");
-    so.bind(l.easy_setopt, "curl_easy_setopt");
-    so.bind(l.easy_getinfo, "curl_easy_getinfo");
-    so.bind(l.easy_cleanup, "curl_easy_cleanup");
-    so.bind(l.easy_strerror, "curl_easy_strerror");
-    so.bind(l.multi_init, "curl_multi_init");
-    so.bind(l.multi_setopt, "curl_multi_setopt");
-    so.bind(l.multi_add, "curl_multi_add_handle");
-    so.bind(l.multi_remove, "curl_multi_remove_handle");
-    so.bind(l.multi_perform, "curl_multi_perform");
-    so.bind(l.multi_poll, "curl_multi_poll");
-    so.bind(l.multi_info_read, "curl_multi_info_read");
-    so.bind(l.multi_cleanup, "curl_multi_cleanup");
-    so.bind(l.share_init, "curl_share_init");
-    so.bind(l.share_setopt, "curl_share_setopt");
-    so.bind(l.share_cleanup, "curl_share_cleanup");
-    so.bind(l.slist_append, "curl_slist_append");
-    so.bind(l.slist_free_all, "curl_slist_free_all");
-    so.bind(l.url, "curl_url");
-    so.bind(l.url_set, "curl_url_set");
-    so.bind(l.url_get, "curl_url_get");
-    so.bind(l.url_cleanup, "curl_url_cleanup");
-    so.bind(l.free, "curl_free");
+    Curl l = r::load_functions<Curl>("libcurl.so.4", "reach a package index (libcurl)");
     if (l.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
       throw r::Error("cannot reach a package index: curl_global_init failed");
     return l;

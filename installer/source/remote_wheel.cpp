@@ -12,8 +12,8 @@
 #include <map>
 
 #include "installer/source/deflate_window.hpp"
-#include "installer/wheel_source.hpp"
-#include "installer/zip_reader.hpp"
+#include "installer/wheel/read.hpp"
+#include "installer/wheel/zip_reader.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
@@ -33,7 +33,7 @@ std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p
 const unsigned char* bytes_of(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
 
 struct Member {
-  std::string name;  // normalised (installer/zip_reader.hpp)
+  std::string name;  // normalised (installer/wheel/zip_reader.hpp)
   std::uint16_t method = 0;
   std::uint64_t compressed = 0, size = 0, header = 0;  // header: the local header's offset
   std::uint64_t data = 0;                              // where its data starts, once the local header is read
@@ -81,7 +81,7 @@ std::vector<std::string> fetch(HttpClient& http, const std::string& url,
 }
 
 // The central directory, from the end of the file (fetching more when it is larger than the
-// tail), parsed and checked by the one zip reader (installer/zip_reader.hpp).
+// tail), parsed and checked by the one zip reader (installer/wheel/zip_reader.hpp).
 std::vector<Member> central_directory(HttpClient& http, const std::string& url, const std::string& tail,
                                       std::uint64_t size) {
   const std::uint64_t tail_start = size - tail.size();

@@ -358,7 +358,7 @@ std::vector<Obtained> WheelSources::obtain(const std::vector<Wanted>& wanted) {
 
 namespace {
 
-std::string env_var(const char* name) {
+std::string env_text(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
 }
@@ -368,9 +368,9 @@ std::string env_var(const char* name) {
 IndexChoice indexes_from_environment() {
   IndexChoice c;
   for (const char* name : {"PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"})
-    if (!c.index_url && !env_var(name).empty()) c.index_url = env_var(name);
+    if (!c.index_url && !env_text(name).empty()) c.index_url = env_text(name);
   for (const char* name : {"PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX"}) {
-    const std::string urls = env_var(name);  // split() returns views into it
+    const std::string urls = env_text(name);  // split() returns views into it
     for (const auto& u : r::split(urls, ' ')) {
       if (u.empty()) continue;
       if (!c.extra_index_urls) c.extra_index_urls.emplace();
@@ -395,7 +395,7 @@ std::vector<std::string> index_urls(const IndexChoice& command_line, const Index
 }
 
 void read_environment(SourceSettings& s) {
-  const auto var = env_var;
+  const auto var = env_text;
   const std::string home = var("HOME");
   const std::string xdg =
       var("XDG_CACHE_HOME").empty() ? (home.empty() ? "" : home + "/.cache") : var("XDG_CACHE_HOME");

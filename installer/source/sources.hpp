@@ -1,5 +1,5 @@
-// Where the wheels a plan needs come from, in pip's order: the --find-links folders (read by
-// installer/wheel_source), then the package indexes (installer/source/index over
+// Where the wheels a plan needs come from, in pip's order: the --find-links folders
+// (installer/source/find_links), then the package indexes (installer/source/index over
 // installer/source/http), or, offline, the user's own pip and uv caches
 // (installer/source/user_caches) and cudafix's own. Every wheel ends up a file in cudafix's
 // content-addressed cache, its SHA-256 checked first:

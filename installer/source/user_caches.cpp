@@ -14,9 +14,9 @@
 #include <map>
 #include <optional>
 
-#include "installer/mapped_file.hpp"
 #include "installer/txn/file_ops.hpp"
-#include "installer/wheel_install.hpp"
+#include "installer/wheel/install.hpp"
+#include "installer/wheel/mapped_file.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/dist_info.hpp"

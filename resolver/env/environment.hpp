@@ -61,7 +61,7 @@ struct ScanOptions {
   std::string cache_dir;
 };
 
-struct ParsedRequirements;  // resolver/requirements.hpp
+struct ParsedRequirements;  // resolver/env/requirements.hpp
 
 class Environment {
  public:

@@ -1,7 +1,7 @@
 // Materialising an environment described in the corpus format (tests/data/README.md):
 // a venv with pyvenv.cfg, dist-info folders (METADATA, RECORD, INSTALLER, WHEEL, ...), a file
 // for every RECORD row, and, where the description gives a dynamic section, a real ELF shared
-// object carrying it (resolver/elf_writer.hpp). `cudafix demo`, the end-to-end tests and the
+// object carrying it (resolver/elf/elf_writer.hpp). `cudafix demo`, the end-to-end tests and the
 // benchmarks build their environments with it.
 //
 // The format: {"python": "3.12.3", "site_packages": "lib/python3.12/site-packages",

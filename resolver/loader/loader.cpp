@@ -85,7 +85,7 @@ std::shared_ptr<LoaderModel> LoaderModel::what_if(const LoaderConfig& changes) c
 }
 
 // The caches below are read by every worker of the process model and written rarely
-// (resolver/sharded_map.hpp).
+// (resolver/base/sharded_map.hpp).
 const std::string* LoaderModel::real_dir(const std::string& dir) const {
   // A folder a planned install creates (a lexical path: it has no realpath yet).
   if (config_.added_dirs && !config_.added_dirs->empty()) {

@@ -41,38 +41,26 @@ std::string hex_of(const unsigned char* data, std::size_t n) {
   return out;
 }
 
-// libcrypto, loaded the first time something is hashed (resolver/shared_library.hpp says why):
+// libcrypto, loaded the first time something is hashed (resolver/base/shared_library.hpp says why):
 // a scan never hashes; doctor does for --verify-hashes and for shared files whose owners' sizes
 // tie (whose_bytes); plans and wheels do.
-struct LibCrypto {
-  decltype(&::EVP_sha256) sha256;
-  decltype(&::EVP_sha384) sha384;
-  decltype(&::EVP_sha512) sha512;
-  decltype(&::EVP_Digest) digest;
-  decltype(&::EVP_MD_CTX_new) ctx_new;
-  decltype(&::EVP_MD_CTX_free) ctx_free;
-  decltype(&::EVP_DigestInit_ex) init;
-  decltype(&::EVP_DigestUpdate) update;
-  decltype(&::EVP_DigestFinal_ex) final;
-};
+#define LIBCRYPTO_FUNCTIONS(X) \
+  X(sha256, EVP_sha256)        \
+  X(sha384, EVP_sha384)        \
+  X(sha512, EVP_sha512)        \
+  X(digest, EVP_Digest)        \
+  X(ctx_new, EVP_MD_CTX_new)   \
+  X(ctx_free, EVP_MD_CTX_free) \
+  X(init, EVP_DigestInit_ex)   \
+  X(update, EVP_DigestUpdate)  \
+  X(final, EVP_DigestFinal_ex)
+CUDAFIX_SHARED_LIBRARY_TABLE(LibCrypto, LIBCRYPTO_FUNCTIONS);
+#undef LIBCRYPTO_FUNCTIONS
 
 // Throws Error when libcrypto cannot be loaded (and tries again on the next call).
 const LibCrypto& libcrypto() {
-  static const LibCrypto lib = [] {
-    // OpenSSL 3's SONAME; the headers the calls are checked against are 3's.
-    const SharedLibrary so("libcrypto.so.3", "compute SHA-256");
-    LibCrypto l{};
-    so.bind(l.sha256, "EVP_sha256");
-    so.bind(l.sha384, "EVP_sha384");
-    so.bind(l.sha512, "EVP_sha512");
-    so.bind(l.digest, "EVP_Digest");
-    so.bind(l.ctx_new, "EVP_MD_CTX_new");
-    so.bind(l.ctx_free, "EVP_MD_CTX_free");
-    so.bind(l.init, "EVP_DigestInit_ex");
-    so.bind(l.update, "EVP_DigestUpdate");
-    so.bind(l.final, "EVP_DigestFinal_ex");
-    return l;
-  }();
+  // OpenSSL 3's SONAME; the headers the calls are checked against are 3's.
+  static const LibCrypto lib = load_functions<LibCrypto>("libcrypto.so.3", "compute SHA-256");
   return lib;
 }
 

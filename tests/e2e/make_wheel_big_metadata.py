@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a wheel whose metadata members (WHEEL, METADATA, RECORD, entry_points.txt) are each
 about SIZE_MB megabytes of text that deflates by about 100:1, below the zip reader's ratio limit
-(1000:1), so that only the metadata cap (installer/zip_reader.hpp: k_max_metadata) stops them.
+(1000:1), so that only the metadata cap (installer/wheel/zip_reader.hpp: k_max_metadata) stops them.
 
 usage: make_wheel_big_metadata.py OUTDIR SIZE_MB      prints the wheel's path
 """

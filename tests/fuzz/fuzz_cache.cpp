@@ -1,6 +1,6 @@
 // libFuzzer: cudafix's cache files (the walk cache, the ELF store) must never crash their reader,
 // whatever their payload. The first byte picks the kind; the rest is the payload, written to a
-// file with the header and hash trailer of resolver/cache_file.hpp, so that the fuzzer explores
+// file with the header and hash trailer of resolver/base/cache_file.hpp, so that the fuzzer explores
 // what lies behind the checksum.
 #include <unistd.h>
 

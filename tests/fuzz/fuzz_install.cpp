@@ -1,4 +1,4 @@
-// libFuzzer: validating a wheel for installing (installer/wheel_install.hpp: the zip read from its
+// libFuzzer: validating a wheel for installing (installer/wheel/install.hpp: the zip read from its
 // own central directory and local headers, then the dist-info, WHEEL, entry points and RECORD)
 // must never crash or read outside the file; bad input is an Error naming the wheel, and a wheel
 // that passes names the dist its file name says, each member's data inside the file.
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "installer/wheel_install.hpp"
+#include "installer/wheel/install.hpp"
 #include "resolver/base/diagnostic.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

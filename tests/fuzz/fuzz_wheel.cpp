@@ -1,11 +1,11 @@
-// libFuzzer: reading a wheel (a zip through libarchive, then METADATA, RECORD and the ELF members)
-// must never crash; bad input is an Error naming the wheel, and a wheel that is read names the
-// dist its file name says.
+// libFuzzer: reading a wheel (its archive through the one zip reader, then METADATA, RECORD and
+// the ELF members) must never crash; bad input is an Error naming the wheel, and a wheel that is
+// read names the dist its file name says.
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-#include "installer/wheel_source.hpp"
+#include "installer/wheel/read.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 

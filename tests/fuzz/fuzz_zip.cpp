@@ -1,4 +1,4 @@
-// libFuzzer: the one zip reader (installer/zip_reader.hpp) over any bytes: validating an
+// libFuzzer: the one zip reader (installer/wheel/zip_reader.hpp) over any bytes: validating an
 // archive, then reading every member whole, streamed and by windows, must never crash, read
 // outside the input or produce more than a member declares; bad input is an Error naming the
 // archive. The range-request path's parsing (the end structures from a tail of the file, as
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "installer/zip_reader.hpp"
+#include "installer/wheel/zip_reader.hpp"
 #include "resolver/base/diagnostic.hpp"
 
 namespace zip = cudafix::installer::zip;

@@ -27,7 +27,7 @@ mkdir -p "$OUT/zip-made"
 python3 "$src/tests/e2e/make_accepted_wheels.py" "$OUT/zip-made" > /dev/null
 for w in zip64_local zip64_end trailing_bytes dot_slash_rows; do mv "$OUT/zip-made/ok_$w-1.0-py3-none-any.whl" "$OUT/zip/$w"; done
 rm -rf "$OUT/zip-made"
-# Cache payloads as resolver/walk_cache.hpp and elf_store.hpp lay them out, after fuzz_cache's
+# Cache payloads as resolver/env/walk_cache.hpp and elf_store.hpp lay them out, after fuzz_cache's
 # first byte (0: walk cache, 1: ELF store): a folder /s/ with two entries; one object /s/libx.so.
 python3 - "$OUT/cache" <<'PY'
 import struct, sys

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "installer/source/remote_wheel.hpp"
-#include "installer/wheel_source.hpp"
+#include "installer/wheel/read.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 #include "tests/support/canned_http.hpp"

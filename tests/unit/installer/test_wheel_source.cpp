@@ -5,7 +5,8 @@
 
 #include <filesystem>
 
-#include "installer/wheel_source.hpp"
+#include "installer/source/find_links.hpp"
+#include "installer/wheel/read.hpp"
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
@@ -96,13 +97,13 @@ TEST(FindWheels, ABrokenWheelIsADiagnosticAndTheOthersAreStillRead) {
   TempDir t;
   make_wheel(t, "good 1.0");
   test::write_file(t.path() + "/bad-1.0-py3-none-any.whl", "garbage");
-  const auto found = find_wheels({t.path()}, k_tags);
+  const auto found = source::find_wheels({t.path()}, k_tags);
   ASSERT_EQ(found.wheels.size(), 1u);
   EXPECT_EQ(found.wheels[0].metadata.name, "good");
   EXPECT_EQ(found.wheels[0].source, t.path());
   ASSERT_EQ(found.diagnostics.size(), 1u);
   EXPECT_THAT(found.diagnostics[0].to_string(), HasSubstr("bad-1.0-py3-none-any.whl"));
-  EXPECT_THROW((void)find_wheels({t.path() + "/missing"}, k_tags), resolver::Error);
+  EXPECT_THROW((void)source::find_wheels({t.path() + "/missing"}, k_tags), resolver::Error);
 }
 
 TEST(AtomicFile, NothingAppearsUntilCommitAndNothingIsLeftWithout) {

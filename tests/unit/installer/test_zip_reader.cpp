@@ -1,4 +1,4 @@
-// The one zip reader (installer/zip_reader.hpp) on archives Python's zipfile writes: ZIP64 end
+// The one zip reader (installer/wheel/zip_reader.hpp) on archives Python's zipfile writes: ZIP64 end
 // records read, the end found from a tail of the file as the range-request planner fetches it,
 // members read by windows as they are whole, and names normalised before they are compared.
 #include <gmock/gmock.h>
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "installer/zip_reader.hpp"
+#include "installer/wheel/zip_reader.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 #include "tests/support/process.hpp"

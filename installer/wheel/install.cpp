@@ -1,4 +1,4 @@
-#include "installer/wheel_install.hpp"
+#include "installer/wheel/install.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,10 +17,10 @@
 #include <optional>
 #include <set>
 
-#include "installer/mapped_file.hpp"
 #include "installer/txn/file_ops.hpp"
-#include "installer/wheel_source.hpp"
-#include "installer/zip_reader.hpp"
+#include "installer/wheel/mapped_file.hpp"
+#include "installer/wheel/read.hpp"
+#include "installer/wheel/zip_reader.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"

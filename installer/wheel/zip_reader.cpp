@@ -1,4 +1,4 @@
-#include "installer/zip_reader.hpp"
+#include "installer/wheel/zip_reader.hpp"
 
 #include <fmt/format.h>
 #include <libdeflate.h>

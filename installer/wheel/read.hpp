@@ -1,6 +1,7 @@
-// Wheel sources for planning: a --find-links folder of .whl files, each read by the one zip
-// reader (installer/zip_reader.hpp: the archive validated whole first) for its name, version,
-// tags, METADATA, RECORD and the dynamic section of every ELF object in it.
+// A wheel read into the planner's `Wheel` value by the one zip reader
+// (installer/wheel/zip_reader.hpp: the archive validated whole first): its name, version, tags,
+// METADATA, RECORD and the dynamic section of every ELF object in it. Where the wheel came from
+// (a --find-links folder, an index, a cache) is installer/source/'s.
 #pragma once
 
 #include <string>
@@ -30,15 +31,5 @@ namespace cudafix::installer {
 [[nodiscard]] bool compatible_here(const resolver::WheelName& name, const std::vector<std::string>& supported_tags);
 // The members whose dynamic section the planner reads: shared objects by name.
 [[nodiscard]] bool looks_like_elf_member(std::string_view member);
-
-struct FoundWheels {
-  std::vector<resolver::Wheel> wheels;            // sorted by name, then file
-  std::vector<resolver::Diagnostic> diagnostics;  // wheels that could not be read (skipped)
-};
-
-// Every *.whl in each folder (not below it). A folder that cannot be listed is an Error; a bad
-// wheel is a diagnostic and the others are still read.
-[[nodiscard]] FoundWheels find_wheels(const std::vector<std::string>& folders,
-                                      const std::vector<std::string>& supported_tags);
 
 }  // namespace cudafix::installer

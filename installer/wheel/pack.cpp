@@ -1,4 +1,4 @@
-#include "installer/wheel_pack.hpp"
+#include "installer/wheel/pack.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -18,48 +18,29 @@ namespace cudafix::installer {
 namespace r = cudafix::resolver;
 namespace {
 
-// libarchive's writer, loaded the first time a wheel is packed (resolver/shared_library.hpp says why).
-struct LibArchiveWriter {
-  decltype(&::archive_write_new) write_new;
-  decltype(&::archive_write_free) write_free;
-  decltype(&::archive_write_set_format_zip) set_format_zip;
-  decltype(&::archive_write_set_options) set_options;
-  decltype(&::archive_write_open_filename) open_filename;
-  decltype(&::archive_write_header) write_header;
-  decltype(&::archive_write_data) write_data;
-  decltype(&::archive_write_close) close;
-  decltype(&::archive_error_string) error_string;
-  decltype(&::archive_entry_new) entry_new;
-  decltype(&::archive_entry_free) entry_free;
-  decltype(&::archive_entry_set_pathname) set_pathname;
-  decltype(&::archive_entry_set_size) set_size;
-  decltype(&::archive_entry_set_filetype) set_filetype;
-  decltype(&::archive_entry_set_perm) set_perm;
-  decltype(&::archive_entry_set_mtime) set_mtime;
-};
+// libarchive's writer, loaded the first time a wheel is packed (resolver/base/shared_library.hpp says why).
+#define LIBARCHIVE_WRITER(X)                      \
+  X(write_new, archive_write_new)                 \
+  X(write_free, archive_write_free)               \
+  X(set_format_zip, archive_write_set_format_zip) \
+  X(set_options, archive_write_set_options)       \
+  X(open_filename, archive_write_open_filename)   \
+  X(write_header, archive_write_header)           \
+  X(write_data, archive_write_data)               \
+  X(close, archive_write_close)                   \
+  X(error_string, archive_error_string)           \
+  X(entry_new, archive_entry_new)                 \
+  X(entry_free, archive_entry_free)               \
+  X(set_pathname, archive_entry_set_pathname)     \
+  X(set_size, archive_entry_set_size)             \
+  X(set_filetype, archive_entry_set_filetype)     \
+  X(set_perm, archive_entry_set_perm)             \
+  X(set_mtime, archive_entry_set_mtime)
+CUDAFIX_SHARED_LIBRARY_TABLE(LibArchiveWriter, LIBARCHIVE_WRITER);
+#undef LIBARCHIVE_WRITER
 
 const LibArchiveWriter& writer() {
-  static const LibArchiveWriter lib = [] {
-    const r::SharedLibrary so("libarchive.so.13", "write wheels");
-    LibArchiveWriter l{};
-    so.bind(l.write_new, "archive_write_new");
-    so.bind(l.write_free, "archive_write_free");
-    so.bind(l.set_format_zip, "archive_write_set_format_zip");
-    so.bind(l.set_options, "archive_write_set_options");
-    so.bind(l.open_filename, "archive_write_open_filename");
-    so.bind(l.write_header, "archive_write_header");
-    so.bind(l.write_data, "archive_write_data");
-    so.bind(l.close, "archive_write_close");
-    so.bind(l.error_string, "archive_error_string");
-    so.bind(l.entry_new, "archive_entry_new");
-    so.bind(l.entry_free, "archive_entry_free");
-    so.bind(l.set_pathname, "archive_entry_set_pathname");
-    so.bind(l.set_size, "archive_entry_set_size");
-    so.bind(l.set_filetype, "archive_entry_set_filetype");
-    so.bind(l.set_perm, "archive_entry_set_perm");
-    so.bind(l.set_mtime, "archive_entry_set_mtime");
-    return l;
-  }();
+  static const LibArchiveWriter lib = r::load_functions<LibArchiveWriter>("libarchive.so.13", "write wheels");
   return lib;
 }
 

@@ -1,16 +1,15 @@
-#include "installer/wheel_source.hpp"
+#include "installer/wheel/read.hpp"
 
 #include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <set>
 
-#include "installer/mapped_file.hpp"
-#include "installer/zip_reader.hpp"
+#include "installer/wheel/mapped_file.hpp"
+#include "installer/wheel/zip_reader.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/plan/provenance.hpp"
 
@@ -100,32 +99,6 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
 r::Wheel read_wheel_memory(const void* data, std::size_t size, const std::string& file_name,
                            const std::vector<std::string>& supported_tags) {
   return read_members(static_cast<const unsigned char*>(data), size, file_name, supported_tags);
-}
-
-FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vector<std::string>& supported_tags) {
-  FoundWheels out;
-  for (const auto& folder : folders) {
-    std::error_code ec;
-    std::vector<std::string> files;
-    for (const auto& e : std::filesystem::directory_iterator(folder, ec))
-      if (e.path().extension() == ".whl")
-        files.push_back(std::filesystem::absolute(e.path()).lexically_normal().string());
-    if (ec) throw r::Error(fmt::format("--find-links {}: cannot be listed: {}", folder, ec.message()));
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) {
-      try {
-        r::Wheel w = read_wheel(f, supported_tags);
-        w.source = folder;
-        out.wheels.push_back(std::move(w));
-      } catch (const r::Error& e) {
-        out.diagnostics.push_back({f, std::nullopt, std::nullopt, e.what()});
-      }
-    }
-  }
-  std::sort(out.wheels.begin(), out.wheels.end(), [](const r::Wheel& a, const r::Wheel& b) {
-    return std::tie(a.wheel_name.normalized, a.file) < std::tie(b.wheel_name.normalized, b.file);
-  });
-  return out;
 }
 
 }  // namespace cudafix::installer

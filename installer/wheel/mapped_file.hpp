@@ -1,5 +1,5 @@
 // A file mapped read-only, for the readers that walk a wheel's or a cache entry's bytes in place
-// (installer/wheel_install, installer/source/user_caches). Throws resolver::Error naming the
+// (installer/wheel/install, installer/source/user_caches). Throws resolver::Error naming the
 // file when it cannot be opened or mapped; an empty file maps to no bytes.
 #pragma once
 

@@ -3,7 +3,7 @@
 // transaction's staging folder, checked against RECORD,
 // and planned as the transaction's renames (installer/txn/transaction.hpp).
 //
-// The zip is read by installer/zip_reader (every check of the archive, its names and its sizes
+// The zip is read by installer/wheel/zip_reader (every check of the archive, its names and its sizes
 // is there); on top of it, each refusal naming the member (uv's list after CVE-2025-54368,
 // pypa/installer's validate_record):
 //   the wheel: one `NAME-VERSION.dist-info` whose name and version are the file name's, METADATA
