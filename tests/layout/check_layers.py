@@ -10,9 +10,9 @@ import re
 import sys
 
 ORDER = ["resolver/base", "resolver/pep", "resolver/elf", "resolver/loader", "resolver/env", "resolver/plan",
-         "rules", "installer", "cli"]
+         "rules", "installer", "installer/apply", "cli"]
 # installer/ and rules/ are siblings above the resolver: neither includes the other.
-SIBLINGS = {("rules", "installer"), ("installer", "rules")}
+SIBLINGS = {("rules", "installer"), ("installer", "rules"), ("installer/apply", "rules")}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
