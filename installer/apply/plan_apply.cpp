@@ -326,12 +326,18 @@ void check_staged_step(std::size_t step, const std::string& label, const r::Step
                                step + 1, label, what, path, how));
   };
   const auto staged_writes = modelled(staged.writes), planned_writes = modelled(replayed.writes);
-  if (const auto p = first_missing(staged_writes, planned_writes)) refuse("would write", *p, "does not write");
   // A reinstall is replayed as its dist's RECORD rewritten in place, whatever the wheel holds;
-  // what the wheel leaves out of that listing (bytecode pip compiled, direct_url.json) is moved
-  // aside with the dist's leftovers, which the replay does not model: only that the wheel writes
-  // nothing the replay did not judge is checked there.
-  if (replayed.action == r::StepAction::reinstall) return;
+  // what the wheel adds to that listing, or leaves out of it (bytecode pip compiled,
+  // direct_url.json, moved aside with the leftovers), the replay does not model. The libraries
+  // are what it judged: a reinstall may write none it did not.
+  if (replayed.action == r::StepAction::reinstall) {
+    std::vector<std::string> libraries;
+    for (const auto& p : staged_writes)
+      if (r::looks_like_shared_object(r::base_name(p))) libraries.push_back(p);
+    if (const auto p = first_missing(libraries, planned_writes)) refuse("would write", *p, "does not write");
+    return;
+  }
+  if (const auto p = first_missing(staged_writes, planned_writes)) refuse("would write", *p, "does not write");
   if (const auto p = first_missing(planned_writes, staged_writes)) refuse("would not write", *p, "writes");
   const auto staged_deletes = modelled(staged.deletes), planned_deletes = modelled(replayed.deletes);
   if (const auto p = first_missing(staged_deletes, planned_deletes)) refuse("would delete", *p, "does not delete");

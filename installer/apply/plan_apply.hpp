@@ -91,9 +91,9 @@ struct StagedStep {
 };
 // Throws Error naming the step (`step`, from 0, and its label) and the first path, in sorted
 // order, that one side holds and the other lacks. A removal or an install: the staged writes and
-// deletions are exactly the replay's. A reinstall: every staged write is one the replay writes
-// (the replay rewrites the dist's RECORD rows; what of them the wheel lacks goes with the
-// leftovers, which it does not model).
+// deletions are exactly the replay's. A reinstall: every shared library staged is one the
+// replay writes (the replay rewrites the dist's RECORD rows, whatever the wheel holds: the
+// wheel's other files, and the leftovers it does not rewrite, are not modelled).
 void check_staged_step(std::size_t step, const std::string& label, const resolver::Step& replayed,
                        const StagedStep& staged);
 

@@ -87,7 +87,7 @@ TEST(PlanApply, ADeletionEitherSideLacksIsRefusedFirstInSortedOrder) {
                     HasSubstr("which the plan's replay deletes")));
 }
 
-TEST(PlanApply, AReinstallMayWriteNoFileItsReplayDoesNotRewrite) {
+TEST(PlanApply, AReinstallMayWriteNoLibraryItsReplayDoesNotRewrite) {
   auto st = an_upgrade();
   st.action = r::StepAction::reinstall;
   st.deletes.clear();
@@ -96,6 +96,8 @@ TEST(PlanApply, AReinstallMayWriteNoFileItsReplayDoesNotRewrite) {
   staged.writes = {k_site + "/nvidia/cudnn/lib/libcudnn.so.9",
                    k_site + "/nvidia_cudnn_cu13-9.19.0.56.dist-info/RECORD"};
   staged.deletes = {k_site + "/nvidia/__pycache__/__init__.cpython-312.pyc"};
+  EXPECT_EQ(refusal(st, staged), "(accepted)");
+  staged.writes.push_back(k_site + "/nvidia_cudnn_cu13-9.19.0.56.dist-info/METADATA");  // its RECORD lacked it
   EXPECT_EQ(refusal(st, staged), "(accepted)");
   staged.writes.push_back(k_site + "/nvidia/cudnn/lib/libunplanned.so");
   EXPECT_THAT(refusal(st, staged), HasSubstr("would write " + k_site + "/nvidia/cudnn/lib/libunplanned.so"));
