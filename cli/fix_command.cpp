@@ -111,17 +111,19 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full, true);
   const Health before = health_of(g, env, knowledge, settings);
   const PlannedFix planned = make_fix_plan(g, env, knowledge, o.cuda_major);
-  const auto plan = nlohmann::ordered_json::parse(planned.document);
   const Style st = style_for(g);
   nlohmann::ordered_json j = document_start("fix", env.layout.root);
-  j["plan"] = plan;
+  // The documents cli/ wrote already go into fix's as they are: the plan's is a serialisation
+  // for -o and --json, never read back here.
+  RawJson raw{{"plan", planned.document}};
+  j["plan"] = nullptr;  // its place among the keys; raw's text is written there
   j["dry_run"] = o.dry_run;
   j["changed"] = false;
   j["before"] = health_json(before);
   const auto finish = [&](int rc, const std::string& text) {
     j["seconds"] = seconds_since(t0);
     if (g.json)
-      out << j.dump() << '\n';
+      out << dump_with(j, raw) << '\n';
     else if (!g.quiet || rc != 0)
       out << text;
     return rc;
@@ -131,7 +133,8 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   if (planned.plan.steps.empty()) {
     j["after"] = j["before"];
     const auto next = next_step_after_fix(env, {});
-    j["left"] = nlohmann::ordered_json::parse(findings_left_json(env, knowledge, before.report, next));
+    j["left"] = nullptr;
+    raw["left"] = findings_left_json(env, knowledge, before.report, next);
     const int found = before.errors + before.warnings;
     if (found == 0)
       return finish(
@@ -164,21 +167,22 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
     return finish(0, shown + findings + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
   }
   if (!g.json && !g.quiet) out << shown << std::flush;
-  // Carried out as `apply` carries out a saved plan: from the document, parsed and replayed.
-  const PreparedPlan prepared =
-      prepare_plan(g, env, knowledge, r::parse_plan_file(planned.document, "the plan"), "the plan",
-                   "another tool changed it while fix planned: run `cudafix fix` again");
+  // Carried out as `apply` carries out a saved plan: the same typed value, bound and replayed.
+  const auto apply = apply_options(g, env);
+  const PreparedPlan prepared = installer::apply::prepare_plan(
+      env, knowledge, r::plan_file_of(env, planned.plan, planned.fingerprint, planned.tags, planned.source_problems),
+      "the plan", "another tool changed it while fix planned: run `cudafix fix` again", apply);
   const auto said = prepared.labels();
   check_one_file_system(env.layout);
   if (!confirmed(g, fmt::format("carry out these {} steps", said.size())))
     return declined(g, out, "fix", env.layout.root);
 
   tx::Transaction t(env.layout.root_real, "fix");
-  stage_plan(g, env, prepared, t);
+  installer::apply::stage_plan(env, prepared, t, apply);
   show_progress(g, t, "fixing");
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = step_verifier(g, env, knowledge, said, t, checks);
+  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_steps_options(g), checks);
   if (const auto rc = carry_out_verified(g, out, "fix", env, t, check, checks)) return *rc;
 
   auto scan = scan_options(g);
@@ -211,12 +215,13 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   j["changed"] = true;
   j["steps"] = said;
   j["after"] = health_json(after);
-  j["left"] = nlohmann::ordered_json::parse(findings_left_json(now, knowledge, after.report, next));
+  j["left"] = nullptr;
+  raw["left"] = findings_left_json(now, knowledge, after.report, next);
   j["verified"] = verified;
   j["cudnn"] = cudnn;
   j["verification"] = verification_json(now, checks);
   j["seconds"] = seconds_since(t0);
-  report_done(g, out, "fix", env.layout.root, t, summary, keep, j);
+  report_done(g, out, "fix", env.layout.root, t, summary, keep, j, raw);
   return checks.unverified ? 4 : 0;
 }
 

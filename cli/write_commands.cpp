@@ -118,15 +118,6 @@ void show_progress(const GlobalOptions& g, tx::Transaction& t, const char* what)
   t.on_progress(progress_bar(g, what, "changes"));
 }
 
-const r::EnvLayout& writable(const r::Environment& env) {
-  if (env.layout.kind == r::EnvKind::site_dir)
-    throw r::Error(
-        fmt::format("{} is a bare site folder; cudafix changes only a venv or an interpreter prefix "
-                    "(give its root with --venv)",
-                    env.layout.root));
-  return env.layout;
-}
-
 namespace {
 
 // The mount a path is on: its device and, where name_to_handle_at answers, its mount id, which
@@ -175,7 +166,7 @@ nlohmann::ordered_json document_start(const std::string& command, const std::str
 
 int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const std::string& venv,
                 const tx::Transaction& t, const std::string& text, const Retention& keep,
-                const nlohmann::ordered_json& extra) {
+                const nlohmann::ordered_json& extra, const RawJson& raw) {
   const auto pruned = tx::prune_transactions(keep.root, keep.count);
   if (g.json) {
     auto doc = document_start(command, venv);
@@ -185,7 +176,7 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
       if (!doc.contains(key)) doc[key] = value;
     doc["pruned"] = pruned.ids;
     doc["pruned_bytes"] = pruned.bytes;
-    out << doc.dump() << '\n';
+    out << dump_with(doc, raw) << '\n';
   } else if (!g.quiet) {
     out << printable_lines(text) << fmt::format(" (transaction {}; `cudafix rollback {}` undoes it)\n", t.id(), t.id());
     if (!pruned.ids.empty())
@@ -530,175 +521,35 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
   return 0;
 }
 
-namespace {
-
-// What differs between the plan's fingerprint and the environment now, one line each.
-std::vector<std::string> fingerprint_changes(const r::Environment& env, const r::Fingerprint& fp) {
-  std::vector<std::string> out;
-  std::map<std::string, std::string> now;
-  for (const auto& d : env.dists)
-    now[d.dir_name] = r::sha256_hex(d.record_storage ? std::string_view(d.record_storage->text) : "");
-  std::set<std::string> seen;
-  for (const auto& [dist, sha] : fp.records) {
-    seen.insert(dist);
-    const auto it = now.find(dist);
-    if (it == now.end())
-      out.push_back(dist + " is gone");
-    else if (it->second != sha)
-      out.push_back(dist + "/RECORD changed");
+std::string dump_with(const nlohmann::ordered_json& doc, const RawJson& raw) {
+  if (raw.empty() || !doc.is_object()) return doc.dump();
+  std::string out = "{";
+  for (const auto& [key, value] : doc.items()) {
+    if (out.size() > 1) out += ',';
+    out += nlohmann::ordered_json(key).dump() + ':';
+    const auto it = raw.find(key);
+    out += it != raw.end() ? it->second : value.dump();
   }
-  for (const auto& [dist, sha] : now)
-    if (!seen.count(dist)) out.push_back(dist + " was installed");
-  for (const auto& f : fp.files) {
-    struct stat st {};
-    const bool exists = ::lstat(f.path.c_str(), &st) == 0;
-    if (exists != f.exists) {
-      out.push_back(fmt::format("{} {}", env.display(f.path), exists ? "appeared" : "is gone"));
-      continue;
-    }
-    if (!exists) continue;
-    const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    if (st.st_dev != f.dev || st.st_ino != f.ino || static_cast<std::uint64_t>(st.st_size) != f.size ||
-        mtime != f.mtime_ns)
-      out.push_back(env.display(f.path) + " was modified");
-  }
-  return out;
+  return out + "}";
 }
 
-// An installed dist a wheel replaces (an upgrade, a reinstall): what its uninstall deletes the
-// cudafix way (owner counting: a path a kept dist lists stays), less every path the transaction
-// writes (`earlier.listed`) and what its earlier steps removed, moved aside as pip's upgrade
-// uninstalls the old version: its dist-info folder whole (one op, so rollback restores it), the
-// folders the leftovers empty with them, but never a folder that holds a path written here or
-// one a kept dist lists. Rows a removal refuses (a scheme folder, cudafix's state) stay.
-// `earlier` then counts the dist as removed and its files as deleted, for the steps after.
-void plan_leftovers(const r::Environment& env, int dist, r::EarlierSteps& earlier, tx::Transaction& t) {
-  auto del = r::uninstall_paths(env, {dist}, r::OwnerCounting::cudafix, earlier);
-  std::set<std::string> holding_written;
-  for (const auto& p : earlier.listed)
-    for (std::string up = r::parent_dir(p); r::is_within(up, env.layout.root_real) && up != env.layout.root_real;
-         up = r::parent_dir(up))
-      if (!holding_written.insert(up).second) break;
-  std::erase_if(del.dirs, [&](const std::string& d) { return holding_written.count(d) > 0; });
-  std::erase_if(del.files, [&](const std::string& f) { return earlier.listed.count(f) > 0; });
-  tx::plan_removal_ops(env, del, t);
-  earlier.removed.insert(dist);
-  earlier.deleted.insert(del.files.begin(), del.files.end());
+installer::apply::ApplyOptions apply_options(const GlobalOptions& g, const r::Environment& env) {
+  installer::apply::ApplyOptions o;
+  o.threads = g.threads;
+  o.source_settings = [&g, &env] { return wheel_source_settings(g, env, {}); };
+  o.wheel_progress = [&g] { return progress_bar(g, "installing"); };
+  return o;
 }
 
-}  // namespace
-
-namespace {
+installer::apply::VerifyStepsOptions verify_steps_options(const GlobalOptions& g) {
+  installer::apply::VerifyStepsOptions o;
+  o.scan = scan_options(g);
+  o.probe.probe = probe_path();
+  if (!g.quiet && !g.json) o.note = [](const std::string& line) { std::cerr << line << '\n'; };
+  return o;
+}
 
 namespace pr = installer::probe;
-
-std::string steps_failed_text(std::size_t step, const std::string& label, const std::vector<pr::Problem>& failures) {
-  std::string out = fmt::format("verification after step {} ({}) failed, {} {}:", step + 1, label, failures.size(),
-                                failures.size() == 1 ? "check" : "checks");
-  for (const auto& p : failures) out += "\n  " + p.text();
-  return out;
-}
-
-// What `cudafix verify` found wrong after the last step, as problems beside the step's own.
-std::vector<pr::Problem> verify_problems(const pr::VerifyReport& rep) {
-  std::vector<pr::Problem> out;
-  if (rep.verdict.outcome == pr::Outcome::ok) return out;
-  if (!rep.failed_check) {
-    const std::string where = rep.verdict.stage ? pr::stage_label(rep.records.stages[*rep.verdict.stage]) : "the probe";
-    out.push_back({"the whole tree (" + where + ")", "every stage succeeds", rep.verdict.message, {}});
-  }
-  for (const auto& c : rep.checks)
-    if (!c.ok)
-      out.push_back({c.check + " (the whole tree)",
-                     c.expected.empty() ? std::string("it passes") : c.expected,
-                     c.found.empty() ? c.detail : c.found,
-                     {}});
-  return out;
-}
-
-// The environment as the probe's real loader will see it: scanned afresh (files just renamed into
-// place are read, not a cache's answer), with the host's ld.so.cache, which the real loader reads
-// whatever --ld-so-cache told the model.
-r::Environment scan_for_probe(const GlobalOptions& g, const r::EnvLayout& layout) {
-  auto opts = scan_options(g);
-  opts.cache_dir.clear();
-  opts.ld_so_cache.reset();
-  return r::scan_environment(layout, opts);
-}
-
-// Why the baseline says the driver cannot verify anything: none here, or a driver stage that
-// failed before any library of the environment was asked for; empty: it can.
-std::string driver_unusable(const pr::ProbePoint& baseline) {
-  if (baseline.no_driver()) return "no GPU driver (libcuda.so.1) here";
-  if (baseline.verdict.outcome == pr::Outcome::ok || !baseline.failed_stage) return "";
-  const std::string& stage = *baseline.failed_stage;
-  if (stage.rfind("cudnn", 0) == 0 || stage == "dlopen library") return "";
-  return fmt::format("the driver fails before the environment is used ({})", baseline.verdict.message);
-}
-
-std::string point_summary(const r::Environment& env, const pr::ProbePoint& pt) {
-  std::string s = fmt::format("{} of {} libraries open", pt.opened(), pt.libraries.size());
-  if (pt.left_out > 0) s += fmt::format(" ({} more past the limit of {} not opened)", pt.left_out, pr::k_max_opened);
-  if (pt.consumer_missing) s += fmt::format(", the rest not yet: {} resolves nowhere", *pt.consumer_missing);
-  if (pt.cudnn_version && pt.cudnn) s += fmt::format("; cuDNN {} from {}", *pt.cudnn_version, env.display(*pt.cudnn));
-  return s;
-}
-
-}  // namespace
-
-std::function<void(std::size_t)> step_verifier(const GlobalOptions& g, const r::Environment& env,
-                                               const r::Knowledge& knowledge, const std::vector<std::string>& steps,
-                                               const tx::Transaction& t, StepChecks& checks) {
-  const r::EnvLayout& layout = env.layout;
-  pr::VerifyOptions vo;
-  vo.probe = probe_path();
-  // What the whole transaction writes, opened at every point (the tree may not reach it).
-  std::set<std::string> all_paths;
-  for (std::size_t k = 0; k < t.step_count(); ++k) all_paths.merge(t.step_paths(k));
-  const std::vector<std::string> written(all_paths.begin(), all_paths.end());
-  if (!checks.skip) {
-    checks.baseline = pr::probe_point(scan_for_probe(g, layout), knowledge, vo, written);
-    checks.unverified_why = driver_unusable(*checks.baseline);
-    checks.unverified = !checks.unverified_why.empty();
-    if (!g.quiet && !g.json)
-      std::cerr << (checks.unverified
-                        ? fmt::format("baseline before step 1: {}; the steps go on unverified\n", checks.unverified_why)
-                        : fmt::format("baseline before step 1: {}\n", point_summary(env, *checks.baseline)));
-  }
-  return [&g, &layout, &knowledge, &steps, &t, &checks, vo, written](std::size_t step) mutable {
-    if (checks.skip || checks.unverified) return;
-    const r::Environment now = scan_for_probe(g, layout);
-    vo.consumer = checks.baseline->consumer;
-    const bool last = step + 1 == steps.size();
-    std::set<std::string> changed = t.step_paths(step);
-    if (last)
-      for (std::size_t k = 0; k < step; ++k) changed.merge(t.step_paths(k));
-    StepChecks::Step result{step, steps[step], pr::probe_point(now, knowledge, vo, written), {}};
-    result.judgement = pr::judge_step(now, *checks.baseline, result.point, changed, last);
-    if (last && result.judgement.ok()) {  // a failed step says why already: no second probe
-      pr::VerifyOptions whole;
-      whole.probe = vo.probe;
-      checks.last = pr::verify_environment(now, knowledge, whole);
-      // The whole tree's check repeats what a step's own found (the same cuDNN): said once.
-      for (auto& p : verify_problems(*checks.last)) {
-        auto& failures = result.judgement.failures;
-        if (std::none_of(failures.begin(), failures.end(),
-                         [&](const pr::Problem& f) { return f.expected == p.expected && f.found == p.found; }))
-          failures.push_back(std::move(p));
-      }
-    }
-    const bool ok = result.judgement.ok();
-    const std::string summary = point_summary(now, result.point);
-    checks.steps.push_back(std::move(result));
-    if (!ok) {
-      checks.failed = true;
-      throw r::Error(steps_failed_text(step, steps[step], checks.steps.back().judgement.failures));
-    }
-    if (!g.quiet && !g.json)
-      std::cerr << fmt::format("verified after step {} ({}): {}{}\n", step + 1, steps[step], summary,
-                               last ? "; the whole tree loads" : "");
-  };
-}
 
 namespace {
 
@@ -764,249 +615,19 @@ nlohmann::ordered_json verification_json(const r::Environment& env, const StepCh
 std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out, const std::string& command,
                                       const r::Environment& env, tx::Transaction& t,
                                       const std::function<void(std::size_t)>& check, const StepChecks& checks) {
-  try {
-    t.carry_out(check);
-  } catch (const r::Error& e) {
-    if (!checks.failed) throw;
-    if (g.json) {
-      auto doc = document_start(command, env.layout.root);
-      doc["transaction"] = t.id();
-      doc["undone"] = true;
-      doc["error"] = e.what();
-      doc["exit"] = 1;
-      doc["verification"] = verification_json(env, checks);
-      out << doc.dump() << '\n';
-    }
-    std::cerr << fmt::format("cudafix: {}\n", printable_lines(e.what()));
-    return 1;
+  const auto failed = installer::apply::carry_out_verified(t, check, checks);
+  if (!failed) return std::nullopt;
+  if (g.json) {
+    auto doc = document_start(command, env.layout.root);
+    doc["transaction"] = t.id();
+    doc["undone"] = true;
+    doc["error"] = *failed;
+    doc["exit"] = 1;
+    doc["verification"] = verification_json(env, checks);
+    out << doc.dump() << '\n';
   }
-  return std::nullopt;
-}
-
-namespace {
-
-// A plan step's wheel as a file: the one it names, or, for a wheel read by range from an index,
-// a download of it (cudafix's wheel cache first), its SHA-256 the plan's.
-std::string planned_wheel_file(const GlobalOptions& g, const r::Environment& env, const r::PlanWheel& wheel,
-                               std::optional<installer::source::WheelSources>& sources) {
-  if (wheel.file) return *wheel.file;
-  if (!wheel.url || wheel.sha256.empty()) throw r::Error("a step's wheel has neither a file nor a URL and its SHA-256");
-  const std::string& url = *wheel.url;
-  if (g.offline) throw r::Error(fmt::format("{} is not downloaded yet, and --offline forbids it", url));
-  auto settings = wheel_source_settings(g, env, {});
-  if (!sources) {
-    if (settings.cache_dir.empty())
-      throw r::Error("no cache folder for downloaded wheels: set CUDAFIX_CACHE_DIR or HOME");
-    sources.emplace(settings);
-  }
-  const std::string real_url = installer::source::restore_credentials(url, settings.index_urls);
-  const auto name = installer::source::file_name_in_url(url);
-  if (!name) throw r::Error(fmt::format("{}: the URL does not end with a wheel's file name", url));
-  const auto got = sources->download(real_url, wheel.sha256, *name);
-  if (got.file.empty()) throw r::Error(got.problem);
-  return got.file;
-}
-
-bool same_version(const std::string& a, const std::string& b) {
-  const auto va = r::Version::parse(a), vb = r::Version::parse(b);
-  return va && vb ? *va == *vb : a == b;
-}
-
-// The step's dist, found in the environment by its dist-info folder, and checked to be the one
-// the step names (the prompt shows the name and version: they must be what is changed).
-std::optional<int> bound_dist(const r::Environment& env, const r::PlanStep& st, const std::string& where) {
-  const bool needs_dist = st.action != r::StepAction::install;
-  if (!st.dist) {
-    if (needs_dist)
-      throw r::Error(fmt::format("{}.dist: a {} step names the dist it changes", where, r::to_string(st.action)));
-    if (env.dist_index(r::normalize_name(st.name)))
-      throw r::Error(fmt::format("{}: installs {}, which is installed already, without naming the dist it replaces",
-                                 where, st.name));
-    return std::nullopt;
-  }
-  std::optional<int> found;
-  for (std::size_t i = 0; i < env.dists.size(); ++i)
-    if (env.dists[i].dir_name == *st.dist) found = static_cast<int>(i);
-  if (!found) throw r::Error(fmt::format("{}.dist: {} is not installed in {}", where, *st.dist, env.layout.root));
-  const auto& d = env.dists[static_cast<std::size_t>(*found)];
-  const bool same = d.normalized == r::normalize_name(st.name) && (!needs_dist || same_version(d.version, st.version));
-  if (!same)
-    throw r::Error(fmt::format("{}: says {} {} {}, but its dist {} is {}", where, r::to_string(st.action), st.name,
-                               st.version, *st.dist, r::dist_label(d)));
-  return found;
-}
-
-// The paths a step lists, made absolute and sorted, against what the replay computed now.
-void check_paths(const r::Environment& env, const std::vector<r::PlanPath>& planned, std::vector<std::string> now,
-                 const std::string& where, const std::string& label) {
-  std::vector<std::string> listed;
-  for (const auto& p : planned) listed.push_back(r::absolute_path(env, p));
-  std::sort(listed.begin(), listed.end());
-  std::sort(now.begin(), now.end());
-  if (listed == now) return;
-  const auto why = [&](const std::string& p) {
-    return r::is_within(p, env.layout.root_real) ? env.display(p) : p + " (outside the environment)";
-  };
-  for (const auto& p : listed)
-    if (!std::binary_search(now.begin(), now.end(), p))
-      throw r::Error(
-          fmt::format("{}: lists {}, which {} does not touch in this environment now", where, why(p), label));
-  for (const auto& p : now)
-    if (!std::binary_search(listed.begin(), listed.end(), p))
-      throw r::Error(fmt::format("{}: leaves out {}, which {} touches in this environment now", where, why(p), label));
-  throw r::Error(fmt::format("{}: lists a path twice", where));
-}
-
-// The plan's fingerprint with absolute paths, checked against itself: its digest, and a stamp
-// for every file a step touches (fingerprint_of's set), so that what changed since is caught.
-r::Fingerprint checked_fingerprint(const r::Environment& env, const r::PlanFile& plan, const std::string& name) {
-  r::Fingerprint fp;
-  fp.records = plan.fingerprint.records;
-  std::set<std::string> stamped;
-  for (const auto& f : plan.fingerprint.files) {
-    fp.files.push_back({r::absolute_path(env, f.path), f.exists, f.dev, f.ino, f.size, f.mtime_ns});
-    stamped.insert(fp.files.back().path);
-  }
-  fp.digest = plan.fingerprint.digest;
-  if (r::digest_of(fp) != fp.digest)
-    throw r::Error(
-        fmt::format("{}: fingerprint.digest: not the digest of the fingerprint's records and files (the "
-                    "plan was edited); make a new plan",
-                    name));
-  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
-    const auto& st = plan.steps[i];
-    for (const auto* list : {&st.deletes, &st.keeps, &st.writes})
-      for (const auto& p : *list) {
-        const std::string abs = r::absolute_path(env, p);
-        if (!abs.ends_with("/") && !stamped.count(abs))
-          throw r::Error(
-              fmt::format("{}: fingerprint.files: no stamp of {}, which steps[{}] touches (the plan was "
-                          "edited); make a new plan",
-                          name, env.display(abs), i));
-      }
-  }
-  return fp;
-}
-
-}  // namespace
-
-namespace {
-
-// A refusal for a fingerprint that no longer matches: the first three differences, one a line,
-// and how many more, then the command that makes a new plan on a line of its own (a changed
-// environment can differ in thousands of files: all of them on one line buried the way out).
-std::string changed_since_plan(const std::vector<std::string>& changes, const std::string& remake) {
-  constexpr std::size_t k_shown = 3;
-  std::string out = fmt::format("the environment changed since the plan was made ({}); nothing was changed:",
-                                count_of(changes.size(), "difference", "differences"));
-  for (std::size_t i = 0; i < std::min(changes.size(), k_shown); ++i) out += "\n  " + changes[i];
-  if (changes.size() > k_shown) out += fmt::format("\n  ... and {} more", changes.size() - k_shown);
-  return out + "\n" + remake;
-}
-
-}  // namespace
-
-PreparedPlan prepare_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
-                          const r::PlanFile& plan, const std::string& name, const std::string& remake) {
-  if (!plan.ok)
-    throw r::Error(
-        fmt::format("{}: ok: false: planning found no safe order, so it cannot be carried out: {}; "
-                    "nothing was changed",
-                    name, plan.problem.value_or("(no problem given)")));
-  const auto fp = checked_fingerprint(env, plan, name);
-  if (const auto changes = fingerprint_changes(env, fp); !changes.empty())
-    throw r::Error(changed_since_plan(changes, remake));
-  PreparedPlan out;
-  std::optional<installer::source::WheelSources> sources;  // made when a step's wheel must be downloaded
-  std::vector<r::Step> steps;
-  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
-    const auto& st = plan.steps[i];
-    const std::string where = fmt::format("{}: steps[{}]", name, i);
-    PreparedStep p;
-    p.label = r::step_label(st);
-    r::Step step;
-    step.action = st.action;
-    step.dist = bound_dist(env, st, where).value_or(-1);
-    step.name = st.name;
-    step.version = st.version;
-    if (st.action != r::StepAction::remove) {
-      if (!st.wheel)
-        throw r::Error(fmt::format("{}: {} has no wheel (plan again with --find-links naming it)", where, p.label));
-      auto wheel = installer::validate_wheel(planned_wheel_file(g, env, *st.wheel, sources));
-      if (r::sha256_of_file(wheel.path, r::DigestForm::hex) != st.wheel->sha256)
-        throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
-      if (r::normalize_name(wheel.name) != r::normalize_name(st.name) || !same_version(wheel.version, st.version))
-        throw r::Error(fmt::format("{}.wheel: {} is {} {}, not the step's {} {}", where, wheel.path, wheel.name,
-                                   wheel.version, st.name, st.version));
-      out.wheels.push_back(installer::read_wheel(wheel.path, {}));
-      step.wheel = &out.wheels.back();
-      p.wheel = std::move(wheel);
-    }
-    // Said with the dist's name as pip list shows it, whatever spelling the plan file has.
-    r::PlanStep named;
-    named.action = st.action;
-    named.name = p.wheel          ? p.wheel->project
-                 : step.dist >= 0 ? env.dists[static_cast<std::size_t>(step.dist)].name
-                                  : st.name;
-    named.version = st.version;
-    p.label = r::step_label(named);
-    steps.push_back(std::move(step));
-    out.steps.push_back(std::move(p));
-  }
-  // Each step replayed on the model of the environment now, as the planner judged it: what it
-  // deletes, keeps and writes must be what the plan lists, and nothing required may get worse.
-  auto replayed = r::replay_steps(env, knowledge, std::move(steps), plan.cuda_major, g.threads);
-  for (std::size_t i = 0; i < replayed.size(); ++i) {
-    const auto& st = plan.steps[i];
-    auto& now = replayed[i];
-    const std::string where = fmt::format("{}: steps[{}]", name, i);
-    const std::string& label = out.steps[i].label;
-    check_paths(env, st.deletes, now.deletes, where + ".deletes", label);
-    check_paths(env, st.keeps, now.keeps, where + ".keeps", label);
-    check_paths(env, st.writes, now.writes, where + ".writes", label);
-    if (!now.ok)
-      throw r::Error(fmt::format("{} ({}) is unsafe in this environment now: {}; nothing was changed", where, label,
-                                 r::describe_breaks(env, now.worse)));
-    out.steps[i].step = std::move(now);
-  }
-  return out;
-}
-
-std::vector<std::string> PreparedPlan::labels() const {
-  std::vector<std::string> said;
-  for (const auto& st : steps) said.push_back(st.label);
-  return said;
-}
-
-std::size_t stage_plan(const GlobalOptions& g, const r::Environment& env, const PreparedPlan& plan,
-                       tx::Transaction& t) {
-  const auto& layout = writable(env);
-  r::EarlierSteps earlier;  // the dists removed or replaced so far, and the paths written
-  std::size_t files = 0;
-  for (const auto& prepared : plan.steps) {
-    const r::Step& st = prepared.step;
-    if (st.action == r::StepAction::remove) {
-      r::Deletion del;
-      for (const auto& abs : st.deletes) {
-        if (abs.ends_with("/"))
-          del.dirs.push_back(abs.substr(0, abs.size() - 1));
-        else
-          del.files.push_back(abs);
-      }
-      tx::plan_removal_ops(env, del, t);
-      files += del.files.size();
-      earlier.removed.insert(st.dist);
-      earlier.deleted.insert(del.files.begin(), del.files.end());
-    } else {
-      const auto staged =
-          installer::stage_wheel(*prepared.wheel, layout, t, g.threads, false, progress_bar(g, "installing"));
-      earlier.listed.insert(staged.targets.begin(), staged.targets.end());
-      if (st.dist >= 0) plan_leftovers(env, st.dist, earlier, t);
-      files += staged.targets.size();
-    }
-    t.mark_step();
-  }
-  return files;
+  std::cerr << fmt::format("cudafix: {}\n", printable_lines(*failed));
+  return 1;
 }
 
 namespace {
@@ -1058,9 +679,11 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const auto& layout = writable(env);
   check_one_file_system(layout);
-  const PreparedPlan prepared = prepare_plan(g, env, knowledge, plan, o.plan,
-                                             fmt::format("make a new plan: cudafix plan fix --venv {} -o {}",
-                                                         shell_word(env.layout.root), shell_word(o.plan)));
+  const auto apply = apply_options(g, env);
+  const PreparedPlan prepared = installer::apply::prepare_plan(
+      env, knowledge, plan, o.plan,
+      fmt::format("make a new plan: cudafix plan fix --venv {} -o {}", shell_word(env.layout.root), shell_word(o.plan)),
+      apply);
   const auto said = prepared.labels();
   if (said.empty()) {  // nothing to change, verify or ask about
     if (g.json) {
@@ -1077,10 +700,10 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
     return declined(g, out, "apply", env.layout.root);
 
   tx::Transaction t(layout.root_real, "apply " + o.plan);
-  const std::size_t files = stage_plan(g, env, prepared, t);
+  const std::size_t files = installer::apply::stage_plan(env, prepared, t, apply);
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = step_verifier(g, env, knowledge, said, t, checks);
+  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_steps_options(g), checks);
   if (const auto rc = carry_out_verified(g, out, "apply", env, t, check, checks)) return *rc;
   const std::string text_out = fmt::format("applied {} ({} files){}", count_of(said.size(), "step", "steps"), files,
                                            o.no_verify         ? ", not verified (--no-verify)"
@@ -1144,13 +767,14 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
     const auto staged = installer::stage_wheel(w, layout, t, g.threads, true, progress_bar(g, "installing"));
     earlier.listed.insert(staged.targets.begin(), staged.targets.end());
     // An installed dist of that name is replaced: what it lists and no wheel here writes goes.
-    if (const auto installed = env.dist_index(r::normalize_name(w.name))) plan_leftovers(env, *installed, earlier, t);
+    if (const auto installed = env.dist_index(r::normalize_name(w.name)))
+      installer::apply::stage_leftovers(env, *installed, earlier, t);
     files += staged.targets.size();
     t.mark_step();
   }
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = step_verifier(g, env, knowledge, labels, t, checks);
+  const auto check = installer::apply::step_verifier(env, knowledge, labels, t, verify_steps_options(g), checks);
   if (const auto rc = carry_out_verified(g, out, "install", env, t, check, checks)) return *rc;
   report_done(g, out, "install", env.layout.root, t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,

@@ -537,6 +537,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     s.size = text.size();
     s.executable = executable;
     staged.push_back(std::move(s));
+    out.generated.push_back(target);
   };
   for (const auto& [name, body] : scripts_of(w.entry_points, python))
     add_generated(layout.root + "/bin/" + name, body, true);

@@ -90,6 +90,9 @@ void check_targets(const ValidatedWheel& wheel, const resolver::EnvLayout& layou
 
 struct StagedWheel {
   std::vector<std::string> targets;  // absolute, every file the install writes
+  // Those of `targets` that no member of the wheel is: its console scripts, INSTALLER and
+  // REQUESTED (RECORD is a member, rewritten), which a planner reading the wheel's RECORD does not list.
+  std::vector<std::string> generated;
   std::uint64_t bytes = 0;
 };
 

@@ -372,6 +372,102 @@ std::string read_plan_file(const std::string& path) {
   return text;
 }
 
+PlanPath plan_path_of(const Environment& env, const std::string& abs) {
+  const SiteDir* s = env.site_of(abs);
+  if (!s) return {std::nullopt, abs};
+  std::string rel = abs.size() == s->real.size() ? "." : abs.substr(s->real.size() + 1);
+  if (env.layout.sites.size() == 1) return {std::nullopt, std::move(rel)};
+  return {s->root, std::move(rel)};
+}
+
+namespace {
+
+std::optional<std::string> dir_name_of(const Environment& env, int dist) {
+  if (dist < 0) return std::nullopt;
+  return env.dists[static_cast<std::size_t>(dist)].dir_name;
+}
+
+std::optional<std::string> unless_empty(const std::string& s) {
+  return s.empty() ? std::nullopt : std::optional<std::string>(s);
+}
+
+std::vector<PlanPath> plan_paths_of(const Environment& env, const std::vector<std::string>& paths) {
+  std::vector<PlanPath> out;
+  out.reserve(paths.size());
+  for (const auto& p : paths) out.push_back(plan_path_of(env, p));
+  return out;
+}
+
+std::vector<PlanBreak> plan_breaks_of(const Environment& env, const std::vector<Break>& breaks) {
+  std::vector<PlanBreak> out;
+  for (const auto& b : breaks) {
+    PlanBreak pb;
+    pb.consumer = plan_path_of(env, b.consumer);
+    pb.consumer_dist = dir_name_of(env, b.consumer_dist);
+    pb.soname = b.soname;
+    pb.kind = b.kind;
+    pb.before = plan_path_of(env, b.before);
+    if (b.after) pb.after = plan_path_of(env, *b.after);
+    pb.after_version = b.after_version;
+    pb.why = b.why;
+    out.push_back(std::move(pb));
+  }
+  return out;
+}
+
+PlanWheel plan_wheel_of(const Wheel& w) {
+  PlanWheel pw;
+  pw.file = unless_empty(w.file);
+  pw.sha256 = w.sha256;
+  pw.source = w.source;
+  pw.url = unless_empty(w.url);
+  for (const auto& [path, elf] : w.elf) pw.objects.push_back({path, elf.soname, elf.needed, elf.rpath, elf.runpath});
+  if (w.size) pw.read = std::pair{w.bytes_read, w.size};
+  return pw;
+}
+
+PlanStep plan_step_of(const Environment& env, const Step& st) {
+  PlanStep ps;
+  ps.action = st.action;
+  ps.dist = dir_name_of(env, st.dist);
+  ps.name = st.name;
+  ps.version = st.version;
+  if (st.wheel) ps.wheel = plan_wheel_of(*st.wheel);
+  ps.why = st.why;
+  ps.simulated = st.simulated;
+  ps.deletes = plan_paths_of(env, st.deletes);
+  ps.keeps = plan_paths_of(env, st.keeps);
+  ps.writes = plan_paths_of(env, st.writes);
+  ps.ok = st.ok;
+  ps.worse = plan_breaks_of(env, st.worse);
+  return ps;
+}
+
+}  // namespace
+
+PlanFile plan_file_of(const Environment& env, const FixPlan& plan, const Fingerprint& fingerprint,
+                      const std::vector<std::string>& need_tags, const std::vector<std::string>& source_problems) {
+  PlanFile out;
+  out.venv = env.layout.root;
+  out.ok = plan.ok();
+  if (!plan.ok()) out.problem = plan.problem;
+  out.fingerprint.digest = fingerprint.digest;
+  out.fingerprint.records = fingerprint.records;
+  // The document writes the stamps' paths as they are, absolute.
+  for (const auto& f : fingerprint.files)
+    out.fingerprint.files.push_back({{std::nullopt, f.path}, f.exists, f.dev, f.ino, f.size, f.mtime_ns});
+  out.cuda_major = plan.target;
+  out.target_given = plan.target_given;
+  for (const auto& e : plan.evidence) out.evidence.push_back({dir_name_of(env, e.dist), e.major, e.why});
+  for (const auto& st : plan.steps) out.steps.push_back(plan_step_of(env, st));
+  for (const auto& n : plan.needs) out.needs.push_back({n.name, n.version, need_tags, n.why});
+  out.remaining = plan.remaining;
+  for (const auto& st : plan.conflict)
+    out.conflict.push_back({st.action, st.name, st.version, st.why, plan_breaks_of(env, st.worse)});
+  out.source_problems = source_problems;
+  return out;
+}
+
 std::string absolute_path(const Environment& env, const PlanPath& p) {
   if (p.root) {
     for (const auto& site : env.layout.sites)

@@ -70,6 +70,7 @@ struct PlanBreak {
   std::optional<PlanPath> after;
   std::optional<std::string> after_version;
   std::string why;
+  bool operator==(const PlanBreak&) const = default;
 };
 
 struct PlanObject {
@@ -77,6 +78,7 @@ struct PlanObject {
   std::optional<std::string> soname;
   std::vector<std::string> needed;
   std::optional<std::string> rpath, runpath;
+  bool operator==(const PlanObject&) const = default;
 };
 
 struct PlanWheel {
@@ -86,6 +88,7 @@ struct PlanWheel {
   std::optional<std::string> url;
   std::vector<PlanObject> objects;
   std::optional<std::pair<std::uint64_t, std::uint64_t>> read;  // (bytes, of)
+  bool operator==(const PlanWheel&) const = default;
 };
 
 struct PlanStep {
@@ -99,6 +102,7 @@ struct PlanStep {
   std::vector<PlanPath> deletes, keeps, writes;
   bool ok = true;  // after_step.ok
   std::vector<PlanBreak> worse;
+  bool operator==(const PlanStep&) const = default;
 };
 
 struct PlanFileStamp {
@@ -106,30 +110,35 @@ struct PlanFileStamp {
   bool exists = false;
   std::uint64_t dev = 0, ino = 0, size = 0;
   std::int64_t mtime_ns = 0;
+  bool operator==(const PlanFileStamp&) const = default;
 };
 
 struct PlanFingerprint {
   std::string digest;
   std::vector<std::pair<std::string, std::string>> records;  // (dist-info folder, RECORD's SHA-256)
   std::vector<PlanFileStamp> files;
+  bool operator==(const PlanFingerprint&) const = default;
 };
 
 struct PlanEvidence {
   std::optional<std::string> dist;
   int cuda_major = 0;
   std::string why;
+  bool operator==(const PlanEvidence&) const = default;
 };
 
 struct PlanNeed {
   std::string name, version;
   std::vector<std::string> tags;
   std::string why;
+  bool operator==(const PlanNeed&) const = default;
 };
 
 struct PlanConflict {
   StepAction action = StepAction::remove;
   std::string name, version, why;
   std::vector<PlanBreak> worse;
+  bool operator==(const PlanConflict&) const = default;
 };
 
 struct PlanFile {
@@ -145,10 +154,25 @@ struct PlanFile {
   std::vector<std::string> remaining;
   std::vector<PlanConflict> conflict;
   std::vector<std::string> source_problems;
+  bool operator==(const PlanFile&) const = default;
 };
 
 // The plan document in `text`, checked whole; throws Error "NAME: FIELD: what is wrong".
 [[nodiscard]] PlanFile parse_plan_file(std::string_view text, std::string_view name);
+
+// The plan `plan_fix` made, as the one typed value parse_plan_file reads back from its document
+// (cli/plan_json.cpp writes it from the same arguments): each path in the form the document
+// gives it (plan_path_of), each dist by its dist-info folder, so that `fix` carries out its own
+// plan through the very checks `apply` runs on a saved one, without reading its document back.
+// `need_tags`: the tags a needed wheel may carry; `source_problems`: what the wheel sources said.
+[[nodiscard]] PlanFile plan_file_of(const Environment& env, const FixPlan& plan, const Fingerprint& fingerprint,
+                                    const std::vector<std::string>& need_tags,
+                                    const std::vector<std::string>& source_problems);
+
+// An absolute path as a plan document writes it: relative to its site folder ("." for the
+// folder itself; {root, path} where the environment has several), else as it is. absolute_path
+// gives it back.
+[[nodiscard]] PlanPath plan_path_of(const Environment& env, const std::string& abs);
 
 // The file at `path`, at most k_plan_file_max bytes; throws Error naming it.
 [[nodiscard]] std::string read_plan_file(const std::string& path);

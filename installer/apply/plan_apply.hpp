@@ -1,0 +1,158 @@
+// A typed plan (resolver::PlanFile: `apply PLAN.json`'s document as parsed, or `fix`'s plan as
+// made) carried out as one transaction: bound to the environment as it is now, staged as the
+// transaction's ops, step by step, and carried out with the live verification after each step
+// (installer/probe/step_verify.hpp). The command line asks, renders and prints; nothing here
+// prints: progress and notes go through the callbacks the options hold.
+//
+// What a step writes and deletes is computed once, by the planner's own simulation
+// (resolver::replay_steps): prepare_plan replays the steps and refuses a plan whose lists are not
+// the replay's; stage_plan stages a removal from the replay's list as it is, and checks what it
+// staged for every other step against the replay (check_staged_step) before the next step, so
+// that the transaction changes what the replay judged.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "installer/probe/step_verify.hpp"
+#include "installer/probe/verify.hpp"
+#include "installer/source/sources.hpp"
+#include "installer/txn/transaction.hpp"
+#include "installer/wheel/install.hpp"
+#include "resolver/env/environment.hpp"
+#include "resolver/env/knowledge.hpp"
+#include "resolver/plan/fix.hpp"
+#include "resolver/plan/plan_file.hpp"
+#include "resolver/plan/uninstall.hpp"
+
+namespace cudafix::installer::apply {
+
+using Progress = std::function<void(std::uint64_t, std::uint64_t)>;
+
+// What the command line decides for carrying a plan out.
+struct ApplyOptions {
+  unsigned threads = 0;  // 0: one per core
+  // The sources a step's wheel read by range from an index is downloaded from (its `offline`
+  // forbids the download); asked only when a step needs one, so that a plan of local wheels
+  // reads no index settings at all.
+  std::function<source::SourceSettings()> source_settings;
+  // A progress callback for each wheel staged (none, or one returning none: no progress).
+  std::function<Progress()> wheel_progress;
+};
+
+// The environment's layout, refusing a bare site folder (cudafix changes a venv or a prefix).
+const resolver::EnvLayout& writable(const resolver::Environment& env);
+
+// A saved plan bound to the environment as it is now (prepare_plan): each step as parsed (its
+// label is what the prompt shows), its dist found by its dist-info folder and checked to be the
+// one it names, its wheel validated, checked against the plan's SHA-256 and the step's name and
+// version, and the step replayed on the model (resolver::replay_steps): the paths it deletes,
+// keeps and writes are what the plan lists, and it breaks nothing required. What is staged is
+// these steps, and nothing else.
+struct PreparedStep {
+  std::string label;  // "reinstall nvidia-cudnn-cu13 9.19.0.56"
+  resolver::Step step;
+  std::optional<ValidatedWheel> wheel;  // install, reinstall
+};
+struct PreparedPlan {
+  std::deque<resolver::Wheel> wheels;  // what the replay simulated from (steps point into it)
+  std::vector<PreparedStep> steps;
+  [[nodiscard]] std::vector<std::string> labels() const;
+};
+
+// Throws Error naming `name` (the plan file) and the step or field: a plan that found no safe
+// order, a fingerprint that is not its own digest or leaves out a file a step touches, an
+// environment changed since, a step whose dist, wheel or paths are not what it says, or a step
+// the replay judges unsafe. A changed environment is said by its first three differences and the
+// count of the rest, then `remake`, on its own line: the command that makes a new plan.
+[[nodiscard]] PreparedPlan prepare_plan(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                        const resolver::PlanFile& plan, const std::string& name,
+                                        const std::string& remake, const ApplyOptions& options);
+
+// A prepared plan's steps staged into `t`, one journal step each; returns how many files they
+// write or delete. Each step's staged writes and deletions are checked against its replay
+// (check_staged_step) before the next step is staged.
+std::size_t stage_plan(const resolver::Environment& env, const PreparedPlan& plan, txn::Transaction& t,
+                       const ApplyOptions& options);
+
+// What one step staged, beside what its replay computed.
+struct StagedStep {
+  std::vector<std::string> writes;   // absolute: the files put in place
+  std::vector<std::string> deletes;  // absolute: files moved aside, and folders with a trailing '/'
+  // What the installer makes that no wheel member is and the planner does not model, none of
+  // them a library: console scripts, INSTALLER, REQUESTED (StagedWheel::generated). Set aside
+  // on both sides.
+  std::vector<std::string> generated;
+};
+// Throws Error naming the step (`step`, from 0, and its label) and the first path, in sorted
+// order, that one side holds and the other lacks. A removal or an install: the staged writes and
+// deletions are exactly the replay's. A reinstall: every shared library staged is one the
+// replay writes (the replay rewrites the dist's RECORD rows, whatever the wheel holds: the
+// wheel's other files, and the leftovers it does not rewrite, are not modelled).
+void check_staged_step(std::size_t step, const std::string& label, const resolver::Step& replayed,
+                       const StagedStep& staged);
+
+// An installed dist a wheel replaces (an upgrade, a reinstall): what its uninstall deletes the
+// cudafix way (owner counting: a path a kept dist lists stays), less every path the transaction
+// writes (`earlier.listed`) and what its earlier steps removed, moved aside as pip's upgrade
+// uninstalls the old version: its dist-info folder whole (one op, so rollback restores it), the
+// folders the leftovers empty with them, but never a folder that holds a path written here or
+// one a kept dist lists. Rows a removal refuses (a scheme folder, cudafix's state) stay.
+// `earlier` then counts the dist as removed and its files as deleted, for the steps after.
+// Returns what was staged.
+resolver::Deletion stage_leftovers(const resolver::Environment& env, int dist, resolver::EarlierSteps& earlier,
+                                   txn::Transaction& t);
+
+// The live verification of a transaction's steps (installer/probe/step_verify.hpp): a baseline
+// probe of the environment as it is when the verifier is made, then after each step a probe of
+// the environment scanned afresh with `options.scan`, judged against the baseline by the paths
+// the step changed; after the last step also the whole of `cudafix verify`. No driver, or a
+// driver stage failing at the baseline before the environment is used: `unverified` (and
+// `unverified_why`), and the steps go on. A failed step sets `failed` and throws, naming every
+// check that failed with what it expected and found, which undoes the transaction. `last` keeps
+// the last step's `verify` report.
+struct StepChecks {
+  struct Step {
+    std::size_t step = 0;  // from 0
+    std::string label;
+    probe::ProbePoint point;
+    probe::StepJudgement judgement;
+  };
+  bool skip = false;
+  bool unverified = false;
+  std::string unverified_why;  // "no GPU driver (libcuda.so.1) here", or the driver stage that failed
+  bool failed = false;
+  std::optional<probe::ProbePoint> baseline;
+  std::vector<Step> steps;
+  std::optional<probe::VerifyReport> last;
+};
+
+struct VerifyStepsOptions {
+  // How each point scans the environment (its cache folder and ld.so.cache are dropped: files
+  // just renamed into place are read afresh, and the probe's real loader reads the host's cache).
+  resolver::ScanOptions scan;
+  probe::VerifyOptions probe;  // the probe's path and timeout
+  // A line for the user after the baseline and after each step verified ("verified after step 1
+  // (...): ..."); none: nothing said.
+  std::function<void(const std::string&)> note;
+};
+
+[[nodiscard]] std::function<void(std::size_t)> step_verifier(const resolver::Environment& env,
+                                                             const resolver::Knowledge& knowledge,
+                                                             const std::vector<std::string>& labels,
+                                                             const txn::Transaction& t,
+                                                             const VerifyStepsOptions& options, StepChecks& checks);
+
+// `t` carried out with `check` after each step. A failed verification undoes every change and
+// is returned as its message (the checks that failed); nullopt: carried out. Any other failure
+// is thrown on.
+[[nodiscard]] std::optional<std::string> carry_out_verified(txn::Transaction& t,
+                                                            const std::function<void(std::size_t)>& check,
+                                                            const StepChecks& checks);
+
+}  // namespace cudafix::installer::apply
