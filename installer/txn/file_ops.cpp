@@ -340,6 +340,25 @@ struct Subfolder {
   int depth = 0;
 };
 
+enum class Entries { folders, not_folders };
+
+// The names in an open folder of one kind: a folder is what the entry is, never what a symlink
+// points at (d_type, or lstat where the file system does not say).
+std::vector<std::string> entries_of(DIR* d, Entries kind) {
+  std::vector<std::string> out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    bool folder = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st {};
+      folder = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (folder == (kind == Entries::folders)) out.emplace_back(name);
+  }
+  return out;
+}
+
 // Every folder below the open folder `fd` (closed here), listed without following a symlink.
 void list_subfolders(int fd, const std::string& rel, int depth, const std::string& shown, std::vector<Subfolder>& out) {
   if (depth > 256) {
@@ -351,17 +370,7 @@ void list_subfolders(int fd, const std::string& rel, int depth, const std::strin
     ::close(fd);
     fail("opendir", shown, errno);
   }
-  std::vector<std::string> folders;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view name = e->d_name;
-    if (name == "." || name == "..") continue;
-    bool folder = e->d_type == DT_DIR;
-    if (e->d_type == DT_UNKNOWN) {
-      struct stat st {};
-      folder = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
-    }
-    if (folder) folders.emplace_back(name);
-  }
+  const std::vector<std::string> folders = entries_of(d, Entries::folders);
   for (const auto& name : folders) {
     const std::string sub_rel = rel.empty() ? name : rel + "/" + name;
     out.push_back({sub_rel, depth + 1});
@@ -396,17 +405,7 @@ void unlink_files_in(int fd, const std::string& shown) {
     ::close(fd);
     fail("opendir", shown, errno);
   }
-  std::vector<std::string> files;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view name = e->d_name;
-    if (name == "." || name == "..") continue;
-    bool folder = e->d_type == DT_DIR;
-    if (e->d_type == DT_UNKNOWN) {
-      struct stat st {};
-      folder = ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
-    }
-    if (!folder) files.emplace_back(name);
-  }
+  const std::vector<std::string> files = entries_of(d, Entries::not_folders);
   for (const auto& name : files)
     if (::unlinkat(::dirfd(d), name.c_str(), 0) != 0 && errno != ENOENT) {
       const int err = errno;
