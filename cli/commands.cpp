@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -80,8 +81,7 @@ Style style_for(const GlobalOptions& g) {
 }
 
 // [transactions] keep = N.
-static void merge_transaction_settings(const std::string& text, const std::string& source, Configuration& c) {
-  const toml::table doc = rules::parse_toml(text, source);
+static void merge_transaction_settings(const toml::table& doc, const std::string& source, Configuration& c) {
   const auto* node = doc.get("transactions");
   if (!node) return;
   const auto* table = node->as_table();
@@ -101,8 +101,7 @@ static void merge_transaction_settings(const std::string& text, const std::strin
 
 // [sources] index_url = URL, extra_index_urls = [URL...], find_links = [DIR...]: each file's on
 // top of the one before; a folder is relative to the file that names it.
-static void merge_source_settings(const std::string& text, const std::string& source, Configuration& c) {
-  const toml::table doc = rules::parse_toml(text, source);
+static void merge_source_settings(const toml::table& doc, const std::string& source, Configuration& c) {
   const auto* node = doc.get("sources");
   if (!node) return;
   const auto* table = node->as_table();
@@ -141,6 +140,18 @@ static void merge_source_settings(const std::string& text, const std::string& so
   }
 }
 
+// Every file, --rules ones too, may carry each of these tables; any other is a typo that would
+// otherwise be ignored in silence.
+static void refuse_unknown_tables(const toml::table& doc, const std::string& source) {
+  static constexpr std::array<std::string_view, 10> known = {"driver",         "optional",     "dlopen", "family",
+                                                             "minimum_driver", "harmless",     "meta",  // knowledge
+                                                             "rules",          "transactions", "sources"};
+  for (const auto& [key, value] : doc)
+    if (std::find(known.begin(), known.end(), key.str()) == known.end())
+      throw r::Error(fmt::format("{}:{}: unknown table [{}]; the tables are {}", source, value.source().begin.line,
+                                 key.str(), fmt::join(known, ", ")));
+}
+
 GlobalOptions with_configured_sources(const GlobalOptions& g, const Configuration& config) {
   GlobalOptions out = g;
   out.config_index_url = config.index_url;
@@ -162,11 +173,13 @@ Configuration load_configuration(const GlobalOptions& g, const std::optional<std
   }
   files.insert(files.end(), g.rules.begin(), g.rules.end());
   for (const auto& f : files) {
-    const std::string text = r::read_file(f);
-    rules::merge_knowledge(text, f, c.knowledge);
-    rules::merge_rule_settings(text, f, c.rule_settings);
-    merge_transaction_settings(text, f, c);
-    merge_source_settings(text, f, c);
+    // Parsed once, each reader handed the one table.
+    const toml::table doc = rules::parse_toml(r::read_file(f), f);
+    refuse_unknown_tables(doc, f);
+    rules::merge_knowledge(doc, f, c.knowledge);
+    rules::merge_rule_settings(doc, f, c.rule_settings);
+    merge_transaction_settings(doc, f, c);
+    merge_source_settings(doc, f, c);
   }
   return c;
 }

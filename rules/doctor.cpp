@@ -144,8 +144,7 @@ DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge
   return report;
 }
 
-void merge_rule_settings(std::string_view text, const std::string& source, std::map<std::string, RuleSettings>& into) {
-  const toml::table doc = parse_toml(text, source);
+void merge_rule_settings(const toml::table& doc, const std::string& source, std::map<std::string, RuleSettings>& into) {
   const auto* node = doc.get("rules");
   if (!node) return;
   auto where = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };

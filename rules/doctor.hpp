@@ -78,9 +78,4 @@ struct DoctorReport {
 [[nodiscard]] DoctorReport run_doctor(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                       const DoctorOptions& options);
 
-// Reads the `[rules.*]` tables of one TOML document into `into`. Throws resolver::Error naming
-// `source` and the line for an unknown rule, a bad severity or a table of the wrong shape.
-void merge_rule_settings(std::string_view toml_text, const std::string& source,
-                         std::map<std::string, RuleSettings>& into);
-
 }  // namespace cudafix::rules

@@ -138,8 +138,7 @@ toml::table parse_toml(std::string_view text, const std::string& source) {
   }
 }
 
-void merge_knowledge(std::string_view text, const std::string& source, r::Knowledge& into) {
-  const toml::table doc = parse_toml(text, source);
+void merge_knowledge(const toml::table& doc, const std::string& source, r::Knowledge& into) {
   read_groups(doc, "driver", source, into.driver);
   read_groups(doc, "optional", source, into.optional);
   read_groups(doc, "dlopen", source, into.dlopen);
@@ -149,7 +148,7 @@ void merge_knowledge(std::string_view text, const std::string& source, r::Knowle
 
 r::Knowledge builtin_knowledge() {
   r::Knowledge k;
-  merge_knowledge(k_knowledge, "built-in knowledge.toml", k);
+  merge_knowledge(parse_toml(k_knowledge, "built-in knowledge.toml"), "built-in knowledge.toml", k);
   return k;
 }
 

@@ -1,5 +1,6 @@
-// Loading resolver::Knowledge from TOML: the built-in file embedded at build time, then the
-// user's files on top (later tables extend and replace earlier ones by name).
+// Reading TOML into resolver::Knowledge and rule settings: the built-in file embedded at build
+// time, then the user's files on top (later tables extend and replace earlier ones by name). A
+// file is parsed once (parse_toml) and its one table handed to each reader.
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "resolver/env/knowledge.hpp"
+#include "rules/doctor.hpp"
 
 namespace cudafix::rules {
 
@@ -16,8 +18,11 @@ namespace cudafix::rules {
 
 // The knowledge shipped with cudafix (rules/data/knowledge.toml).
 [[nodiscard]] resolver::Knowledge builtin_knowledge();
-// Adds the tables of one TOML document to `into`. Throws resolver::Error naming `source` and
-// the line on a syntax error or a table of the wrong shape.
-void merge_knowledge(std::string_view toml_text, const std::string& source, resolver::Knowledge& into);
+// Adds the knowledge tables of one parsed TOML document (parse_toml) to `into`. Throws
+// resolver::Error naming `source` and the line for a table of the wrong shape.
+void merge_knowledge(const toml::table& doc, const std::string& source, resolver::Knowledge& into);
+// Reads the `[rules.*]` tables of one parsed TOML document into `into`. Throws resolver::Error
+// naming `source` and the line for an unknown rule, a bad severity or a table of the wrong shape.
+void merge_rule_settings(const toml::table& doc, const std::string& source, std::map<std::string, RuleSettings>& into);
 
 }  // namespace cudafix::rules

@@ -626,6 +626,14 @@ TEST_F(DoctorVenv, RulesFilesSwitchTuneAndAllowAndABadOneIsAnErrorWithItsLine) {
                                shell_quote(dir.path() + "/major.toml") + " 2>&1");
   EXPECT_EQ(major.exit_code, 2);
   EXPECT_THAT(major.out, HasSubstr("major.toml:4: [dlopen.mine] sonames_by_major: 'twelve' is not a CUDA major"));
+  // A table no reader knows (a typo of [sources]) is named, not ignored: in a --rules file and in
+  // the environment's own cudafix.toml alike, with each table a file may carry.
+  write_file(dir.path() + "/typo.toml", "[rules.shared-path]\nseverity = \"info\"\n\n[source]\nindex_url = \"x\"\n");
+  const auto typo = run_shell(shell_quote(k_bin) + " doctor --venv " + shell_quote(venv_) + " --rules " +
+                              shell_quote(dir.path() + "/typo.toml") + " 2>&1");
+  EXPECT_EQ(typo.exit_code, 2) << typo.out;
+  EXPECT_THAT(typo.out, HasSubstr("typo.toml:4: unknown table [source]; the tables are driver, optional, dlopen, "
+                                  "family, minimum_driver, harmless, meta, rules, transactions, sources"));
   const auto select = run_shell(shell_quote(k_bin) + " doctor --venv " + shell_quote(venv_) + " --select nope 2>&1");
   EXPECT_EQ(select.exit_code, 2);
   EXPECT_THAT(select.out, HasSubstr("unknown rule 'nope'"));
