@@ -377,9 +377,11 @@ std::string snapshot_name_now() {
 }
 
 // The dists an uninstall names that are installed, as pip finds them (PEP 503 names); the names
-// it would skip ("Skipping X as it is not installed") go to `skipped`.
+// it would skip ("Skipping X as it is not installed") go to `skipped`. `unnamed`: whether a
+// requirement names no project (a path, a URL), so what pip removes is not known from the names.
 std::vector<int> uninstalled_dists(const r::Environment& env, const r::UninstallCommand& cmd,
-                                   std::vector<std::string>& skipped, std::vector<std::string>& problems) {
+                                   std::vector<std::string>& skipped, std::vector<std::string>& problems,
+                                   bool& unnamed) {
   std::vector<std::string> requirements = cmd.requirements;
   const auto files = r::read_requirement_files(cmd.requirement_files);
   requirements.insert(requirements.end(), files.requirements.begin(), files.requirements.end());
@@ -387,7 +389,10 @@ std::vector<int> uninstalled_dists(const r::Environment& env, const r::Uninstall
   std::vector<int> out;
   for (const auto& req : requirements) {
     const auto project = r::requirement_project(req);
-    if (!project) continue;
+    if (!project) {
+      unnamed = true;
+      continue;
+    }
     const auto d = env.dist_index(r::normalize_name(*project));
     if (!d) {
       skipped.push_back(*project);
@@ -438,9 +443,20 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   // Whether the command may run while the baseline probe is still loading the consumer's tree:
   // only an uninstall cudafix read whose deletions hold no shared object, which no load can see.
   bool touches_no_library = false;
+  // The dists whose files alone the snapshot keeps: an uninstall cudafix read whole deletes no
+  // other (pip and uv delete what the dists' RECORDs list, the byte code and the folders that
+  // empties). An egg or a dist without RECORD is removed by guesses (top_level.txt,
+  // easy-install.pth): the whole environment then, as for any other command.
+  std::optional<std::vector<int>> scope;
   if (const auto uninstall = r::parse_uninstall_command(o.command)) {
     std::vector<std::string> skipped, problems;
-    const auto dists = uninstalled_dists(env, *uninstall, skipped, problems);
+    bool unnamed = false;
+    const auto dists = uninstalled_dists(env, *uninstall, skipped, problems, unnamed);
+    const bool by_record = std::all_of(dists.begin(), dists.end(), [&](int d) {
+      const auto& dist = env.dists[static_cast<std::size_t>(d)];
+      return dist.format == r::DistFormat::dist_info && dist.has_record && dist.record_problem.empty();
+    });
+    if (problems.empty() && !unnamed && by_record) scope = dists;
     json u{{"tool", uninstall->tool}, {"dists", json::array()}, {"skipped", skipped},
            {"problems", problems},    {"safe", true},           {"plan", nullptr}};
     std::vector<std::string> names;
@@ -466,6 +482,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
         j["uninstall"] = u;
         j["refused"] = why;
         j["snapshot"] = nullptr;
+        j["snapshot_scope"] = nullptr;
         j["exit_code"] = nullptr;
         j["worse"] = json::array();
         j["undone"] = false;
@@ -497,7 +514,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   const std::string name = snapshot_name_now();
   tx::SnapshotInfo snap;
   try {
-    snap = tx::take_snapshot(env, name);
+    snap = tx::take_snapshot(env, name, {}, scope);
   } catch (const r::Error& e) {
     if (probing.valid()) (void)probing.get();
     command.abandon();
@@ -520,12 +537,14 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
                    {"probe", probe_summary_json(baseline_probe, probe_why_not)}};
   };
   j["snapshot"] = name;
+  j["snapshot_scope"] = snap.scope ? json(*snap.scope) : json();
   j["before"] = nullptr;  // its place in the document, filled by take_baseline
   const bool probe_beside_command = touches_no_library && probing.valid();
   if (!probe_beside_command) take_baseline();
   lap("probe");
-  say(fmt::format("cudafix guard: snapshot '{}' taken ({} files); doctor: {}; probe: {}; running `{}`", name,
-                  snap.files, count_of(static_cast<std::size_t>(before.report.errors), "error", "errors"),
+  say(fmt::format("cudafix guard: snapshot '{}' taken ({} files{}); doctor: {}; probe: {}; running `{}`", name,
+                  snap.files, printable(scope_text(snap.scope)),
+                  count_of(static_cast<std::size_t>(before.report.errors), "error", "errors"),
                   probe_beside_command ? std::string("running beside it (it deletes no library)")
                   : baseline_probe     ? std::string(pr::to_string(baseline_probe->verdict.outcome))
                                        : "not run, " + probe_why_not,

@@ -200,6 +200,17 @@ std::string and_list(const std::vector<std::string>& names) {
   return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
 }
 
+std::string scope_text(const std::optional<std::vector<std::string>>& scope) {
+  if (!scope) return "";
+  if (scope->empty()) return ", scoped to no dist";
+  std::vector<std::string> dists;
+  for (std::string_view f : *scope) {
+    if (f.ends_with(".dist-info")) f.remove_suffix(std::string_view(".dist-info").size());
+    dists.emplace_back(f);
+  }
+  return fmt::format(", scoped to {}", and_list(dists));
+}
+
 std::string Style::bold(std::string_view s) const { return paint(color, "1", s); }
 std::string Style::bad(std::string_view s) const { return paint(color, "1;31", s); }
 std::string Style::warn(std::string_view s) const { return paint(color, "33", s); }
@@ -576,10 +587,10 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
                                 shown(env, env.layout.root), rep.errors, rep.errors == 1 ? "" : "s", rep.warnings,
                                 rep.warnings == 1 ? "" : "s", rep.infos);
   if (env.layout.externally_managed && (rep.errors || rep.warnings))
-    out += st.dim(fmt::format(
-        "{} is externally managed ({}, PEP 668): pip changes it only with --break-system-packages, and the "
-        "system's own packages are repaired by its package manager\n",
-        shown(env, env.layout.root), shown(env, *env.layout.externally_managed)));
+    out += st.dim(
+        fmt::format("{} is externally managed ({}, PEP 668): pip changes it only with --break-system-packages, and the "
+                    "system's own packages are repaired by its package manager\n",
+                    shown(env, env.layout.root), shown(env, *env.layout.externally_managed)));
   if (rep.hashed_files)
     out += fmt::format("hashed {} files ({:.2f} GB) against their RECORD\n", rep.hashed_files,
                        static_cast<double>(rep.hashed_bytes) / 1e9);

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct Style {
 [[nodiscard]] std::string count_of(std::size_t n, std::string_view one, std::string_view many);
 // "and"-joined names: "a and b", "a, b and c".
 [[nodiscard]] std::string and_list(const std::vector<std::string>& names);
+// A snapshot's scope as said after its file count: "" for the whole environment, else
+// ", scoped to nvidia_cudnn_cu12-9.10.2.21" (each dist folder without .dist-info), or
+// ", scoped to no dist".
+[[nodiscard]] std::string scope_text(const std::optional<std::vector<std::string>>& scope);
 [[nodiscard]] std::string reason_label(const resolver::Environment& env, const resolver::Resolution& r);
 [[nodiscard]] std::string scan_text(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                     const Style& style);

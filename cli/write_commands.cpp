@@ -349,27 +349,29 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     }
     if (o.dry_run) {
       t.abandon();
-      return report_dry_run(g, out, "rollback", located.layout,
-                            fmt::format("Would restore snapshot '{}': {} files put back, {} moved aside, {} unchanged",
-                                        *o.snapshot, check.restore, check.remove, check.unchanged),
-                            {{"snapshot", *o.snapshot},
-                             {"restored", check.restore},
-                             {"removed", check.remove},
-                             {"unchanged", check.unchanged}});
+      return report_dry_run(
+          g, out, "rollback", located.layout,
+          fmt::format("Would restore snapshot '{}'{}: {} files put back, {} moved aside, {} unchanged", *o.snapshot,
+                      printable(scope_text(check.scope)), check.restore, check.remove, check.unchanged),
+          {{"snapshot", *o.snapshot},
+           {"restored", check.restore},
+           {"removed", check.remove},
+           {"unchanged", check.unchanged}});
     }
     if (!confirmed(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
                                   check.remove)))
       return declined(g, out, "rollback", env.layout.root);
     show_progress(g, t, "restoring");
     t.carry_out();
-    return report_done(g, out, "rollback", env.layout.root, t,
-                       fmt::format("restored snapshot '{}': {} files put back, {} moved aside, {} unchanged",
-                                   *o.snapshot, check.restore, check.remove, check.unchanged),
-                       keep,
-                       {{"snapshot", *o.snapshot},
-                        {"restored", check.restore},
-                        {"removed", check.remove},
-                        {"unchanged", check.unchanged}});
+    return report_done(
+        g, out, "rollback", env.layout.root, t,
+        fmt::format("restored snapshot '{}'{}: {} files put back, {} moved aside, {} unchanged", *o.snapshot,
+                    printable(scope_text(check.scope)), check.restore, check.remove, check.unchanged),
+        keep,
+        {{"snapshot", *o.snapshot},
+         {"restored", check.restore},
+         {"removed", check.remove},
+         {"unchanged", check.unchanged}});
   }
   const auto all = tx::transactions(root);
   const tx::JournalRead* target = nullptr;
@@ -455,10 +457,14 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     std::string text;
     for (const auto& s : snapshots) {
-      list.push_back(
-          {{"name", s.name}, {"time", s.time}, {"files", s.files}, {"bytes", s.bytes}, {"copied", s.copied}});
-      text += fmt::format("{:<24} {}  {} files, {:.1f} MB\n", printable(s.name), when(s.time), s.files,
-                          static_cast<double>(s.bytes) / 1e6);
+      list.push_back({{"name", s.name},
+                      {"time", s.time},
+                      {"files", s.files},
+                      {"bytes", s.bytes},
+                      {"copied", s.copied},
+                      {"scope", s.scope ? nlohmann::ordered_json(*s.scope) : nlohmann::ordered_json()}});
+      text += fmt::format("{:<24} {}  {} files, {:.1f} MB{}\n", printable(s.name), when(s.time), s.files,
+                          static_cast<double>(s.bytes) / 1e6, printable(scope_text(s.scope)));
     }
     doc["snapshots"] = list;
     if (g.json)

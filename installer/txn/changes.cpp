@@ -79,28 +79,80 @@ struct Entry {
 };
 
 // Every file the dists list inside the environment, and every file in their dist-info folders,
-// by path relative to the root, with RECORD's hash where it gives one.
-std::map<std::string, std::string> listed_files(const r::Environment& env) {
-  std::map<std::string, std::string> out;  // abs -> RECORD hash (may be empty)
+// by path relative to the root, with RECORD's hash where it gives one. With `in_scope`, the files
+// of the dists it marks; `outside` then gets those of them that another dist lists too.
+struct Listed {
+  std::map<std::string, std::string> files;  // abs -> RECORD hash (may be empty)
+  std::set<std::string> outside;
+};
+
+void record_hash(std::map<std::string, std::string>::iterator at, bool added, const std::string& hash) {
+  // Two dists listing one path with different hashes (a CUDA 12 and a CUDA 13 cuDNN both
+  // shipping nvidia/cudnn/lib/libcudnn.so.9): which one's bytes are there is known only by
+  // reading them, so the snapshot hashes the file (else its restore called it altered).
+  if (!added && at->second != hash) at->second.clear();
+}
+
+std::string sha256_of_row(const r::RecordRow& row) { return row.hash_algo() == "sha256" ? std::string(row.hash) : ""; }
+
+Listed listed_files(const r::Environment& env, const std::vector<bool>* in_scope = nullptr) {
+  Listed out;
   const std::string& root = env.layout.root_real;
-  for (const auto& d : env.dists) {
+  for (std::size_t i = 0; i < env.dists.size(); ++i) {
+    if (in_scope && !(*in_scope)[i]) continue;
+    const auto& d = env.dists[i];
     for (const auto& row : d.record) {
       const std::string abs = r::join_normal(d.site_dir, row.path);
       if (!r::is_within(abs, root)) continue;
-      std::string hash = row.hash_algo() == "sha256" ? std::string(row.hash) : "";
-      // Two dists listing one path with different hashes (a CUDA 12 and a CUDA 13 cuDNN both
-      // shipping nvidia/cudnn/lib/libcudnn.so.9): which one's bytes are there is known only by
-      // reading them, so the snapshot hashes the file (else its restore called it altered).
-      const auto [at, added] = out.emplace(abs, hash);
-      if (!added && at->second != hash) at->second.clear();
+      const std::string hash = sha256_of_row(row);
+      const auto [at, added] = out.files.emplace(abs, hash);
+      record_hash(at, added, hash);
     }
     if (d.format == r::DistFormat::egg_link || d.format == r::DistFormat::egg_info_file) continue;
     std::error_code ec;
     const std::string info = d.site_dir + "/" + d.dir_name;
     for (fs::recursive_directory_iterator it(info, ec), end; !ec && it != end; it.increment(ec))
-      if (!it->is_directory(ec) || it->is_symlink(ec)) out.emplace(it->path().string(), "");
+      if (!it->is_directory(ec) || it->is_symlink(ec)) out.files.emplace(it->path().string(), "");
+  }
+  if (!in_scope) return out;
+  // The other dists' rows, joined only where the file name is one of the scope's: a scope is a
+  // few dists, the rest of a torch venv some 69,000 rows.
+  std::set<std::string_view> names;
+  for (const auto& [abs, hash] : out.files) names.insert(r::base_name(abs));
+  for (std::size_t i = 0; i < env.dists.size(); ++i) {
+    if ((*in_scope)[i]) continue;
+    const auto& d = env.dists[i];
+    for (const auto& row : d.record) {
+      const auto name = r::base_name(row.path);
+      // "pkg/a.py/." names a.py too: such a row is joined whatever its last part.
+      if (!names.count(name) && !name.empty() && name != "." && name != "..") continue;
+      const std::string abs = r::join_normal(d.site_dir, row.path);
+      const auto at = out.files.find(abs);
+      if (at == out.files.end()) continue;
+      record_hash(at, false, sha256_of_row(row));
+      out.outside.insert(abs);
+    }
   }
   return out;
+}
+
+// The project a dist folder's name is of, PEP 503: "nvidia_cudnn_cu13-9.19.0.56.dist-info",
+// "foo-1.0-py3.11.egg-info" and "foo.egg-link" -> "nvidia-cudnn-cu13", "foo", "foo".
+std::string project_of_folder(std::string_view folder) {
+  for (const std::string_view suffix : {".dist-info", ".egg-info", ".egg-link"})
+    if (folder.ends_with(suffix)) folder.remove_suffix(suffix.size());
+  return r::normalize_name(folder.substr(0, folder.find('-')));
+}
+
+// The dists of `env` a scope covers: the folders it names, and any version of their projects
+// installed now.
+std::vector<bool> dists_in_scope(const r::Environment& env, const std::vector<std::string>& scope) {
+  std::set<std::string> folders(scope.begin(), scope.end()), projects;
+  for (const auto& f : scope) projects.insert(project_of_folder(f));
+  std::vector<bool> in(env.dists.size());
+  for (std::size_t i = 0; i < env.dists.size(); ++i)
+    in[i] = folders.count(env.dists[i].dir_name) || projects.count(env.dists[i].normalized);
+  return in;
 }
 
 }  // namespace
@@ -153,10 +205,33 @@ std::string why_no_link(const std::string& file, const std::string& into, const 
   return said;
 }
 
+// A manifest's scope, read as untrusted input: none (absent or null) for the whole environment,
+// else at most k_scope_max dist folder names; any other shape throws, saying what is wrong.
+std::optional<std::vector<std::string>> scope_of(const json& manifest, const std::string& dir) {
+  const auto at = manifest.find("scope");
+  if (at == manifest.end() || at->is_null()) return std::nullopt;
+  const auto refuse = [&](const std::string& why) {
+    return r::Error(fmt::format("{}/manifest.json: its scope {}; nothing was changed", dir, why));
+  };
+  if (!at->is_array()) throw refuse("is not a list of dist-info folder names");
+  if (at->size() > k_scope_max) throw refuse(fmt::format("names {} dists, more than {}", at->size(), k_scope_max));
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < at->size(); ++i) {
+    const auto& n = (*at)[i];
+    if (!n.is_string()) throw refuse(fmt::format("entry {} is not a string", i));
+    const auto& name = n.get_ref<const std::string&>();
+    if (!r::is_dist_folder_name(name))
+      throw refuse(fmt::format("entry '{}' is not a dist-info folder name", r::to_valid_utf8(name.substr(0, 256))));
+    out.push_back(name);
+  }
+  return out;
+}
+
 }  // namespace
 
 SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
-                           const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+                           const std::function<void(std::uint64_t, std::uint64_t)>& progress,
+                           const std::optional<std::vector<int>>& scope) {
   check_snapshot_name(name);
   const std::string root = env.layout.root_real;
   const std::string dir = snapshot_dir(root, name);
@@ -170,8 +245,24 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   SnapshotInfo info;
   info.name = name;
   info.time = static_cast<std::int64_t>(std::time(nullptr));
+  std::optional<std::vector<bool>> in_scope;
+  if (scope && scope->size() <= k_scope_max) {
+    in_scope.emplace(env.dists.size());
+    info.scope.emplace();
+    for (const int d : *scope) {
+      const auto& dist = env.dists.at(static_cast<std::size_t>(d));
+      if (!r::is_dist_folder_name(dist.dir_name)) {
+        // A name the manifest's reader refuses would make the snapshot unrestorable: whole.
+        in_scope.reset();
+        info.scope.reset();
+        break;
+      }
+      if (!(*in_scope)[static_cast<std::size_t>(d)]) info.scope->push_back(dist.dir_name);
+      (*in_scope)[static_cast<std::size_t>(d)] = true;
+    }
+  }
   // The folders first (one thread), then every file's stat, link and hash on every core.
-  const auto listed = listed_files(env);
+  const auto listed = listed_files(env, in_scope ? &*in_scope : nullptr).files;
   std::vector<std::pair<std::string, std::string>> files(listed.begin(), listed.end());
   std::set<std::string> folders;
   for (const auto& [abs, hash] : files) folders.insert(r::parent_dir(tmp + "/tree/" + r::relative_to(abs, root)));
@@ -243,8 +334,13 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   info.bytes = bytes;
   info.copied_bytes = copied_bytes;
   info.copied_because = copied_because;
-  const json manifest{{"name", name},          {"time", info.time},     {"root", root},
-                      {"linked", info.linked}, {"copied", info.copied}, {"entries", std::move(entries)}};
+  const json manifest{{"name", name},
+                      {"time", info.time},
+                      {"root", root},
+                      {"linked", info.linked},
+                      {"copied", info.copied},
+                      {"scope", info.scope ? json(*info.scope) : json()},
+                      {"entries", std::move(entries)}};
   write_synced(tmp + "/manifest.json", manifest.dump());
   rename_path(tmp, dir);
   return info;
@@ -267,12 +363,15 @@ std::vector<SnapshotInfo> list_snapshots(const std::string& root) {
       s.linked = j.value("linked", std::size_t{0});
       s.copied = j.value("copied", std::size_t{0});
       if (!j["entries"].is_array()) continue;
+      s.scope = scope_of(j, it->path().string());
       for (const auto& e : j["entries"]) {
         ++s.files;
         if (e.value("type", "") == "file") s.bytes += e.value("size", std::uint64_t{0});
       }
     } catch (const json::exception&) {
       continue;  // not a manifest cudafix wrote: not listed
+    } catch (const r::Error&) {
+      continue;  // a scope of another shape: not listed either
     }
     out.push_back(s);
   }
@@ -314,6 +413,7 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
   if (!manifest.is_object() || !manifest["entries"].is_array())
     throw r::Error(fmt::format("{}/manifest.json is not a snapshot manifest", dir));
   RestoreCheck check;
+  check.scope = scope_of(manifest, dir);
   struct Restore {
     std::string abs, from;
     bool symlink;
@@ -360,10 +460,14 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
     restores.push_back({abs, from, false, "", e.value("sha256", "")});
   }
   if (!check.altered.empty()) return check;
-  // What the dists list now that the snapshot did not hold goes aside.
+  // What the dists list now that the snapshot did not hold goes aside; for a scoped one, what the
+  // scope's dists list, and not a file a dist outside it lists too.
+  std::optional<std::vector<bool>> in_scope;
+  if (check.scope) in_scope = dists_in_scope(env, *check.scope);
+  const Listed listed = listed_files(env, in_scope ? &*in_scope : nullptr);
   std::set<std::string> folders;
-  for (const auto& [abs, hash] : listed_files(env)) {
-    if (kept.count(abs) || !exists_nofollow(abs)) continue;
+  for (const auto& [abs, hash] : listed.files) {
+    if (kept.count(abs) || listed.outside.count(abs) || !exists_nofollow(abs)) continue;
     check_inside(env, abs);
     tx.move_aside(abs);
     ++check.remove;

@@ -3,14 +3,21 @@
 //
 // A snapshot on disk:
 //   <root>/.cudafix/snapshots/<name>/manifest.json
-//     {"name","time","root","linked":N,"copied":N,
+//     {"name","time","root","linked":N,"copied":N,"scope":[DIST FOLDER]|null (absent: null),
 //      "entries":[{"path":REL,"type":"file"|"symlink","mode":M,"size":N,
 //                  "sha256":B64 (files: RECORD's urlsafe base64 form),
 //                  "target":T (symlinks)}]}
 //   <root>/.cudafix/snapshots/<name>/tree/<REL>   a hardlink of each file (a copy where the
 //                                                 file system refuses the link: counted)
 // The entries are every file a dist's RECORD (or installed-files.txt) lists inside the
-// environment and every file in each dist-info folder. pip and uv replace a file (a new inode)
+// environment and every file in each dist-info folder. A scoped snapshot (`scope` a list of
+// dist-info folder names, at most k_scope_max, each as resolver::is_dist_folder_name allows)
+// holds those of the scope's dists alone: an uninstall deletes nothing else, and linking the
+// whole environment is most of the cost of guarding one (68,937 files in a torch venv). Its
+// restore changes the scope alone: the entries are put back, what the scope's dists (the same
+// projects, any version installed now) list now that it did not hold goes aside, except a path a
+// dist outside the scope lists too; nothing else is touched. A `scope` of another shape refuses
+// the restore, and the snapshot is not listed. pip and uv replace a file (a new inode)
 // rather than write it in place, so a hardlink keeps the old bytes; a tool that writes in place
 // alters the snapshot too, which the restore finds: each file it would restore is hashed first
 // and checked against the manifest (RECORD's hash, or one taken at snapshot time: where there is
@@ -20,6 +27,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,11 +54,18 @@ struct SnapshotInfo {
   // mount)", or the link's error).
   std::uint64_t copied_bytes = 0;
   std::string copied_because;
+  // The dist-info folders a scoped snapshot holds the files of; none: the whole environment.
+  std::optional<std::vector<std::string>> scope;
 };
 
-// `progress` is called with (files kept, files listed) as it goes.
+inline constexpr std::size_t k_scope_max = 4096;
+
+// `progress` is called with (files kept, files listed) as it goes. `scope`: indexes into
+// env.dists whose files alone are kept (an empty one keeps nothing); a dist whose folder name the
+// manifest's reader would refuse makes the snapshot whole instead (SnapshotInfo::scope says which).
 [[nodiscard]] SnapshotInfo take_snapshot(const resolver::Environment& env, const std::string& name,
-                                         const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+                                         const std::function<void(std::uint64_t, std::uint64_t)>& progress = {},
+                                         const std::optional<std::vector<int>>& scope = std::nullopt);
 [[nodiscard]] std::vector<SnapshotInfo> list_snapshots(const std::string& root);
 void delete_snapshot(const std::string& root, const std::string& name);
 
@@ -59,6 +74,7 @@ struct RestoreCheck {
   std::size_t restore = 0;           // files put back
   std::size_t remove = 0;            // files no snapshot entry has, moved aside
   std::size_t unchanged = 0;
+  std::optional<std::vector<std::string>> scope;  // the snapshot's (SnapshotInfo::scope)
 };
 
 // Plans the restore of snapshot `name` onto the environment as `tx`'s ops. Returns what it

@@ -58,6 +58,15 @@ bool is_snapshot_name(std::string_view name) {
   });
 }
 
+bool is_dist_folder_name(std::string_view name) {
+  if (name.empty() || name.size() > 255) return false;
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front())) return false;
+  if (!name.ends_with(".dist-info") && !name.ends_with(".egg-info") && !name.ends_with(".egg-link")) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.' || c == '+' || c == '!'; });
+}
+
 std::string protected_file(std::string_view rel) {
   if (rel == ".cudafix" || rel.starts_with(".cudafix/")) return "cudafix's own state (.cudafix/)";
   if (rel == "cudafix.toml") return "cudafix's settings (cudafix.toml)";

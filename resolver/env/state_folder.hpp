@@ -10,6 +10,9 @@
 //   <root>/.cudafix/guards/     <snapshot>.json while `guard` runs a command (cli/guard_command.cpp)
 // An id is YYYYMMDDTHHMMSS.mmm-PID-N (at most 64 bytes), a snapshot name up to 128 letters,
 // digits, '-', '_' and '.', not a leading '.'; only such an id or name is joined into a path.
+// A dist's folder name read from the state (a snapshot's scope) is up to 255 letters, digits,
+// '-', '_', '.', '+' and '!' (a local version, an epoch), beginning with a letter or digit and
+// ending in .dist-info, .egg-info or .egg-link.
 #pragma once
 
 #include <string>
@@ -22,6 +25,7 @@ namespace cudafix::resolver::inline env {
 
 [[nodiscard]] bool is_transaction_id(std::string_view id);
 [[nodiscard]] bool is_snapshot_name(std::string_view name);
+[[nodiscard]] bool is_dist_folder_name(std::string_view name);
 
 // The files of an environment no wheel may write, no RECORD may list and no journal may name:
 // cudafix's state, its settings, the venv's pyvenv.cfg, its lock and its interpreter. `rel` is

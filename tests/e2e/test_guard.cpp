@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -88,6 +89,30 @@ class Guard : public ::testing::Test {
                      " && find . -path ./.cudafix -prune -o -path ./.lock -prune -o -type f -print0 | sort -z | "
                      "xargs -0 sha256sum")
         .out;
+  }
+  // `cudafix ARGS --venv VENV`, standard error with the output.
+  static test::RunResult cudafix(const std::string& args, const std::string& venv) {
+    return run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(venv) +
+                     test::k_no_cache + " 2>&1");
+  }
+  static json manifest(const std::string& venv, const std::string& name) {
+    return json::parse(resolver::read_file(venv + "/.cudafix/snapshots/" + name + "/manifest.json"));
+  }
+  // The files a dist's RECORD lists, relative to the venv, and those of its dist-info folder.
+  static std::set<std::string> files_of(const std::string& venv, const std::string& dist_info) {
+    std::set<std::string> out;
+    const std::string s = site(venv), prefix = fs::relative(s, venv).string() + "/";
+    const std::string record = resolver::read_file(s + "/" + dist_info + "/RECORD");
+    for (const auto& line : resolver::split(record, '\n'))
+      if (!line.empty()) out.insert(prefix + std::string(line.substr(0, line.find(','))));
+    for (const auto& e : fs::recursive_directory_iterator(s + "/" + dist_info))
+      if (e.is_regular_file()) out.insert(fs::relative(e.path(), venv).string());
+    return out;
+  }
+  static std::set<std::string> entries_of(const json& manifest) {
+    std::set<std::string> out;
+    for (const auto& e : manifest["entries"]) out.insert(e["path"].get<std::string>());
+    return out;
   }
   static std::vector<std::string> snapshots(const std::string& venv) {
     std::vector<std::string> out;
@@ -269,6 +294,106 @@ TEST_F(Guard, AHostileMarkerIsNotObeyedNorSaid) {
   const auto r = run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " doctor --venv " + shell_quote(v) +
                            test::k_no_cache + " 2>&1 >/dev/null");
   EXPECT_THAT(r.out, Not(HasSubstr("a guard was killed"))) << r.out;
+}
+
+// An uninstall cudafix read is guarded by a snapshot of the dists it names alone (linking the
+// whole environment is most of guard's cost), and undone from it hash for hash.
+TEST_F(Guard, AnUninstallIsUndoneFromASnapshotOfItsDistAlone) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = hashes_of(v);
+  const auto [rc, doc] = guard_json(v, "--allow-break", pip(v) + " uninstall -y nvidia-cudnn-cu12");
+  EXPECT_EQ(rc, 1) << doc.dump();
+  EXPECT_EQ(doc["exit_code"], 0) << "pip ran and succeeded";
+  EXPECT_EQ(doc["snapshot_scope"], json::array({"nvidia_cudnn_cu12-9.10.2.21.dist-info"}));
+  EXPECT_FALSE(doc["worse"].empty());
+  EXPECT_EQ(doc["undone"], true);
+  EXPECT_EQ(hashes_of(v), before);
+  EXPECT_TRUE(snapshots(v).empty());
+  EXPECT_THAT(test::venv_pip(v, "list --format json").out, HasSubstr("nvidia-cudnn-cu12"));
+}
+
+TEST_F(Guard, TheSnapshotOfAnUninstallHoldsThatDistsFilesAndRestoresThem) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = hashes_of(v);
+  const auto expected = files_of(v, "nvidia_cudnn_cu12-9.10.2.21.dist-info");
+  const auto r = guard(v, "--allow-break --keep", pip(v) + " uninstall -y nvidia-cudnn-cu12");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("scoped to nvidia_cudnn_cu12-9.10.2.21"));
+  ASSERT_EQ(snapshots(v).size(), 1u);
+  const std::string name = snapshots(v)[0];
+  const json m = manifest(v, name);
+  EXPECT_EQ(m["scope"], json::array({"nvidia_cudnn_cu12-9.10.2.21.dist-info"}));
+  EXPECT_EQ(entries_of(m), expected);
+  std::size_t in_tree = 0;
+  for (const auto& e : fs::recursive_directory_iterator(v + "/.cudafix/snapshots/" + name + "/tree"))
+    in_tree += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(in_tree, expected.size());
+  EXPECT_THAT(cudafix("snapshot --list", v).out, HasSubstr(name));
+  EXPECT_THAT(cudafix("snapshot --list", v).out, HasSubstr("scoped to nvidia_cudnn_cu12-9.10.2.21"));
+  EXPECT_NE(hashes_of(v), before) << "--keep leaves pip's change";
+  // The shared libcudnn.so.9 the snapshot holds has cu13's bytes, not those cu12's RECORD says:
+  // hashed at snapshot time, it is not called altered.
+  const auto restored = cudafix("rollback --snapshot " + name + " -y", v);
+  EXPECT_EQ(restored.exit_code, 0) << restored.out;
+  EXPECT_THAT(restored.out, HasSubstr("scoped to nvidia_cudnn_cu12-9.10.2.21"));
+  EXPECT_EQ(hashes_of(v), before);
+}
+
+// A dist installed after a scoped snapshot is outside its scope and stays through its restore;
+// a whole snapshot's restore moves it aside. A version of the scope's dist installed since goes.
+TEST_F(Guard, AScopedRestoreTouchesItsDistsAloneAWholeOneEverything) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string w = t.path() + "/wheels", py = t.path() + "/mod.py";
+  fs::create_directories(w);
+  test::write_file(py, "Y = 2\n");
+  const std::string other = test::make_wheel(w, "otherpkg 1.0 otherpkg/__init__.py=" + py);
+  const std::string leaf2 = test::make_wheel(w, "leafpkg 2.0 leafpkg/__init__.py=" + py + " leafpkg/new.txt=" + py);
+  const std::string before = hashes_of(v);
+  ASSERT_EQ(cudafix("snapshot whole", v).exit_code, 0);
+  const auto [rc, doc] = guard_json(v, "--keep", pip(v) + " uninstall -y leafpkg");
+  EXPECT_EQ(rc, 0) << doc.dump();
+  EXPECT_EQ(doc["snapshot_scope"], json::array({"leafpkg-1.0.dist-info"}));
+  const std::string scoped = doc["snapshot"].get<std::string>();
+  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(other)).exit_code, 0);
+  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(leaf2)).exit_code, 0);
+  const std::string other_init = site(v) + "/otherpkg/__init__.py";
+  ASSERT_TRUE(fs::exists(other_init));
+  const auto back = cudafix("rollback --snapshot " + scoped + " -y", v);
+  EXPECT_EQ(back.exit_code, 0) << back.out;
+  EXPECT_TRUE(fs::exists(other_init)) << "otherpkg is outside the scope";
+  EXPECT_TRUE(fs::exists(site(v) + "/otherpkg-1.0.dist-info/RECORD"));
+  EXPECT_FALSE(fs::exists(site(v) + "/leafpkg/new.txt")) << "leafpkg 2.0 is the scope's project";
+  EXPECT_FALSE(fs::exists(site(v) + "/leafpkg-2.0.dist-info"));
+  EXPECT_TRUE(fs::exists(site(v) + "/leafpkg-1.0.dist-info/RECORD"));
+  const auto whole = cudafix("rollback --snapshot whole -y", v);
+  EXPECT_EQ(whole.exit_code, 0) << whole.out;
+  EXPECT_FALSE(fs::exists(other_init)) << "the whole snapshot never held otherpkg";
+  EXPECT_EQ(hashes_of(v), before);
+  EXPECT_THAT(test::venv_pip(v, "list --format json").out, HasSubstr(R"("leafpkg", "version": "1.0")"));
+}
+
+// Any command but an uninstall cudafix read whole is guarded by a snapshot of everything.
+TEST_F(Guard, AnyOtherCommandGetsAWholeSnapshot) {
+  TempDir t;
+  const std::string v = copy(t);
+  const auto [rc, doc] = guard_json(v, "--keep", "sh -c true");
+  EXPECT_EQ(rc, 0);
+  EXPECT_TRUE(doc.contains("snapshot_scope"));
+  EXPECT_TRUE(doc["snapshot_scope"].is_null());
+  const json m = manifest(v, doc["snapshot"].get<std::string>());
+  EXPECT_TRUE(m["scope"].is_null());
+  EXPECT_EQ(entries_of(m).count(fs::relative(site(v), v).string() + "/torch/lib/libtorch_cuda.so"), 1u);
+  // An uninstall whose requirements file cannot be read: what it removes is not known.
+  const auto [rc2, doc2] =
+      guard_json(v, "", pip(v) + " uninstall -y leafpkg -r " + shell_quote(t.path() + "/missing.txt"));
+  EXPECT_NE(rc2, 0);
+  EXPECT_TRUE(doc2["snapshot_scope"].is_null()) << doc2.dump();
+  // One that names nothing installed: a snapshot of no file.
+  const auto [rc3, doc3] = guard_json(v, "", pip(v) + " uninstall -y no-such-dist");
+  EXPECT_EQ(doc3["snapshot_scope"], json::array()) << doc3.dump();
 }
 
 // With the fake driver: a cuDNN swapped (by rename, as pip replaces a file) for one whose

@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "installer/txn/journal.hpp"
 #include "resolver/base/text.hpp"
@@ -294,6 +295,48 @@ TEST_F(HostileState, APlantedSnapshotCannotLinkOrRestoreFromOutside) {
   EXPECT_EQ(canaries.changes(), "");
   EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
   EXPECT_FALSE(fs::exists(v + "/canary.txt"));
+}
+
+// A snapshot's scope is read as untrusted input: a name that is no dist folder's, an entry that
+// is no string, more names than any scope cudafix writes, a scope that is no list. Each refuses
+// the restore, saying which, and the snapshot is not listed.
+TEST_F(HostileState, ASnapshotScopeOfAnotherShapeRefusesTheRestore) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  ASSERT_EQ(cudafix("snapshot real", v).exit_code, 0);
+  const std::string snaps = v + "/.cudafix/snapshots";
+  const json real = json::parse(resolver::read_file(snaps + "/real/manifest.json"));
+  json many = json::array();
+  for (int i = 0; i < 5000; ++i) many.push_back("alpha-1.0.dist-info");
+  const std::vector<std::tuple<std::string, json, std::string>> cases{
+      {"climb", json::array({"../x"}), "its scope entry '../x' is not a dist-info folder name"},
+      {"outside", json::array({"../outside/canary.txt"}), "its scope entry '../outside/canary.txt' is not a"},
+      {"number", json::array({"alpha-1.0.dist-info", 1}), "its scope entry 1 is not a string"},
+      {"many", many, "its scope names 5000 dists, more than 4096"},
+      {"word", "alpha-1.0.dist-info", "its scope is not a list of dist-info folder names"}};
+  // A restore would change something: alpha's module is gone.
+  fs::remove(test::site_packages(v) + "/alpha/__init__.py");
+  for (const auto& [name, scope, says] : cases) {
+    ASSERT_EQ(run_shell("cp -a " + shell_quote(snaps + "/real") + " " + shell_quote(snaps + "/" + name)).exit_code, 0);
+    json m = real;
+    m["name"] = name;
+    m["scope"] = scope;
+    test::write_file(snaps + "/" + name + "/manifest.json", m.dump());
+  }
+  const std::string before = tree_of(v);
+  const auto listed = cudafix("snapshot --list", v);
+  EXPECT_THAT(listed.out, HasSubstr("real"));
+  for (const auto& [name, scope, says] : cases) {
+    const auto r = cudafix("rollback --snapshot " + name + " -y", v);
+    EXPECT_NO_SIGNAL(r);
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(says)) << name;
+    EXPECT_THAT(r.out, HasSubstr("nothing was changed")) << name;
+    EXPECT_THAT(listed.out, Not(HasSubstr(name))) << name;
+  }
+  EXPECT_EQ(canaries.changes(), "");
+  EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
+  EXPECT_FALSE(fs::exists(test::site_packages(v) + "/alpha/__init__.py"));
 }
 
 // A RECORD row through a symlinked folder that leads outside: the snapshot refuses it by name
