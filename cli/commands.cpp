@@ -660,7 +660,12 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
     for (auto f : r::split(pip_find_links, ' '))
       if (!f.empty()) folders.emplace_back(f);
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
-  auto found = installer::source::find_wheels(folders, opts.supported_tags);
+  // Only the wheels of dists the plan installs or reinstalls are read: which those are does not
+  // depend on the wheels.
+  const auto listing = std::chrono::steady_clock::now();
+  const auto wanted = r::wheels_wanted(env, knowledge, opts);
+  installer::WheelReadCost cost;
+  auto found = installer::source::find_wheels(folders, opts.supported_tags, &wanted, &cost);
   for (const auto& diag : found.diagnostics)
     if (!g.quiet) std::cerr << fmt::format("cudafix: warning: {}\n", printable(diag.to_string(), k_line_limit));
   opts.wheels = std::move(found.wheels);
@@ -672,6 +677,11 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
   out.fingerprint = r::fingerprint_of(env, out.plan);
   if (g.timings) {
     print_timings(env);
+    std::cerr << fmt::format("{:>22}: {:7.1f} ms ({} wheels read for {} dists the plan wants: {} bytes of their "
+                             "members read, {} inflated, {} hashed; {} objects inflated from their start)\n",
+                             "find-links wheels", std::chrono::duration<double, std::milli>(t0 - listing).count(),
+                             opts.wheels.size() + found.diagnostics.size(), wanted.size(),
+                             cost.read, cost.inflated, cost.hashed, cost.objects_from_start);
     std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "plan",
                              std::chrono::duration<double, std::milli>(t1 - t0).count(), "fingerprint",
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());

@@ -197,12 +197,14 @@ PreparedStep bound_step(const r::Environment& env, const r::PlanStep& st, const 
     if (!st.wheel)
       throw r::Error(fmt::format("{}: {} has no wheel (plan again with --find-links naming it)", where, p.label));
     auto wheel = validate_wheel(planned_wheel_file(*st.wheel, options, sources));
-    if (r::sha256_of_file(wheel.path, r::DigestForm::hex) != st.wheel->sha256)
+    // Read as the planner reads it, its SHA-256 taken in the same pass.
+    auto read = read_wheel(wheel.path, {});
+    if (read.sha256 != st.wheel->sha256)
       throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
     if (r::normalize_name(wheel.name) != r::normalize_name(st.name) || !same_version(wheel.version, st.version))
       throw r::Error(fmt::format("{}.wheel: {} is {} {}, not the step's {} {}", where, wheel.path, wheel.name,
                                  wheel.version, st.name, st.version));
-    wheels.push_back(read_wheel(wheel.path, {}));
+    wheels.push_back(std::move(read));
     p.step.wheel = &wheels.back();
     p.wheel = std::move(wheel);
   }

@@ -4,16 +4,26 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <tuple>
 
-#include "installer/wheel/read.hpp"
 #include "resolver/base/diagnostic.hpp"
+#include "resolver/base/parallel.hpp"
+#include "resolver/base/text.hpp"
 
 namespace cudafix::installer::source {
 namespace r = cudafix::resolver;
 
-FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vector<std::string>& supported_tags) {
-  FoundWheels out;
+namespace {
+
+struct Listed {
+  std::string file, folder;
+};
+
+// The *.whl files of each folder, sorted within it; those `names` leaves out are not listed.
+std::vector<Listed> listed_wheels(const std::vector<std::string>& folders, const std::set<std::string>* names) {
+  std::vector<Listed> out;
   for (const auto& folder : folders) {
     std::error_code ec;
     std::vector<std::string> files;
@@ -22,15 +32,45 @@ FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vect
         files.push_back(std::filesystem::absolute(e.path()).lexically_normal().string());
     if (ec) throw r::Error(fmt::format("--find-links {}: cannot be listed: {}", folder, ec.message()));
     std::sort(files.begin(), files.end());
-    for (const auto& f : files) {
-      try {
-        r::Wheel w = read_wheel(f, supported_tags);
-        w.source = folder;
-        out.wheels.push_back(std::move(w));
-      } catch (const r::Error& e) {
-        out.diagnostics.push_back({f, std::nullopt, std::nullopt, e.what()});
-      }
+    for (auto& f : files) {
+      // A name that does not parse is read all the same, so that it is said what is wrong with it.
+      const auto name = r::parse_wheel_name(r::base_name(f));
+      if (names && name && !names->count(name->normalized)) continue;
+      out.push_back({std::move(f), folder});
     }
+  }
+  return out;
+}
+
+}  // namespace
+
+FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vector<std::string>& supported_tags,
+                        const std::set<std::string>* names, WheelReadCost* cost) {
+  const auto listed = listed_wheels(folders, names);
+  std::vector<std::optional<r::Wheel>> read(listed.size());
+  std::vector<std::string> problems(listed.size());
+  std::mutex cost_lock;
+  r::parallel_for(listed.size(), 0, [&](std::size_t i) {
+    WheelReadCost mine;
+    try {
+      read[i] = read_wheel(listed[i].file, supported_tags, &mine);
+      read[i]->source = listed[i].folder;
+    } catch (const r::Error& e) {
+      problems[i] = e.what();
+    }
+    if (!cost) return;
+    const std::lock_guard lock(cost_lock);
+    cost->read += mine.read;
+    cost->inflated += mine.inflated;
+    cost->hashed += mine.hashed;
+    cost->objects_from_start += mine.objects_from_start;
+  });
+  FoundWheels out;
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    if (read[i])
+      out.wheels.push_back(std::move(*read[i]));
+    else
+      out.diagnostics.push_back({listed[i].file, std::nullopt, std::nullopt, problems[i]});
   }
   std::sort(out.wheels.begin(), out.wheels.end(), [](const r::Wheel& a, const r::Wheel& b) {
     return std::tie(a.wheel_name.normalized, a.file) < std::tie(b.wheel_name.normalized, b.file);

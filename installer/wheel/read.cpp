@@ -1,15 +1,20 @@
 #include "installer/wheel/read.hpp"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 
 #include "installer/wheel/mapped_file.hpp"
+#include "installer/wheel/ranged_read.hpp"
 #include "installer/wheel/zip_reader.hpp"
+#include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/plan/provenance.hpp"
 
@@ -18,7 +23,8 @@ namespace r = cudafix::resolver;
 namespace {
 
 // ELF objects hold their dynamic section anywhere in the file; wheels of CUDA libraries hold
-// objects of a gigabyte. Members up to this size are read whole for their dynamic section.
+// objects of a gigabyte. Members up to this size are read for their dynamic section (one that
+// no window places is inflated from its start).
 constexpr std::uint64_t k_max_elf_member = std::uint64_t{4} << 30;
 
 }  // namespace
@@ -51,9 +57,11 @@ bool compatible_here(const r::WheelName& name, const std::vector<std::string>& s
 namespace {
 
 // The members that matter, from the archive (validated whole by zip::Archive): METADATA and
-// RECORD (read whole up to zip::k_max_metadata) and each ELF object's dynamic section.
+// RECORD (read whole up to zip::k_max_metadata) and each ELF object's dynamic section, read by
+// ranges (installer/wheel/ranged_read.hpp) from the bytes in memory: a CUDA library's few
+// hundred kilobytes, not its gigabyte inflated.
 r::Wheel read_members(const unsigned char* data, std::size_t size, const std::string& path,
-                      const std::vector<std::string>& supported_tags) {
+                      const std::vector<std::string>& supported_tags, WheelReadCost* cost) {
   r::Wheel w;
   w.file = path;
   const auto name = r::parse_wheel_name(r::base_name(path));
@@ -62,6 +70,7 @@ r::Wheel read_members(const unsigned char* data, std::size_t size, const std::st
   w.compatible = compatible_here(*name, supported_tags);
   const zip::Archive archive(data, size, path);
   std::string metadata_text, record_text;
+  std::vector<zip::Entry> objects;
   for (const zip::Entry* e : archive.files()) {
     const auto first = e->name.substr(0, e->name.find('/'));
     const bool in_dist_info = first.ends_with(".dist-info");
@@ -71,34 +80,100 @@ r::Wheel read_members(const unsigned char* data, std::size_t size, const std::st
     } else if (in_dist_info && e->name == first + "/RECORD") {
       record_text = archive.read(*e, zip::k_max_metadata);
     } else if (looks_like_elf_member(e->name) && e->size > 0 && e->size <= k_max_elf_member) {
-      // Into an anonymous mapping: a member that claims more than its data holds costs only the
-      // pages its data fills before the reader refuses it.
-      void* p = ::mmap(nullptr, e->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (p == MAP_FAILED) throw r::Error(fmt::format("{}: {}: cannot map {} bytes", path, e->name, e->size));
-      const std::unique_ptr<void, std::function<void(void*)>> unmap(p, [&](void* q) { ::munmap(q, e->size); });
-      archive.extract(*e, static_cast<unsigned char*>(p));
-      const r::ElfRead elf = r::read_elf_memory(p, e->size, path + ":" + e->name);
-      if (elf.status == r::ElfReadStatus::ok) w.elf.emplace(e->name, elf.info);
+      objects.push_back(*e);
     }
+  }
+  // The archive checked every range against the file; these come from its own entries.
+  const auto read = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+    std::vector<std::string> out;
+    for (const auto& [first, last] : ranges) {
+      if (last >= size) throw r::Error(fmt::format("{}: its zip structures name bytes {}-{}, past its end", path, first, last));
+      out.emplace_back(reinterpret_cast<const char*>(data) + first, last - first + 1);
+    }
+    return out;
+  };
+  auto got = read_members_by_ranges(read, size, std::move(objects), w.dist_info, path, {}, InvalidElf::leave_out);
+  w.elf = std::move(got.elf);
+  if (cost) {
+    cost->read += got.read;
+    cost->inflated += got.inflated;
+    cost->objects_from_start += got.objects_from_start;
   }
   return complete_wheel(std::move(w), std::move(metadata_text), std::move(record_text), path);
 }
 
 }  // namespace
 
-r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& supported_tags) {
+namespace {
+
+// A file's identity and stamps: a write to it changes its ctime, which no one can set back.
+struct Stamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const Stamp&) const = default;
+};
+
+std::optional<Stamp> stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return Stamp{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec,
+               st.st_ctim.tv_sec * 1'000'000'000LL + st.st_ctim.tv_nsec};
+}
+
+// The wheels this run has read, by path: `fix` plans from a wheel and then binds the plan to
+// it, and the second read (its SHA-256 above all: a second of CPU for a gigabyte) is the first's
+// value while the file is unchanged.
+struct ReadBefore {
+  std::mutex lock;
+  std::map<std::string, std::pair<Stamp, r::Wheel>> wheels;
+};
+
+ReadBefore& read_before() {
+  static ReadBefore memo;
+  return memo;
+}
+
+}  // namespace
+
+r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& supported_tags, WheelReadCost* cost) {
   if (!r::parse_wheel_name(r::base_name(path)))
     throw r::Error(fmt::format("{}: not a wheel file name (name-version-python-abi-platform.whl)", path));
+  const auto before = stamp_of(path);
+  if (before) {
+    const std::lock_guard guard(read_before().lock);
+    const auto it = read_before().wheels.find(path);
+    if (it != read_before().wheels.end() && it->second.first == *before) {
+      r::Wheel w = it->second.second;
+      w.compatible = compatible_here(w.wheel_name, supported_tags);
+      return w;
+    }
+  }
   const MappedFile file(path);
-  r::Wheel w = read_members(file.data(), file.size(), path, supported_tags);
-  w.sha256 = r::sha256_of_file(path, r::DigestForm::hex);
+  // The digest, of every byte, beside the reading of a few: both from the same open file.
+  auto digest = r::run_async(std::launch::async, [&] { return r::sha256_of_file(path, r::DigestForm::hex); });
+  r::Wheel w;
+  try {
+    w = read_members(file.data(), file.size(), path, supported_tags, cost);
+  } catch (...) {
+    digest.wait();
+    throw;
+  }
+  w.sha256 = digest.get();
   if (w.sha256.empty()) throw r::Error(fmt::format("{}: cannot be read", path));
+  if (cost) cost->hashed += file.size();
+  // Kept only where nothing wrote to the file while it was read.
+  if (const auto after = stamp_of(path); before && after && *before == *after) {
+    const std::lock_guard guard(read_before().lock);
+    read_before().wheels.insert_or_assign(path, std::pair{*after, w});
+  }
   return w;
 }
 
 r::Wheel read_wheel_memory(const void* data, std::size_t size, const std::string& file_name,
                            const std::vector<std::string>& supported_tags) {
-  return read_members(static_cast<const unsigned char*>(data), size, file_name, supported_tags);
+  return read_members(static_cast<const unsigned char*>(data), size, file_name, supported_tags, nullptr);
 }
 
 }  // namespace cudafix::installer

@@ -4,6 +4,7 @@
 // (a --find-links folder, an index, a cache) is installer/source/'s.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,22 @@
 
 namespace cudafix::installer {
 
-// Reads one wheel. Throws resolver::Error naming the file and what is wrong (not a zip, no
-// dist-info, a damaged or truncated member, METADATA or RECORD over zip::k_max_metadata, no RECORD).
-[[nodiscard]] resolver::Wheel read_wheel(const std::string& path, const std::vector<std::string>& supported_tags);
+// What reading wheels cost, for --timings: compressed bytes read of the members, bytes inflated,
+// objects whose dynamic section no window placed (inflated from their start), bytes hashed.
+struct WheelReadCost {
+  std::uint64_t read = 0, inflated = 0, hashed = 0;
+  std::size_t objects_from_start = 0;
+};
+
+// Reads one wheel: its zip structures validated whole, METADATA and RECORD, each shared
+// object's dynamic section by ranges (installer/wheel/ranged_read.hpp), its SHA-256. Throws
+// resolver::Error naming the file and what is wrong (not a zip, no dist-info, a damaged or
+// truncated member read, METADATA or RECORD over zip::k_max_metadata, no RECORD). A member it
+// does not read is checked when the wheel is installed. A file read before in this run and
+// unchanged since (device, inode, size, mtime and ctime) is not read again: `fix` plans from a
+// wheel and then binds its plan to it.
+[[nodiscard]] resolver::Wheel read_wheel(const std::string& path, const std::vector<std::string>& supported_tags,
+                                         WheelReadCost* cost = nullptr);
 // The same over bytes in memory (fuzzing), named `file_name`; no sha256.
 [[nodiscard]] resolver::Wheel read_wheel_memory(const void* data, std::size_t size, const std::string& file_name,
                                                 const std::vector<std::string>& supported_tags);

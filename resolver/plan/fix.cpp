@@ -427,8 +427,13 @@ std::string describe_breaks(const Environment& env, const std::vector<Break>& wo
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
-FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& options) {
-  FixPlan plan;
+namespace {
+
+// The plan's target and evidence, and its candidate steps in order of preference (none where
+// the plan has a problem or nothing needs CUDA libraries). Which steps there are does not depend
+// on the wheels at hand, only each step's `wheel`.
+std::vector<Step> candidate_steps(const Environment& env, const Knowledge& k, const FixOptions& options,
+                                  FixPlan& plan) {
   const MarkerEnvironment markers = marker_environment_of(env.layout);
   const ParsedRequirements reqs = parse_requirements(env, markers, options.threads);
   plan.evidence = consumer_evidence(env, k, reqs);
@@ -444,9 +449,9 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     for (const auto& [m, dists] : by_major) who.push_back(fmt::format("CUDA {}: {}", m, fmt::join(dists, ", ")));
     plan.problem = fmt::format("the consumers need different CUDA majors ({}); choose one with --cuda-major",
                                fmt::join(who, "; "));
-    return plan;
+    return {};
   } else {
-    return plan;  // nothing in the environment needs CUDA libraries: nothing to do
+    return {};  // nothing in the environment needs CUDA libraries: nothing to do
   }
   const int target = *plan.target;
 
@@ -535,6 +540,24 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
     st.why = fmt::format("{} provides CUDA {}; the target is CUDA {}", dist_label(dist), *m, target);
     candidates.push_back(std::move(st));
   }
+  return candidates;
+}
+
+}  // namespace
+
+std::set<std::string> wheels_wanted(const Environment& env, const Knowledge& k, const FixOptions& options) {
+  FixPlan plan;
+  std::set<std::string> out;
+  for (const auto& st : candidate_steps(env, k, options, plan))
+    if (st.action != StepAction::remove) out.insert(st.name);
+  return out;
+}
+
+FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& options) {
+  FixPlan plan;
+  const std::vector<Step> candidates = candidate_steps(env, k, options, plan);
+  if (!plan.ok() || !plan.target) return plan;
+  const int target = *plan.target;
 
   // An order in which every step's state, with everything before it, is no worse than before the
   // plan (resolver/plan/order_search.hpp): the preferred order first, backtracking where it fails.

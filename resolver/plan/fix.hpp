@@ -18,6 +18,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,11 @@ struct FixPlan {
 };
 
 [[nodiscard]] FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& options);
+
+// The dists plan_fix would install or reinstall, whatever wheels are at hand (normalised names):
+// the only wheels worth reading for it.
+[[nodiscard]] std::set<std::string> wheels_wanted(const Environment& env, const Knowledge& k,
+                                                  const FixOptions& options);
 
 // Steps carried out again on the model of `env` as it is now, in their order, exactly as
 // plan_fix judges them: each step's deletes, keeps and writes computed afresh, and its `ok` and

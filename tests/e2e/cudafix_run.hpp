@@ -14,13 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/paths.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::test {
 
-inline const std::string k_bin = CUDAFIX_BIN;
-inline const std::string k_fixtures = CUDAFIX_FIXTURES;
-inline const std::string k_source = CUDAFIX_SOURCE_DIR;
+inline const std::string k_bin = test::cudafix_bin();
+inline const std::string k_fixtures = test::fixtures_dir();
+inline const std::string k_source = test::source_dir();
 inline const std::string k_python = "/usr/bin/python3";
 // No ld.so.cache (an empty file is none, as glibc reads it): the answers then do not depend on
 // what this host has installed (this build machine has a CUDA toolkit in its cache).

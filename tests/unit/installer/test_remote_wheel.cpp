@@ -14,6 +14,7 @@
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 #include "tests/support/canned_http.hpp"
+#include "tests/support/paths.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::installer::source {
@@ -24,8 +25,8 @@ using test::shell_quote;
 using test::TempDir;
 using ::testing::HasSubstr;
 
-const std::string k_fixtures = CUDAFIX_FIXTURES;
-const std::string k_source = CUDAFIX_SOURCE_DIR;
+const std::string k_fixtures = test::fixtures_dir();
+const std::string k_source = test::source_dir();
 const std::vector<std::string> k_tags = resolver::supported_tags("3.11", "2.36", "x86_64");
 
 std::string make_wheel(const TempDir& dir, const std::string& args) {

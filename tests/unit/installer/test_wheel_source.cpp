@@ -6,10 +6,15 @@
 #include <filesystem>
 
 #include "installer/source/find_links.hpp"
+#include "installer/wheel/mapped_file.hpp"
 #include "installer/wheel/read.hpp"
+#include "installer/wheel/zip_reader.hpp"
 #include "resolver/base/atomic_file.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/elf/elf_reader.hpp"
+#include "resolver/plan/provenance.hpp"
+#include "tests/support/paths.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::installer {
@@ -20,8 +25,8 @@ using test::shell_quote;
 using test::TempDir;
 using ::testing::HasSubstr;
 
-const std::string k_fixtures = CUDAFIX_FIXTURES;
-const std::string k_source = CUDAFIX_SOURCE_DIR;
+const std::string k_fixtures = test::fixtures_dir();
+const std::string k_source = test::source_dir();
 const std::vector<std::string> k_tags = resolver::supported_tags("3.11", "2.36", "x86_64");
 
 std::string make_wheel(const TempDir& dir, const std::string& args) {
@@ -77,6 +82,83 @@ TEST(ReadWheel, EachKindOfBrokenWheelSaysWhatIsWrong) {
             0);
   expect_error(t.path() + "/empty-1.0-py3-none-any.whl", "no {name}-{version}.dist-info/METADATA inside");
   expect_error(t.path() + "/no-wheel-name.zip", "not a wheel file name");
+}
+
+// Objects of CUDA's shape, built by the compiler: 16 MiB of code-like bytes (deflating 3:1, in
+// dynamic-Huffman blocks as real code does), in .rodata before the dynamic section (near the
+// object's end, as in NVIDIA's libraries) or in .data after it (mid-object).
+std::string build_large_object(const TempDir& t, const std::string& name, const std::string& section) {
+  const std::string c = t.path() + "/" + name + ".c", blob = t.path() + "/code.bin";
+  const auto made = run_shell("test -e " + shell_quote(blob) + " || " +
+      "/usr/bin/python3 -c 'import random,sys; r=random.Random(7); w=[bytes(r.choice(b\"abcdefghijklmnop\") "
+      "for _ in range(r.randint(2,9))) for _ in range(4096)]; sys.stdout.buffer.write(b\" \".join(r.choice(w) "
+      "for _ in range(3000000))[:16<<20])' > " +
+      shell_quote(blob));
+  EXPECT_EQ(made.exit_code, 0) << made.out;
+  test::write_file(c, "__asm__(\".section " + section + "\\n.incbin \\\"" + blob +
+                          "\\\"\\n.previous\");\nint f(void) { return 1; }\n");
+  const std::string so = t.path() + "/" + name;
+  const auto cc = run_shell("cc -shared -fPIC -o " + shell_quote(so) + " " + shell_quote(c) + " -Wl,-soname," + name +
+                            " -Wl,--enable-new-dtags,-rpath,'$ORIGIN/../../cublas/lib' -Wl,--no-as-needed -lm 2>&1");
+  EXPECT_EQ(cc.exit_code, 0) << cc.out;
+  return so;
+}
+
+TEST(ReadWheel, ALargeObjectsDynamicSectionIsReadByWindowsAsTheWholeObjectGivesIt) {
+  TempDir t;
+  const auto near_end = build_large_object(t, "libnearend.so.9", ".rodata");
+  const auto mid = build_large_object(t, "libmid.so.9", ".data");
+  const auto path = make_wheel(t, "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libnearend.so.9=" + near_end +
+                                      " nvidia/cudnn/lib/libmid.so.9=" + mid + " --deflate");
+  WheelReadCost cost;
+  const auto w = read_wheel(path, k_tags, &cost);
+  // What the whole objects say, each inflated whole.
+  const MappedFile file(path);
+  const zip::Archive archive(file.data(), file.size(), path);
+  std::uint64_t objects = 0;
+  for (const std::string member : {"nvidia/cudnn/lib/libnearend.so.9", "nvidia/cudnn/lib/libmid.so.9"}) {
+    const zip::Entry* e = archive.find(member);
+    ASSERT_TRUE(e);
+    ASSERT_GT(e->compressed, std::uint64_t{2} << 20) << member << " is read by windows, not whole";
+    objects += e->size;
+    std::string bytes(e->size, '\0');
+    archive.extract(*e, reinterpret_cast<unsigned char*>(bytes.data()));
+    const auto whole = resolver::read_elf_memory(bytes.data(), bytes.size(), member);
+    ASSERT_EQ(whole.status, resolver::ElfReadStatus::ok) << member;
+    ASSERT_TRUE(w.elf.contains(member)) << member;
+    const auto& got = w.elf.at(member);
+    EXPECT_EQ(got.soname, whole.info.soname) << member;
+    EXPECT_EQ(got.needed, whole.info.needed) << member;
+    EXPECT_EQ(got.runpath, whole.info.runpath) << member;
+    EXPECT_EQ(got.rpath, whole.info.rpath) << member;
+    EXPECT_THAT(got.needed, ::testing::Contains("libm.so.6")) << member;
+  }
+  EXPECT_EQ(cost.objects_from_start, 0U);
+  EXPECT_LT(cost.inflated, objects / 4) << "inflated " << cost.inflated << " of the objects' " << objects << " bytes";
+  EXPECT_EQ(cost.hashed, std::filesystem::file_size(path));
+  EXPECT_EQ(w.sha256, resolver::sha256_of_file(path, resolver::DigestForm::hex));
+}
+
+// fix reads a wheel to plan and again to bind its plan: the second read is the first's value only
+// while the file is unchanged. Rewritten in place, or replaced, it is read afresh.
+TEST(ReadWheel, AWheelChangedSinceItWasReadIsReadAgain) {
+  TempDir t, other;
+  const auto path = make_wheel(t, "good 1.0");
+  const std::string original = t.path() + "/original";
+  ASSERT_EQ(run_shell("cp " + shell_quote(path) + " " + shell_quote(original)).exit_code, 0);
+  const auto first = read_wheel(path, k_tags);
+  EXPECT_EQ(read_wheel(path, k_tags).sha256, first.sha256);
+  const auto changed = make_wheel(other, "good 1.0 lib/extra.txt=" + original);
+  for (const std::string& write : {"cat " + shell_quote(changed) + " > " + shell_quote(path),
+                                  "cp --remove-destination " + shell_quote(changed) + " " + shell_quote(path)}) {
+    ASSERT_EQ(run_shell(write).exit_code, 0);
+    const auto again = read_wheel(path, k_tags);
+    EXPECT_NE(again.sha256, first.sha256) << write;
+    EXPECT_EQ(again.sha256, resolver::sha256_of_file(path, resolver::DigestForm::hex)) << write;
+    EXPECT_EQ(again.record.rows.size(), first.record.rows.size() + 1) << write;
+    ASSERT_EQ(run_shell("cp --remove-destination " + shell_quote(original) + " " + shell_quote(path)).exit_code, 0);
+    EXPECT_EQ(read_wheel(path, k_tags).sha256, first.sha256) << write;
+  }
 }
 
 // Inputs the fuzzer once crashed on (tests/fuzz/regressions/wheel-*): a clean Error each.

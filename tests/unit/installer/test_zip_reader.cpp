@@ -10,6 +10,7 @@
 #include "installer/wheel/zip_reader.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
+#include "tests/support/paths.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::installer::zip {
@@ -41,7 +42,7 @@ const unsigned char* bytes(const std::string& s) { return reinterpret_cast<const
 TEST(ZipReader, FuzzRegressionsAreRefusedByName) {
   std::size_t seen = 0;
   for (const auto& e :
-       std::filesystem::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
+       std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
     if (e.path().filename().string().rfind("zip-", 0) != 0) continue;
     ++seen;
     const std::string data = resolver::read_file(e.path());

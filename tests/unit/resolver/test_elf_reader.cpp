@@ -10,12 +10,13 @@
 #include "resolver/elf/elf_reader.hpp"
 #include "resolver/elf/elf_writer.hpp"
 #include "resolver/loader/host.hpp"
+#include "tests/support/paths.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {
 namespace {
 
-const std::string k_fixtures = CUDAFIX_FIXTURES;
+const std::string k_fixtures = test::fixtures_dir();
 
 TEST(ElfReader, ReadsACompiledObjectsDynamicSection) {
   const auto r = read_elf_file(k_fixtures + "/reader/libflags.so");

@@ -11,6 +11,7 @@
 #include "resolver/base/text.hpp"
 #include "resolver/elf/elf_store.hpp"
 #include "resolver/env/walk_cache.hpp"
+#include "tests/support/paths.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {
@@ -18,7 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string k_fixtures = CUDAFIX_FIXTURES;
+const std::string k_fixtures = test::fixtures_dir();
 
 void expect_same(const ElfRead& a, const ElfRead& b, const std::string& what) {
   EXPECT_EQ(a.status, b.status) << what;
@@ -137,7 +138,7 @@ TEST(ElfStore, ABrokenStoreIsReportedIgnoredAndWrittenAgain) {
 TEST(CacheFiles, FuzzerRegressionsAreReportedNotCrashes) {
   test::TempDir t;
   int seen = 0;
-  for (const auto& e : fs::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
+  for (const auto& e : fs::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
     if (!e.path().filename().string().starts_with("cache-")) continue;
     ++seen;
     const std::string input = read_file(e.path().string());

@@ -14,6 +14,7 @@
 
 #include "resolver/base/text.hpp"
 #include "resolver/loader/loader.hpp"
+#include "tests/support/paths.hpp"
 #include "tests/support/process.hpp"
 
 namespace cudafix::resolver {
@@ -22,7 +23,7 @@ namespace {
 using test::run_shell;
 using test::shell_quote;
 
-const std::string k_fixtures = CUDAFIX_FIXTURES;
+const std::string k_fixtures = test::fixtures_dir();
 
 const HostInfo& host() {
   static const HostInfo h = detect_host();
@@ -376,7 +377,7 @@ namespace {
 TEST(LdCacheFormat, FuzzRegressionsParseOrFailCleanly) {
   std::size_t seen = 0;
   for (const auto& e :
-       std::filesystem::directory_iterator(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions")) {
+       std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
     if (e.path().filename().string().rfind("ld_cache-", 0) != 0) continue;
     ++seen;
     try {

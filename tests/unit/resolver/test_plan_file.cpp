@@ -10,6 +10,7 @@
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/plan/plan_file.hpp"
+#include "tests/support/paths.hpp"
 
 namespace cudafix::resolver {
 namespace {
@@ -221,7 +222,7 @@ TEST(PlanFile, TextThatIsNotJsonIsRefusedInCudafixsWords) {
   // A number past a double's range is nlohmann's out_of_range, not its parse_error (fuzz_plan
   // found it: tests/fuzz/regressions/plan-number-overflow ended in std::terminate).
   EXPECT_EQ(refusal("[1e999]"), "plan.json: not JSON: number overflow parsing '1e999'");
-  EXPECT_THAT(refusal(read_file(std::string(CUDAFIX_SOURCE_DIR) + "/tests/fuzz/regressions/plan-number-overflow")),
+  EXPECT_THAT(refusal(read_file(test::source_dir() + "/tests/fuzz/regressions/plan-number-overflow")),
               HasSubstr("plan.json: not JSON: number overflow parsing"));
   // The token quoted is cut.
   EXPECT_LT(refusal("[1" + std::string(100000, '0') + "]").size(), 400u);

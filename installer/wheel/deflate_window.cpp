@@ -1,11 +1,11 @@
-#include "installer/source/deflate_window.hpp"
+#include "installer/wheel/deflate_window.hpp"
 
 #include <algorithm>
 #include <array>
 
 #include "resolver/base/diagnostic.hpp"
 
-namespace cudafix::installer::source {
+namespace cudafix::installer {
 namespace r = cudafix::resolver;
 
 Inflater::Inflater(int fill) {
@@ -33,6 +33,7 @@ bool Inflater::feed(const unsigned char* in, std::size_t n, std::size_t limit) {
     z_.avail_out = static_cast<uInt>(out.size() - before);
     const int rc = inflate(&z_, Z_NO_FLUSH);
     out.resize(out.size() - z_.avail_out);
+    produced += out.size() - before;
     if (rc == Z_STREAM_END) ended = true;
     if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR) return false;
     if (rc == Z_BUF_ERROR && out.size() == before) break;
@@ -49,6 +50,7 @@ int Inflater::blocks(const unsigned char* in, std::size_t n, int enough) {
     z_.next_out = sink.data();
     z_.avail_out = sink.size();
     const int rc = inflate(&z_, Z_BLOCK);
+    produced += sink.size() - z_.avail_out;
     if (rc == Z_STREAM_END) return done + 1;
     if (rc != Z_OK && rc != Z_BUF_ERROR) return -1;
     if ((z_.data_type & 128) && z_.avail_out > 0) ++done;  // stopped at a block's end
@@ -86,25 +88,31 @@ bool could_start_block(const unsigned char* p, std::size_t n, std::size_t bit) {
 
 }  // namespace
 
-void decode_from_boundaries(const std::string& window, int limit,
-                            const std::function<bool(const WindowDecode&)>& take) {
+std::uint64_t decode_from_boundaries(const std::string& window, int limit,
+                                     const std::function<bool(const WindowDecode&)>& take) {
   const auto* p = reinterpret_cast<const unsigned char*>(window.data());
   const std::size_t n = window.size();
   int tried = 0;
+  std::uint64_t produced = 0;
   for (std::size_t bit = 0; bit + 64 < n * 8 && tried < limit; ++bit) {
     if (!could_start_block(p, n, bit)) continue;
     const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
     Inflater probe(0);
     probe.prime(p[bit / 8], static_cast<int>(bit % 8));
-    if (probe.blocks(p + start, n - start, 3) < 3) continue;
+    const int whole_blocks = probe.blocks(p + start, n - start, 3);
+    produced += probe.produced;
+    if (whole_blocks < 3) continue;
     ++tried;
     Inflater zeros(0), ones(0xff);
     zeros.prime(p[bit / 8], static_cast<int>(bit % 8));
     ones.prime(p[bit / 8], static_cast<int>(bit % 8));
-    if (!zeros.feed(p + start, n - start, 64 << 20) || !ones.feed(p + start, n - start, 64 << 20)) continue;
+    const bool fed = zeros.feed(p + start, n - start, 64 << 20) && ones.feed(p + start, n - start, 64 << 20);
+    produced += zeros.produced + ones.produced;
+    if (!fed) continue;
     const WindowDecode w{std::move(zeros.out), std::move(ones.out), zeros.ended};
-    if (take(w)) return;
+    if (take(w)) return produced;
   }
+  return produced;
 }
 
-}  // namespace cudafix::installer::source
+}  // namespace cudafix::installer

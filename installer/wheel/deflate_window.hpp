@@ -1,5 +1,5 @@
 // Inflating a window cut from the middle of a deflate stream, as the plans by range need
-// (installer/source/remote_wheel.hpp): an Inflater fed in pieces, and each plausible block
+// (installer/wheel/ranged_read.hpp): an Inflater fed in pieces, and each plausible block
 // boundary in a window tried in turn. A boundary counts where a dynamic-Huffman header with a
 // complete code-length code starts and zlib then reads three whole blocks. The 32 KiB before the
 // window are unknown: each decode is made twice, against a dictionary of 0x00 and one of 0xff,
@@ -8,10 +8,11 @@
 
 #include <zlib.h>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
-namespace cudafix::installer::source {
+namespace cudafix::installer {
 
 // A raw inflate fed in pieces; `out` grows as far as wanted.
 class Inflater {
@@ -30,6 +31,7 @@ class Inflater {
   int blocks(const unsigned char* in, std::size_t n, int enough);
   std::string out;
   bool ended = false;
+  std::uint64_t produced = 0;  // bytes inflated in all, those `blocks` discarded included
 
  private:
   z_stream z_{};
@@ -41,7 +43,8 @@ struct WindowDecode {
 };
 
 // Calls `take` with the window inflated from each plausible block boundary in turn, at most
-// `limit` of them, until `take` returns true.
-void decode_from_boundaries(const std::string& window, int limit, const std::function<bool(const WindowDecode&)>& take);
+// `limit` of them, until `take` returns true. Returns how many bytes it inflated in all.
+std::uint64_t decode_from_boundaries(const std::string& window, int limit,
+                                     const std::function<bool(const WindowDecode&)>& take);
 
-}  // namespace cudafix::installer::source
+}  // namespace cudafix::installer

@@ -1,0 +1,481 @@
+#include "installer/wheel/ranged_read.hpp"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include "installer/wheel/deflate_window.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/parallel.hpp"
+
+namespace cudafix::installer {
+namespace r = cudafix::resolver;
+
+namespace {
+
+constexpr std::size_t k_local_slack = 1024;         // a local header's extra field beyond the central one's
+constexpr std::uint64_t k_max_dynamic = 1 << 20;    // a larger PT_DYNAMIC is read from the object's start
+
+std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24); }
+std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p + 4)} << 32); }
+const unsigned char* bytes_of(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+
+struct Member {
+  std::string name;  // normalised (installer/wheel/zip_reader.hpp)
+  std::uint16_t method = 0;
+  std::uint64_t compressed = 0, size = 0, header = 0;  // header: the local header's offset
+  std::uint64_t data = 0;                              // where its data starts, once the local header is read
+  zip::Entry entry;                                    // the central directory's, its local header checked against it
+};
+
+Member member_of(zip::Entry e) {
+  Member m;
+  m.name = e.name;
+  m.method = e.method;
+  m.compressed = e.compressed;
+  m.size = e.size;
+  m.header = e.local_offset;
+  m.entry = std::move(e);
+  return m;
+}
+
+// Where a member's data starts, from the fetched bytes that begin at its local header (which
+// must agree with the central directory).
+std::uint64_t data_start(const Member& m, const std::string& from_header, const std::string& label) {
+  return zip::parse_local_header(bytes_of(from_header), from_header.size(), m.entry, label);
+}
+
+bool valid_dynamic_tag(std::uint64_t tag) {
+  return tag <= 37 || (tag >= 0x6ffffd00 && tag <= 0x6fffffff) || (tag >= 0x70000000 && tag <= 0x7fffffff);
+}
+
+// A PT_DYNAMIC of `size` bytes at `p`: valid tags, DT_STRTAB and DT_STRSZ, DT_NULL after the
+// last entry and only DT_NULL from there.
+bool reads_as_dynamic(const unsigned char* p, std::size_t size) {
+  bool strtab = false, strsz = false, ended = false;
+  for (std::size_t at = 0; at + 16 <= size; at += 16) {
+    const std::uint64_t tag = u64(p + at);
+    if (ended) {
+      if (tag != 0) return false;
+      continue;
+    }
+    if (!valid_dynamic_tag(tag)) return false;
+    if (tag == 0) ended = true;
+    strtab |= tag == 5;
+    strsz |= tag == 10;
+  }
+  return ended && strtab && strsz;
+}
+
+// Why resolver/elf refused a member, named by the wheel's URL and the member's name.
+r::Error not_valid_elf(const std::string& label, const std::string& member, const r::Diagnostic& d) {
+  const std::string at = d.offset ? fmt::format(" (at offset {:#x})", *d.offset) : "";
+  return r::Error(fmt::format("{}: {} is not a valid ELF object{}: {}", label, member, at, d.message));
+}
+
+// What an object's first bytes say of where its dynamic segment lies, read by resolver/elf's
+// checked reader: every offset and size in them bounded by the member's size.
+struct Layout {
+  enum class Kind { not_elf, by_window, from_start } kind = Kind::not_elf;
+  r::ElfLayout elf;  // by_window: PT_DYNAMIC lies inside the member and is at most k_max_dynamic
+};
+
+// `head`: the member's first bytes, of `size` in all. An object whose headers lie past them, or
+// that is not a little-endian ELF64 (the windows read 16-byte entries), is read from its start;
+// one whose headers are wrong is an Error naming the wheel and the member.
+Layout layout_of(const std::string& head, std::uint64_t size, const std::string& label, const std::string& member,
+                 InvalidElf invalid) {
+  const auto read = r::read_elf_layout({size, {{0, head}}}, label + ":" + member);
+  if (read.status == r::ElfReadStatus::not_elf) return {};
+  if (read.status == r::ElfReadStatus::invalid) {
+    if (read.incomplete) return {Layout::Kind::from_start, {}};
+    if (invalid == InvalidElf::leave_out) return {};
+    throw not_valid_elf(label, member, read.diagnostic);
+  }
+  const r::ElfLayout& l = read.layout;
+  if (l.elf_class != 2 || l.encoding != 1 || l.dynamic_size == 0 || l.dynamic_size > k_max_dynamic)
+    return {Layout::Kind::from_start, {}};
+  return {Layout::Kind::by_window, l};
+}
+
+// An object's dynamic section as resolver/elf read it: kept, or as `invalid` says.
+void keep_elf(RangedMembers& out, const std::string& member, const r::ElfRead& elf, const std::string& label,
+              InvalidElf invalid) {
+  if (elf.status == r::ElfReadStatus::ok) out.elf.emplace(member, elf.info);
+  if (elf.status == r::ElfReadStatus::invalid && invalid == InvalidElf::refuse)
+    throw not_valid_elf(label, member, elf.diagnostic);
+}
+
+// The dynamic segment in a window of compressed bytes, inflated from each plausible block
+// boundary in turn: nullopt where no start gives it, known whole and unambiguous.
+// Pieces of an object, each where it lies in the file: what is known of it so far.
+struct Pieces {
+  std::uint64_t size = 0;  // the object's
+  std::vector<std::pair<std::uint64_t, std::string>> v;
+  // Views of them for resolver/elf, valid until `v` changes.
+  [[nodiscard]] r::ElfPieces view() const {
+    r::ElfPieces out{size, {}};
+    for (const auto& [at, bytes] : v) out.pieces.emplace_back(at, bytes);
+    return out;
+  }
+  // The `len` bytes at `off`, or nullptr where no one piece holds them all.
+  [[nodiscard]] const char* span(std::uint64_t off, std::uint64_t len) const { return view().bytes(off, len); }
+};
+
+struct WindowFind {
+  std::optional<std::string> dyn;
+  std::uint64_t inflated = 0;
+  // A window inflated to the member's end: its bytes, at their place in the file.
+  std::optional<std::pair<std::uint64_t, std::string>> tail;
+};
+
+// The dynamic segment in a window of compressed bytes: inflated from each plausible block
+// boundary in turn. A window that ends with the member places what it inflates exactly (from
+// the end back), the segment included; elsewhere the segment is found by what it reads as.
+WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
+                             std::uint64_t member_size, std::uint64_t dyn_offset) {
+  WindowFind out;
+  out.inflated = decode_from_boundaries(window, 12, [&](const WindowDecode& w) {
+    const std::string& a = w.zeros;
+    const std::string& b = w.ones;
+    const std::size_t len = std::min(a.size(), b.size());
+    if (ends_member && w.ended && a.size() <= member_size) {
+      const std::uint64_t base = member_size - a.size();
+      if (dyn_offset < base || dyn_offset + dyn_size > member_size) return false;
+      std::string dyn = a.substr(dyn_offset - base, dyn_size);
+      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return false;
+      out.dyn = std::move(dyn);
+      out.tail = std::pair{base, a};
+      return true;
+    }
+    // The segment read 16 bytes late still reads as one when zeros follow it (an unrelocated
+    // GOT): of the matches, the one with the most entries before DT_NULL is the segment. Bytes
+    // the two decodes disagree on came from before the window; they are taken as the zeros
+    // they almost always are (runs of zeros copied from runs of zeros) and the segment is
+    // checked against the object's known first bytes afterwards (consistent_with_head).
+    std::optional<std::string> found;
+    std::size_t found_entries = 0, found_unknown = 0;
+    bool ambiguous = false;
+    for (std::size_t at = 0; at + dyn_size <= len; ++at) {
+      if (u64(bytes_of(a) + at) != 1 && u64(bytes_of(a) + at) != 14) continue;  // DT_NEEDED or DT_SONAME first
+      if (!reads_as_dynamic(bytes_of(a) + at, dyn_size)) continue;
+      std::size_t unknown = 0;
+      for (std::size_t k = 0; k < dyn_size; ++k) unknown += a[at + k] != b[at + k] ? 1 : 0;
+      std::size_t entries = 0;
+      while (entries * 16 < dyn_size && u64(bytes_of(a) + at + entries * 16) != 0) ++entries;
+      std::string candidate = a.substr(at, dyn_size);
+      const bool better = !found || entries > found_entries || (entries == found_entries && unknown < found_unknown);
+      if (found && entries == found_entries && unknown == found_unknown && *found != candidate) ambiguous = true;
+      if (better) {
+        found = std::move(candidate);
+        found_entries = entries;
+        found_unknown = unknown;
+        ambiguous = false;
+      }
+    }
+    if (!found || ambiguous) return false;
+    out.dyn = std::move(found);
+    return true;
+  });
+  return out;
+}
+
+// The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read;
+// nullopt where no PT_LOAD maps DT_STRTAB or the table runs out of the object (`size` bytes).
+std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const r::ElfLayout& l,
+                                                                      std::uint64_t size) {
+  std::uint64_t strtab = 0, strsz = 0, last = 0;
+  bool any = false;
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
+    const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
+    if (tag == 5) strtab = val;
+    if (tag == 10) strsz = val;
+    if (tag == 1 || tag == 14 || tag == 15 || tag == 29) {
+      last = std::max(last, val);
+      any = true;
+    }
+  }
+  const auto begin = l.file_offset(strtab);
+  if (!begin || *begin > size) return std::nullopt;
+  const std::uint64_t reach = last < UINT64_MAX - 4096 ? last + 4096 : UINT64_MAX;
+  const std::uint64_t length = strsz <= 64 * 1024 || !any ? strsz : std::min(strsz, reach);
+  if (length > size - *begin) return std::nullopt;
+  return std::pair{*begin, *begin + length};
+}
+
+// A window that ends with the member, inflated from its first block boundary to the end: its
+// bytes at their place in the file, those only the two decodes agree on, or nullopt.
+std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
+                                                                    std::uint64_t member_size, std::uint64_t from,
+                                                                    std::uint64_t to, std::uint64_t& inflated) {
+  std::optional<std::pair<std::uint64_t, std::string>> out;
+  inflated += decode_from_boundaries(window, 1 << 30, [&](const WindowDecode& w) {
+    if (!w.ended || w.zeros.size() > member_size) return false;
+    const std::uint64_t base = member_size - w.zeros.size();
+    // The window starts too late, or the strings depend on bytes before it: no reading.
+    if (from >= base && to <= member_size &&
+        w.zeros.compare(from - base, to - from, w.ones, from - base, to - from) == 0)
+      out = std::pair{base, w.zeros};
+    return true;
+  });
+  return out;
+}
+
+// Whether a dynamic segment found mid-stream agrees with what is known of the object exactly
+// (its first bytes, a window inflated to its end): the string table starts with NUL where DT_STRTAB says, every name it
+// gives starts a string there, SONAME and NEEDED name shared objects, and DT_SYMTAB's first symbol is the null one. A
+// misread byte of an address or an offset fails one of these.
+bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::ElfPieces& known) {
+  std::uint64_t strtab = 0, strsz = 0, symtab = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> names;  // tag, offset
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
+    const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
+    if (tag == 5) strtab = val;
+    if (tag == 10) strsz = val;
+    if (tag == 6) symtab = val;
+    if (tag == 1 || tag == 14 || tag == 15 || tag == 29) names.emplace_back(tag, val);
+  }
+  const auto str = l.file_offset(strtab);
+  if (!str || strsz == 0 || strsz > known.size || *str > known.size - strsz) return false;
+  const char* first = known.bytes(*str, 1);
+  if (!first || *first != '\0') return false;
+  for (const auto& [tag, off] : names) {
+    if (off == 0 || off >= strsz) return false;
+    const char* before = known.bytes(*str + off - 1, 1);
+    if (!before || *before != '\0') return false;  // not the start of a string
+    std::string name;
+    for (std::uint64_t k = off; k < strsz; ++k) {
+      const char* c = known.bytes(*str + k, 1);
+      if (!c) return false;
+      if (*c == '\0') break;
+      name += *c;
+    }
+    if (name.empty() || std::any_of(name.begin(), name.end(), [](char c) { return c < 0x20 || c == 0x7f; }))
+      return false;
+    if ((tag == 1 || tag == 14) && name.find(".so") == std::string::npos) return false;
+  }
+  if (const auto sym = l.file_offset(symtab))
+    if (const char* null_symbol = known.bytes(*sym, 24))
+      return std::all_of(null_symbol, null_symbol + 24, [](char c) { return c == '\0'; });
+  return true;
+}
+
+}  // namespace
+
+RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_size, std::vector<zip::Entry> members,
+                                     const std::string& dist_info, const std::string& label,
+                                     const RangeLimits& limits, InvalidElf invalid) {
+  const std::uint64_t k_whole_member = limits.whole_member, k_head = limits.head, k_window = limits.window,
+                      k_chunk = limits.chunk;
+  RangedMembers out;
+  const auto fetch = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+    for (const auto& [first, last] : ranges)
+      // A range computed from the wheel's own offsets that ends before it starts: they lie.
+      if (first > last)
+        throw r::Error(fmt::format("{}: its zip structures name bytes {}-{}, past its end", label, first, last));
+    auto got = read(ranges);
+    for (const auto& bytes : got) out.read += bytes.size();
+    return got;
+  };
+  std::vector<Member> owned;
+  for (auto& e : members) owned.push_back(member_of(std::move(e)));
+  std::vector<Member*> wanted;
+  for (auto& m : owned) wanted.push_back(&m);
+  // Each wanted member's local header with its data (small ones) or its first bytes (objects).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const Member* m : wanted) {
+    const std::uint64_t length = m->compressed <= k_whole_member ? m->compressed : k_head;
+    ranges.emplace_back(m->header,
+                        std::min(file_size - 1, m->header + 30 + m->entry.raw_name.size() + k_local_slack + length));
+  }
+  auto heads = fetch(ranges);
+  struct Deep {
+    Member* member;
+    r::ElfLayout layout;  // dynamic_size 0: read from its start, whole
+    std::string head;     // inflated from the start so far
+  };
+  std::vector<Deep> deep;
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    Member& m = *wanted[i];
+    m.data = data_start(m, heads[i], label);
+    const std::string compressed = heads[i].substr(std::min<std::size_t>(heads[i].size(), m.data - m.header));
+    std::string inflated;
+    if (m.method == 0) {
+      inflated = compressed.substr(0, std::min<std::uint64_t>(m.size, compressed.size()));
+    } else {
+      Inflater z;
+      const bool fed = z.feed(bytes_of(compressed), compressed.size(), m.compressed <= k_whole_member ? m.size : k_head * 4);
+      out.inflated += z.produced;
+      if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
+      inflated = std::move(z.out);
+    }
+    if (m.compressed <= k_whole_member) {
+      ++out.members_whole;
+      if (m.name == dist_info + "/METADATA") {
+        out.metadata = std::move(inflated);
+      } else if (m.name == dist_info + "/RECORD") {
+        out.record = std::move(inflated);
+      } else {
+        keep_elf(out, m.name, r::read_elf_memory(inflated.data(), inflated.size(), label + ":" + m.name), label, invalid);
+      }
+      continue;
+    }
+    const Layout layout = layout_of(inflated, m.size, label, m.name, invalid);
+    if (layout.kind != Layout::Kind::not_elf) deep.push_back({&m, layout.elf, std::move(inflated)});
+  }
+
+  // The dynamic segments: a window of each where the segment should lie, all fetched at once;
+  // a wider one where the first did not hold it.
+  std::vector<WindowFind> dynamic(deep.size());
+  for (const int pass : {1, 2}) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;
+    std::vector<std::size_t> window_of;
+    for (std::size_t i = 0; i < deep.size(); ++i) {
+      const Deep& d = deep[i];
+      const Member& m = *d.member;
+      if (m.method != 8 || d.layout.dynamic_size == 0 || dynamic[i].dyn) continue;
+      const std::uint64_t end = m.data + m.compressed;
+      const std::uint64_t after = m.size - d.layout.dynamic_offset;  // bytes from the segment to the end
+      std::uint64_t first = 0, last = end - 1;
+      if (after <= (pass == 1 ? 2 : 4) * k_window) {
+        // Near the end (CUDA libraries: .data is small): what follows the segment deflates to
+        // at most about its own size, so a window that ends with the member and reaches that
+        // far back holds it; first a short one, as .data and .got deflate well.
+        const std::uint64_t reach = pass == 1 ? k_window / 4 : after + after / 1000 + k_window / 4;
+        first = end > reach ? std::max(m.data, end - reach) : m.data;
+      } else {
+        // Elsewhere: where the segment would fall were the member evenly packed, the window
+        // mostly before it (a block boundary must come first, 32 KiB ahead).
+        const std::uint64_t window = pass == 1 ? k_window / 4 : 2 * k_window;
+        const double at = static_cast<double>(d.layout.dynamic_offset) / static_cast<double>(m.size);
+        const auto estimate = m.data + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
+        const std::uint64_t lead = 3 * window / 4;
+        first = std::max(m.data, estimate > lead ? estimate - lead : 0);
+        last = std::min(end - 1, first + window - 1);
+      }
+      windows.emplace_back(first, last);
+      window_of.push_back(i);
+    }
+    if (windows.empty()) break;
+    const auto window_bytes = fetch(windows);
+    r::parallel_for(window_of.size(), 0, [&](std::size_t k) {
+      const Deep& d = deep[window_of[k]];
+      const bool ends_member = windows[k].second + 1 == d.member->data + d.member->compressed;
+      dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], d.layout.dynamic_size, ends_member, d.member->size,
+                                                d.layout.dynamic_offset);
+    });
+  }
+  for (const auto& found : dynamic) out.inflated += found.inflated;
+  for (std::size_t i = 0; i < deep.size(); ++i) {
+    Deep& d = deep[i];
+    Member& m = *d.member;
+    // Inflated from the start, as far as `size` bytes: more compressed bytes fetched as needed.
+    std::uint64_t consumed = 0;
+    std::unique_ptr<Inflater> from_start;
+    const auto grow_to = [&](std::uint64_t size) {
+      if (d.head.size() >= size) return;
+      if (m.method == 0) {
+        d.head += fetch({{m.data + d.head.size(), std::min(m.data + m.size, m.data + size) - 1}}).front();
+        return;
+      }
+      if (!from_start) {
+        from_start = std::make_unique<Inflater>();
+        d.head.clear();
+      }
+      while (from_start->out.size() < size && !from_start->ended && consumed < m.compressed) {
+        const std::uint64_t take = std::min(k_chunk, m.compressed - consumed);
+        const auto piece = fetch({{m.data + consumed, m.data + consumed + take - 1}}).front();
+        consumed += take;
+        // Each piece inflated whole: the next one starts where this one ends.
+        const std::uint64_t before = from_start->produced;
+        const bool fed = from_start->feed(bytes_of(piece), piece.size(), std::numeric_limits<std::size_t>::max());
+        out.inflated += from_start->produced - before;
+        if (!fed)
+          throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
+      }
+      d.head = from_start->out;
+    };
+    if (d.layout.dynamic_size == 0) {
+      grow_to(m.size);
+      ++out.objects_from_start;
+      keep_elf(out, m.name, r::read_elf_memory(d.head.data(), d.head.size(), label + ":" + m.name), label, invalid);
+      continue;
+    }
+    std::string dyn;
+    if (dynamic[i].dyn) {
+      dyn = *dynamic[i].dyn;
+      ++out.objects_by_window;
+    } else if (m.method == 0) {
+      dyn = fetch(
+                  {{m.data + d.layout.dynamic_offset, m.data + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
+                .front();
+      ++out.objects_by_window;  // a stored member: the segment read where it lies
+    } else {
+      grow_to(d.layout.dynamic_offset + d.layout.dynamic_size);
+      if (d.head.size() < d.layout.dynamic_offset + d.layout.dynamic_size)
+        throw r::Error(fmt::format("{}: {} ends before its dynamic segment", label, m.name));
+      dyn = d.head.substr(d.layout.dynamic_offset, d.layout.dynamic_size);
+      ++out.objects_from_start;
+    }
+    auto strings = strings_needed(dyn, d.layout, m.size);
+    // What is known of the object exactly: its first bytes, and the window that reached its end.
+    Pieces known{m.size, {}};
+    known.v.emplace_back(0, d.head);
+    if (dynamic[i].tail) known.v.push_back(*dynamic[i].tail);
+    const auto have_strings = [&] { return strings && known.span(strings->first, strings->second - strings->first); };
+    // The strings near the end (NVIDIA's libraries keep .dynstr last): a window to the end.
+    const auto strings_from_end = [&] {
+      if (!strings || have_strings() || m.method != 8 || m.size - strings->first > 8 * k_window) return;
+      const std::uint64_t end = m.data + m.compressed;
+      const std::uint64_t reach = (m.size - strings->first) + (m.size - strings->first) / 1000 + k_window / 4;
+      const std::uint64_t first = end > reach ? std::max(m.data, end - reach) : m.data;
+      if (auto t =
+              inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second,
+                             out.inflated))
+        known.v.push_back(std::move(*t));
+    };
+    if (dynamic[i].dyn && m.method == 8) {
+      strings_from_end();
+      if (strings && !have_strings()) {
+        grow_to(strings->second);
+        known.v[0].second = d.head;
+      }
+      if (!strings || !consistent_with(dyn, d.layout, known.view())) {
+        // The window's reading does not hold: the segment from the start instead.
+        --out.objects_by_window;
+        ++out.objects_from_start;
+        grow_to(d.layout.dynamic_offset + d.layout.dynamic_size);
+        if (d.head.size() < d.layout.dynamic_offset + d.layout.dynamic_size)
+          throw r::Error(fmt::format("{}: {} ends before its dynamic segment", label, m.name));
+        dyn = d.head.substr(d.layout.dynamic_offset, d.layout.dynamic_size);
+        strings = strings_needed(dyn, d.layout, m.size);
+        known.v = {{0, d.head}};
+      }
+    }
+    // The pieces the loader reads, where they lie in the object, read by resolver/elf from
+    // those alone. Without the strings (DT_STRTAB in no segment, or past the member's end) the
+    // reader says what is wrong, as the loader would refuse it.
+    Pieces pieces{m.size, {{0, d.head}, {d.layout.dynamic_offset, dyn}}};
+    if (strings) {
+      strings_from_end();
+      if (const char* str = known.span(strings->first, strings->second - strings->first)) {
+        pieces.v.emplace_back(strings->first, std::string(str, strings->second - strings->first));
+      } else if (m.method == 0) {
+        pieces.v.emplace_back(strings->first,
+                              fetch({{m.data + strings->first, m.data + strings->second - 1}}).front());
+      } else {
+        grow_to(strings->second);
+        pieces.v[0].second = d.head;
+      }
+    }
+    keep_elf(out, m.name, r::read_elf_pieces(pieces.view(), label + ":" + m.name), label, invalid);
+  }
+  return out;
+}
+
+}  // namespace cudafix::installer

@@ -1,0 +1,72 @@
+// Reading what the planner needs of a wheel by byte ranges rather than whole: METADATA, RECORD
+// and the dynamic section of each shared object, a few hundred kilobytes of a 350 MB wheel. The
+// ranges come from wherever the wheel is: a mapped file (installer/wheel/read.hpp) or HTTP range
+// requests to an index (installer/source/remote_wheel.hpp). For each member asked for:
+//   1. its local header with its data (a small member: METADATA, RECORD, an object under
+//      `whole_member` compressed) or with its first `head` bytes (a larger object: its ELF
+//      header and program headers, which say where PT_DYNAMIC lies and which segments map the
+//      dynamic strings);
+//   2. the dynamic segment itself, deep in the deflate stream (80% of the bytes of a CUDA
+//      library precede it): a window of the compressed member around where the segment should
+//      be, inflated from a deflate block boundary found in it (installer/wheel/deflate_window).
+//      The 32 KiB before the window are unknown, so the window is inflated twice, against a
+//      dictionary of zeros and one of 0xff: only bytes both agree on are known, and the dynamic
+//      segment is taken only where it is known whole and reads as one (its size, valid tags,
+//      DT_STRTAB and DT_STRSZ, DT_NULL last), and agrees with what is known of the object
+//      exactly (its first bytes, a window inflated to its end). Where no window holds it, the
+//      member is inflated from its start up to the segment instead, and counted;
+//   3. the strings the segment names (SONAME, NEEDED, RPATH, RUNPATH), and the object read by
+//      resolver/elf as the loader reads it, from those pieces alone.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "installer/wheel/zip_reader.hpp"
+#include "resolver/elf/elf_reader.hpp"
+
+namespace cudafix::installer {
+
+// How much is read at a time. The defaults suit CUDA wheels; small ones (the fuzz target)
+// take every path with a wheel of a few kilobytes.
+struct RangeLimits {
+  std::uint64_t tail = 64 * 1024;        // by HTTP, the first request: the end of the file
+  std::uint64_t whole_member = 1 << 20;  // members up to this (compressed) are read whole
+  std::uint64_t head = 64 * 1024;        // of a larger object: its headers
+  std::uint64_t window = 1 << 20;        // a window of compressed bytes around PT_DYNAMIC
+  std::uint64_t chunk = 1 << 20;         // inflating from the start: read this much at a time
+};
+
+// Bytes [first, last] of the wheel for each range, in order, each exactly that long.
+using ReadRanges =
+    std::function<std::vector<std::string>(const std::vector<std::pair<std::uint64_t, std::uint64_t>>&)>;
+
+struct RangedMembers {
+  std::map<std::string, resolver::ElfInfo> elf;  // by member name: the objects resolver/elf read
+  std::string metadata, record;                  // the dist-info's, where asked for
+  std::size_t objects_by_window = 0;             // dynamic segments found mid-stream
+  std::size_t objects_from_start = 0;            // objects inflated from their start to the segment
+  std::size_t members_whole = 0;                 // members read whole (small ones)
+  std::uint64_t read = 0;                        // compressed bytes read
+  std::uint64_t inflated = 0;                    // bytes inflated, those of discarded trials included
+};
+
+// Objects resolver/elf finds malformed: an Error naming the wheel and the member (an object the
+// loader would refuse is not planned from), or left out of `elf`.
+enum class InvalidElf { refuse, leave_out };
+
+// Reads `members` (central directory entries of a wheel of `file_size` bytes) by ranges:
+// `dist_info`/METADATA and `dist_info`/RECORD into `metadata` and `record` when among them and
+// under `whole_member` compressed, and each one named like a shared object as above. Throws
+// resolver::Error naming `label` and the member: a local header that disagrees with the central
+// directory, damaged deflate data, an object that ends before its dynamic segment.
+[[nodiscard]] RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_size,
+                                                   std::vector<zip::Entry> members,
+                                                   const std::string& dist_info, const std::string& label,
+                                                   const RangeLimits& limits, InvalidElf invalid);
+
+}  // namespace cudafix::installer
