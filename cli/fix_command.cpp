@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/phase_clock.hpp"
 #include "cli/session.hpp"
 #include "cli/text_output.hpp"
 #include "cli/transaction_steps.hpp"
@@ -93,14 +95,11 @@ std::string indented(const std::string& text, std::size_t by) {
   return out;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& out) {
-  const auto t0 = std::chrono::steady_clock::now();
+  // Where fix's time goes, phase by phase, for the JSON (`phases`) and --timings.
+  PhaseClock clock;
   Located located = locate(options, Access::write);
   const GlobalOptions g = with_configured_sources(options, located.config);
   if (!o.dry_run) refuse_externally_managed(located.layout, g);
@@ -109,8 +108,11 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   std::optional<tx::EnvLock> lock;
   if (!o.dry_run) lock.emplace(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full, true);
+  clock.lap("scan");
   const Health before = health_of(g, env, knowledge, settings);
+  clock.lap("doctor");
   const PlannedFix planned = make_fix_plan(g, env, knowledge, o.cuda_major);
+  clock.lap("plan");
   const Style st = style_for(g);
   nlohmann::ordered_json j = document_start("fix", env.layout.root);
   // The documents cli/ wrote already go into fix's as they are: the plan's is a serialisation
@@ -121,7 +123,9 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   j["changed"] = false;
   j["before"] = health_json(before);
   const auto finish = [&](int rc, const std::string& text) {
-    j["seconds"] = seconds_since(t0);
+    j["seconds"] = clock.seconds();
+    j["phases"] = clock.phases();
+    if (g.timings) std::cerr << clock.timings_text();
     if (g.json)
       out << dump_with(j, raw) << '\n';
     else if (!g.quiet || rc != 0)
@@ -172,23 +176,30 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   const PreparedPlan prepared = installer::apply::prepare_plan(
       env, knowledge, r::plan_file_of(env, planned.plan, planned.fingerprint, planned.tags, planned.source_problems),
       "the plan", "another tool changed it while fix planned: run `cudafix fix` again", apply);
+  clock.lap("bind");
   const auto said = prepared.labels();
   check_one_file_system(env.layout);
   if (!confirmed(g, fmt::format("carry out these {} steps", said.size())))
     return declined(g, out, "fix", env.layout.root);
 
+  clock.lap("confirm");
   tx::Transaction t(env.layout.root_real, "fix");
   installer::apply::stage_plan(env, prepared, t, apply);
+  clock.lap("stage");
   show_progress(g, t, "fixing");
   StepChecks checks;
   checks.skip = o.no_verify;
   const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_steps_options(g), checks);
+  clock.lap("baseline probe");
   if (const auto rc = carry_out_verified(g, out, "fix", env, t, check, checks)) return *rc;
+  clock.lap("steps and their checks");
 
   auto scan = scan_options(g);
   scan.cache_dir.clear();  // files just renamed into place
   const r::Environment now = r::scan_environment(env.layout, scan);
+  clock.lap("rescan");
   const Health after = health_of(g, now, knowledge, settings);
+  clock.lap("doctor after");
   const nlohmann::ordered_json cudnn = cudnn_loaded(checks);
   const bool verified = !o.no_verify && !checks.unverified;
   std::set<std::string> written;
@@ -211,7 +222,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
     summary += fmt::format("  verified on the GPU after each step; cuDNN {} loaded from {}\n",
                            cudnn["version"].is_null() ? "?" : cudnn["version"].dump(),
                            cudnn["path"].is_null() ? "?" : env.display(cudnn["path"].get<std::string>()));
-  summary += fmt::format("  took {:.2f} s", seconds_since(t0));
+  summary += fmt::format("  took {:.2f} s", clock.seconds());
   j["changed"] = true;
   j["steps"] = said;
   j["after"] = health_json(after);
@@ -220,7 +231,10 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   j["verified"] = verified;
   j["cudnn"] = cudnn;
   j["verification"] = verification_json(now, checks);
-  j["seconds"] = seconds_since(t0);
+  clock.lap("finish");
+  j["seconds"] = clock.seconds();
+  j["phases"] = clock.phases();
+  if (g.timings) std::cerr << clock.timings_text();
   report_done(g, out, "fix", env.layout.root, t, summary, keep, j, raw);
   return checks.unverified ? 4 : 0;
 }

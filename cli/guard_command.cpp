@@ -32,6 +32,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/phase_clock.hpp"
 #include "cli/printable.hpp"
 #include "cli/session.hpp"
 #include "cli/text_output.hpp"
@@ -407,15 +408,9 @@ std::vector<int> uninstalled_dists(const r::Environment& env, const r::Uninstall
 
 int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& out) {
   if (o.command.empty()) throw r::Error("guard: give the command to run after --");
-  const auto t0 = std::chrono::steady_clock::now();
   // Where guard's own time goes, phase by phase, for the JSON (`phases`) and --timings.
-  json phases = json::object();
-  auto lap_start = t0;
-  const auto lap = [&](const char* phase) {
-    const auto now = std::chrono::steady_clock::now();
-    phases[phase] = std::chrono::duration<double>(now - lap_start).count();
-    lap_start = now;
-  };
+  PhaseClock clock;
+  const auto lap = [&](const char* phase) { clock.lap(phase); };
   HeldCommand command(o.command);  // before the fence and before any thread: it must stay unfenced
   const std::string shown = shown_command(o.command);
   const auto say = [&](const std::string& text) {
@@ -599,11 +594,9 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     j["kept"] = o.keep || !worse.empty();
     const auto finish = [&](int rc, const std::string& text) {
       lap("finish");
-      j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      j["phases"] = phases;
-      if (g.timings)
-        for (const auto& [phase, seconds] : phases.items())
-          std::cerr << fmt::format("{:>22}: {:7.1f} ms\n", phase, seconds.get<double>() * 1000);
+      j["seconds"] = clock.seconds();
+      j["phases"] = clock.phases();
+      if (g.timings) std::cerr << clock.timings_text();
       if (g.json)
         out << j.dump() << '\n';
       else if (!g.quiet || rc != code)
