@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <future>
 #include <set>
 
 #include "installer/apply/plan_apply.hpp"
+#include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 
 namespace cudafix::installer::apply {
@@ -105,14 +107,27 @@ std::function<void(std::size_t)> step_verifier(const r::Environment& env, const 
     std::set<std::string> changed = t.step_paths(step);
     if (last)
       for (std::size_t k = 0; k < step; ++k) changed.merge(t.step_paths(k));
-    StepChecks::Step result{step, labels[step], pr::probe_point(now, knowledge, vo, written), {}};
-    result.judgement = pr::judge_step(now, *checks.baseline, result.point, changed, last);
-    if (last && result.judgement.ok()) {  // a failed step says why already: no second probe
+    // After the last step the whole tree is verified too, by a second probe run beside the
+    // step's own (each spawn costs the driver's initialisation, most of a second on a GPU); its
+    // report counts only where the step passed, as a failed step says why already.
+    std::future<pr::VerifyReport> whole_tree;
+    if (last) {
       pr::VerifyOptions whole;
       whole.probe = vo.probe;
       whole.timeout = vo.timeout;
-      checks.last = pr::verify_environment(now, knowledge, whole);
-      add_whole_tree_problems(result.judgement, *checks.last);
+      whole_tree = r::run_async(std::launch::async, [&now, &knowledge, whole] {
+        return pr::verify_environment(now, knowledge, whole);
+      });
+    }
+    // (A future of std::async waits for its task when it goes, should the step's probe throw.)
+    StepChecks::Step result{step, labels[step], pr::probe_point(now, knowledge, vo, written), {}};
+    result.judgement = pr::judge_step(now, *checks.baseline, result.point, changed, last);
+    if (last) {
+      auto whole = whole_tree.get();
+      if (result.judgement.ok()) {
+        checks.last = std::move(whole);
+        add_whole_tree_problems(result.judgement, *checks.last);
+      }
     }
     const bool ok = result.judgement.ok();
     const std::string summary = point_summary(now, result.point);
