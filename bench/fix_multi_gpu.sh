@@ -10,6 +10,7 @@
 # fix must exit 1 naming both versions, the venv as it was.
 #   carry: .dev/release (contrib/release/make_bundle.sh .dev/release)
 #   OUT=/tmp/out bash bench/fix_multi_gpu.sh   writes $OUT/fix_multi_gpu.log and each fix's JSON
+#   CASES="4" WRONG=0: only the 4-provider case, no wrong-release case
 set -u
 cd "$(dirname "$0")/.." || exit 1
 source bench/gpu_lib.sh
@@ -86,7 +87,7 @@ if doc is None:
 steps = doc.get("steps")
 if isinstance(steps, list):
     print(f"    steps ({len(steps)}): " + "; ".join(s if isinstance(s, str) else short(s, 100) for s in steps))
-for k in ("changed", "verified", "undone", "transaction", "cudnn", "before", "after", "seconds"):
+for k in ("changed", "verified", "undone", "transaction", "cudnn", "before", "after", "seconds", "phases"):
     if k in doc:
         print(f"    {k}: {short(doc[k])}")
 if "error" in doc:
@@ -199,7 +200,7 @@ fix_case() { # fix_case N: the first N providers removed by one pip uninstall, t
   verdict "$providers: fix exits 0 ($(rc_of "$fx")), torch runs cuDNN 91900 ($tc), rollback gives the broken listing back" \
     "$([ "$(rc_of "$fx")" = 0 ] && [ "$tc" = "cudnn 91900" ] && [ "${sm%% *}" = IDENTICAL ] && echo yes)"
 }
-for n in 1 2 3 4; do fix_case "$n"; done
+for n in ${CASES:-1 2 3 4}; do fix_case "$n"; done
 
 wrong_case() { # the 4-provider uninstall (still /tmp/mb), fixed from W2: refused, the venv as it was
   local wr wj named sw swj
@@ -224,7 +225,9 @@ wrong_case() { # the 4-provider uninstall (still /tmp/mb), fixed from W2: refuse
     "$([ "$(rc_of "$wr")" = 1 ] && [ "$(rc_of "$wj")" = 1 ] && [ "$named" = yes ] && [ "${sw%% *}" = IDENTICAL ] && [ "${swj%% *}" = IDENTICAL ] && echo yes)"
 }
 
-if [ ${#replace[@]} -eq 0 ]; then
+if [ "${WRONG:-1}" = 0 ]; then
+  say "== the wrong release: not run (WRONG=0)"
+elif [ ${#replace[@]} -eq 0 ]; then
   say "== the wrong release: skipped, no system cuDNN in $SYS (libcudnn.so.9: '$sysver')"
   verdict "wrong release: a system cuDNN to pack it from" no
 else
