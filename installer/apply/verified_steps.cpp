@@ -1,13 +1,17 @@
 // The live verification of a transaction's steps, and the transaction carried out with it
 // (installer/apply/plan_apply.hpp).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <future>
+#include <map>
 #include <set>
 
 #include "installer/apply/plan_apply.hpp"
-#include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 
 namespace cudafix::installer::apply {
@@ -16,13 +20,6 @@ namespace pr = installer::probe;
 namespace tx = installer::txn;
 
 namespace {
-
-std::string steps_failed_text(std::size_t step, const std::string& label, const std::vector<pr::Problem>& failures) {
-  std::string out = fmt::format("verification after step {} ({}) failed, {} {}:", step + 1, label, failures.size(),
-                                failures.size() == 1 ? "check" : "checks");
-  for (const auto& p : failures) out += "\n  " + p.text();
-  return out;
-}
 
 // What `cudafix verify` found wrong after the last step, as problems beside the step's own.
 std::vector<pr::Problem> verify_problems(const pr::VerifyReport& rep) {
@@ -77,6 +74,37 @@ void add_whole_tree_problems(pr::StepJudgement& judgement, const pr::VerifyRepor
       failures.push_back(std::move(p));
 }
 
+// The steps one probe checks together: each step's first step of its group. A run of steps each
+// of which only adds files that were not there (none of its paths exists before the transaction
+// or is another step's) is probed once, after its last step: nothing a later step of the run
+// does replaces or removes what an earlier one wrote, so the probe after the run sees each
+// step's files as that step left them, and a failing check names the files, so the step. Any
+// other step is probed on its own. (Each probe spawn costs the driver's initialisation: four
+// providers reinstalled after one `pip uninstall` took five probes, now two.)
+std::vector<std::size_t> probe_groups(const tx::Transaction& t) {
+  const std::size_t n = t.step_count();
+  std::vector<std::set<std::string>> paths(n);
+  std::map<std::string, int> steps_of;
+  for (std::size_t k = 0; k < n; ++k) {
+    paths[k] = t.step_paths(k);
+    for (const auto& p : paths[k]) ++steps_of[p];
+  }
+  const auto adds_only = [&](std::size_t k) {
+    return std::all_of(paths[k].begin(), paths[k].end(), [&](const std::string& p) {
+      struct stat st {};
+      return steps_of[p] == 1 && ::lstat(p.c_str(), &st) != 0 && errno == ENOENT;
+    });
+  };
+  std::vector<std::size_t> first_of(n);
+  bool previous_adds_only = false;
+  for (std::size_t k = 0; k < n; ++k) {
+    const bool adds = adds_only(k);
+    first_of[k] = k > 0 && adds && previous_adds_only ? first_of[k - 1] : k;
+    previous_adds_only = adds;
+  }
+  return first_of;
+}
+
 }  // namespace
 
 std::function<void(std::size_t)> step_verifier(const r::Environment& env, const r::Knowledge& knowledge,
@@ -98,15 +126,17 @@ std::function<void(std::size_t)> step_verifier(const r::Environment& env, const 
              ? fmt::format("baseline before step 1: {}; the steps go on unverified", checks.unverified_why)
              : fmt::format("baseline before step 1: {}", point_summary(env, *checks.baseline)));
   }
-  return [&layout, &knowledge, &labels, &t, &checks, scan = options.scan, vo = options.probe, note,
-          written](std::size_t step) mutable {
+  return [&layout, &knowledge, &labels, &t, &checks, scan = options.scan, vo = options.probe, note, written,
+          first_of = probe_groups(t)](std::size_t step) mutable {
     if (checks.skip || checks.unverified) return;
+    const bool last = step + 1 == labels.size();
+    // A step probed with the rest of its group: after the group's last step.
+    if (!last && step + 1 < first_of.size() && first_of[step + 1] == first_of[step]) return;
+    const std::size_t first = first_of[step];
     const r::Environment now = scan_for_probe(layout, scan);
     vo.consumer = checks.baseline->consumer;
-    const bool last = step + 1 == labels.size();
-    std::set<std::string> changed = t.step_paths(step);
-    if (last)
-      for (std::size_t k = 0; k < step; ++k) changed.merge(t.step_paths(k));
+    std::set<std::string> changed;
+    for (std::size_t k = last ? 0 : first; k <= step; ++k) changed.merge(t.step_paths(k));
     // After the last step the whole tree is verified too, by a second probe run beside the
     // step's own (each spawn costs the driver's initialisation, most of a second on a GPU); its
     // report counts only where the step passed, as a failed step says why already.
@@ -115,29 +145,65 @@ std::function<void(std::size_t)> step_verifier(const r::Environment& env, const 
       pr::VerifyOptions whole;
       whole.probe = vo.probe;
       whole.timeout = vo.timeout;
-      whole_tree = r::run_async(std::launch::async, [&now, &knowledge, whole] {
-        return pr::verify_environment(now, knowledge, whole);
-      });
+      whole_tree = std::async(std::launch::async,
+                              [&now, &knowledge, whole] { return pr::verify_environment(now, knowledge, whole); });
     }
     // (A future of std::async waits for its task when it goes, should the step's probe throw.)
-    StepChecks::Step result{step, labels[step], pr::probe_point(now, knowledge, vo, written), {}};
-    result.judgement = pr::judge_step(now, *checks.baseline, result.point, changed, last);
+    const pr::ProbePoint point = pr::probe_point(now, knowledge, vo, written);
+    pr::StepJudgement judgement = pr::judge_step(now, *checks.baseline, point, changed, last);
     if (last) {
       auto whole = whole_tree.get();
-      if (result.judgement.ok()) {
+      if (judgement.ok()) {
         checks.last = std::move(whole);
-        add_whole_tree_problems(result.judgement, *checks.last);
+        add_whole_tree_problems(judgement, *checks.last);
       }
     }
-    const bool ok = result.judgement.ok();
-    const std::string summary = point_summary(now, result.point);
-    checks.steps.push_back(std::move(result));
-    if (!ok) {
-      checks.failed = true;
-      throw r::Error(steps_failed_text(step, labels[step], checks.steps.back().judgement.failures));
+    // Each step of the group its own entry, with the failures in the files it wrote; one that
+    // names none of the group's files is the probed step's.
+    std::vector<StepChecks::Step> entries;
+    for (std::size_t k = first; k <= step; ++k) entries.push_back({k, labels[k], point, {}});
+    entries.back().judgement.excused = judgement.excused;
+    for (auto& f : judgement.failures) {
+      std::size_t owner = step;
+      for (std::size_t k = first; k < step && owner == step; ++k) {
+        const auto paths = t.step_paths(k);
+        if (std::any_of(f.files.begin(), f.files.end(), [&](const std::string& p) { return paths.count(p) > 0; }))
+          owner = k;
+      }
+      entries[owner - first].judgement.failures.push_back(std::move(f));
     }
-    note(fmt::format("verified after step {} ({}): {}{}", step + 1, labels[step], summary,
-                     last ? "; the whole tree loads" : ""));
+    const std::string summary = point_summary(now, point);
+    const std::string together =
+        first == step ? ""
+                      : fmt::format(" (steps {}-{} add only files that were not there: one probe after step {} "
+                                    "checked them together)",
+                                    first + 1, step + 1, step + 1);
+    // Said from the first step that failed, every failing check listed (another step's by its name).
+    std::string failed;
+    std::size_t count = 0, failed_step = 0;
+    for (const auto& e : entries) count += e.judgement.failures.size();
+    for (const auto& e : entries)
+      for (const auto& f : e.judgement.failures) {
+        if (failed.empty()) {
+          failed = fmt::format("verification after step {} ({}) failed, {} {}:", e.step + 1, e.label, count,
+                               count == 1 ? "check" : "checks");
+          failed_step = e.step;
+        }
+        failed += e.step == failed_step ? "\n  " + f.text()
+                                        : fmt::format("\n  after step {} ({}): {}", e.step + 1, e.label, f.text());
+      }
+    if (!failed.empty() && first != step) failed += "\n " + together;
+    for (auto& e : entries) checks.steps.push_back(std::move(e));
+    if (!failed.empty()) {
+      checks.failed = true;
+      throw r::Error(failed);
+    }
+    note(first == step ? fmt::format("verified after step {} ({}): {}{}", step + 1, labels[step], summary,
+                                     last ? "; the whole tree loads" : "")
+                       : fmt::format("verified after steps {}-{} ({}): {}{}{}", first + 1, step + 1,
+                                     fmt::join(labels.begin() + static_cast<std::ptrdiff_t>(first),
+                                               labels.begin() + static_cast<std::ptrdiff_t>(step) + 1, ", "),
+                                     summary, last ? "; the whole tree loads" : "", together));
   };
 }
 

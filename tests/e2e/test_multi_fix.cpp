@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -228,6 +229,53 @@ TEST(MultiFixWrongRelease, AWrongReleaseCudnnWheelIsRefusedAtItsStepNamingBothVe
   EXPECT_THAT(error, HasSubstr("91900"));
   const std::string now = test::tree_of(venv);
   EXPECT_EQ(now, broken) << test::tree_diff(broken, now);
+}
+
+// Each probe spawn costs the driver's initialisation. Steps that only add files (the providers
+// one `pip uninstall` removed) are probed once together, after the last of them; a reinstall,
+// which replaces files, is probed on its own. Each step keeps its entry, with the probe that
+// checked it; a wrong-release cuDNN among added files is still laid at its own step's door.
+TEST(MultiFixProbes, StepsThatOnlyAddFilesAreProbedOnceTogetherAndAReinstallOnItsOwn) {
+  const auto probes_of = [](const json& doc) {
+    std::set<std::string> distinct;
+    for (const auto& s : doc["verification"]["steps"]) distinct.insert(s["probe"].dump());
+    return distinct.size();
+  };
+  {
+    TempDir t;
+    const std::string venv = broken_venv(t, 4);
+    auto fixed = fix(wheels().good, venv);
+    ASSERT_EQ(fixed.exit_code, 0) << fixed.out.substr(0, 3000);
+    EXPECT_EQ(fixed.doc["verification"]["steps"].size(), 4U);
+    EXPECT_EQ(probes_of(fixed.doc), 1U) << fixed.doc["verification"].dump(1).substr(0, 3000);
+  }
+  {
+    TempDir t;
+    const std::string venv = broken_venv(t, 1);  // cuDNN uninstalled: its install only adds files
+    // One of cuBLAS's libraries gone: it is reinstalled, replacing the files it still has.
+    fs::remove(test::site_packages(venv) + "/nvidia/cu13/lib/libcublasLt.so.13");
+    auto fixed = fix(wheels().good, venv);
+    ASSERT_EQ(fixed.exit_code, 0) << fixed.out.substr(0, 3000);
+    const auto labels = labels_of(fixed.doc["plan"]);
+    ASSERT_EQ(labels.size(), 2U) << json(labels).dump();
+    EXPECT_EQ(std::count_if(labels.begin(), labels.end(),
+                            [](const std::string& l) { return l.starts_with("reinstall nvidia-cublas "); }),
+              1)
+        << json(labels).dump();
+    EXPECT_EQ(probes_of(fixed.doc), 2U) << fixed.doc["verification"].dump(1).substr(0, 3000);
+  }
+  {
+    TempDir t;
+    const std::string venv = broken_venv(t, 4);
+    auto refused = fix(wheels().wrong_release, venv);
+    EXPECT_EQ(refused.exit_code, 1) << refused.out.substr(0, 3000);
+    const std::string error = refused.doc["error"].is_string() ? refused.doc["error"].get<std::string>() : "";
+    EXPECT_THAT(error, HasSubstr("(install nvidia-cudnn-cu13 9.19.0.56) failed"));
+    EXPECT_THAT(error, HasSubstr("one probe after step 4 checked them together"));
+    EXPECT_EQ(probes_of(refused.doc), 1U);
+    for (const auto& s : refused.doc["verification"]["steps"])
+      EXPECT_EQ(s["ok"], s["label"] != "install nvidia-cudnn-cu13 9.19.0.56") << s["label"];
+  }
 }
 
 // A step can break what worked without the consumer noticing: an install whose cuDNN sub-library
