@@ -500,7 +500,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   if (!o.no_verify) {
     pr::VerifyOptions vo;
     vo.probe = probe_path();
-    probing = r::run_async(std::launch::async, [&env, &knowledge, vo]() -> std::optional<pr::VerifyReport> {
+    probing = std::async(std::launch::async, [&env, &knowledge, vo]() -> std::optional<pr::VerifyReport> {
       return pr::verify_environment(env, knowledge, vo);
     });
   }

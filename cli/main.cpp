@@ -3,8 +3,6 @@
 #include <malloc.h>
 #include <CLI/CLI.hpp>
 
-#include <sys/mman.h>
-#include <unistd.h>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
@@ -31,67 +29,6 @@ void tune_malloc_for_a_short_run() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TOP_PAD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
-}
-
-// glibc's malloc asks the kernel for transparent huge pages only when GLIBC_TUNABLES says so
-// (glibc.malloc.hugetlb=1), read once as the process starts: a scan of the corpus touches some
-// 35 MB, 7,800 page faults on 4 KB pages (each 2-3 us on a VM, and as many pages to free at
-// exit) against 270 on 2 MB pages. Where the kernel gives huge pages to those who ask
-// (transparent_hugepage "madvise"), each thread's heap asks here, as glibc would. Setting the
-// tunable meant the run starting itself again (an exec), which on 16 cores cost more than the
-// faults it saved; asked here, a scan took 28.7 ms instead of 29.4 with the rerun on 2 cores, and
-// 20.0 instead of 20.6 without huge pages on 16 (medians of 201 and 101 runs, interleaved).
-
-// The program break as the process started: where the main thread's heap begins.
-std::uintptr_t heap_start = 0;
-__attribute__((constructor(101))) void note_heap_start() { heap_start = reinterpret_cast<std::uintptr_t>(::sbrk(0)); }
-
-constexpr std::uintptr_t k_huge_page = std::uintptr_t{2} << 20;
-// glibc keeps each arena but the main one in a reservation of this size, aligned on it
-// (HEAP_MAX_SIZE: twice the largest mmap threshold, 64 MB with 64-bit longs).
-constexpr std::uintptr_t k_arena_reservation = std::uintptr_t{64} << 20;
-
-// What use_huge_pages_for_this_threads_heap keeps allocated for good and never writes to;
-// volatile, or the compiler drops allocations that nothing reads.
-thread_local void* volatile probe = nullptr;
-thread_local void* volatile padding = nullptr;
-
-// Asks for huge pages in the rest of the malloc heap the calling thread allocates from. The kernel
-// gives one only to a 2 MB block none of which is mapped yet, so the blocks asked for start at
-// the first one malloc has not written to, and the rest of the block below it is taken and left
-// unwritten: what the thread allocates next starts in a huge page. A heap that outgrows what it
-// reserved here (a venv many times the corpus) continues on 4 KB pages.
-void use_huge_pages_for_this_threads_heap() {
-  // Larger than what static initialisation left at the heap's top, so that the heap grows now by
-  // its padding (M_TOP_PAD, set before): as far as a run needs.
-  constexpr std::size_t k_probe = 256 << 10;
-  probe = std::malloc(k_probe);
-  if (probe == nullptr) return;
-  const auto at = reinterpret_cast<std::uintptr_t>(probe);
-  // The free space after the probe begins with a header malloc has written.
-  const std::uintptr_t written_end = at + malloc_usable_size(probe) + 64;
-  const std::uintptr_t untouched = (written_end + k_huge_page - 1) & ~(k_huge_page - 1);
-  const auto brk = reinterpret_cast<std::uintptr_t>(::sbrk(0));
-  const bool main_heap = at >= heap_start && at < brk;
-  const std::uintptr_t end = main_heap ? brk : (at & ~(k_arena_reservation - 1)) + k_arena_reservation;
-  if (end <= untouched) return;
-  // An address the kernel is told about, never dereferenced here.
-  void* first = reinterpret_cast<void*>(untouched);  // NOLINT(performance-no-int-to-ptr)
-  if (::madvise(first, end - untouched, MADV_HUGEPAGE) != 0) return;
-  padding = std::malloc(untouched - written_end);
-}
-
-// Whether this run asks for huge pages: not under ASan (its allocator replaces glibc's), not
-// where the caller set glibc.malloc.hugetlb (glibc then does as told), and only where the kernel
-// hands them out on request.
-bool asks_for_huge_pages() {
-#if defined(__SANITIZE_ADDRESS__)
-  return false;
-#endif
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables && std::string_view(tunables).find("glibc.malloc.hugetlb") != std::string_view::npos) return false;
-  const auto mode = cudafix::resolver::try_read_file("/sys/kernel/mm/transparent_hugepage/enabled");
-  return mode && mode->find("[madvise]") != std::string::npos;
 }
 
 // What `cudafix` alone prints, as uv does: the usage and the commands, on standard error (the
@@ -121,10 +58,6 @@ void show_common_options(CLI::App& app, CLI::App* command, std::vector<std::stri
 
 int main(int argc, char** argv) {
   tune_malloc_for_a_short_run();
-  if (asks_for_huge_pages()) {
-    cudafix::resolver::set_thread_preparation(use_huge_pages_for_this_threads_heap);
-    cudafix::resolver::prepare_this_thread();
-  }
   using namespace cudafix::cli;
   CLI::App app{"cudafix: finds and repairs broken CUDA libraries in Python environments"};
   app.require_subcommand(1);

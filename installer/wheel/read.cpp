@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,7 +15,6 @@
 #include "installer/wheel/mapped_file.hpp"
 #include "installer/wheel/ranged_read.hpp"
 #include "installer/wheel/zip_reader.hpp"
-#include "resolver/base/parallel.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/plan/provenance.hpp"
 
@@ -87,7 +87,8 @@ r::Wheel read_members(const unsigned char* data, std::size_t size, const std::st
   const auto read = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
     std::vector<std::string> out;
     for (const auto& [first, last] : ranges) {
-      if (last >= size) throw r::Error(fmt::format("{}: its zip structures name bytes {}-{}, past its end", path, first, last));
+      if (last >= size)
+        throw r::Error(fmt::format("{}: its zip structures name bytes {}-{}, past its end", path, first, last));
       out.emplace_back(reinterpret_cast<const char*>(data) + first, last - first + 1);
     }
     return out;
@@ -152,7 +153,7 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
   }
   const MappedFile file(path);
   // The digest, of every byte, beside the reading of a few: both from the same open file.
-  auto digest = r::run_async(std::launch::async, [&] { return r::sha256_of_file(path, r::DigestForm::hex); });
+  auto digest = std::async(std::launch::async, [&] { return r::sha256_of_file(path, r::DigestForm::hex); });
   r::Wheel w;
   try {
     w = read_members(file.data(), file.size(), path, supported_tags, cost);

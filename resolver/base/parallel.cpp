@@ -17,8 +17,6 @@
 namespace cudafix::resolver::inline base {
 namespace {
 
-std::atomic<void (*)()> thread_preparation{nullptr};
-
 // One parallel_for: its items, the next one to take, and the pool threads still working on it.
 struct Job {
   std::size_t n = 0;
@@ -87,7 +85,6 @@ class Pool {
 
  private:
   void serve() {
-    prepare_this_thread();
     std::unique_lock lock(mutex_);
     while (true) {
       Job* job = take_seat();
@@ -133,15 +130,6 @@ class Pool {
 };
 
 }  // namespace
-
-void set_thread_preparation(void (*prepare)()) { thread_preparation = prepare; }
-
-void prepare_this_thread() {
-  static thread_local bool prepared = false;
-  if (prepared) return;
-  prepared = true;
-  if (const auto prepare = thread_preparation.load()) prepare();
-}
 
 unsigned pool_threads_started() { return started_anywhere.load(std::memory_order_relaxed); }
 

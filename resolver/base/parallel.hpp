@@ -5,25 +5,9 @@
 
 #include <cstddef>
 #include <functional>
-#include <future>
 #include <vector>
 
 namespace cudafix::resolver::inline base {
-
-// What every thread that does a run's work does once, before it first allocates; the program sets
-// it before anything runs in parallel (cli/main: huge pages for the thread's malloc heap). Pool
-// threads run it as they start, and tasks started with run_async below as they begin.
-void set_thread_preparation(void (*prepare)());
-void prepare_this_thread();
-
-// std::async(policy, task), the task run on a prepared thread.
-template <class Task>
-[[nodiscard]] auto run_async(std::launch policy, Task task) {
-  return std::async(policy, [task = std::move(task)]() mutable {
-    prepare_this_thread();
-    return task();
-  });
-}
 
 // The cores this process may run on (sched_getaffinity(2): a cgroup's or taskset's CPU set,
 // not every CPU the machine has online); at least 1.

@@ -367,7 +367,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   const unsigned read_threads =
       launch == std::launch::async ? std::max(threads / 4, std::min(2U, (threads + 1) / 3)) : threads;
   const unsigned walk_threads = launch == std::launch::async ? threads - read_threads : threads;
-  auto dists_read = run_async(launch, [&, dist_infos = list_dist_infos(sites, FollowLinks::no)] {
+  auto dists_read = std::async(launch, [&, dist_infos = list_dist_infos(sites, FollowLinks::no)] {
     return read_dist_infos(dist_infos, read_threads, ReadRecord::yes);
   });
   WalkResult walk = walk_tree(roots, walk_threads, {"__pycache__"},
@@ -408,7 +408,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   const bool wants_elf = options.depth != ScanDepth::files;
   // Kept where the walk kept its listings: on file systems whose ctime the cache trusts.
   const std::string elf_store = env.walk_cache.trusted ? elf_store_file(options.cache_dir, roots) : std::string();
-  auto elf_read = run_async(launch, [&] {
+  auto elf_read = std::async(launch, [&] {
     return wants_elf ? read_elf_files(candidates, options.threads, elf_store, env.elf_store) : std::vector<ElfRead>{};
   });
   std::vector<std::string_view> paths(files);
@@ -427,7 +427,7 @@ Environment scan_environment(const EnvLayout& layout, const ScanOptions& options
   add_dists(env, dists_read.get());
   phase("read dist-info");
   // Reads env.dists and env.layout only, which nothing below changes.
-  auto requirements_parsed = run_async(options.parse_requirements ? launch : std::launch::deferred, [&] {
+  auto requirements_parsed = std::async(options.parse_requirements ? launch : std::launch::deferred, [&] {
     return std::make_shared<const ParsedRequirements>(
         parse_requirements(env, marker_environment_of(env.layout), options.threads));
   });
