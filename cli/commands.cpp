@@ -677,11 +677,12 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
   out.fingerprint = r::fingerprint_of(env, out.plan);
   if (g.timings) {
     print_timings(env);
-    std::cerr << fmt::format("{:>22}: {:7.1f} ms ({} wheels read for {} dists the plan wants: {} bytes of their "
-                             "members read, {} inflated, {} hashed; {} objects inflated from their start)\n",
-                             "find-links wheels", std::chrono::duration<double, std::milli>(t0 - listing).count(),
-                             opts.wheels.size() + found.diagnostics.size(), wanted.size(),
-                             cost.read, cost.inflated, cost.hashed, cost.objects_from_start);
+    std::cerr << fmt::format(
+        "{:>22}: {:7.1f} ms ({} wheels read for {} dists the plan wants: {} bytes of their "
+        "members read, {} inflated, {} hashed; {} objects inflated from their start)\n",
+        "find-links wheels", std::chrono::duration<double, std::milli>(t0 - listing).count(),
+        opts.wheels.size() + found.diagnostics.size(), wanted.size(), cost.read, cost.inflated, cost.hashed,
+        cost.objects_from_start);
     std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "plan",
                              std::chrono::duration<double, std::milli>(t1 - t0).count(), "fingerprint",
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());

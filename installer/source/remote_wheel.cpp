@@ -69,7 +69,7 @@ std::vector<std::string> fetch(HttpClient& http, const std::string& url,
 // The central directory, from the end of the file (fetching more when it is larger than the
 // tail), parsed and checked by the one zip reader (installer/wheel/zip_reader.hpp).
 std::vector<zip::Entry> central_directory(HttpClient& http, const std::string& url, const std::string& tail,
-                                      std::uint64_t size) {
+                                          std::uint64_t size) {
   const std::uint64_t tail_start = size - tail.size();
   const zip::End end = zip::parse_end(bytes_of(tail), tail.size(), tail_start, redact(url));
   if (end.cd_size > k_max_central)
@@ -132,8 +132,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   const auto read = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
     return fetch(http, url, ranges, end_of_file);
   };
-  auto got = read_members_by_ranges(read, out.size, std::move(wanted), dist_info, redact(url), limits,
-                                    InvalidElf::refuse);
+  auto got =
+      read_members_by_ranges(read, out.size, std::move(wanted), dist_info, redact(url), limits, InvalidElf::refuse);
   out.objects_by_window = got.objects_by_window;
   out.objects_from_start = got.objects_from_start;
   out.members_whole = got.members_whole;

@@ -18,8 +18,8 @@ namespace r = cudafix::resolver;
 
 namespace {
 
-constexpr std::size_t k_local_slack = 1024;         // a local header's extra field beyond the central one's
-constexpr std::uint64_t k_max_dynamic = 1 << 20;    // a larger PT_DYNAMIC is read from the object's start
+constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
+constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
 
 std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24); }
 std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p + 4)} << 32); }
@@ -268,8 +268,8 @@ bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::Elf
 }  // namespace
 
 RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_size, std::vector<zip::Entry> members,
-                                     const std::string& dist_info, const std::string& label,
-                                     const RangeLimits& limits, InvalidElf invalid) {
+                                     const std::string& dist_info, const std::string& label, const RangeLimits& limits,
+                                     InvalidElf invalid) {
   const std::uint64_t k_whole_member = limits.whole_member, k_head = limits.head, k_window = limits.window,
                       k_chunk = limits.chunk;
   RangedMembers out;
@@ -282,16 +282,14 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
     for (const auto& bytes : got) out.read += bytes.size();
     return got;
   };
-  std::vector<Member> owned;
-  for (auto& e : members) owned.push_back(member_of(std::move(e)));
-  std::vector<Member*> wanted;
-  for (auto& m : owned) wanted.push_back(&m);
+  std::vector<Member> wanted;
+  for (auto& e : members) wanted.push_back(member_of(std::move(e)));
   // Each wanted member's local header with its data (small ones) or its first bytes (objects).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  for (const Member* m : wanted) {
-    const std::uint64_t length = m->compressed <= k_whole_member ? m->compressed : k_head;
-    ranges.emplace_back(m->header,
-                        std::min(file_size - 1, m->header + 30 + m->entry.raw_name.size() + k_local_slack + length));
+  for (const Member& m : wanted) {
+    const std::uint64_t length = m.compressed <= k_whole_member ? m.compressed : k_head;
+    ranges.emplace_back(m.header,
+                        std::min(file_size - 1, m.header + 30 + m.entry.raw_name.size() + k_local_slack + length));
   }
   auto heads = fetch(ranges);
   struct Deep {
@@ -301,7 +299,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
   };
   std::vector<Deep> deep;
   for (std::size_t i = 0; i < wanted.size(); ++i) {
-    Member& m = *wanted[i];
+    Member& m = wanted[i];
     m.data = data_start(m, heads[i], label);
     const std::string compressed = heads[i].substr(std::min<std::size_t>(heads[i].size(), m.data - m.header));
     std::string inflated;
@@ -309,7 +307,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       inflated = compressed.substr(0, std::min<std::uint64_t>(m.size, compressed.size()));
     } else {
       Inflater z;
-      const bool fed = z.feed(bytes_of(compressed), compressed.size(), m.compressed <= k_whole_member ? m.size : k_head * 4);
+      const bool fed =
+          z.feed(bytes_of(compressed), compressed.size(), m.compressed <= k_whole_member ? m.size : k_head * 4);
       out.inflated += z.produced;
       if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
       inflated = std::move(z.out);
@@ -321,7 +320,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       } else if (m.name == dist_info + "/RECORD") {
         out.record = std::move(inflated);
       } else {
-        keep_elf(out, m.name, r::read_elf_memory(inflated.data(), inflated.size(), label + ":" + m.name), label, invalid);
+        keep_elf(out, m.name, r::read_elf_memory(inflated.data(), inflated.size(), label + ":" + m.name), label,
+                 invalid);
       }
       continue;
     }
@@ -395,8 +395,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         const std::uint64_t before = from_start->produced;
         const bool fed = from_start->feed(bytes_of(piece), piece.size(), std::numeric_limits<std::size_t>::max());
         out.inflated += from_start->produced - before;
-        if (!fed)
-          throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
+        if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
       }
       d.head = from_start->out;
     };
@@ -411,8 +410,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       dyn = *dynamic[i].dyn;
       ++out.objects_by_window;
     } else if (m.method == 0) {
-      dyn = fetch(
-                  {{m.data + d.layout.dynamic_offset, m.data + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
+      dyn = fetch({{m.data + d.layout.dynamic_offset, m.data + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
                 .front();
       ++out.objects_by_window;  // a stored member: the segment read where it lies
     } else {
@@ -435,8 +433,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const std::uint64_t reach = (m.size - strings->first) + (m.size - strings->first) / 1000 + k_window / 4;
       const std::uint64_t first = end > reach ? std::max(m.data, end - reach) : m.data;
       if (auto t =
-              inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second,
-                             out.inflated))
+              inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second, out.inflated))
         known.v.push_back(std::move(*t));
     };
     if (dynamic[i].dyn && m.method == 8) {
@@ -466,8 +463,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       if (const char* str = known.span(strings->first, strings->second - strings->first)) {
         pieces.v.emplace_back(strings->first, std::string(str, strings->second - strings->first));
       } else if (m.method == 0) {
-        pieces.v.emplace_back(strings->first,
-                              fetch({{m.data + strings->first, m.data + strings->second - 1}}).front());
+        pieces.v.emplace_back(strings->first, fetch({{m.data + strings->first, m.data + strings->second - 1}}).front());
       } else {
         grow_to(strings->second);
         pieces.v[0].second = d.head;

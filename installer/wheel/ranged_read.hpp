@@ -42,8 +42,7 @@ struct RangeLimits {
 };
 
 // Bytes [first, last] of the wheel for each range, in order, each exactly that long.
-using ReadRanges =
-    std::function<std::vector<std::string>(const std::vector<std::pair<std::uint64_t, std::uint64_t>>&)>;
+using ReadRanges = std::function<std::vector<std::string>(const std::vector<std::pair<std::uint64_t, std::uint64_t>>&)>;
 
 struct RangedMembers {
   std::map<std::string, resolver::ElfInfo> elf;  // by member name: the objects resolver/elf read
@@ -65,8 +64,8 @@ enum class InvalidElf { refuse, leave_out };
 // resolver::Error naming `label` and the member: a local header that disagrees with the central
 // directory, damaged deflate data, an object that ends before its dynamic segment.
 [[nodiscard]] RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_size,
-                                                   std::vector<zip::Entry> members,
-                                                   const std::string& dist_info, const std::string& label,
-                                                   const RangeLimits& limits, InvalidElf invalid);
+                                                   std::vector<zip::Entry> members, const std::string& dist_info,
+                                                   const std::string& label, const RangeLimits& limits,
+                                                   InvalidElf invalid);
 
 }  // namespace cudafix::installer

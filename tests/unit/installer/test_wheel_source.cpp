@@ -89,7 +89,8 @@ TEST(ReadWheel, EachKindOfBrokenWheelSaysWhatIsWrong) {
 // object's end, as in NVIDIA's libraries) or in .data after it (mid-object).
 std::string build_large_object(const TempDir& t, const std::string& name, const std::string& section) {
   const std::string c = t.path() + "/" + name + ".c", blob = t.path() + "/code.bin";
-  const auto made = run_shell("test -e " + shell_quote(blob) + " || " +
+  const auto made = run_shell(
+      "test -e " + shell_quote(blob) + " || " +
       "/usr/bin/python3 -c 'import random,sys; r=random.Random(7); w=[bytes(r.choice(b\"abcdefghijklmnop\") "
       "for _ in range(r.randint(2,9))) for _ in range(4096)]; sys.stdout.buffer.write(b\" \".join(r.choice(w) "
       "for _ in range(3000000))[:16<<20])' > " +
@@ -150,7 +151,7 @@ TEST(ReadWheel, AWheelChangedSinceItWasReadIsReadAgain) {
   EXPECT_EQ(read_wheel(path, k_tags).sha256, first.sha256);
   const auto changed = make_wheel(other, "good 1.0 lib/extra.txt=" + original);
   for (const std::string& write : {"cat " + shell_quote(changed) + " > " + shell_quote(path),
-                                  "cp --remove-destination " + shell_quote(changed) + " " + shell_quote(path)}) {
+                                   "cp --remove-destination " + shell_quote(changed) + " " + shell_quote(path)}) {
     ASSERT_EQ(run_shell(write).exit_code, 0);
     const auto again = read_wheel(path, k_tags);
     EXPECT_NE(again.sha256, first.sha256) << write;

@@ -41,8 +41,7 @@ const unsigned char* bytes(const std::string& s) { return reinterpret_cast<const
 // archive, from the end structures as the range planner reads them and from the whole file.
 TEST(ZipReader, FuzzRegressionsAreRefusedByName) {
   std::size_t seen = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
+  for (const auto& e : std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
     if (e.path().filename().string().rfind("zip-", 0) != 0) continue;
     ++seen;
     const std::string data = resolver::read_file(e.path());

@@ -376,8 +376,7 @@ namespace {
 // or a cache, never a crash.
 TEST(LdCacheFormat, FuzzRegressionsParseOrFailCleanly) {
   std::size_t seen = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
+  for (const auto& e : std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
     if (e.path().filename().string().rfind("ld_cache-", 0) != 0) continue;
     ++seen;
     try {

@@ -167,8 +167,8 @@ class Pep440Differential : public ::testing::Test {
     test::TempDir dir;
     const std::string in = dir.path() + "/cases.json", out = dir.path() + "/answers.json";
     test::write_file(in, cases.dump());
-    const auto r = test::run_shell("/usr/bin/python3 " + test::source_dir() +
-                                   "/tests/unit/resolver/pep440_oracle.py " + in + " " + out);
+    const auto r = test::run_shell("/usr/bin/python3 " + test::source_dir() + "/tests/unit/resolver/pep440_oracle.py " +
+                                   in + " " + out);
     ASSERT_EQ(r.exit_code, 0) << "python3-packaging oracle failed (is python3-packaging installed?): " << r.out;
     cases_ = new json(std::move(cases));
     answers_ = new json(json::parse(read_file(out)));
@@ -194,8 +194,7 @@ class Pep440Differential : public ::testing::Test {
   }
 
   static std::vector<std::string> corpus_requirements() {
-    const auto r =
-        test::run_shell("zcat " + test::source_dir() + "/tests/data/good_torch_cu130_venv.json.gz");
+    const auto r = test::run_shell("zcat " + test::source_dir() + "/tests/data/good_torch_cu130_venv.json.gz");
     std::vector<std::string> out;
     const json corpus = json::parse(r.out);
     for (const auto& d : corpus["dists"])
