@@ -144,11 +144,15 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     const std::string& a = w.zeros;
     const std::string& b = w.ones;
     const std::size_t len = std::min(a.size(), b.size());
+    // A decode from a true block boundary: it inflated the rest of the window without an error
+    // (a false start ends early or fails). A later boundary decodes a suffix of the same stream
+    // and knows less of it, so where this one does not place the segment, none will.
+    const bool genuine = a.size() >= window.size() / 2;
     if (ends_member && w.ended && a.size() <= member_size) {
       const std::uint64_t base = member_size - a.size();
-      if (dyn_offset < base || dyn_offset + dyn_size > member_size) return false;
+      if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
       std::string dyn = a.substr(dyn_offset - base, dyn_size);
-      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return false;
+      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return genuine;
       out.dyn = std::move(dyn);
       out.tail = std::pair{base, a};
       return true;
@@ -178,7 +182,7 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
         ambiguous = false;
       }
     }
-    if (!found || ambiguous) return false;
+    if (!found || ambiguous) return genuine;
     out.dyn = std::move(found);
     return true;
   });
@@ -339,6 +343,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const Deep& d = deep[i];
       const Member& m = *d.member;
       if (m.method != 8 || d.layout.dynamic_size == 0 || dynamic[i].dyn) continue;
+      // The headers' bytes reach the segment already (a small object, or one whose data follow it).
+      if (d.head.size() >= d.layout.dynamic_offset + d.layout.dynamic_size) continue;
       const std::uint64_t end = m.data + m.compressed;
       const std::uint64_t after = m.size - d.layout.dynamic_offset;  // bytes from the segment to the end
       std::uint64_t first = 0, last = end - 1;

@@ -85,9 +85,10 @@ TEST(ReadWheel, EachKindOfBrokenWheelSaysWhatIsWrong) {
 }
 
 // Objects of CUDA's shape, built by the compiler: 16 MiB of code-like bytes (deflating 3:1, in
-// dynamic-Huffman blocks as real code does), in .rodata before the dynamic section (near the
-// object's end, as in NVIDIA's libraries) or in .data after it (mid-object).
-std::string build_large_object(const TempDir& t, const std::string& name, const std::string& section) {
+// dynamic-Huffman blocks as real code does) in each of `sections`: .rodata lies before the
+// dynamic section (near the object's end, as in NVIDIA's libraries), .data after it (with both,
+// the segment lies mid-object).
+std::string build_large_object(const TempDir& t, const std::string& name, const std::vector<std::string>& sections) {
   const std::string c = t.path() + "/" + name + ".c", blob = t.path() + "/code.bin";
   const auto made = run_shell(
       "test -e " + shell_quote(blob) + " || " +
@@ -96,8 +97,10 @@ std::string build_large_object(const TempDir& t, const std::string& name, const 
       "for _ in range(3000000))[:16<<20])' > " +
       shell_quote(blob));
   EXPECT_EQ(made.exit_code, 0) << made.out;
-  test::write_file(c, "__asm__(\".section " + section + "\\n.incbin \\\"" + blob +
-                          "\\\"\\n.previous\");\nint f(void) { return 1; }\n");
+  std::string source;
+  for (const auto& section : sections)
+    source += "__asm__(\".section " + section + "\\n.incbin \\\"" + blob + "\\\"\\n.previous\");\n";
+  test::write_file(c, source + "int f(void) { return 1; }\n");
   const std::string so = t.path() + "/" + name;
   const auto cc = run_shell("cc -shared -fPIC -o " + shell_quote(so) + " " + shell_quote(c) + " -Wl,-soname," + name +
                             " -Wl,--enable-new-dtags,-rpath,'$ORIGIN/../../cublas/lib' -Wl,--no-as-needed -lm 2>&1");
@@ -107,8 +110,8 @@ std::string build_large_object(const TempDir& t, const std::string& name, const 
 
 TEST(ReadWheel, ALargeObjectsDynamicSectionIsReadByWindowsAsTheWholeObjectGivesIt) {
   TempDir t;
-  const auto near_end = build_large_object(t, "libnearend.so.9", ".rodata");
-  const auto mid = build_large_object(t, "libmid.so.9", ".data");
+  const auto near_end = build_large_object(t, "libnearend.so.9", {".rodata"});
+  const auto mid = build_large_object(t, "libmid.so.9", {".rodata", ".data"});
   const auto path = make_wheel(t, "nvidia-cudnn-cu13 9.19.0.56 nvidia/cudnn/lib/libnearend.so.9=" + near_end +
                                       " nvidia/cudnn/lib/libmid.so.9=" + mid + " --deflate");
   WheelReadCost cost;
