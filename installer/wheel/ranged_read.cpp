@@ -138,7 +138,7 @@ struct WindowFind {
 // boundary in turn. A window that ends with the member places what it inflates exactly (from
 // the end back), the segment included; elsewhere the segment is found by what it reads as.
 WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
-                             std::uint64_t member_size, std::uint64_t dyn_offset) {
+                             std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream) {
   WindowFind out;
   out.inflated = decode_from_boundaries(window, 12, [&](const WindowDecode& w) {
     const std::string& a = w.zeros;
@@ -148,15 +148,21 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     // (a false start ends early or fails). A later boundary decodes a suffix of the same stream
     // and knows less of it, so where this one does not place the segment, none will.
     const bool genuine = a.size() >= window.size() / 2;
-    if (ends_member && w.ended && a.size() <= member_size) {
+    if (ends_member && w.ended && a.size() <= member_size && a.size() == b.size()) {
       const std::uint64_t base = member_size - a.size();
       if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
+      // Known only where both decodes agree: bytes copied from before the window differ.
+      if (a.compare(dyn_offset - base, dyn_size, b, dyn_offset - base, dyn_size) != 0) return genuine;
       std::string dyn = a.substr(dyn_offset - base, dyn_size);
       if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return genuine;
       out.dyn = std::move(dyn);
-      out.tail = std::pair{base, a};
+      // The tail known exactly: from past the last byte the two decodes disagree on.
+      std::size_t agreed = a.size();
+      while (agreed > 0 && a[agreed - 1] == b[agreed - 1]) --agreed;
+      out.tail = std::pair{base + agreed, a.substr(agreed)};
       return true;
     }
+    if (!mid_stream) return genuine;  // a place told by what the bytes read as is not exact
     // The segment read 16 bytes late still reads as one when zeros follow it (an unrelocated
     // GOT): of the matches, the one with the most entries before DT_NULL is the segment. Bytes
     // the two decodes disagree on came from before the window; they are taken as the zeros
@@ -218,8 +224,9 @@ std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::s
                                                                     std::uint64_t member_size, std::uint64_t from,
                                                                     std::uint64_t to, std::uint64_t& inflated) {
   std::optional<std::pair<std::uint64_t, std::string>> out;
-  inflated += decode_from_boundaries(window, 1 << 30, [&](const WindowDecode& w) {
-    if (!w.ended || w.zeros.size() > member_size) return false;
+  inflated += decode_from_boundaries(window, 12, [&](const WindowDecode& w) {
+    // A true boundary's decode that does not reach the stream's end: no later one will.
+    if (!w.ended || w.zeros.size() > member_size) return w.zeros.size() >= window.size() / 2;
     const std::uint64_t base = member_size - w.zeros.size();
     // The window starts too late, or the strings depend on bytes before it: no reading.
     if (from >= base && to <= member_size &&
@@ -304,6 +311,16 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
   std::vector<Deep> deep;
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     Member& m = wanted[i];
+    // A local header whose name and extra field are longer than the slack allowed for (the
+    // extra field is the local header's own, up to 64 KiB): the rest fetched.
+    if (heads[i].size() >= 30) {
+      const auto* h = bytes_of(heads[i]);
+      const std::uint64_t data_at = m.header + 30 + (h[26] | (h[27] << 8)) + (h[28] | (h[29] << 8));
+      const std::uint64_t wanted_end = std::min(
+          file_size, data_at + (m.compressed <= k_whole_member ? m.compressed : std::min(m.compressed, k_head)));
+      if (m.header + heads[i].size() < wanted_end)
+        heads[i] += fetch({{m.header + heads[i].size(), wanted_end - 1}}).front();
+    }
     m.data = data_start(m, heads[i], label);
     const std::string compressed = heads[i].substr(std::min<std::size_t>(heads[i].size(), m.data - m.header));
     std::string inflated;
@@ -354,6 +371,12 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         // far back holds it; first a short one, as .data and .got deflate well.
         const std::uint64_t reach = pass == 1 ? k_window / 4 : after + after / 1000 + k_window / 4;
         first = end > reach ? std::max(m.data, end - reach) : m.data;
+      } else if (!limits.mid_stream) {
+        // Only exact places: a window that ends with the member, where the segment lies in its
+        // second half (inflating from there to the end costs less than from the start).
+        if (pass == 1 || after >= d.layout.dynamic_offset) continue;
+        const std::uint64_t reach = after + after / 1000 + k_window / 4;
+        first = end > reach ? std::max(m.data, end - reach) : m.data;
       } else {
         // Elsewhere: where the segment would fall were the member evenly packed, the window
         // mostly before it (a block boundary must come first, 32 KiB ahead).
@@ -373,7 +396,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const Deep& d = deep[window_of[k]];
       const bool ends_member = windows[k].second + 1 == d.member->data + d.member->compressed;
       dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], d.layout.dynamic_size, ends_member, d.member->size,
-                                                d.layout.dynamic_offset);
+                                                d.layout.dynamic_offset, limits.mid_stream);
     });
   }
   for (const auto& found : dynamic) out.inflated += found.inflated;

@@ -13,8 +13,10 @@
 //      dictionary of zeros and one of 0xff: only bytes both agree on are known, and the dynamic
 //      segment is taken only where it is known whole and reads as one (its size, valid tags,
 //      DT_STRTAB and DT_STRSZ, DT_NULL last), and agrees with what is known of the object
-//      exactly (its first bytes, a window inflated to its end). Where no window holds it, the
-//      member is inflated from its start up to the segment instead, and counted;
+//      exactly (its first bytes, a window inflated to its end). A window that ends with the
+//      member places it exactly (counted back from the end); elsewhere its place is told by
+//      what it reads as, which RangeLimits::mid_stream allows or not. Where no window holds it,
+//      the member is inflated from its start up to the segment instead, and counted;
 //   3. the strings the segment names (SONAME, NEEDED, RPATH, RUNPATH), and the object read by
 //      resolver/elf as the loader reads it, from those pieces alone.
 #pragma once
@@ -39,6 +41,11 @@ struct RangeLimits {
   std::uint64_t head = 64 * 1024;        // of a larger object: its headers
   std::uint64_t window = 1 << 20;        // a window of compressed bytes around PT_DYNAMIC
   std::uint64_t chunk = 1 << 20;         // inflating from the start: read this much at a time
+  // A dynamic segment found mid-stream by what its bytes read as, checked against what is known
+  // of the object, is taken (by HTTP, where each byte costs; a crafted object can plant a false
+  // one there, which `apply` then finds from the downloaded file); false: only segments whose
+  // place is known exactly (from the start, or counted back from the member's end).
+  bool mid_stream = true;
 };
 
 // Bytes [first, last] of the wheel for each range, in order, each exactly that long.

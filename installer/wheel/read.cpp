@@ -93,7 +93,10 @@ r::Wheel read_members(const unsigned char* data, std::size_t size, const std::st
     }
     return out;
   };
-  auto got = read_members_by_ranges(read, size, std::move(objects), w.dist_info, path, {}, InvalidElf::leave_out);
+  // The bytes are all here: only exact places (RangeLimits::mid_stream).
+  RangeLimits exact;
+  exact.mid_stream = false;
+  auto got = read_members_by_ranges(read, size, std::move(objects), w.dist_info, path, exact, InvalidElf::leave_out);
   w.elf = std::move(got.elf);
   if (cost) {
     cost->read += got.read;
@@ -152,8 +155,11 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
     }
   }
   const MappedFile file(path);
-  // The digest, of every byte, beside the reading of a few: both from the same open file.
-  auto digest = std::async(std::launch::async, [&] { return r::sha256_of_file(path, r::DigestForm::hex); });
+  // The digest, of every byte, beside the reading of a few: both of the one mapping, so that
+  // the facts and the digest are of the same bytes.
+  auto digest = std::async(std::launch::async, [&] {
+    return r::sha256_hex(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
+  });
   r::Wheel w;
   try {
     w = read_members(file.data(), file.size(), path, supported_tags, cost);
@@ -162,13 +168,14 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
     throw;
   }
   w.sha256 = digest.get();
-  if (w.sha256.empty()) throw r::Error(fmt::format("{}: cannot be read", path));
   if (cost) cost->hashed += file.size();
-  // Kept only where nothing wrote to the file while it was read.
-  if (const auto after = stamp_of(path); before && after && *before == *after) {
-    const std::lock_guard guard(read_before().lock);
-    read_before().wheels.insert_or_assign(path, std::pair{*after, w});
-  }
+  // A file written or replaced while it was read (a copy still arriving, a swap by rename):
+  // what was read may be of neither, and the path names another file now.
+  const auto after = stamp_of(path);
+  if (!before || !after || !(*before == *after))
+    throw r::Error(fmt::format("{}: changed while it was read; read it again once nothing writes to it", path));
+  const std::lock_guard guard(read_before().lock);
+  read_before().wheels.insert_or_assign(path, std::pair{*after, w});
   return w;
 }
 
