@@ -404,15 +404,30 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
                       root, free_bytes >> 20, (needed + (1 << 20) - 1) >> 20, r::base_name(w.path)));
   }
   txn::test_pause("staging");
-  // Space another process takes from here on is found when a file's blocks are reserved.
+  // Space another process takes from here on is found when a file's blocks are reserved. Where
+  // several threads find the disk full at once, each is heard and the largest member named (the
+  // one the space was taken from, whichever thread got there first).
+  struct DiskFull {};
+  std::mutex full_mutex;
+  std::optional<std::pair<std::uint64_t, std::string>> fullest;  // the member's size, the refusal
   const auto full = [&](const std::string& member, std::uint64_t size) {
-    return [&w, &root, member, size, needed, free_bytes](int err) {
-      refuse(w.path, member,
-             fmt::format("the file system at {} is full ({}) with its {} bytes still to write: {} MiB needed to "
-                         "stage the wheel, {} MiB were free when staging began (another process has taken "
-                         "space since)",
-                         mount_point_of(root), std::strerror(err), size, (needed + (1 << 20) - 1) >> 20,
-                         free_bytes >> 20));
+    return [&, member, size](int err) {
+      std::string refusal;
+      try {
+        refuse(w.path, member,
+               fmt::format("the file system at {} is full ({}) with its {} bytes still to write: {} MiB needed to "
+                           "stage the wheel, {} MiB were free when staging began (another process has taken "
+                           "space since)",
+                           mount_point_of(root), std::strerror(err), size, (needed + (1 << 20) - 1) >> 20,
+                           free_bytes >> 20));
+      } catch (const r::Error& e) {
+        refusal = e.what();
+      }
+      {
+        const std::lock_guard lock(full_mutex);
+        if (!fullest || size > fullest->first) fullest = std::pair{size, refusal};
+      }
+      throw DiskFull{};
     };
   };
   const std::string python = layout.root + "/bin/python";
@@ -447,7 +462,7 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](std::size_t a, std::size_t b) { return w.members[a].size > w.members[b].size; });
-  r::parallel_for(order.size(), threads, [&](std::size_t k) {
+  const auto stage_member = [&](std::size_t k) {
     const ZipMember& m = w.members[order[k]];
     if (m.name == record_member || m.name == w.dist_info + "/INSTALLER" || m.name == w.dist_info + "/REQUESTED") return;
     const zip::Entry& e = archive.entries()[m.entry];
@@ -521,7 +536,25 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     s.size = written;
     wrote(m.size);
     if (s.executable) ::chmod(s.staged.c_str(), 0755);
+  };
+  // The first failure stops the members not yet begun. A full disk is said once every thread is
+  // done, before what it caused elsewhere (a folder that could not be made).
+  std::atomic<bool> stop{false};
+  std::exception_ptr failed;
+  r::parallel_for(order.size(), threads, [&](std::size_t k) {
+    if (stop) return;
+    try {
+      stage_member(k);
+    } catch (const DiskFull&) {
+      stop = true;
+    } catch (...) {
+      stop = true;
+      const std::lock_guard lock(full_mutex);
+      if (!failed) failed = std::current_exception();
+    }
   });
+  if (fullest) throw r::Error(fullest->second);
+  if (failed) std::rethrow_exception(failed);
   // The generated files: console scripts, INSTALLER, REQUESTED, and RECORD last.
   const std::string site = w.root_is_purelib ? layout.purelib()->path : layout.platlib()->path;
   const std::string info = site + "/" + w.dist_info;
