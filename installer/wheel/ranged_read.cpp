@@ -25,29 +25,10 @@ std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] <<
 std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p + 4)} << 32); }
 const unsigned char* bytes_of(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
 
-struct Member {
-  std::string name;  // normalised (installer/wheel/zip_reader.hpp)
-  std::uint16_t method = 0;
-  std::uint64_t compressed = 0, size = 0, header = 0;  // header: the local header's offset
-  std::uint64_t data = 0;                              // where its data starts, once the local header is read
-  zip::Entry entry;                                    // the central directory's, its local header checked against it
-};
-
-Member member_of(zip::Entry e) {
-  Member m;
-  m.name = e.name;
-  m.method = e.method;
-  m.compressed = e.compressed;
-  m.size = e.size;
-  m.header = e.local_offset;
-  m.entry = std::move(e);
-  return m;
-}
-
 // Where a member's data starts, from the fetched bytes that begin at its local header (which
 // must agree with the central directory).
-std::uint64_t data_start(const Member& m, const std::string& from_header, const std::string& label) {
-  return zip::parse_local_header(bytes_of(from_header), from_header.size(), m.entry, label);
+std::uint64_t data_start(const zip::Entry& m, const std::string& from_header, const std::string& label) {
+  return zip::parse_local_header(bytes_of(from_header), from_header.size(), m, label);
 }
 
 bool valid_dynamic_tag(std::uint64_t tag) {
@@ -293,36 +274,37 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
     for (const auto& bytes : got) out.read += bytes.size();
     return got;
   };
-  std::vector<Member> wanted;
-  for (auto& e : members) wanted.push_back(member_of(std::move(e)));
+  // Each one's data_offset is set once its local header is read.
+  std::vector<zip::Entry> wanted = std::move(members);
   // Each wanted member's local header with its data (small ones) or its first bytes (objects).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  for (const Member& m : wanted) {
+  for (const zip::Entry& m : wanted) {
     const std::uint64_t length = m.compressed <= k_whole_member ? m.compressed : k_head;
-    ranges.emplace_back(m.header,
-                        std::min(file_size - 1, m.header + 30 + m.entry.raw_name.size() + k_local_slack + length));
+    ranges.emplace_back(m.local_offset,
+                        std::min(file_size - 1, m.local_offset + 30 + m.raw_name.size() + k_local_slack + length));
   }
   auto heads = fetch(ranges);
   struct Deep {
-    Member* member;
+    zip::Entry* member;
     r::ElfLayout layout;  // dynamic_size 0: read from its start, whole
     std::string head;     // inflated from the start so far
   };
   std::vector<Deep> deep;
   for (std::size_t i = 0; i < wanted.size(); ++i) {
-    Member& m = wanted[i];
+    zip::Entry& m = wanted[i];
     // A local header whose name and extra field are longer than the slack allowed for (the
     // extra field is the local header's own, up to 64 KiB): the rest fetched.
     if (heads[i].size() >= 30) {
       const auto* h = bytes_of(heads[i]);
-      const std::uint64_t data_at = m.header + 30 + (h[26] | (h[27] << 8)) + (h[28] | (h[29] << 8));
+      const std::uint64_t data_at = m.local_offset + 30 + (h[26] | (h[27] << 8)) + (h[28] | (h[29] << 8));
       const std::uint64_t wanted_end = std::min(
           file_size, data_at + (m.compressed <= k_whole_member ? m.compressed : std::min(m.compressed, k_head)));
-      if (m.header + heads[i].size() < wanted_end)
-        heads[i] += fetch({{m.header + heads[i].size(), wanted_end - 1}}).front();
+      if (m.local_offset + heads[i].size() < wanted_end)
+        heads[i] += fetch({{m.local_offset + heads[i].size(), wanted_end - 1}}).front();
     }
-    m.data = data_start(m, heads[i], label);
-    const std::string compressed = heads[i].substr(std::min<std::size_t>(heads[i].size(), m.data - m.header));
+    m.data_offset = data_start(m, heads[i], label);
+    const std::string compressed =
+        heads[i].substr(std::min<std::size_t>(heads[i].size(), m.data_offset - m.local_offset));
     std::string inflated;
     if (m.method == 0) {
       inflated = compressed.substr(0, std::min<std::uint64_t>(m.size, compressed.size()));
@@ -358,11 +340,11 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
     std::vector<std::size_t> window_of;
     for (std::size_t i = 0; i < deep.size(); ++i) {
       const Deep& d = deep[i];
-      const Member& m = *d.member;
+      const zip::Entry& m = *d.member;
       if (m.method != 8 || d.layout.dynamic_size == 0 || dynamic[i].dyn) continue;
       // The headers' bytes reach the segment already (a small object, or one whose data follow it).
       if (d.head.size() >= d.layout.dynamic_offset + d.layout.dynamic_size) continue;
-      const std::uint64_t end = m.data + m.compressed;
+      const std::uint64_t end = m.data_offset + m.compressed;
       const std::uint64_t after = m.size - d.layout.dynamic_offset;  // bytes from the segment to the end
       std::uint64_t first = 0, last = end - 1;
       if (after <= (pass == 1 ? 2 : 4) * k_window) {
@@ -370,21 +352,21 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         // at most about its own size, so a window that ends with the member and reaches that
         // far back holds it; first a short one, as .data and .got deflate well.
         const std::uint64_t reach = pass == 1 ? k_window / 4 : after + after / 1000 + k_window / 4;
-        first = end > reach ? std::max(m.data, end - reach) : m.data;
+        first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
       } else if (!limits.mid_stream) {
         // Only exact places: a window that ends with the member, where the segment lies in its
         // second half (inflating from there to the end costs less than from the start).
         if (pass == 1 || after >= d.layout.dynamic_offset) continue;
         const std::uint64_t reach = after + after / 1000 + k_window / 4;
-        first = end > reach ? std::max(m.data, end - reach) : m.data;
+        first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
       } else {
         // Elsewhere: where the segment would fall were the member evenly packed, the window
         // mostly before it (a block boundary must come first, 32 KiB ahead).
         const std::uint64_t window = pass == 1 ? k_window / 4 : 2 * k_window;
         const double at = static_cast<double>(d.layout.dynamic_offset) / static_cast<double>(m.size);
-        const auto estimate = m.data + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
+        const auto estimate = m.data_offset + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
         const std::uint64_t lead = 3 * window / 4;
-        first = std::max(m.data, estimate > lead ? estimate - lead : 0);
+        first = std::max(m.data_offset, estimate > lead ? estimate - lead : 0);
         last = std::min(end - 1, first + window - 1);
       }
       windows.emplace_back(first, last);
@@ -394,7 +376,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
     const auto window_bytes = fetch(windows);
     r::parallel_for(window_of.size(), 0, [&](std::size_t k) {
       const Deep& d = deep[window_of[k]];
-      const bool ends_member = windows[k].second + 1 == d.member->data + d.member->compressed;
+      const bool ends_member = windows[k].second + 1 == d.member->data_offset + d.member->compressed;
       dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], d.layout.dynamic_size, ends_member, d.member->size,
                                                 d.layout.dynamic_offset, limits.mid_stream);
     });
@@ -402,14 +384,15 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
   for (const auto& found : dynamic) out.inflated += found.inflated;
   for (std::size_t i = 0; i < deep.size(); ++i) {
     Deep& d = deep[i];
-    Member& m = *d.member;
+    zip::Entry& m = *d.member;
     // Inflated from the start, as far as `size` bytes: more compressed bytes fetched as needed.
     std::uint64_t consumed = 0;
     std::unique_ptr<Inflater> from_start;
     const auto grow_to = [&](std::uint64_t size) {
       if (d.head.size() >= size) return;
       if (m.method == 0) {
-        d.head += fetch({{m.data + d.head.size(), std::min(m.data + m.size, m.data + size) - 1}}).front();
+        d.head += fetch({{m.data_offset + d.head.size(), std::min(m.data_offset + m.size, m.data_offset + size) - 1}})
+                      .front();
         return;
       }
       if (!from_start) {
@@ -418,7 +401,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       }
       while (from_start->out.size() < size && !from_start->ended && consumed < m.compressed) {
         const std::uint64_t take = std::min(k_chunk, m.compressed - consumed);
-        const auto piece = fetch({{m.data + consumed, m.data + consumed + take - 1}}).front();
+        const auto piece = fetch({{m.data_offset + consumed, m.data_offset + consumed + take - 1}}).front();
         consumed += take;
         // Each piece inflated whole: the next one starts where this one ends.
         const std::uint64_t before = from_start->produced;
@@ -439,7 +422,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       dyn = *dynamic[i].dyn;
       ++out.objects_by_window;
     } else if (m.method == 0) {
-      dyn = fetch({{m.data + d.layout.dynamic_offset, m.data + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
+      dyn = fetch({{m.data_offset + d.layout.dynamic_offset,
+                    m.data_offset + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
                 .front();
       ++out.objects_by_window;  // a stored member: the segment read where it lies
     } else {
@@ -458,9 +442,9 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
     // The strings near the end (NVIDIA's libraries keep .dynstr last): a window to the end.
     const auto strings_from_end = [&] {
       if (!strings || have_strings() || m.method != 8 || m.size - strings->first > 8 * k_window) return;
-      const std::uint64_t end = m.data + m.compressed;
+      const std::uint64_t end = m.data_offset + m.compressed;
       const std::uint64_t reach = (m.size - strings->first) + (m.size - strings->first) / 1000 + k_window / 4;
-      const std::uint64_t first = end > reach ? std::max(m.data, end - reach) : m.data;
+      const std::uint64_t first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
       if (auto t =
               inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second, out.inflated))
         known.v.push_back(std::move(*t));
@@ -492,7 +476,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       if (const char* str = known.span(strings->first, strings->second - strings->first)) {
         pieces.v.emplace_back(strings->first, std::string(str, strings->second - strings->first));
       } else if (m.method == 0) {
-        pieces.v.emplace_back(strings->first, fetch({{m.data + strings->first, m.data + strings->second - 1}}).front());
+        pieces.v.emplace_back(strings->first,
+                              fetch({{m.data_offset + strings->first, m.data_offset + strings->second - 1}}).front());
       } else {
         grow_to(strings->second);
         pieces.v[0].second = d.head;
