@@ -51,6 +51,16 @@ struct Located {
 // The options with the configuration's [sources] below them (GlobalOptions::config_*).
 [[nodiscard]] GlobalOptions with_configured_sources(const GlobalOptions& g, const Configuration& config);
 [[nodiscard]] Style style_for(const GlobalOptions& g);
+// What to locate: --venv, -p, $VIRTUAL_ENV, and python3 on $PATH from the current folder.
+[[nodiscard]] resolver::LocateRequest locate_request(const GlobalOptions& g);
+// The built-in knowledge with the configuration files over it: the user's, --rules, and the
+// cudafix.toml of the environment at `venv_root` (none: no environment's).
+[[nodiscard]] Configuration load_configuration(const GlobalOptions& g, const std::optional<std::string>& venv_root);
+// Where scans keep what they read: $CUDAFIX_CACHE_DIR, else $XDG_CACHE_HOME/cudafix, else
+// ~/.cache/cudafix; empty (no cache) when none of them is set.
+[[nodiscard]] std::string cache_dir();
+// --timings: each phase of the scan on stderr, and what came from the caches.
+void print_timings(const resolver::Environment& env);
 // What a command may do to the environment it locates.
 enum class Access {
   read,   // reads only; a killed change it finds is recovered in a child process, fenced
