@@ -184,12 +184,16 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
 
   clock.lap("confirm");
   tx::Transaction t(env.layout.root_real, "fix");
+  // The baseline probe runs beside the staging: the driver's initialisation costs as much.
+  const auto verify_options = verify_steps_options(g);
+  auto baseline = o.no_verify ? std::future<installer::apply::EarlyBaseline>{}
+                              : installer::apply::start_baseline(env.layout, knowledge, prepared, verify_options);
   installer::apply::stage_plan(env, prepared, t, apply);
   clock.lap("stage");
   show_progress(g, t, "fixing");
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_steps_options(g), checks);
+  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_options, checks, &baseline);
   clock.lap("baseline probe");
   if (const auto rc = carry_out_verified(g, out, "fix", env, t, check, checks)) return *rc;
   clock.lap("steps and their checks");

@@ -706,10 +706,13 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
     return declined(g, out, "apply", env.layout.root);
 
   tx::Transaction t(layout.root_real, "apply " + o.plan);
+  const auto verify_options = verify_steps_options(g);
+  auto baseline = o.no_verify ? std::future<installer::apply::EarlyBaseline>{}
+                              : installer::apply::start_baseline(layout, knowledge, prepared, verify_options);
   const std::size_t files = installer::apply::stage_plan(env, prepared, t, apply);
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_steps_options(g), checks);
+  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_options, checks, &baseline);
   if (const auto rc = carry_out_verified(g, out, "apply", env, t, check, checks)) return *rc;
   const std::string text_out = fmt::format("applied {} ({} files){}", count_of(said.size(), "step", "steps"), files,
                                            o.no_verify         ? ", not verified (--no-verify)"

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -142,11 +143,27 @@ struct VerifyStepsOptions {
   std::function<void(const std::string&)> note;
 };
 
+// The baseline probe, started before the transaction is staged so that the driver's
+// initialisation (most of a second on a GPU) runs beside the staging: the environment scanned as
+// step_verifier scans it, probed with `paths` (what the plan's replay says its steps write and
+// delete) as the libraries opened beyond the consumer's tree. step_verifier takes it where those
+// libraries are the ones of what the staged transaction changes, and probes again where not.
+struct EarlyBaseline {
+  resolver::Environment env;       // as the probe's loader saw it
+  std::vector<std::string> extra;  // the libraries among `paths` it opened
+  probe::ProbePoint point;
+};
+[[nodiscard]] std::future<EarlyBaseline> start_baseline(const resolver::EnvLayout& layout,
+                                                        const resolver::Knowledge& knowledge, const PreparedPlan& plan,
+                                                        const VerifyStepsOptions& options);
+
+// `early`: the baseline start_baseline began, valid or not (none: probed here).
 [[nodiscard]] std::function<void(std::size_t)> step_verifier(const resolver::Environment& env,
                                                              const resolver::Knowledge& knowledge,
                                                              const std::vector<std::string>& labels,
                                                              const txn::Transaction& t,
-                                                             const VerifyStepsOptions& options, StepChecks& checks);
+                                                             const VerifyStepsOptions& options, StepChecks& checks,
+                                                             std::future<EarlyBaseline>* early = nullptr);
 
 // `t` carried out with `check` after each step. A failed verification undoes every change and
 // is returned as its message (the checks that failed); nullopt: carried out. Any other failure

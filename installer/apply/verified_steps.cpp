@@ -107,9 +107,26 @@ std::vector<std::size_t> probe_groups(const tx::Transaction& t) {
 
 }  // namespace
 
+std::future<EarlyBaseline> start_baseline(const r::EnvLayout& layout, const r::Knowledge& knowledge,
+                                          const PreparedPlan& plan, const VerifyStepsOptions& options) {
+  std::set<std::string> paths;
+  for (const auto& p : plan.steps) {
+    paths.insert(p.step.writes.begin(), p.step.writes.end());
+    paths.insert(p.step.deletes.begin(), p.step.deletes.end());
+  }
+  return std::async(std::launch::async, [&layout, &knowledge, scan = options.scan, vo = options.probe,
+                                         written = std::vector<std::string>(paths.begin(), paths.end())] {
+    EarlyBaseline b{scan_for_probe(layout, scan), {}, {}};
+    b.extra = pr::libraries_among(b.env, written);
+    b.point = pr::probe_point(b.env, knowledge, vo, written);
+    return b;
+  });
+}
+
 std::function<void(std::size_t)> step_verifier(const r::Environment& env, const r::Knowledge& knowledge,
                                                const std::vector<std::string>& labels, const tx::Transaction& t,
-                                               const VerifyStepsOptions& options, StepChecks& checks) {
+                                               const VerifyStepsOptions& options, StepChecks& checks,
+                                               std::future<EarlyBaseline>* early) {
   const r::EnvLayout& layout = env.layout;
   const auto note = [say = options.note](const std::string& line) {
     if (say) say(line);
@@ -118,8 +135,14 @@ std::function<void(std::size_t)> step_verifier(const r::Environment& env, const 
   std::set<std::string> all_paths;
   for (std::size_t k = 0; k < t.step_count(); ++k) all_paths.merge(t.step_paths(k));
   const std::vector<std::string> written(all_paths.begin(), all_paths.end());
+  std::optional<EarlyBaseline> started;
+  if (early != nullptr && early->valid()) started = early->get();
   if (!checks.skip) {
-    checks.baseline = pr::probe_point(scan_for_probe(layout, options.scan), knowledge, options.probe, written);
+    // The early baseline opened the libraries this transaction changes: the probe it would make now.
+    if (started && pr::libraries_among(started->env, written) == started->extra)
+      checks.baseline = std::move(started->point);
+    else
+      checks.baseline = pr::probe_point(scan_for_probe(layout, options.scan), knowledge, options.probe, written);
     checks.unverified_why = driver_unusable(*checks.baseline);
     checks.unverified = !checks.unverified_why.empty();
     note(checks.unverified
@@ -173,11 +196,12 @@ std::function<void(std::size_t)> step_verifier(const r::Environment& env, const 
       entries[owner - first].judgement.failures.push_back(std::move(f));
     }
     const std::string summary = point_summary(now, point);
-    const std::string together =
-        first == step ? ""
-                      : fmt::format(" (steps {}-{} add only files that were not there: one probe after step {} "
-                                    "checked them together)",
-                                    first + 1, step + 1, step + 1);
+    const std::string together = first == step
+                                     ? ""
+                                     : fmt::format(
+                                           " (steps {}-{} add only files that were not there: one probe after step {} "
+                                           "checked them together)",
+                                           first + 1, step + 1, step + 1);
     // Said from the first step that failed, every failing check listed (another step's by its name).
     std::string failed;
     std::size_t count = 0, failed_step = 0;

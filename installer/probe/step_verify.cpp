@@ -93,13 +93,10 @@ Tree consumer_tree(const r::Environment& env, const r::Knowledge& knowledge, Pre
 // larger. Returns how many were left out.
 std::size_t choose_libraries(const r::Environment& env, Tree& tree, const std::vector<std::string>& extra) {
   std::vector<std::string> added;
-  for (const auto& e : extra) {
-    const auto* o = env.object(e);
-    if (o == nullptr || o->entry_point || o->elf.status != r::ElfReadStatus::ok) continue;
+  for (const auto& e : libraries_among(env, extra))
     if (std::find(tree.libraries.begin(), tree.libraries.end(), e) == tree.libraries.end() &&
         std::find(added.begin(), added.end(), e) == added.end())
       added.push_back(e);
-  }
   std::vector<std::string> all = tree.libraries;
   all.insert(all.end(), added.begin(), added.end());
   if (all.size() <= k_max_opened) {
@@ -292,6 +289,15 @@ void regressions(const r::Environment& env, const ProbePoint& baseline, const Pr
 }  // namespace
 
 std::string Problem::text() const { return fmt::format("{}: expected {}, found {}", check, expected, found); }
+
+std::vector<std::string> libraries_among(const r::Environment& env, const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const auto& p : paths) {
+    const auto* o = env.object(p);
+    if (o != nullptr && !o->entry_point && o->elf.status == r::ElfReadStatus::ok) out.push_back(p);
+  }
+  return out;
+}
 
 std::size_t ProbePoint::opened() const {
   return static_cast<std::size_t>(

@@ -81,6 +81,11 @@ struct ProbePoint {
   [[nodiscard]] std::size_t opened() const;
 };
 
+// Those of `paths` that a probe point opens as `extra`: the environment's shared libraries that
+// resolver/elf read whole, in the order given.
+[[nodiscard]] std::vector<std::string> libraries_among(const resolver::Environment& env,
+                                                       const std::vector<std::string>& paths);
+
 // Probes `env` as it is now. `options.consumer`: the consumer the baseline chose, so that every
 // point of one transaction is measured from the same library; none: chosen as verify chooses.
 // `extra`: what the transaction writes; those of them that are shared libraries of the
