@@ -64,6 +64,7 @@ FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vect
     cost->inflated += mine.inflated;
     cost->hashed += mine.hashed;
     cost->objects_from_start += mine.objects_from_start;
+    cost->objects_by_map += mine.objects_by_map;
   });
   FoundWheels out;
   for (std::size_t i = 0; i < listed.size(); ++i) {

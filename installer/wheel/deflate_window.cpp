@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 
 #include "resolver/base/diagnostic.hpp"
+#include "resolver/base/parallel.hpp"
 
 namespace cudafix::installer {
 namespace r = cudafix::resolver;
@@ -46,7 +48,11 @@ int Inflater::blocks(const unsigned char* in, std::size_t n, int enough) {
   z_.avail_in = static_cast<uInt>(n);
   std::array<unsigned char, 1 << 16> sink{};
   int done = 0;
-  while (z_.avail_in > 0 && done < enough) {
+  // Three true blocks inflate to a few hundred kilobytes; a false start decoding on and on
+  // (crafted, or garbage read as fixed-Huffman codes) is not one.
+  constexpr std::uint64_t k_most = 16 << 20;
+  const std::uint64_t before = produced;
+  while (z_.avail_in > 0 && done < enough && produced - before < k_most) {
     z_.next_out = sink.data();
     z_.avail_out = sink.size();
     const int rc = inflate(&z_, Z_BLOCK);
@@ -56,6 +62,37 @@ int Inflater::blocks(const unsigned char* in, std::size_t n, int enough) {
     if ((z_.data_type & 128) && z_.avail_out > 0) ++done;  // stopped at a block's end
   }
   return done;
+}
+
+bool Inflater::blocks_until(const unsigned char* in, std::size_t n, std::uint64_t stop, std::uint64_t most) {
+  z_.next_in = const_cast<unsigned char*>(in);
+  z_.avail_in = static_cast<uInt>(n);
+  std::array<unsigned char, 1 << 16> sink{};
+  // Where inflate stopped, in bits into `in`: zlib keeps fewer than 8 bits of input unused when
+  // it returns (data_type's low bits).
+  const auto at = [&] { return std::uint64_t{n - z_.avail_in} * 8 - (z_.data_type & 7); };
+  while (true) {
+    z_.next_out = sink.data();
+    z_.avail_out = sink.size();
+    const int rc = inflate(&z_, Z_BLOCK);
+    produced += sink.size() - z_.avail_out;
+    if (rc == Z_STREAM_END) {
+      ended = true;
+      return at() == stop;
+    }
+    if (rc != Z_OK && rc != Z_BUF_ERROR) return false;
+    if (produced > most) return false;
+    if ((z_.data_type & 128) && z_.avail_out > 0) {
+      // The final block ended (zlib says the stream ended only on the next call, when there may be no input left).
+      if (z_.data_type & 64) {
+        ended = true;
+        return at() == stop;
+      }
+      if (at() == stop) return true;
+      if (at() > stop) return false;
+    }
+    if (z_.avail_in == 0 && z_.avail_out > 0) return false;
+  }
 }
 
 namespace {
@@ -86,7 +123,131 @@ bool could_start_block(const unsigned char* p, std::size_t n, std::size_t bit) {
   return left == 0;
 }
 
+// Whether a stored block, as zlib writes one after another (incompressible data), could start at
+// `bit`: a byte's first bit, its header bits 000, and LEN and NLEN that agree.
+bool could_start_stored(const unsigned char* p, std::size_t n, std::uint64_t bit) {
+  if (bit % 8 != 0 || bit / 8 + 5 >= n || (p[bit / 8] & 7) != 0) return false;
+  const unsigned len = p[bit / 8 + 1] | (p[bit / 8 + 2] << 8), nlen = p[bit / 8 + 3] | (p[bit / 8 + 4] << 8);
+  return len > 0 && (len ^ nlen) == 0xffff;
+}
+
+// The first bit in [from, to) of `p` (n bytes) where a dynamic-Huffman block could start and zlib
+// reads three whole blocks from it; nullopt: none.
+std::optional<std::uint64_t> block_start(const unsigned char* p, std::size_t n, std::uint64_t from, std::uint64_t to,
+                                         std::uint64_t& produced) {
+  for (std::uint64_t bit = from; bit < to && bit + 64 < n * 8; ++bit) {
+    if (!could_start_block(p, n, bit) && !could_start_stored(p, n, bit)) continue;
+    const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
+    Inflater probe(0);
+    probe.prime(p[bit / 8], static_cast<int>(bit % 8));
+    const int whole_blocks = probe.blocks(p + start, n - start, 3);
+    produced += probe.produced;
+    if (whole_blocks >= 3) return bit;
+  }
+  return std::nullopt;
+}
+
+// An Inflater positioned at `bit` of `p`: primed with the bits of its byte, and the index of the
+// first whole byte after. At the stream's start with no dictionary (a stream that reaches before
+// its start is damaged); elsewhere against a dictionary of `fill`.
+std::size_t position(Inflater& z, const unsigned char* p, std::uint64_t bit) {
+  z.prime(p[bit / 8], static_cast<int>(bit % 8));
+  return static_cast<std::size_t>(bit / 8 + (bit % 8 ? 1 : 0));
+}
+
 }  // namespace
+
+std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_t want_out, std::uint64_t most_out,
+                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  const std::uint64_t end = std::uint64_t{n} * 8;
+  const std::size_t wave = std::max(1U, r::thread_count(threads));
+  std::vector<Boundary> proved{from};
+  std::atomic<std::uint64_t> produced{0};
+  // Pieces twice as long after a wave that proved nothing (all its starts false, or pieces
+  // shorter than the blocks).
+  std::uint64_t spacing = piece;
+  while (proved.back().out <= want_out && proved.back().bit < end) {
+    const Boundary at = proved.back();
+    // This wave's pieces: from `at`, then from a plausible boundary near every `piece` bytes; the
+    // last one found starts the next wave, unless the wave reaches the end of `s`.
+    std::vector<std::optional<std::uint64_t>> found(wave);
+    r::parallel_for(wave, threads, [&](std::size_t k) {
+      const std::uint64_t nominal = at.bit + (k + 1) * spacing * 8;
+      if (nominal >= end) return;
+      std::uint64_t here = 0;
+      found[k] = block_start(p, n, nominal, nominal + std::min<std::uint64_t>(spacing, 1 << 18) * 8, here);
+      produced += here;
+    });
+    std::vector<std::uint64_t> starts{at.bit};
+    for (const auto& f : found)
+      if (f && *f > starts.back()) starts.push_back(*f);
+    const bool to_end = at.bit + wave * spacing * 8 >= end;
+    if (starts.size() == 1 && !to_end) {  // no boundary to cut at
+      spacing *= 2;
+      continue;
+    }
+    // Piece k runs from starts[k] to starts[k + 1], the last of them to the stream's end where
+    // the wave reaches the end of `s`.
+    const auto decode = [&](std::size_t k) -> std::optional<std::uint64_t> {
+      Inflater z(starts[k] == 0 ? -1 : 0);
+      const std::size_t first = position(z, p, starts[k]);
+      const bool last = k + 1 == starts.size();
+      const bool ok =
+          z.blocks_until(p + first, n - first, last ? end - first * 8 : starts[k + 1] - first * 8, most_out - at.out);
+      produced += z.produced;
+      // A piece before the last ends a block where the next starts; the last ends the stream.
+      if (last ? z.ended : ok && !z.ended) return z.produced;
+      return std::nullopt;
+    };
+    std::vector<std::optional<std::uint64_t>> out(to_end ? starts.size() : starts.size() - 1);
+    r::parallel_for(out.size(), threads, [&](std::size_t k) { out[k] = decode(k); });
+    bool damaged = false;
+    for (std::size_t k = 0; k < out.size();) {
+      if (out[k] && proved.back().out + *out[k] > most_out) out[k].reset();  // more than the stream holds
+      if (out[k]) {
+        proved.push_back({k + 1 == starts.size() ? end : starts[k + 1], proved.back().out + *out[k]});
+        ++k;
+        continue;
+      }
+      // Piece k did not end where the next starts (a false start there) or did not end the
+      // stream (damaged, or `s` ends mid-stream): it runs on to the start after the next.
+      if (k + 1 == starts.size()) {
+        damaged = true;
+        break;
+      }
+      if (k + 2 == starts.size() && !to_end) break;  // none in this wave: the next goes on from starts[k]
+      starts.erase(starts.begin() + static_cast<std::ptrdiff_t>(k) + 1);
+      out.erase(out.begin() + static_cast<std::ptrdiff_t>(k) + 1);
+      out[k] = decode(k);
+    }
+    if (damaged) break;
+    spacing = proved.back().bit == at.bit ? 2 * spacing : piece;
+  }
+  inflated += produced;
+  return proved;
+}
+
+std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uint64_t first, std::uint64_t len,
+                                       std::uint64_t& inflated) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  if (first < at.out) return std::nullopt;
+  const std::uint64_t want = first - at.out + len;
+  const auto decode = [&](int fill) -> std::optional<std::string> {
+    Inflater z(fill);
+    const std::size_t start = position(z, p, at.bit);
+    const bool fed = start <= s.size() && z.feed(p + start, s.size() - start, want);
+    inflated += z.produced;
+    if (!fed || z.out.size() < want) return std::nullopt;
+    return z.out.substr(first - at.out, len);
+  };
+  if (at.bit == 0) return decode(-1);
+  auto zeros = decode(0x00);
+  const auto ones = decode(0xff);
+  if (!zeros || !ones || *zeros != *ones) return std::nullopt;
+  return zeros;
+}
 
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
                                      const std::function<bool(const WindowDecode&)>& take) {

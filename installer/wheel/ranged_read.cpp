@@ -20,6 +20,7 @@ namespace {
 
 constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
 constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
+constexpr std::uint64_t k_piece = 2 << 20;        // a map of a stream decodes pieces of this many bytes at once
 
 std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24); }
 std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p + 4)} << 32); }
@@ -261,7 +262,7 @@ bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::Elf
 
 RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_size, std::vector<zip::Entry> members,
                                      const std::string& dist_info, const std::string& label, const RangeLimits& limits,
-                                     InvalidElf invalid) {
+                                     InvalidElf invalid, std::string_view whole) {
   const std::uint64_t k_whole_member = limits.whole_member, k_head = limits.head, k_window = limits.window,
                       k_chunk = limits.chunk;
   RangedMembers out;
@@ -355,8 +356,11 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
       } else if (!limits.mid_stream) {
         // Only exact places: a window that ends with the member, where the segment lies in its
-        // second half (inflating from there to the end costs less than from the start).
-        if (pass == 1 || after >= d.layout.dynamic_offset) continue;
+        // second half and inflating from there to the end, twice, costs less than from the start
+        // (by a map of the stream, on every core, where the whole file is at hand).
+        const std::uint64_t from_start =
+            whole.empty() ? d.layout.dynamic_offset : d.layout.dynamic_offset / r::thread_count(0);
+        if (pass == 1 || 2 * after >= from_start) continue;
         const std::uint64_t reach = after + after / 1000 + k_window / 4;
         first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
       } else {
@@ -385,6 +389,29 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
   for (std::size_t i = 0; i < deep.size(); ++i) {
     Deep& d = deep[i];
     zip::Entry& m = *d.member;
+    // Where the whole file is at hand: `len` bytes from `first` on, decoded from the last proved
+    // block boundary before them (or one of the few before that, where the bytes depend on what
+    // precedes it); nullopt: inflated from the start instead.
+    std::vector<Boundary> map{{0, 0}};
+    std::uint64_t mapped_to = 0;  // compressed bytes the map covers
+    const auto exactly = [&](std::uint64_t first, std::uint64_t len) -> std::optional<std::string> {
+      if (whole.empty() || m.method != 8 || first + len <= d.head.size() || m.data_offset + m.compressed > whole.size())
+        return std::nullopt;
+      const std::string_view stream = whole.substr(m.data_offset, m.compressed);
+      while (map.back().out < first + len && map.back().bit < stream.size() * 8) {
+        const auto more = map_stream(stream, map.back(), first + len, m.size, k_piece, 0, out.inflated);
+        if (more.size() == 1) break;
+        map.insert(map.end(), more.begin() + 1, more.end());
+      }
+      const std::uint64_t covered = std::min<std::uint64_t>(stream.size(), map.back().bit / 8 + k_piece);
+      out.read += covered > mapped_to ? covered - mapped_to : 0;
+      mapped_to = std::max(mapped_to, covered);
+      auto at =
+          std::upper_bound(map.begin(), map.end(), first, [](std::uint64_t v, const Boundary& b) { return v < b.out; });
+      for (int tries = 0; tries < 4 && at != map.begin(); ++tries)
+        if (auto got = decode_span(stream, *--at, first, len, out.inflated)) return got;
+      return std::nullopt;
+    };
     // Inflated from the start, as far as `size` bytes: more compressed bytes fetched as needed.
     std::uint64_t consumed = 0;
     std::unique_ptr<Inflater> from_start;
@@ -426,6 +453,9 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
                     m.data_offset + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
                 .front();
       ++out.objects_by_window;  // a stored member: the segment read where it lies
+    } else if (auto mapped = exactly(d.layout.dynamic_offset, d.layout.dynamic_size)) {
+      dyn = std::move(*mapped);
+      ++out.objects_by_map;
     } else {
       grow_to(d.layout.dynamic_offset + d.layout.dynamic_size);
       if (d.head.size() < d.layout.dynamic_offset + d.layout.dynamic_size)
@@ -478,6 +508,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       } else if (m.method == 0) {
         pieces.v.emplace_back(strings->first,
                               fetch({{m.data_offset + strings->first, m.data_offset + strings->second - 1}}).front());
+      } else if (auto mapped = exactly(strings->first, strings->second - strings->first)) {
+        pieces.v.emplace_back(strings->first, std::move(*mapped));
       } else {
         grow_to(strings->second);
         pieces.v[0].second = d.head;

@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -56,6 +57,7 @@ struct RangedMembers {
   std::string metadata, record;                  // the dist-info's, where asked for
   std::size_t objects_by_window = 0;             // dynamic segments found mid-stream
   std::size_t objects_from_start = 0;            // objects inflated from their start to the segment
+  std::size_t objects_by_map = 0;                // segments placed exactly by a map of the stream (`whole`)
   std::size_t members_whole = 0;                 // members read whole (small ones)
   std::uint64_t read = 0;                        // compressed bytes read
   std::uint64_t inflated = 0;                    // bytes inflated, those of discarded trials included
@@ -70,9 +72,13 @@ enum class InvalidElf { refuse, leave_out };
 // under `whole_member` compressed, and each one named like a shared object as above. Throws
 // resolver::Error naming `label` and the member: a local header that disagrees with the central
 // directory, damaged deflate data, an object that ends before its dynamic segment.
+// `whole`: the file's bytes, where all of them are at hand (a mapped file): a segment or strings
+// deep in a member are placed exactly by a map of its deflate stream, made by pieces decoded side
+// by side (installer/wheel/deflate_window.hpp, map_stream), rather than by inflating from its
+// start on one core.
 [[nodiscard]] RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_size,
                                                    std::vector<zip::Entry> members, const std::string& dist_info,
                                                    const std::string& label, const RangeLimits& limits,
-                                                   InvalidElf invalid);
+                                                   InvalidElf invalid, std::string_view whole = {});
 
 }  // namespace cudafix::installer

@@ -96,12 +96,14 @@ r::Wheel read_members(const unsigned char* data, std::size_t size, const std::st
   // The bytes are all here: only exact places (RangeLimits::mid_stream).
   RangeLimits exact;
   exact.mid_stream = false;
-  auto got = read_members_by_ranges(read, size, std::move(objects), w.dist_info, path, exact, InvalidElf::leave_out);
+  auto got = read_members_by_ranges(read, size, std::move(objects), w.dist_info, path, exact, InvalidElf::leave_out,
+                                    std::string_view(reinterpret_cast<const char*>(data), size));
   w.elf = std::move(got.elf);
   if (cost) {
     cost->read += got.read;
     cost->inflated += got.inflated;
     cost->objects_from_start += got.objects_from_start;
+    cost->objects_by_map += got.objects_by_map;
   }
   return complete_wheel(std::move(w), std::move(metadata_text), std::move(record_text), path);
 }

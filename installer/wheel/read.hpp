@@ -14,10 +14,11 @@
 namespace cudafix::installer {
 
 // What reading wheels cost, for --timings: compressed bytes read of the members, bytes inflated,
-// objects whose dynamic section no window placed (inflated from their start), bytes hashed.
+// objects whose dynamic section no window placed (placed by a map of the stream, or inflated from
+// their start), bytes hashed.
 struct WheelReadCost {
   std::uint64_t read = 0, inflated = 0, hashed = 0;
-  std::size_t objects_from_start = 0;
+  std::size_t objects_from_start = 0, objects_by_map = 0;
 };
 
 // Reads one wheel: its zip structures validated whole, METADATA and RECORD, each shared
