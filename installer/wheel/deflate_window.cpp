@@ -158,7 +158,7 @@ std::size_t position(Inflater& z, const unsigned char* p, std::uint64_t bit) {
 }  // namespace
 
 std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_t want_out, std::uint64_t most_out,
-                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated) {
+                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated, bool& too_long) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const std::size_t n = s.size();
   const std::uint64_t end = std::uint64_t{n} * 8;
@@ -190,6 +190,8 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
     }
     // Piece k runs from starts[k] to starts[k + 1], the last of them to the stream's end where
     // the wave reaches the end of `s`.
+    // Each piece's bytes inflated where it ends as it should; UINT64_MAX where it inflates more
+    // than the stream holds in all.
     const auto decode = [&](std::size_t k) -> std::optional<std::uint64_t> {
       Inflater z(starts[k] == 0 ? -1 : 0);
       const std::size_t first = position(z, p, starts[k]);
@@ -197,6 +199,7 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
       const bool ok =
           z.blocks_until(p + first, n - first, last ? end - first * 8 : starts[k + 1] - first * 8, most_out - at.out);
       produced += z.produced;
+      if (z.produced > most_out - at.out) return UINT64_MAX;
       // A piece before the last ends a block where the next starts; the last ends the stream.
       if (last ? z.ended : ok && !z.ended) return z.produced;
       return std::nullopt;
@@ -205,7 +208,11 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
     r::parallel_for(out.size(), threads, [&](std::size_t k) { out[k] = decode(k); });
     bool damaged = false;
     for (std::size_t k = 0; k < out.size();) {
-      if (out[k] && proved.back().out + *out[k] > most_out) out[k].reset();  // more than the stream holds
+      // From a proved boundary, more than the stream holds: it lies about its size.
+      if (out[k] && (*out[k] == UINT64_MAX || proved.back().out + *out[k] > most_out)) {
+        too_long = true;
+        break;
+      }
       if (out[k]) {
         proved.push_back({k + 1 == starts.size() ? end : starts[k + 1], proved.back().out + *out[k]});
         ++k;
@@ -222,7 +229,7 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
       out.erase(out.begin() + static_cast<std::ptrdiff_t>(k) + 1);
       out[k] = decode(k);
     }
-    if (damaged) break;
+    if (damaged || too_long) break;
     spacing = proved.back().bit == at.bit ? 2 * spacing : piece;
   }
   inflated += produced;

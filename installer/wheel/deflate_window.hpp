@@ -64,11 +64,11 @@ struct Boundary {
 // it, which a dictionary stands in for, so each boundary's `out` is exact. Goes on until a
 // boundary past `want_out` inflated bytes, the stream's end (its last boundary) or the end of
 // `s`. A piece that does not end where the next one starts (a false start there) runs on to the
-// one after; the map stops at damaged data and where more than `most_out` bytes (what the
-// stream says it holds) would inflate. Returns the boundaries proved, `from` first; `inflated`
-// counts what it inflated.
+// one after; the map stops at damaged data, and sets `too_long` where a piece from a proved
+// boundary inflates past `most_out` bytes in all (what the stream says it holds). Returns the
+// boundaries proved, `from` first; `inflated` counts what it inflated.
 std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_t want_out, std::uint64_t most_out,
-                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated);
+                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated, bool& too_long);
 
 // The `len` inflated bytes from `first` on, decoded from the proved boundary `at`: from the
 // stream's start exactly, elsewhere against both dictionaries and known only where they agree.

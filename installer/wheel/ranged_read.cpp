@@ -60,6 +60,12 @@ r::Error not_valid_elf(const std::string& label, const std::string& member, cons
   return r::Error(fmt::format("{}: {} is not a valid ELF object{}: {}", label, member, at, d.message));
 }
 
+// A member whose deflate stream holds more than its entry says (a megabyte of it can inflate to a
+// gigabyte): what it holds past that is not what will be installed.
+r::Error inflates_past_size(const std::string& label, const zip::Entry& m) {
+  return r::Error(fmt::format("{}: {} inflates to more than the {} bytes its entry says", label, m.name, m.size));
+}
+
 // What an object's first bytes say of where its dynamic segment lies, read by resolver/elf's
 // checked reader: every offset and size in them bounded by the member's size.
 struct Layout {
@@ -399,7 +405,9 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         return std::nullopt;
       const std::string_view stream = whole.substr(m.data_offset, m.compressed);
       while (map.back().out < first + len && map.back().bit < stream.size() * 8) {
-        const auto more = map_stream(stream, map.back(), first + len, m.size, k_piece, 0, out.inflated);
+        bool too_long = false;
+        const auto more = map_stream(stream, map.back(), first + len, m.size, k_piece, 0, out.inflated, too_long);
+        if (too_long) throw inflates_past_size(label, m);
         if (more.size() == 1) break;
         map.insert(map.end(), more.begin() + 1, more.end());
       }
@@ -432,9 +440,11 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         consumed += take;
         // Each piece inflated whole: the next one starts where this one ends.
         const std::uint64_t before = from_start->produced;
-        const bool fed = from_start->feed(bytes_of(piece), piece.size(), std::numeric_limits<std::size_t>::max());
+        // No more than the member says it holds: a megabyte of deflate data inflates to a gigabyte.
+        const bool fed = from_start->feed(bytes_of(piece), piece.size(), m.size + 1);
         out.inflated += from_start->produced - before;
         if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
+        if (from_start->out.size() > m.size) throw inflates_past_size(label, m);
       }
       d.head = from_start->out;
     };

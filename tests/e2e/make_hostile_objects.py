@@ -5,7 +5,11 @@
   long_extra     an object whose local header carries an 8,000-byte extra field, past the slack the
                  reader allows a local header;
   unterminated   an object of 16 MiB whose deflate stream has no final block (its sizes and CRC
-                 honest), its strings 4 MiB before its end.
+                 honest), its strings 4 MiB before its end;
+  bomb           an object of 5 MiB (its segment 3 MiB deep) whose stream holds 256 MiB of zeros
+                 after its first 100 KiB (deflated to 256 KiB): it inflates far past the size its
+                 entry declares, and its segment's place holds zeros (a helper's attack: the plan
+                 read no SONAME and no NEEDED).
 usage: make_hostile_objects.py OUTDIR  -> a JSON list of {"case", "wheel", "member"}
 """
 import base64
@@ -143,6 +147,23 @@ def main():
         offsets = found[3:5]
     made.append({"case": "unterminated", "member": "lib/libfake.so.1",
                  "wheel": wheel(outdir, "unterminated", "lib/libfake.so.1", data, raw=deflated(data, finish=False))})
+    # bomb: [strings][the null symbol][3 MiB][real segment][2 MiB], 256 MiB of zeros inserted.
+    a, b = code_like(3 << 20, 7), code_like(2 << 20, 8)
+    offsets = [0, 0]
+    for _ in range(2):
+        data, found = elf([s.bytes, b"\0" * 24, a, real(offsets[0], offsets[1]), b], 3)
+        offsets = found[:2]
+    cut = 100 << 10
+
+    def part(chunk, last):
+        c = zlib.compressobj(6, zlib.DEFLATED, -15)
+        return c.compress(chunk) + c.flush(zlib.Z_FINISH if last else zlib.Z_FULL_FLUSH)
+
+    z = zlib.compressobj(6, zlib.DEFLATED, -15)
+    zeros = b"".join(z.compress(bytes(1 << 20)) for _ in range(256)) + z.flush(zlib.Z_FULL_FLUSH)
+    raw = part(data[:cut], False) + zeros + part(data[cut:], True)
+    made.append({"case": "bomb", "member": "lib/libfake.so.1",
+                 "wheel": wheel(outdir, "bomb", "lib/libfake.so.1", data, raw=raw)})
     print(json.dumps(made))
 
 

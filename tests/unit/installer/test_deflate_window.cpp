@@ -45,7 +45,8 @@ TEST(MapStream, EachBoundaryIsWhereTheInflatedBytesAreAndTheSpansReadFromThereAr
   const std::string data = object_like(6 << 20);
   const std::string z = deflate_raw(data);
   std::uint64_t inflated = 0;
-  const auto map = map_stream(z, {}, data.size(), data.size(), 64 << 10, 2, inflated);
+  bool too_long = false;
+  const auto map = map_stream(z, {}, data.size(), data.size(), 64 << 10, 2, inflated, too_long);
   ASSERT_GT(map.size(), 20U) << "pieces of 64 KiB of a " << z.size() << "-byte stream";
   EXPECT_EQ(map.back().out, data.size()) << "mapped to the stream's end";
   for (std::size_t k = 1; k < map.size(); ++k) EXPECT_GT(map[k].out, map[k - 1].out);
@@ -83,7 +84,8 @@ TEST(MapStream, EveryBoundaryIsOneADecodeFromTheStartReachesWithTheSameCount) {
   const std::string z = deflate_raw(data);
   for (const std::uint64_t piece : {std::uint64_t{4} << 10, std::uint64_t{16} << 10, std::uint64_t{200} << 10}) {
     std::uint64_t inflated = 0;
-    const auto map = map_stream(z, {}, data.size(), data.size(), piece, 3, inflated);
+    bool too_long = false;
+    const auto map = map_stream(z, {}, data.size(), data.size(), piece, 3, inflated, too_long);
     EXPECT_EQ(map.back().out, data.size()) << piece;
     expect_as_from_start(z, map, "pieces of " + std::to_string(piece));
   }
@@ -100,7 +102,8 @@ TEST(MapStream, ADamagedStreamIsMappedAsADecodeFromItsStartReadsIt) {
     Inflater whole;
     const bool decodes = whole.feed(reinterpret_cast<const unsigned char*>(z.data()), z.size(), data.size() * 2);
     std::uint64_t inflated = 0;
-    const auto map = map_stream(z, {}, data.size(), data.size(), 64 << 10, 2, inflated);
+    bool too_long = false;
+    const auto map = map_stream(z, {}, data.size(), data.size(), 64 << 10, 2, inflated, too_long);
     expect_as_from_start(z, map, "damaged at " + std::to_string(at));
     if (!decodes || !whole.ended) {
       EXPECT_LT(map.back().bit / 8, z.size()) << "a stream that fails is not mapped to its end";
