@@ -3,7 +3,8 @@
 # venv (tests/fixtures' verify/torch13multi, installed by pip), broken by `pip uninstall -y
 # nvidia-cudnn-cu13`, and a folder of its six provider wheels in which cuDNN's is large: three of
 # its sub-libraries rebuilt by the compiler with the same names and dynamic sections around
-# MB_EACH MiB of code-like bytes (two before the dynamic section, as NVIDIA's, one after it),
+# MB_EACH MiB of code-like bytes (two before the dynamic section, as NVIDIA's; one both before
+# and after it, its segment mid-object, which a map of its stream decoded on every core places),
 # deflated as NVIDIA's wheels are. Then ROUNDS rounds, each on fresh copies of the broken venv:
 #   plan fix --find-links W;  cudafix install CUDNN --no-verify -y;  cudafix fix --no-verify -y --find-links W
 # and once `--timings plan fix`, which says what reading the wheels cost.
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-C=$PWD/$BUILD/cudafix
+C=${C:-$PWD/$BUILD/cudafix} # C=PATH: another cudafix, on the same input
 F=$PWD/$BUILD/tests/fixtures/verify/torch13multi
 ROUNDS=${ROUNDS:-3}
 MB_EACH=${MB_EACH:-96}
@@ -30,14 +31,18 @@ out, n = [], 0
 while n < $MB_EACH << 20:
     x = r.choice(w); out.append(x); n += len(x) + 1
 sys.stdout.buffer.write(b' '.join(out)[:$MB_EACH << 20])" > "$T/big/code.bin"
-big() { # big NAME SECTION [SONAME]: a sub-library of cuDNN's, its bytes around code.bin
-  printf '__asm__(".section %s\\n.incbin \\"%s\\"\\n.previous");\nint f_%s(void) { return 1; }\n' \
-    "$2" "$T/big/code.bin" "${1//[^a-z]/_}" > "$T/big/$1.c"
+big() { # big NAME "SECTION..." [SONAME]: a sub-library of cuDNN's, code.bin in each section
+  local sec
+  : > "$T/big/$1.c"
+  for sec in $2; do
+    printf '__asm__(".section %s\\n.incbin \\"%s\\"\\n.previous");\n' "$sec" "$T/big/code.bin" >> "$T/big/$1.c"
+  done
+  printf 'int f_%s(void) { return 1; }\n' "${1//[^a-z]/_}" >> "$T/big/$1.c"
   cc -shared -fPIC -o "$T/big/$1" "$T/big/$1.c" ${3:+-Wl,-soname,$3} -Wl,--enable-new-dtags,-rpath,'$ORIGIN:$ORIGIN/../../cu13/lib'
 }
 big libcudnn_engines_precompiled.so.9 .rodata libcudnn_engines_precompiled.so.9
 big libcudnn_engines_runtime_compiled.so.9 .rodata
-big libcudnn_adv.so.9 .data
+big libcudnn_adv.so.9 ".rodata .data"
 args=("nvidia/cudnn/lib/libcudnn.so.9=$F/cudnn91900/libcudnn.so.9")
 for sub in graph ops cnn adv heuristic engines_precompiled engines_runtime_compiled; do
   f=libcudnn_$sub.so.9
