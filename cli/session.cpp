@@ -83,13 +83,25 @@ Style style_for(const GlobalOptions& g) {
   return st;
 }
 
+// Where a node of a configuration file is: "FILE:LINE".
+static std::string where_in(const std::string& source, const toml::node& n) {
+  return fmt::format("{}:{}", source, n.source().begin.line);
+}
+
+// The table `[name]` of `doc`: null where the file has none; an Error where it is not a table.
+static const toml::table* section(const toml::table& doc, const char* name, const std::string& source) {
+  const auto* node = doc.get(name);
+  if (!node) return nullptr;
+  const auto* table = node->as_table();
+  if (!table) throw r::Error(fmt::format("{}: [{}] must be a table", where_in(source, *node), name));
+  return table;
+}
+
 // [transactions] keep = N.
 static void merge_transaction_settings(const toml::table& doc, const std::string& source, Configuration& c) {
-  const auto* node = doc.get("transactions");
-  if (!node) return;
-  const auto* table = node->as_table();
-  const auto where = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
-  if (!table) throw r::Error(fmt::format("{}: [transactions] must be a table", where(*node)));
+  const auto* table = section(doc, "transactions", source);
+  if (!table) return;
+  const auto where = [&](const toml::node& n) { return where_in(source, n); };
   for (const auto& [key, value] : *table) {
     if (key.str() != "keep")
       throw r::Error(
@@ -105,11 +117,9 @@ static void merge_transaction_settings(const toml::table& doc, const std::string
 // [sources] index_url = URL, extra_index_urls = [URL...], find_links = [DIR...]: each file's on
 // top of the one before; a folder is relative to the file that names it.
 static void merge_source_settings(const toml::table& doc, const std::string& source, Configuration& c) {
-  const auto* node = doc.get("sources");
-  if (!node) return;
-  const auto* table = node->as_table();
-  const auto where = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
-  if (!table) throw r::Error(fmt::format("{}: [sources] must be a table", where(*node)));
+  const auto* table = section(doc, "sources", source);
+  if (!table) return;
+  const auto where = [&](const toml::node& n) { return where_in(source, n); };
   const auto strings = [&](const toml::node& value, const std::string& key) {
     std::vector<std::string> out;
     const auto* array = value.as_array();
