@@ -56,7 +56,10 @@ FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vect
       read[i] = read_wheel(listed[i].file, supported_tags, &mine);
       read[i]->source = listed[i].folder;
     } catch (const r::Error& e) {
-      problems[i] = e.what();
+      // read_wheel's errors name the file, which the diagnostic names already.
+      std::string_view what = e.what();
+      if (const std::string named = listed[i].file + ": "; what.starts_with(named)) what.remove_prefix(named.size());
+      problems[i] = std::string(what);
     }
     if (!cost) return;
     const std::lock_guard lock(cost_lock);
