@@ -135,8 +135,8 @@ bool could_start_stored(const unsigned char* p, std::size_t n, std::uint64_t bit
   return len > 0 && (len ^ nlen) == 0xffff;
 }
 
-// The first bit in [from, to) of `p` (n bytes) where a dynamic-Huffman block could start and zlib
-// reads three whole blocks from it; nullopt: none.
+// The first bit in [from, to) of `p` (n bytes) where a dynamic-Huffman or a stored block could
+// start and zlib reads three whole blocks from it; nullopt: none.
 std::optional<std::uint64_t> block_start(const unsigned char* p, std::size_t n, std::uint64_t from, std::uint64_t to,
                                          std::uint64_t& produced) {
   for (std::uint64_t bit = from; bit < to && bit + 64 < n * 8; ++bit) {
@@ -264,20 +264,15 @@ std::uint64_t decode_from_boundaries(const std::string& window, int limit,
                                      const std::function<bool(const WindowDecode&)>& take) {
   const auto* p = reinterpret_cast<const unsigned char*>(window.data());
   const std::size_t n = window.size();
-  int tried = 0;
   std::uint64_t produced = 0;
-  for (std::size_t bit = 0; bit + 64 < n * 8 && tried < limit; ++bit) {
-    if (!could_start_block(p, n, bit)) continue;
-    const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
-    Inflater probe(0);
-    probe.prime(p[bit / 8], static_cast<int>(bit % 8));
-    const int whole_blocks = probe.blocks(p + start, n - start, 3);
-    produced += probe.produced;
-    if (whole_blocks < 3) continue;
-    ++tried;
+  std::uint64_t from = 0;
+  for (int tried = 0; tried < limit; ++tried) {
+    const auto bit = block_start(p, n, from, std::uint64_t{n} * 8, produced);
+    if (!bit) break;
+    from = *bit + 1;
     Inflater zeros(0), ones(0xff);
-    zeros.prime(p[bit / 8], static_cast<int>(bit % 8));
-    ones.prime(p[bit / 8], static_cast<int>(bit % 8));
+    const std::size_t start = position(zeros, p, *bit);
+    position(ones, p, *bit);
     const bool fed = zeros.feed(p + start, n - start, 64 << 20) && ones.feed(p + start, n - start, 64 << 20);
     produced += zeros.produced + ones.produced;
     if (!fed) continue;
