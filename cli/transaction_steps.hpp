@@ -1,4 +1,4 @@
-// What the commands that change an environment share (cli/write_commands.cpp defines it;
+// What the commands that change an environment share (cli/transaction_steps.cpp defines it;
 // cli/fix_command.cpp uses it too): the confirmation, the retention of backups, the progress bar,
 // the commit's report, and what the command line decides and says for installer/apply (its
 // options from the command line's, the verification's rendering). Plans are bound, staged and
