@@ -19,13 +19,13 @@
 #include <thread>
 
 #include "installer/txn/file_ops.hpp"
+#include "installer/txn/state_files.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
 #include "resolver/env/state_folder.hpp"
-#include "resolver/plan/provenance.hpp"
+#include "resolver/plan/provenance.hpp"  // sha256_of_file
 
 namespace cudafix::installer::txn {
-namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -33,12 +33,14 @@ using nlohmann::json;
 std::string active_file(const std::string& root) { return root + "/.cudafix/active"; }
 std::string state_dir(const std::string& root) { return root + "/.cudafix"; }
 std::string pruned_file(const std::string& root) { return root + "/.cudafix/pruned"; }
-constexpr std::uint64_t k_max_active = 256;  // an id and its newline, with room
 
-// Inside cudafix's own folder: a transaction's staging or backups, never the environment's.
 bool in_state(const std::string& p, const std::string& root) { return resolver::is_within(p, state_dir(root)); }
 
+namespace {
+
 std::int64_t ns_of(const struct timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
+}  // namespace
 
 // What is at `path` now, as a `left` record would say it.
 Left left_now(const std::string& path) {
@@ -89,6 +91,35 @@ void clear_staging(const std::string& tx_dir, bool keep_backups) {
     // Left for the next transaction's start, which removes it again (tidy_state).
   }
 }
+
+// Undoes `ops` (the first `done` of them may have happened), newest first, each by what the
+// disk shows, so that undoing twice, or undoing what never happened, changes nothing. An op that
+// cannot be undone does not stop the others: each failure is returned, naming where its path is.
+std::vector<std::string> undo_ops(const std::vector<Op>& ops, std::size_t done) {
+  std::vector<std::string> failed;
+  for (std::size_t i = done; i-- > 0;) {
+    const Op& op = ops[i];
+    try {
+      switch (op.kind) {
+        case OpKind::move:
+          if (exists_nofollow(op.to) && !exists_nofollow(op.from)) rename_path(op.to, op.from);
+          break;
+        case OpKind::mkdir:
+          if (exists_nofollow(op.path)) (void)remove_dir_if_empty(op.path);
+          break;
+        case OpKind::rmdir:
+          if (!exists_nofollow(op.path)) make_dir(op.path, op.mode);
+          break;
+      }
+    } catch (const std::exception& e) {
+      failed.push_back(op.kind == OpKind::move ? fmt::format("{} is still at {} ({})", op.from, op.to, e.what())
+                                               : fmt::format("{} ({})", op.path, e.what()));
+    }
+  }
+  return failed;
+}
+
+namespace {
 
 // Whether `p` is a path a journal of `root` may name: absolute, normal, beneath the root (not
 // the root itself), and, inside cudafix's own folder, only in the new/ or old/ of a transaction
@@ -196,33 +227,6 @@ void carry_out_op(const Op& op) {
   }
 }
 
-// Undoes `ops` (the first `done` of them may have happened), newest first, each by what the
-// disk shows, so that undoing twice, or undoing what never happened, changes nothing. An op that
-// cannot be undone does not stop the others: each failure is returned, naming where its path is.
-std::vector<std::string> undo_ops(const std::vector<Op>& ops, std::size_t done) {
-  std::vector<std::string> failed;
-  for (std::size_t i = done; i-- > 0;) {
-    const Op& op = ops[i];
-    try {
-      switch (op.kind) {
-        case OpKind::move:
-          if (exists_nofollow(op.to) && !exists_nofollow(op.from)) rename_path(op.to, op.from);
-          break;
-        case OpKind::mkdir:
-          if (exists_nofollow(op.path)) (void)remove_dir_if_empty(op.path);
-          break;
-        case OpKind::rmdir:
-          if (!exists_nofollow(op.path)) make_dir(op.path, op.mode);
-          break;
-      }
-    } catch (const std::exception& e) {
-      failed.push_back(op.kind == OpKind::move ? fmt::format("{} is still at {} ({})", op.from, op.to, e.what())
-                                               : fmt::format("{} ({})", op.path, e.what()));
-    }
-  }
-  return failed;
-}
-
 void sync_folders(const std::vector<Op>& ops) {
   std::set<std::string> folders;
   for (const auto& op : ops) {
@@ -280,180 +284,6 @@ std::string distrust(const JournalRead& tx, const std::string& root, std::string
   }
   return {};
 }
-
-namespace {
-
-// Whether a transaction's folder holds nothing that was done: no journal, or one without its
-// begin record (the ops come after it), and no file below old/ or new/. Such a folder is a
-// kill's leftover and goes; one whose journal cannot be read now (too large, EIO) stays.
-bool never_began(const std::string& dir) {
-  const std::string journal = dir + "/journal";
-  if (exists_nofollow(journal)) {
-    if (!resolver::try_read_file(journal, k_max_journal)) return false;
-    try {
-      (void)read_journal(journal);
-      return false;
-    } catch (const resolver::Error&) {
-      // no begin record
-    }
-  }
-  for (const char* below : {"/old", "/new"}) {
-    std::error_code ec;
-    for (fs::recursive_directory_iterator it(dir + below, ec), end; !ec && it != end; it.increment(ec))
-      if (!it->is_directory(ec) || it->is_symlink(ec)) return false;
-  }
-  return true;
-}
-
-// Finishes or undoes the one transaction `id` a killed run left, the lock held.
-void recover_one(const std::string& root, const std::string& id, const std::function<void(const std::string&)>& say) {
-  const std::string dir = tx_root(root) + "/" + id;
-  const std::string journal = dir + "/journal";
-  JournalRead tx;
-  try {
-    tx = read_journal(journal);
-  } catch (const resolver::Error& e) {
-    if (!never_began(dir)) throw;  // unreadable, not empty: left as it is, and said
-    remove_tree(dir);
-    say(fmt::format("recovering: transaction {} was stopped before it changed anything", id));
-    return;
-  }
-  if (!tx.unreadable.empty())
-    throw resolver::Error(
-        fmt::format("{}: {}: cudafix cannot tell what transaction {} changed, so it left it as it is (a newer cudafix "
-                    "wrote it? that version can recover it)",
-                    journal, tx.unreadable, id));
-  if (auto why = distrust(tx, root, id); !why.empty())
-    throw resolver::Error(
-        fmt::format("{}: {}: cudafix did not write this journal, so it obeyed none of it and left "
-                    "it as it is",
-                    journal, why));
-  if (tx.state == TxState::committed || tx.state == TxState::aborted) {
-    clear_staging(dir, tx.state == TxState::committed);
-    say(fmt::format("recovering: transaction {} ({}) had {}; nothing to undo", id, tx.command,
-                    tx.state == TxState::committed ? "committed" : "been undone"));
-    return;
-  }
-  const auto stuck = undo_ops(tx.ops, tx.ops.size());
-  if (!stuck.empty())
-    throw resolver::Error(
-        fmt::format("recovering transaction {} ({}): {} of its {} changes could not be undone, "
-                    "and its journal stays for a later try: {}",
-                    id, tx.command, stuck.size(), tx.ops.size(), fmt::join(stuck, "; ")));
-  append_synced(journal, journal_line(json{{"record", "aborted"}, {"why", "interrupted; undone by recovery"}}.dump()));
-  clear_staging(dir, false);
-  say(fmt::format("recovering: transaction {} ({}) was interrupted{}; its {} changes were undone", id, tx.command,
-                  tx.torn ? " (a torn journal tail was cut)" : "", tx.ops.size()));
-}
-
-// A journal in a wheel's RECORD was written by pip installing that wheel, not by cudafix: while
-// any dist lists cudafix's state, no journal is obeyed (rollback refuses the same way).
-void refuse_state_a_wheel_wrote(const std::string& root) {
-  std::vector<std::string> listed;
-  try {
-    listed = resolver::records_listing_protected(resolver::read_layout(root, "the environment's lock"));
-  } catch (const resolver::Error&) {
-    return;  // not a layout cudafix reads: nothing lists anything
-  }
-  if (!listed.empty())
-    throw resolver::Error(
-        fmt::format("a killed change waits to be recovered, but a dist's RECORD lists cudafix's own state or the "
-                    "venv's files, so a wheel may have written its journal, and cudafix obeys none of it: {}; nothing "
-                    "was changed (uninstall that dist first)",
-                    fmt::join(listed, "; ")));
-}
-
-// Snapshots a killed `snapshot` left half taken (`.<name>.partial`, never listed nor restored).
-void remove_partial_snapshots(const std::string& root, const std::function<void(const std::string&)>& say) {
-  const std::string folder = state_dir(root) + "/snapshots";
-  std::error_code ec;
-  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const auto snapshot = std::string_view(name).substr(1, name.size() > 9 ? name.size() - 9 : 0);
-    if (name.front() != '.' || !name.ends_with(".partial") || !resolver::is_snapshot_name(snapshot)) continue;
-    remove_tree(folder + "/" + name);
-    say(fmt::format("recovering: removed snapshot '{}', which a killed run left half taken", snapshot));
-  }
-}
-
-// The trusted journals with neither commit nor abort. Only those are checked whole (distrust()
-// asks the disk about every op): this runs each time the lock is taken.
-std::vector<std::string> unfinished_transactions(const std::string& root) {
-  std::vector<std::string> ids;
-  std::error_code ec;
-  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    struct stat st {};
-    if (!resolver::is_transaction_id(name) || ::lstat((tx_root(root) + "/" + name).c_str(), &st) != 0 ||
-        !S_ISDIR(st.st_mode))
-      continue;
-    try {
-      const auto tx = read_journal(tx_root(root) + "/" + name + "/journal");
-      if ((tx.state == TxState::open || tx.state == TxState::intended) && distrust(tx, root, name).empty())
-        ids.push_back(name);
-    } catch (const resolver::Error&) {
-      // No begin record: nothing was done (tidy_state removes the folder).
-    }
-  }
-  return ids;
-}
-
-// Every transaction a killed run left, the lock held: the one `active` names, and any other
-// trusted journal with neither commit nor abort (only a killed run leaves one; versions before
-// this one could also overwrite `active` while it named one).
-void recover_held(const std::string& root, const std::function<void(const std::string&)>& say) {
-  const bool active = exists_nofollow(active_file(root));
-  if (auto why = resolver::state_folder_problem(root); !why.empty()) {
-    if (!active) return;  // nothing to recover; a command that writes refuses such state itself
-    throw resolver::Error(
-        fmt::format("{} names a transaction to recover, but cudafix's state cannot be trusted: {}; "
-                    "nothing was changed",
-                    active_file(root), why));
-  }
-  std::set<std::string, std::greater<>> ids;  // newest first
-  if (active) {
-    if (const auto id_text = resolver::try_read_file(active_file(root), k_max_active)) {
-      const std::string id(resolver::trim(*id_text));
-      if (!resolver::is_transaction_id(id))
-        throw resolver::Error(
-            fmt::format("{} names '{}', which is not a transaction id: cudafix did not write it, and "
-                        "left it as it is (remove the file once you know where it came from)",
-                        active_file(root), id.substr(0, 64)));
-      ids.insert(id);
-    }
-  }
-  for (const auto& id : unfinished_transactions(root)) ids.insert(id);
-  if (!ids.empty()) refuse_state_a_wheel_wrote(root);
-  for (const auto& id : ids) recover_one(root, id, say);
-  if (active) remove_file(active_file(root));
-  remove_partial_snapshots(root, say);
-}
-
-// What a kill left of finished transactions is removed before the next begins: staging, the
-// backups of undone ones, and folders whose journal never got its begin record.
-void tidy_state(const std::string& root) {
-  std::error_code ec;
-  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::string dir = tx_root(root) + "/" + name;
-    struct stat st {};
-    if (!resolver::is_transaction_id(name) || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    if (never_began(dir)) {
-      remove_tree(dir);
-      continue;
-    }
-    if (!exists_nofollow(dir + "/new")) continue;  // committed (or cleaned): nothing to tidy
-    try {
-      const auto tx = read_journal(dir + "/journal");
-      if (distrust(tx, root, name).empty() && (tx.state == TxState::committed || tx.state == TxState::aborted))
-        clear_staging(dir, tx.state == TxState::committed);
-    } catch (const resolver::Error&) {
-      // Unreadable: left as it is (history and doctor say so).
-    }
-  }
-}
-
-}  // namespace
 
 EnvLock::EnvLock(const std::string& root, std::chrono::milliseconds wait,
                  const std::function<void(const std::string&)>& say) {
@@ -725,193 +555,6 @@ void make_state_folders(const std::string& root) {
     sync_path(state_dir(root));
     sync_path(root);
   }
-}
-
-std::vector<JournalRead> transactions(const std::string& root, std::vector<std::string>* distrusted) {
-  std::vector<JournalRead> out;
-  if (auto why = resolver::state_folder_problem(root); !why.empty()) {
-    if (distrusted) distrusted->push_back(why);
-    return out;
-  }
-  std::error_code ec;
-  fs::directory_iterator listing(tx_root(root), ec);
-  // Another user's journals (0700) are not "no transactions".
-  if (ec == std::errc::permission_denied || ec == std::errc::operation_not_permitted)
-    throw resolver::Error(resolver::cannot("list the transactions in", tx_root(root), ec.value()));
-  for (fs::directory_iterator it = std::move(listing), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::string folder = tx_root(root) + "/" + name;
-    struct stat st {};
-    if (!resolver::is_transaction_id(name) || ::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      if (distrusted)
-        distrusted->push_back(fmt::format("{}: not a transaction's folder (its name or type)", folder.substr(0, 512)));
-      continue;
-    }
-    try {
-      auto tx = read_journal(folder + "/journal");
-      if (auto why = distrust(tx, root, name); !why.empty()) {
-        if (distrusted) distrusted->push_back(fmt::format("{}/journal: {}", folder, why));
-        continue;
-      }
-      out.push_back(std::move(tx));
-    } catch (const resolver::Error&) {
-      // A folder whose journal never got its begin record holds nothing that was done.
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const JournalRead& a, const JournalRead& b) { return a.id > b.id; });
-  // A committed rollback's commit record is the mark that what it undoes is undone.
-  std::map<std::string, std::string> undone_by;
-  for (const auto& t : out)
-    if (t.state == TxState::committed && t.undoes) undone_by.emplace(*t.undoes, t.id);
-  for (auto& t : out)
-    if (const auto it = undone_by.find(t.id); it != undone_by.end()) t.rolled_back_by = it->second;
-  return out;
-}
-
-void recover(const std::string& root, std::chrono::milliseconds wait,
-             const std::function<void(const std::string&)>& say) {
-  if (!exists_nofollow(active_file(root))) return;
-  confine_to(root);
-  const EnvLock lock(root, wait, say);  // which recovers
-}
-
-std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force) {
-  if (!done.unreadable.empty())
-    throw resolver::Error(
-        fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id, done.unreadable));
-  if (auto why = distrust(done, undo.root(), done.id); !why.empty())
-    throw resolver::Error(fmt::format("cannot roll back {}: its journal {}; nothing was changed", done.id, why));
-  std::vector<ChangedPath> changed;
-  std::map<std::string, LeftType> left_type;
-  for (const auto& left : done.left) {
-    left_type[left.path] = left.type;
-    if (const auto what = change_at(left)) changed.push_back({left.path, *what});
-  }
-  // Folders `done` made that now hold what it did not put there: another tool's files (pip's
-  // direct_url.json in a dist-info cudafix wrote) are changes; bytecode Python compiled there
-  // goes with the folder, as pip's uninstall takes it.
-  std::set<std::string> touched;
-  for (const auto& op : done.ops)
-    for (const std::string* p : {&op.from, &op.to, &op.path})
-      if (!p->empty()) touched.insert(*p);
-  std::vector<std::string> aside;
-  for (const auto& op : done.ops) {
-    if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || left_now(op.path).type != LeftType::dir)
-      continue;
-    std::error_code ec;
-    for (fs::directory_iterator it(op.path, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string entry = op.path + "/" + it->path().filename().string();
-      if (touched.count(entry)) continue;
-      aside.push_back(entry);
-      if (it->path().filename() != "__pycache__") changed.push_back({entry, "was created"});
-    }
-  }
-  if (!changed.empty() && !force) return changed;
-  undo.undoes(done.id);
-  for (const auto& entry : aside) undo.move_aside(entry);
-  for (auto it = done.ops.rbegin(); it != done.ops.rend(); ++it) {
-    const Op& op = *it;
-    switch (op.kind) {
-      case OpKind::move: {
-        if (in_state(op.from, undo.root())) {
-          // `done` put op.to in place: it goes aside into this rollback's own backups. Gone (and
-          // so said above, or by a journal from before `left` records), there is nothing to keep.
-          if (undo.will_exist(op.to))
-            undo.move_aside(op.to);
-          else if (done.left.empty() && !force)
-            throw resolver::Error(fmt::format(
-                "cannot roll back {}: {} (what it put there) is gone; nothing was changed", done.id, op.to));
-          break;
-        }
-        // `done` moved op.from aside: its backup comes back, what is there now goes aside.
-        if (!undo.will_exist(op.to))
-          throw resolver::Error(fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed",
-                                            done.id, op.from, op.to));
-        if (undo.will_exist(op.from)) undo.move_aside(op.from);
-        std::vector<std::string> missing;
-        for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
-             p = resolver::parent_dir(p))
-          missing.push_back(p);
-        for (auto m = missing.rbegin(); m != missing.rend(); ++m) undo.make_folder(*m, 0755);
-        undo.move(op.to, op.from);
-        break;
-      }
-      case OpKind::mkdir:
-        // A folder gone since (another tool removed it) is not removed again, so that undoing
-        // this rollback does not make it.
-        if (undo.will_exist(op.path)) undo.remove_folder_if_empty(op.path, op.mode);
-        break;
-      case OpKind::rmdir:
-        // Made again only where `done` removed it (its left record says so; a folder that held
-        // something stayed).
-        if (!undo.will_exist(op.path) && (done.left.empty() || left_type[op.path] == LeftType::none))
-          undo.make_folder(op.path, op.mode);
-        break;
-    }
-  }
-  return changed;
-}
-
-std::uint64_t bytes_held(const std::string& dir) {
-  std::uint64_t total = 0;
-  for (const char* below : {"/old", "/new"}) {
-    std::error_code ec;
-    for (fs::recursive_directory_iterator it(dir + below, fs::directory_options::skip_permission_denied, ec), end;
-         !ec && it != end; it.increment(ec)) {
-      struct stat st {};
-      if (::lstat(it->path().c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-        total += static_cast<std::uint64_t>(st.st_blocks) * 512;
-    }
-  }
-  return total;
-}
-
-namespace {
-
-// The pruned list: ids only, each checked, the newest k_pruned_kept kept.
-std::vector<std::string> read_pruned(const std::string& root) {
-  std::vector<std::string> ids;
-  struct stat st {};
-  if (::lstat(pruned_file(root).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return ids;  // never through a link
-  const auto text = resolver::try_read_file(pruned_file(root), k_pruned_kept * 80);
-  if (!text) return ids;
-  for (auto line : resolver::split(*text, '\n'))
-    if (resolver::is_transaction_id(line)) ids.emplace_back(line);
-  return ids;
-}
-
-void remember_pruned(const std::string& root, const std::vector<std::string>& newly) {
-  if (newly.empty()) return;
-  auto ids = read_pruned(root);
-  ids.insert(ids.end(), newly.begin(), newly.end());
-  if (ids.size() > k_pruned_kept) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(k_pruned_kept));
-  write_synced(pruned_file(root), fmt::format("{}\n", fmt::join(ids, "\n")));
-}
-
-}  // namespace
-
-bool was_pruned(const std::string& root, const std::string& id) {
-  const auto ids = read_pruned(root);
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
-Pruned prune_transactions(const std::string& root, std::size_t keep) {
-  Pruned pruned;
-  if (keep == 0) return pruned;
-  std::size_t committed = 0, undone = 0;
-  for (const auto& t : transactions(root)) {
-    if (t.state == TxState::committed && ++committed <= keep) continue;
-    if (t.state == TxState::aborted && ++undone <= keep) continue;
-    if (t.state != TxState::committed && t.state != TxState::aborted) continue;
-    const std::string dir = tx_root(root) + "/" + t.id;  // t.id is a checked id: transactions() says so
-    const auto held = bytes_held(dir);
-    remove_tree(dir);
-    pruned.ids.push_back(t.id);
-    pruned.bytes += held;
-  }
-  std::vector<std::string> oldest_last(pruned.ids.rbegin(), pruned.ids.rend());
-  remember_pruned(root, oldest_last);
-  return pruned;
 }
 
 }  // namespace cudafix::installer::txn

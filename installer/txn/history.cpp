@@ -1,0 +1,203 @@
+// The transactions an environment holds, as history, rollback and pruning read them
+// (installer/txn/transaction.hpp): only journals distrust() accepts, newest first; a rollback
+// planned from one, checked against what the disk holds now; and the backups beyond those kept.
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "installer/txn/file_ops.hpp"
+#include "installer/txn/state_files.hpp"
+#include "installer/txn/transaction.hpp"
+#include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
+#include "resolver/env/state_folder.hpp"
+
+namespace cudafix::installer::txn {
+
+namespace fs = std::filesystem;
+
+std::vector<JournalRead> transactions(const std::string& root, std::vector<std::string>* distrusted) {
+  std::vector<JournalRead> out;
+  if (auto why = resolver::state_folder_problem(root); !why.empty()) {
+    if (distrusted) distrusted->push_back(why);
+    return out;
+  }
+  std::error_code ec;
+  fs::directory_iterator listing(tx_root(root), ec);
+  // Another user's journals (0700) are not "no transactions".
+  if (ec == std::errc::permission_denied || ec == std::errc::operation_not_permitted)
+    throw resolver::Error(resolver::cannot("list the transactions in", tx_root(root), ec.value()));
+  for (fs::directory_iterator it = std::move(listing), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string folder = tx_root(root) + "/" + name;
+    struct stat st {};
+    if (!resolver::is_transaction_id(name) || ::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      if (distrusted)
+        distrusted->push_back(fmt::format("{}: not a transaction's folder (its name or type)", folder.substr(0, 512)));
+      continue;
+    }
+    try {
+      auto tx = read_journal(folder + "/journal");
+      if (auto why = distrust(tx, root, name); !why.empty()) {
+        if (distrusted) distrusted->push_back(fmt::format("{}/journal: {}", folder, why));
+        continue;
+      }
+      out.push_back(std::move(tx));
+    } catch (const resolver::Error&) {
+      // A folder whose journal never got its begin record holds nothing that was done.
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const JournalRead& a, const JournalRead& b) { return a.id > b.id; });
+  // A committed rollback's commit record is the mark that what it undoes is undone.
+  std::map<std::string, std::string> undone_by;
+  for (const auto& t : out)
+    if (t.state == TxState::committed && t.undoes) undone_by.emplace(*t.undoes, t.id);
+  for (auto& t : out)
+    if (const auto it = undone_by.find(t.id); it != undone_by.end()) t.rolled_back_by = it->second;
+  return out;
+}
+
+std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force) {
+  if (!done.unreadable.empty())
+    throw resolver::Error(
+        fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id, done.unreadable));
+  if (auto why = distrust(done, undo.root(), done.id); !why.empty())
+    throw resolver::Error(fmt::format("cannot roll back {}: its journal {}; nothing was changed", done.id, why));
+  std::vector<ChangedPath> changed;
+  std::map<std::string, LeftType> left_type;
+  for (const auto& left : done.left) {
+    left_type[left.path] = left.type;
+    if (const auto what = change_at(left)) changed.push_back({left.path, *what});
+  }
+  // Folders `done` made that now hold what it did not put there: another tool's files (pip's
+  // direct_url.json in a dist-info cudafix wrote) are changes; bytecode Python compiled there
+  // goes with the folder, as pip's uninstall takes it.
+  std::set<std::string> touched;
+  for (const auto& op : done.ops)
+    for (const std::string* p : {&op.from, &op.to, &op.path})
+      if (!p->empty()) touched.insert(*p);
+  std::vector<std::string> aside;
+  for (const auto& op : done.ops) {
+    if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || left_now(op.path).type != LeftType::dir)
+      continue;
+    std::error_code ec;
+    for (fs::directory_iterator it(op.path, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string entry = op.path + "/" + it->path().filename().string();
+      if (touched.count(entry)) continue;
+      aside.push_back(entry);
+      if (it->path().filename() != "__pycache__") changed.push_back({entry, "was created"});
+    }
+  }
+  if (!changed.empty() && !force) return changed;
+  undo.undoes(done.id);
+  for (const auto& entry : aside) undo.move_aside(entry);
+  for (auto it = done.ops.rbegin(); it != done.ops.rend(); ++it) {
+    const Op& op = *it;
+    switch (op.kind) {
+      case OpKind::move: {
+        if (in_state(op.from, undo.root())) {
+          // `done` put op.to in place: it goes aside into this rollback's own backups. Gone (and
+          // so said above, or by a journal from before `left` records), there is nothing to keep.
+          if (undo.will_exist(op.to))
+            undo.move_aside(op.to);
+          else if (done.left.empty() && !force)
+            throw resolver::Error(fmt::format(
+                "cannot roll back {}: {} (what it put there) is gone; nothing was changed", done.id, op.to));
+          break;
+        }
+        // `done` moved op.from aside: its backup comes back, what is there now goes aside.
+        if (!undo.will_exist(op.to))
+          throw resolver::Error(fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed",
+                                            done.id, op.from, op.to));
+        if (undo.will_exist(op.from)) undo.move_aside(op.from);
+        std::vector<std::string> missing;
+        for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
+             p = resolver::parent_dir(p))
+          missing.push_back(p);
+        for (auto m = missing.rbegin(); m != missing.rend(); ++m) undo.make_folder(*m, 0755);
+        undo.move(op.to, op.from);
+        break;
+      }
+      case OpKind::mkdir:
+        // A folder gone since (another tool removed it) is not removed again, so that undoing
+        // this rollback does not make it.
+        if (undo.will_exist(op.path)) undo.remove_folder_if_empty(op.path, op.mode);
+        break;
+      case OpKind::rmdir:
+        // Made again only where `done` removed it (its left record says so; a folder that held
+        // something stayed).
+        if (!undo.will_exist(op.path) && (done.left.empty() || left_type[op.path] == LeftType::none))
+          undo.make_folder(op.path, op.mode);
+        break;
+    }
+  }
+  return changed;
+}
+
+std::uint64_t bytes_held(const std::string& dir) {
+  std::uint64_t total = 0;
+  for (const char* below : {"/old", "/new"}) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(dir + below, fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+        total += static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return total;
+}
+
+namespace {
+
+// The pruned list: ids only, each checked, the newest k_pruned_kept kept.
+std::vector<std::string> read_pruned(const std::string& root) {
+  std::vector<std::string> ids;
+  struct stat st {};
+  if (::lstat(pruned_file(root).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return ids;  // never through a link
+  const auto text = resolver::try_read_file(pruned_file(root), k_pruned_kept * 80);
+  if (!text) return ids;
+  for (auto line : resolver::split(*text, '\n'))
+    if (resolver::is_transaction_id(line)) ids.emplace_back(line);
+  return ids;
+}
+
+void remember_pruned(const std::string& root, const std::vector<std::string>& newly) {
+  if (newly.empty()) return;
+  auto ids = read_pruned(root);
+  ids.insert(ids.end(), newly.begin(), newly.end());
+  if (ids.size() > k_pruned_kept) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(k_pruned_kept));
+  write_synced(pruned_file(root), fmt::format("{}\n", fmt::join(ids, "\n")));
+}
+
+}  // namespace
+
+bool was_pruned(const std::string& root, const std::string& id) {
+  const auto ids = read_pruned(root);
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+Pruned prune_transactions(const std::string& root, std::size_t keep) {
+  Pruned pruned;
+  if (keep == 0) return pruned;
+  std::size_t committed = 0, undone = 0;
+  for (const auto& t : transactions(root)) {
+    if (t.state == TxState::committed && ++committed <= keep) continue;
+    if (t.state == TxState::aborted && ++undone <= keep) continue;
+    if (t.state != TxState::committed && t.state != TxState::aborted) continue;
+    const std::string dir = tx_root(root) + "/" + t.id;  // t.id is a checked id: transactions() says so
+    const auto held = bytes_held(dir);
+    remove_tree(dir);
+    pruned.ids.push_back(t.id);
+    pruned.bytes += held;
+  }
+  std::vector<std::string> oldest_last(pruned.ids.rbegin(), pruned.ids.rend());
+  remember_pruned(root, oldest_last);
+  return pruned;
+}
+
+}  // namespace cudafix::installer::txn
