@@ -30,6 +30,8 @@ struct Style {
   [[nodiscard]] std::string dim(std::string_view s) const;
 };
 
+// A path as text shows it: relative to the site folder holding it (else absolute), printable.
+[[nodiscard]] std::string shown(const resolver::Environment& env, const std::string& path);
 // "1 file", "2 files".
 [[nodiscard]] std::string count_of(std::size_t n, std::string_view one, std::string_view many);
 // "and"-joined names: "a and b", "a, b and c".
