@@ -326,6 +326,13 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
 
   // Before: an uninstall cudafix can read is judged as plan remove judges it.
   j["uninstall"] = nullptr;
+  // plan remove's document for the uninstall, spliced in as `uninstall.plan` when the document is
+  // written (document()): written once as JSON text, never parsed back.
+  std::optional<std::string> plan_text;
+  const auto document = [&] {
+    if (!plan_text || !j["uninstall"].is_object()) return j.dump();
+    return dump_with(j, {{"uninstall", dump_with(j["uninstall"], {{"plan", *plan_text}})}});
+  };
   // Whether the command may run while the baseline probe is still loading the consumer's tree:
   // only an uninstall cudafix read whose deletions hold no shared object, which no load can see.
   bool touches_no_library = false;
@@ -353,7 +360,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
       const auto plan = r::plan_removal(env, knowledge, dists, g.threads);
       touches_no_library = touches_no_library && deletes_no_library(plan.pip.deletion);
       u["safe"] = plan.safe();
-      u["plan"] = json::parse(plan_remove_json(env, knowledge, plan));
+      plan_text = plan_remove_json(env, knowledge, plan);
       if (!plan.safe() && !o.allow_break) {
         command.abandon();
         const std::string alternative =
@@ -373,7 +380,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
         j["worse"] = json::array();
         j["undone"] = false;
         if (g.json)
-          out << j.dump() << '\n';
+          out << document() << '\n';
         else
           std::cerr << plan_remove_text(env, plan, style_for(g)) << printable_lines(why) << '\n';
         return 1;
@@ -489,7 +496,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
       j["phases"] = clock.phases();
       if (g.timings) std::cerr << clock.timings_text();
       if (g.json)
-        out << j.dump() << '\n';
+        out << document() << '\n';
       else if (!g.quiet || rc != code)
         std::cerr << printable_lines(text) << '\n';
       return rc;

@@ -120,17 +120,25 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
   return 0;
 }
 
-std::string dump_with(const nlohmann::ordered_json& doc, const RawJson& raw) {
+namespace {
+
+template <class Json>
+std::string spliced(const Json& doc, const RawJson& raw) {
   if (raw.empty() || !doc.is_object()) return doc.dump();
   std::string out = "{";
   for (const auto& [key, value] : doc.items()) {
     if (out.size() > 1) out += ',';
-    out += nlohmann::ordered_json(key).dump() + ':';
+    out += Json(key).dump() + ':';
     const auto it = raw.find(key);
     out += it != raw.end() ? it->second : value.dump();
   }
   return out + "}";
 }
+
+}  // namespace
+
+std::string dump_with(const nlohmann::ordered_json& doc, const RawJson& raw) { return spliced(doc, raw); }
+std::string dump_with(const nlohmann::json& doc, const RawJson& raw) { return spliced(doc, raw); }
 
 installer::apply::ApplyOptions apply_options(const GlobalOptions& g, const r::Environment& env) {
   installer::apply::ApplyOptions o;

@@ -57,7 +57,9 @@ void check_one_file_system(const resolver::EnvLayout& layout);
 // key whose value they are: spliced in as they are rather than parsed back.
 using RawJson = std::map<std::string, std::string>;
 // `doc` as dump() writes it, but for each top-level key of `raw`, whose value is raw's text.
+// (A nlohmann::json document, whose keys are sorted, keeps them sorted.)
 [[nodiscard]] std::string dump_with(const nlohmann::ordered_json& doc, const RawJson& raw);
+[[nodiscard]] std::string dump_with(const nlohmann::json& doc, const RawJson& raw);
 
 // What a committed transaction says: `text`, or under --json document_start's keys, the
 // transaction's id and ops, `extra`'s keys in their order (its own schema, command and venv
