@@ -565,8 +565,14 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(labels, ", ")));
   std::size_t files = 0;
   r::EarlierSteps earlier;  // the dists replaced so far, and the paths written
-  for (const auto& w : wheels) {
-    const auto staged = installer::stage_wheel(w, layout, t, g.threads, true, progress_bar(g, "installing"));
+  std::vector<const installer::ValidatedWheel*> to_stage;
+  for (const auto& w : wheels) to_stage.push_back(&w);
+  const auto staged_wheels =
+      installer::stage_wheels(to_stage, layout, t, g.threads, true, progress_bar(g, "installing"));
+  for (std::size_t k = 0; k < wheels.size(); ++k) {
+    const auto& w = wheels[k];
+    const auto& staged = staged_wheels[k];
+    installer::plan_puts(staged, t);
     earlier.listed.insert(staged.targets.begin(), staged.targets.end());
     // An installed dist of that name is replaced: what it lists and no wheel here writes goes.
     if (const auto installed = env.dist_index(r::normalize_name(w.name)))

@@ -351,6 +351,13 @@ std::size_t stage_plan(const r::Environment& env, const PreparedPlan& plan, tx::
   const auto& layout = writable(env);
   r::EarlierSteps earlier;  // the dists removed or replaced so far, and the paths written
   std::size_t files = 0;
+  // Every step's wheel staged at once, side by side; each one's puts planned in its step.
+  std::vector<const ValidatedWheel*> wheels;
+  for (const auto& prepared : plan.steps)
+    if (prepared.step.action != r::StepAction::remove) wheels.push_back(&*prepared.wheel);
+  const Progress progress = options.wheel_progress && !wheels.empty() ? options.wheel_progress() : Progress{};
+  auto staged_wheels = stage_wheels(wheels, layout, t, options.threads, false, progress);
+  std::size_t next_wheel = 0;
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
     const auto& prepared = plan.steps[i];
     const r::Step& st = prepared.step;
@@ -364,8 +371,8 @@ std::size_t stage_plan(const r::Environment& env, const PreparedPlan& plan, tx::
       staged.deletes = deletion_list(del);
       files += del.files.size();
     } else {
-      const Progress progress = options.wheel_progress ? options.wheel_progress() : Progress{};
-      auto wheel = stage_wheel(*prepared.wheel, layout, t, options.threads, false, progress);
+      auto& wheel = staged_wheels[next_wheel++];
+      plan_puts(wheel, t);
       earlier.listed.insert(wheel.targets.begin(), wheel.targets.end());
       if (st.dist >= 0) staged.deletes = deletion_list(stage_leftovers(env, st.dist, earlier, t));
       files += wheel.targets.size();

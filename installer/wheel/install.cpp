@@ -368,223 +368,152 @@ void check_targets(const ValidatedWheel& w, const r::EnvLayout& layout) {
     claim(layout.root + "/bin/" + name, w.dist_info + "/entry_points.txt (the script " + name + ")");
 }
 
-StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn::Transaction& tx, unsigned threads,
-                        bool requested, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
-  check_targets(w, layout);
-  std::atomic<std::uint64_t> written_so_far{0};
-  const auto wrote = [&](std::uint64_t n) {
-    const auto now = written_so_far += n;
-    if (progress) progress(now, w.unpacked);
-  };
-  // The wheel read again, and held to what was validated: a file changed since (shorter, other
-  // members) would otherwise be read at the old offsets.
-  const MappedFile file(w.path);
-  const zip::Archive archive = as_install_refusal([&] { return zip::Archive(file.data(), file.size(), w.path); });
-  const auto same = [&](const ZipMember& m) {
-    if (m.entry >= archive.entries().size()) return false;
-    const zip::Entry& e = archive.entries()[m.entry];
-    return e.name == m.name && e.crc == m.crc && e.size == m.size && e.compressed == m.compressed &&
-           e.data_offset == m.data_offset && e.method == m.method;
-  };
-  if (file.size() != w.size || !std::all_of(w.members.begin(), w.members.end(), same))
-    refuse(w.path, "", "the file changed after it was validated");
-  const std::string root = layout.root_real;
-  // Free space first: the staged copy sits beside the files it replaces until the renames.
-  std::uint64_t free_bytes = 0, needed = 0;
-  struct statvfs fs_stat {};
-  if (::statvfs(tx.new_dir().c_str(), &fs_stat) == 0) {
-    free_bytes = std::uint64_t{fs_stat.f_bavail} * fs_stat.f_frsize;
+namespace {
+
+// A file a wheel writes: where it goes, where it is staged, and what RECORD says of it.
+struct Staged {
+  std::string target, staged, hash;
+  std::uint64_t size = 0;
+  bool executable = false;
+  bool put_already = false;  // an earlier wheel of the transaction writes it too: its put stands
+};
+
+// One wheel being staged: the file read again and held to what was validated (a file changed
+// since, shorter or with other members, would otherwise be read at the old offsets), and each
+// member's staged file.
+struct WheelStaging {
+  WheelStaging(const ValidatedWheel& wheel, const r::EnvLayout& layout)
+      : w(wheel),
+        file(wheel.path),
+        archive(as_install_refusal([&] { return zip::Archive(file.data(), file.size(), wheel.path); })),
+        staged(wheel.members.size()) {
+    check_targets(w, layout);
+    const auto same = [&](const ZipMember& m) {
+      if (m.entry >= archive.entries().size()) return false;
+      const zip::Entry& e = archive.entries()[m.entry];
+      return e.name == m.name && e.crc == m.crc && e.size == m.size && e.compressed == m.compressed &&
+             e.data_offset == m.data_offset && e.method == m.method;
+    };
+    if (file.size() != w.size || !std::all_of(w.members.begin(), w.members.end(), same))
+      refuse(w.path, "", "the file changed after it was validated");
+  }
+  const ValidatedWheel& w;
+  const MappedFile file;
+  const zip::Archive archive;
+  std::vector<Staged> staged;  // the members', then the generated files
+
+  [[nodiscard]] bool generated_member(const std::string& name) const {
+    return name == w.dist_info + "/RECORD" || name == w.dist_info + "/INSTALLER" || name == w.dist_info + "/REQUESTED";
+  }
+  // Every file the install writes, normal: the members (RECORD, INSTALLER and REQUESTED are
+  // written anew), the console scripts and the dist-info's own.
+  [[nodiscard]] std::vector<std::string> targets(const r::EnvLayout& layout) const {
+    std::vector<std::string> out;
+    for (const auto& m : w.members)
+      if (!generated_member(m.name)) out.push_back(r::lexically_normal(target_of(w, m.name, layout)));
+    for (const auto& [name, body] : scripts_of(w.entry_points, "python"))
+      out.push_back(r::lexically_normal(layout.root + "/bin/" + name));
+    const std::string site = w.root_is_purelib ? layout.purelib()->path : layout.platlib()->path;
+    for (const char* own : {"/RECORD", "/INSTALLER", "/REQUESTED"})
+      out.push_back(r::lexically_normal(site + "/" + w.dist_info + own));
+    return out;
+  }
+};
+
+// Wheels staged into one transaction's new/: what their members share while they are inflated
+// side by side (the folders made, the first failure, the progress), and each wheel's files.
+class Stager {
+ public:
+  Stager(const r::EnvLayout& layout, txn::Transaction& tx,
+         const std::function<void(std::uint64_t, std::uint64_t)>& progress)
+      : layout_(layout), tx_(tx), root_(layout.root_real), python_(layout.root + "/bin/python"), progress_(progress) {}
+
+  // Free space first: the staged copies sit beside the files they replace until the renames. (And
+  // the bytes the progress counts to.)
+  void check_free_space(const std::vector<std::unique_ptr<WheelStaging>>& wheels) {
+    for (const auto& ws : wheels) total_ += ws->w.unpacked;
+    struct statvfs fs_stat {};
+    if (::statvfs(tx_.new_dir().c_str(), &fs_stat) != 0) return;
+    free_bytes_ = std::uint64_t{fs_stat.f_bavail} * fs_stat.f_frsize;
     const std::uint64_t block = std::max<std::uint64_t>(fs_stat.f_frsize, 1);
-    for (const auto& m : w.members) needed += (m.size + block - 1) / block * block;
-    needed += staging_margin(needed, w.members.size());
-    if (free_bytes < needed)
+    std::size_t files = 0;
+    for (const auto& ws : wheels) {
+      for (const auto& m : ws->w.members) needed_ += (m.size + block - 1) / block * block;
+      files += ws->w.members.size();
+    }
+    needed_ += staging_margin(needed_, files);
+    if (free_bytes_ < needed_)
       throw r::Error(
           fmt::format("{}: {} MiB free on the environment's file system, {} MiB needed to stage {}; "
                       "nothing was installed",
-                      root, free_bytes >> 20, (needed + (1 << 20) - 1) >> 20, r::base_name(w.path)));
+                      root_, free_bytes_ >> 20, (needed_ + (1 << 20) - 1) >> 20, wheel_names(wheels)));
   }
-  txn::test_pause("staging");
-  // Space another process takes from here on is found when a file's blocks are reserved. Where
-  // several threads find the disk full at once, each is heard and the largest member named (the
-  // one the space was taken from, whichever thread got there first).
-  struct DiskFull {};
-  std::mutex full_mutex;
-  std::optional<std::pair<std::uint64_t, std::string>> fullest;  // the member's size, the refusal
-  const auto full = [&](const std::string& member, std::uint64_t size) {
-    return [&, member, size](int err) {
-      std::string refusal;
-      try {
-        refuse(w.path, member,
-               fmt::format("the file system at {} is full ({}) with its {} bytes still to write: {} MiB needed to "
-                           "stage the wheel, {} MiB were free when staging began (another process has taken "
-                           "space since)",
-                           mount_point_of(root), std::strerror(err), size, (needed + (1 << 20) - 1) >> 20,
-                           free_bytes >> 20));
-      } catch (const r::Error& e) {
-        refusal = e.what();
-      }
-      {
-        const std::lock_guard lock(full_mutex);
-        if (!fullest || size > fullest->first) fullest = std::pair{size, refusal};
-      }
-      throw DiskFull{};
-    };
-  };
-  const std::string python = layout.root + "/bin/python";
-  StagedWheel out;
-  struct Staged {
-    std::string target, staged, hash;
-    std::uint64_t size = 0;
-    bool executable = false;
-    bool put_already = false;  // an earlier wheel of the transaction writes it too: its put stands
-  };
-  std::vector<Staged> staged(w.members.size());
-  const std::string record_member = w.dist_info + "/RECORD";
-  std::mutex folders_mutex;
-  std::set<std::string> folders;
-  const auto staged_path = [&](const std::string& target) { return tx.new_dir() + "/" + r::relative_to(target, root); };
-  // A path several wheels of one transaction write is staged at one place (new/ holds only this
-  // transaction's staging): a later wheel's bytes replace the earlier one's there, as pip
-  // installing them in order leaves the file, and the one put planned for it stands, so that
-  // what is on disk is moved aside once and undone once. Returns whether it was staged before.
-  const auto restage = [&](const std::string& staged_file) {
-    if (!txn::exists_nofollow(staged_file)) return false;
-    txn::remove_file(staged_file);
-    return true;
-  };
-  const auto make_parent = [&](const std::string& p) {
-    const std::string parent = r::parent_dir(p);
-    std::lock_guard<std::mutex> lock(folders_mutex);
-    if (folders.insert(parent).second) txn::make_dirs(parent);
-  };
-  // Largest first, so the threads finish together.
-  std::vector<std::size_t> order(w.members.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return w.members[a].size > w.members[b].size; });
-  const auto stage_member = [&](std::size_t k) {
-    const ZipMember& m = w.members[order[k]];
-    if (m.name == record_member || m.name == w.dist_info + "/INSTALLER" || m.name == w.dist_info + "/REQUESTED") return;
-    const zip::Entry& e = archive.entries()[m.entry];
-    Staged& s = staged[order[k]];
-    s.target = target_of(w, m.name, layout);
-    s.staged = staged_path(s.target);
-    const bool script = m.name.starts_with(w.dist_info.substr(0, w.dist_info.size() - 10) + ".data/scripts/");
-    s.executable = m.executable;
-    make_parent(s.staged);
-    s.put_already = restage(s.staged);
-    // O_EXCL: two members of one wheel never share a staged file (check_targets refused that).
-    const int fd = txn::open_file(s.staged, O_RDWR | O_CREAT | O_EXCL, s.executable ? 0755 : 0644);
-    // RECORD's digest of the wheel's bytes where it is not SHA-256, the digest the new RECORD gives.
-    std::optional<r::DigestStream> wheel_digest;
-    if (m.record_algorithm != "sha256") wheel_digest.emplace(m.record_algorithm);
-    if (!script) {
-      const std::string digest = write_member(archive, e, fd, s.staged, wheel_digest, full(m.name, m.size));
-      txn::start_writeback(fd);
-      ::close(fd);
-      if ((wheel_digest ? wheel_digest->record_digest() : digest) != m.record_hash)
-        refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
-      s.hash = digest;
-      s.size = m.size;
-      if (s.executable) ::chmod(s.staged.c_str(), 0755);
-      wrote(m.size);
-      return;
-    }
-    r::Sha256Stream wheel_hash, written_hash;
-    // A script's `#!python` line names this environment's interpreter, as pypa/installer's
-    // fix_shebang rewrites it: the whole first line replaced, however many pieces it spans.
-    enum class Line { unread, skipping, copying } first = Line::unread;
-    std::string head;  // the first bytes, until 8 tell whether the line is `#!python`
-    std::uint64_t written = 0;
-    const auto put = [&](const void* p, std::size_t n) {
-      written_hash.update(p, n);
-      txn::write_all(fd, p, n, s.staged);
-      written += n;
-    };
-    const auto rewrite = [&](const unsigned char* p, std::size_t n) {
-      if (first == Line::unread) {
-        const std::size_t take = std::min<std::size_t>(n, 8 - head.size());
-        head.append(reinterpret_cast<const char*>(p), take);
-        p += take;
-        n -= take;
-        if (head.size() < 8) return;  // more to come, or the member ends (flushed below)
-        first = head == "#!python" ? Line::skipping : Line::copying;
-        const std::string line = first == Line::skipping ? "#!" + python + "\n" : head;
-        put(line.data(), line.size());
-      }
-      if (first == Line::skipping) {
-        const auto* eol = static_cast<const unsigned char*>(std::memchr(p, '\n', n));
-        if (!eol) return;
-        first = Line::copying;
-        n -= static_cast<std::size_t>(eol + 1 - p);
-        p = eol + 1;
-      }
-      if (n) put(p, n);
-    };
-    as_install_refusal([&] {
-      archive.stream(e, [&](const unsigned char* p, std::size_t n) {
-        wheel_hash.update(p, n);
-        if (wheel_digest) wheel_digest->update(p, n);
-        rewrite(p, n);
-      });
+
+  // The members of `wheels` inflated on `threads` threads, the largest first whichever wheel
+  // holds it, so that the threads finish together. The first failure stops the members not yet
+  // begun. A full disk is said once every thread is done, before what it caused elsewhere (a
+  // folder that could not be made).
+  void stage_members(const std::vector<WheelStaging*>& wheels, unsigned threads) {
+    std::vector<std::pair<WheelStaging*, std::size_t>> order;
+    for (WheelStaging* ws : wheels)
+      for (std::size_t i = 0; i < ws->w.members.size(); ++i) order.emplace_back(ws, i);
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+      return a.first->w.members[a.second].size > b.first->w.members[b.second].size;
     });
-    if (first == Line::unread) put(head.data(), head.size());  // a script of fewer than 8 bytes
-    ::close(fd);
-    if ((wheel_digest ? wheel_digest->record_digest() : wheel_hash.record_digest()) != m.record_hash)
-      refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
-    s.hash = written_hash.record_digest();
-    s.size = written;
-    wrote(m.size);
-    if (s.executable) ::chmod(s.staged.c_str(), 0755);
-  };
-  // The first failure stops the members not yet begun. A full disk is said once every thread is
-  // done, before what it caused elsewhere (a folder that could not be made).
-  std::atomic<bool> stop{false};
-  std::exception_ptr failed;
-  r::parallel_for(order.size(), threads, [&](std::size_t k) {
-    if (stop) return;
-    try {
-      stage_member(k);
-    } catch (const DiskFull&) {
-      stop = true;
-    } catch (...) {
-      stop = true;
-      const std::lock_guard lock(full_mutex);
-      if (!failed) failed = std::current_exception();
-    }
-  });
-  if (fullest) throw r::Error(fullest->second);
-  if (failed) std::rethrow_exception(failed);
-  // The generated files: console scripts, INSTALLER, REQUESTED, and RECORD last.
-  const std::string site = w.root_is_purelib ? layout.purelib()->path : layout.platlib()->path;
-  const std::string info = site + "/" + w.dist_info;
-  const auto add_generated = [&](const std::string& target, const std::string& text, bool executable) {
-    Staged s;
-    s.target = target;
-    s.staged = staged_path(target);
-    make_parent(s.staged);
-    s.put_already = restage(s.staged);
-    txn::append_synced(s.staged, text);
-    if (executable) ::chmod(s.staged.c_str(), 0755);
-    s.hash = r::sha256_of_file(s.staged);
-    s.size = text.size();
-    s.executable = executable;
-    staged.push_back(std::move(s));
-    out.generated.push_back(target);
-  };
-  for (const auto& [name, body] : scripts_of(w.entry_points, python))
-    add_generated(layout.root + "/bin/" + name, body, true);
-  add_generated(info + "/INSTALLER", "cudafix\n", false);
-  if (requested) add_generated(info + "/REQUESTED", "", false);
-  std::string record;
-  for (const auto& s : staged) {
-    if (s.target.empty()) continue;
-    std::string rel = r::relative_to(s.target, site);
-    if (rel == s.target) rel = "../../../" + r::relative_to(s.target, layout.root);  // bin/, include/ from the site
-    record += fmt::format("{},sha256={},{}\n", rel, s.hash, s.size);
+    r::parallel_for(order.size(), threads, [&](std::size_t k) {
+      if (stop_) return;
+      try {
+        stage_member(*order[k].first, order[k].second);
+      } catch (const DiskFull&) {
+        stop_ = true;
+      } catch (...) {
+        stop_ = true;
+        const std::lock_guard lock(mutex_);
+        if (!failed_) failed_ = std::current_exception();
+      }
+    });
+    if (fullest_) throw r::Error(fullest_->second);
+    if (failed_) std::rethrow_exception(failed_);
   }
-  record += w.dist_info + "/RECORD,,\n";
-  {
+
+  // The generated files: console scripts, INSTALLER, REQUESTED, and RECORD last (cudafix's
+  // hashes of what it staged). Returns what the wheel writes; its puts are planned later.
+  StagedWheel finish(WheelStaging& ws, bool requested) {
+    const ValidatedWheel& w = ws.w;
+    StagedWheel out;
+    const std::string site = w.root_is_purelib ? layout_.purelib()->path : layout_.platlib()->path;
+    const std::string info = site + "/" + w.dist_info;
+    const auto add_generated = [&](const std::string& target, const std::string& text, bool executable) {
+      Staged s;
+      s.target = target;
+      s.staged = staged_path(target);
+      make_parent(s.staged);
+      s.put_already = restage(s.staged);
+      txn::append_synced(s.staged, text);
+      if (executable) ::chmod(s.staged.c_str(), 0755);
+      s.hash = r::sha256_of_file(s.staged);
+      s.size = text.size();
+      s.executable = executable;
+      ws.staged.push_back(std::move(s));
+    };
+    for (const auto& [name, body] : scripts_of(w.entry_points, python_)) {
+      add_generated(layout_.root + "/bin/" + name, body, true);
+      out.generated.push_back(layout_.root + "/bin/" + name);
+    }
+    add_generated(info + "/INSTALLER", "cudafix\n", false);
+    out.generated.push_back(info + "/INSTALLER");
+    if (requested) {
+      add_generated(info + "/REQUESTED", "", false);
+      out.generated.push_back(info + "/REQUESTED");
+    }
+    std::string record;
+    for (const auto& s : ws.staged) {
+      if (s.target.empty()) continue;
+      std::string rel = r::relative_to(s.target, site);
+      if (rel == s.target) rel = "../../../" + r::relative_to(s.target, layout_.root);  // bin/, include/ from the site
+      record += fmt::format("{},sha256={},{}\n", rel, s.hash, s.size);
+    }
+    record += w.dist_info + "/RECORD,,\n";
     Staged s;
     s.target = info + "/RECORD";
     s.staged = staged_path(s.target);
@@ -592,21 +521,205 @@ StagedWheel stage_wheel(const ValidatedWheel& w, const r::EnvLayout& layout, txn
     s.put_already = restage(s.staged);
     txn::append_synced(s.staged, record);
     s.hash = r::sha256_of_file(s.staged);  // not listed in RECORD, but what a rollback compares
-    staged.push_back(std::move(s));
+    ws.staged.push_back(std::move(s));
+    for (const auto& f : ws.staged) {
+      if (f.target.empty()) continue;
+      out.targets.push_back(f.target);
+      out.bytes += f.size;
+      out.puts.push_back({f.staged, f.target, f.hash, f.put_already});
+    }
+    return out;
   }
+
+  void done() {
+    if (progress_) progress_(total_, total_);  // the bar's end (RECORD and INSTALLER are not counted)
+  }
+
+ private:
+  struct DiskFull {};
+  const r::EnvLayout& layout_;
+  txn::Transaction& tx_;
+  const std::string root_, python_;
+  const std::function<void(std::uint64_t, std::uint64_t)>& progress_;
+  std::uint64_t free_bytes_ = 0, needed_ = 0, total_ = 0;
+  std::atomic<std::uint64_t> written_{0};
+  std::mutex mutex_;                                              // fullest_, failed_
+  std::optional<std::pair<std::uint64_t, std::string>> fullest_;  // the member's size, the refusal
+  std::exception_ptr failed_;
+  std::atomic<bool> stop_{false};
+  std::mutex folders_mutex_;
+  std::set<std::string> folders_;
+
+  static std::string wheel_names(const std::vector<std::unique_ptr<WheelStaging>>& wheels) {
+    std::vector<std::string> names;
+    for (const auto& ws : wheels) names.emplace_back(r::base_name(ws->w.path));
+    return fmt::format("{}", fmt::join(names, ", "));
+  }
+  void wrote(std::uint64_t n) {
+    const auto now = written_ += n;
+    if (progress_) progress_(now, total_);
+  }
+  [[nodiscard]] std::string staged_path(const std::string& target) const {
+    return tx_.new_dir() + "/" + r::relative_to(target, root_);
+  }
+  // A path several wheels of one transaction write is staged at one place (new/ holds only this
+  // transaction's staging): a later wheel's bytes replace the earlier one's there, as pip
+  // installing them in order leaves the file, and the one put planned for it stands, so that
+  // what is on disk is moved aside once and undone once. Returns whether it was staged before.
+  static bool restage(const std::string& staged_file) {
+    if (!txn::exists_nofollow(staged_file)) return false;
+    txn::remove_file(staged_file);
+    return true;
+  }
+  void make_parent(const std::string& p) {
+    const std::string parent = r::parent_dir(p);
+    const std::lock_guard<std::mutex> lock(folders_mutex_);
+    if (folders_.insert(parent).second) txn::make_dirs(parent);
+  }
+  // Space another process takes from here on is found when a file's blocks are reserved. Where
+  // several threads find the disk full at once, each is heard and the largest member named (the
+  // one the space was taken from, whichever thread got there first).
+  std::function<void(int)> full(const std::string& wheel, const std::string& member, std::uint64_t size) {
+    return [this, wheel, member, size](int err) {
+      std::string refusal;
+      try {
+        refuse(wheel, member,
+               fmt::format("the file system at {} is full ({}) with its {} bytes still to write: {} MiB needed to "
+                           "stage the wheel, {} MiB were free when staging began (another process has taken "
+                           "space since)",
+                           mount_point_of(root_), std::strerror(err), size, (needed_ + (1 << 20) - 1) >> 20,
+                           free_bytes_ >> 20));
+      } catch (const r::Error& e) {
+        refusal = e.what();
+      }
+      {
+        const std::lock_guard lock(mutex_);
+        if (!fullest_ || size > fullest_->first) fullest_ = std::pair{size, refusal};
+      }
+      throw DiskFull{};
+    };
+  }
+  void stage_member(WheelStaging& ws, std::size_t index);
+};
+
+void Stager::stage_member(WheelStaging& ws, std::size_t index) {
+  const ValidatedWheel& w = ws.w;
+  const ZipMember& m = w.members[index];
+  if (ws.generated_member(m.name)) return;
+  const zip::Entry& e = ws.archive.entries()[m.entry];
+  Staged& s = ws.staged[index];
+  s.target = target_of(w, m.name, layout_);
+  s.staged = staged_path(s.target);
+  const bool script = m.name.starts_with(w.dist_info.substr(0, w.dist_info.size() - 10) + ".data/scripts/");
+  s.executable = m.executable;
+  make_parent(s.staged);
+  s.put_already = restage(s.staged);
+  // O_EXCL: two members of one wheel never share a staged file (check_targets refused that).
+  const int fd = txn::open_file(s.staged, O_RDWR | O_CREAT | O_EXCL, s.executable ? 0755 : 0644);
+  // RECORD's digest of the wheel's bytes where it is not SHA-256, the digest the new RECORD gives.
+  std::optional<r::DigestStream> wheel_digest;
+  if (m.record_algorithm != "sha256") wheel_digest.emplace(m.record_algorithm);
+  if (!script) {
+    const std::string digest = write_member(ws.archive, e, fd, s.staged, wheel_digest, full(w.path, m.name, m.size));
+    txn::start_writeback(fd);
+    ::close(fd);
+    if ((wheel_digest ? wheel_digest->record_digest() : digest) != m.record_hash)
+      refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
+    s.hash = digest;
+    s.size = m.size;
+    if (s.executable) ::chmod(s.staged.c_str(), 0755);
+    wrote(m.size);
+    return;
+  }
+  r::Sha256Stream wheel_hash, written_hash;
+  // A script's `#!python` line names this environment's interpreter, as pypa/installer's
+  // fix_shebang rewrites it: the whole first line replaced, however many pieces it spans.
+  enum class Line { unread, skipping, copying } first = Line::unread;
+  std::string head;  // the first bytes, until 8 tell whether the line is `#!python`
+  std::uint64_t written = 0;
+  const auto put = [&](const void* p, std::size_t n) {
+    written_hash.update(p, n);
+    txn::write_all(fd, p, n, s.staged);
+    written += n;
+  };
+  const auto rewrite = [&](const unsigned char* p, std::size_t n) {
+    if (first == Line::unread) {
+      const std::size_t take = std::min<std::size_t>(n, 8 - head.size());
+      head.append(reinterpret_cast<const char*>(p), take);
+      p += take;
+      n -= take;
+      if (head.size() < 8) return;  // more to come, or the member ends (flushed below)
+      first = head == "#!python" ? Line::skipping : Line::copying;
+      const std::string line = first == Line::skipping ? "#!" + python_ + "\n" : head;
+      put(line.data(), line.size());
+    }
+    if (first == Line::skipping) {
+      const auto* eol = static_cast<const unsigned char*>(std::memchr(p, '\n', n));
+      if (!eol) return;
+      first = Line::copying;
+      n -= static_cast<std::size_t>(eol + 1 - p);
+      p = eol + 1;
+    }
+    if (n) put(p, n);
+  };
+  as_install_refusal([&] {
+    ws.archive.stream(e, [&](const unsigned char* p, std::size_t n) {
+      wheel_hash.update(p, n);
+      if (wheel_digest) wheel_digest->update(p, n);
+      rewrite(p, n);
+    });
+  });
+  if (first == Line::unread) put(head.data(), head.size());  // a script of fewer than 8 bytes
+  ::close(fd);
+  if ((wheel_digest ? wheel_digest->record_digest() : wheel_hash.record_digest()) != m.record_hash)
+    refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
+  s.hash = written_hash.record_digest();
+  s.size = written;
+  wrote(m.size);
+  if (s.executable) ::chmod(s.staged.c_str(), 0755);
+}
+
+}  // namespace
+
+std::vector<StagedWheel> stage_wheels(const std::vector<const ValidatedWheel*>& wheels, const r::EnvLayout& layout,
+                                      txn::Transaction& tx, unsigned threads, bool requested,
+                                      const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  std::vector<std::unique_ptr<WheelStaging>> staging;
+  for (const ValidatedWheel* w : wheels) staging.push_back(std::make_unique<WheelStaging>(*w, layout));
+  Stager stager(layout, tx, progress);
+  stager.check_free_space(staging);
+  txn::test_pause("staging");
+  // Side by side where no two wheels write one path; else one wheel after the other, so that the
+  // later one's bytes replace the earlier one's where both write.
+  std::set<std::string> seen;
+  bool shared = false;
+  for (const auto& ws : staging)
+    for (const auto& target : ws->targets(layout)) shared = !seen.insert(target).second || shared;
+  std::vector<WheelStaging*> all;
+  for (const auto& ws : staging) all.push_back(ws.get());
+  std::vector<StagedWheel> out;
+  if (shared) {
+    for (WheelStaging* ws : all) {
+      stager.stage_members({ws}, threads);
+      out.push_back(stager.finish(*ws, requested));
+    }
+  } else {
+    stager.stage_members(all, threads);
+    for (WheelStaging* ws : all) out.push_back(stager.finish(*ws, requested));
+  }
+  stager.done();
   // One batch: the staged data durable before any rename makes it live.
-  if (progress) progress(w.unpacked, w.unpacked);  // the bar's end (RECORD and INSTALLER are not counted)
   txn::sync_file_system(tx.new_dir());
-  for (const auto& s : staged) {
-    if (s.target.empty()) continue;
-    if (s.put_already)
-      tx.restaged(s.target, s.hash);
-    else
-      tx.put(s.staged, s.target, 0755, s.hash);
-    out.targets.push_back(s.target);
-    out.bytes += s.size;
-  }
   return out;
+}
+
+void plan_puts(const StagedWheel& wheel, txn::Transaction& tx) {
+  for (const auto& p : wheel.puts) {
+    if (p.again)
+      tx.restaged(p.target, p.hash);
+    else
+      tx.put(p.staged, p.target, 0755, p.hash);
+  }
 }
 
 std::string wheel_file_name(const ValidatedWheel& w) {

@@ -84,7 +84,7 @@ struct ValidatedWheel {
 [[nodiscard]] std::string wheel_file_name(const ValidatedWheel& wheel);
 
 // Refuses, naming the member, a wheel that would write one target twice, outside the
-// environment, or any of cudafix's state, pyvenv.cfg, .lock or the interpreter (stage_wheel
+// environment, or any of cudafix's state, pyvenv.cfg, .lock or the interpreter (stage_wheels
 // checks it too; run it before a transaction begins, so that a refusal leaves none).
 void check_targets(const ValidatedWheel& wheel, const resolver::EnvLayout& layout);
 
@@ -94,15 +94,28 @@ struct StagedWheel {
   // REQUESTED (RECORD is a member, rewritten), which a planner reading the wheel's RECORD does not list.
   std::vector<std::string> generated;
   std::uint64_t bytes = 0;
+  // Each staged file's put into the environment, as plan_puts() plans it in the transaction.
+  struct Put {
+    std::string staged, target, hash;
+    bool again = false;  // an earlier wheel of the transaction stages it too: that put stands
+  };
+  std::vector<Put> puts;
 };
 
-// Inflates `wheel` into tx's staging folder with `threads` threads, checks every member, writes
-// the new RECORD (cudafix's hashes), INSTALLER ("cudafix") and REQUESTED (when `requested`),
-// generates console scripts, syncs the staged data in one batch, and plans its puts. Nothing in
-// the environment changes until tx.carry_out(). `progress` (when set) hears the bytes written so
-// far and the total, from any thread.
-[[nodiscard]] StagedWheel stage_wheel(const ValidatedWheel& wheel, const resolver::EnvLayout& layout,
-                                      txn::Transaction& tx, unsigned threads, bool requested,
-                                      const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+// Inflates `wheels` into tx's staging folder with `threads` threads, checks every member, writes
+// each one's new RECORD (cudafix's hashes), INSTALLER ("cudafix") and REQUESTED (when
+// `requested`), generates console scripts, and syncs the staged data in one batch. The members of
+// all of them are inflated side by side, the largest first whichever wheel holds it (one wheel's
+// largest member would otherwise leave the other cores idle while it inflates); where two wheels
+// write one path, one wheel after the other, so that the later one's bytes are staged there.
+// Their puts are not planned: the caller plans each wheel's with plan_puts(), in the order the
+// wheels are given, between its own steps. Nothing in the environment changes until
+// tx.carry_out(). `progress` (when set) hears the bytes written so far and the total of all the
+// wheels, from any thread.
+[[nodiscard]] std::vector<StagedWheel> stage_wheels(
+    const std::vector<const ValidatedWheel*>& wheels, const resolver::EnvLayout& layout, txn::Transaction& tx,
+    unsigned threads, bool requested, const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+// The puts of a wheel stage_wheels() staged, planned in `tx`.
+void plan_puts(const StagedWheel& wheel, txn::Transaction& tx);
 
 }  // namespace cudafix::installer

@@ -3,6 +3,7 @@
 // and uninstalls the result; rollback gives back the tree before; and every hostile or broken
 // wheel (tests/e2e/make_bad_wheels.py) is refused with a message naming its fault, before the
 // environment is touched.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -310,6 +311,80 @@ TEST_F(WheelInstall, WheelsPipAcceptsInstallAndPipListsChecksAndUninstallsThem) 
   EXPECT_EQ(files_of(v), before);
   EXPECT_EQ(canaries.changes(), "");
   EXPECT_GE(cases.size(), 13u);
+}
+
+// Several wheels with no path in common are staged side by side, the members of all of them on
+// every thread, the largest first: each one's files, scripts and RECORD are what pypa/installer
+// writes installing it alone, and rollback gives the tree back.
+TEST_F(WheelInstall, SeveralWheelsStagedSideBySideWriteWhatPypaInstallerWritesForEach) {
+  if (run_shell("/usr/bin/python3 -c 'import installer.destinations'").exit_code != 0)
+    GTEST_SKIP() << "Debian's python3-installer is not installed (.ci/install-deps installs it)";
+  TempDir t;
+  const std::string src = t.path() + "/src", wheels = t.path() + "/wheels";
+  fs::create_directories(src);
+  fs::create_directories(wheels);
+  std::vector<std::string> made;
+  for (int k = 0; k < 4; ++k) {
+    const std::string n = std::to_string(k);
+    // Members of several sizes in each wheel, so that the largest of one wheel and the small ones
+    // of another are inflated at once.
+    std::string big;
+    for (int i = 0; big.size() < (std::size_t{1} << 20) * (k + 1); ++i)
+      big += fmt::format("w{} line {}\n", n, i * 7919);
+    test::write_file(src + "/big" + n, big);
+    test::write_file(src + "/small" + n, "small " + n + "\n");
+    test::write_file(src + "/init" + n, "VERSION = " + n + "\n");
+    made.push_back(test::make_wheel(wheels, "side" + n + " 1." + n + " side" + n + "/__init__.py=" + src + "/init" + n +
+                                                " side" + n + "/lib/libbig" + n + ".so=" + src + "/big" + n + " side" +
+                                                n + "/small.txt=" + src + "/small" + n +
+                                                " --deflate --console-script tool" + n + "=side" + n + ":main"));
+  }
+  const std::string ours = t.path() + "/ours/venv", theirs = t.path() + "/theirs/venv";
+  fs::create_directories(t.path() + "/ours");
+  fs::create_directories(t.path() + "/theirs");
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(ours)).exit_code, 0);
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(theirs)).exit_code, 0);
+  const std::string fresh_ours = files_of(ours), fresh_theirs = files_of(theirs);
+  const std::string before = test::tree_of(ours);
+  std::string args;
+  for (const auto& w : made) args += " " + shell_quote(w);
+  const auto r = cudafix("install" + args + " -y --no-verify --threads 4", ours);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string site_t = test::site_packages(theirs);
+  const std::string py =
+      "import sys\n"
+      "from installer import install\n"
+      "from installer.destinations import SchemeDictionaryDestination\n"
+      "from installer.sources import WheelFile\n"
+      "v, site, interpreter = sys.argv[1:4]\n"
+      "d = SchemeDictionaryDestination({'purelib': site, 'platlib': site, 'scripts': v + '/bin',\n"
+      "    'headers': v + '/include', 'data': v}, interpreter=interpreter + '/bin/python', script_kind='posix')\n"
+      "for whl in sys.argv[4:]:\n"
+      "    with WheelFile.open(whl) as w:\n"
+      "        install(w, d, {'INSTALLER': b'cudafix\\n', 'REQUESTED': b''})\n";
+  test::write_file(t.path() + "/inst.py", py);
+  const auto pi = run_shell("/usr/bin/python3 " + shell_quote(t.path() + "/inst.py") + " " + shell_quote(theirs) + " " +
+                            shell_quote(site_t) + " " + shell_quote(ours) + args + " 2>&1");
+  ASSERT_EQ(pi.exit_code, 0) << pi.out;
+  const auto written = [&](const std::string& venv, const std::string& fresh) {
+    std::set<std::string> skip;
+    std::istringstream in(fresh);
+    for (std::string l; std::getline(in, l);) skip.insert(l.substr(0, l.find(' ')));
+    std::string out;
+    std::istringstream all(files_of(venv));
+    for (std::string l; std::getline(all, l);)
+      if (!skip.count(l.substr(0, l.find(' ')))) out += l + "\n";
+    return out;
+  };
+  const std::string a = written(ours, fresh_ours);
+  EXPECT_EQ(a, written(theirs, fresh_theirs));
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_THAT(a, HasSubstr("side" + std::to_string(k) + "/lib/libbig" + std::to_string(k) + ".so "));
+    EXPECT_THAT(a, HasSubstr("bin/tool" + std::to_string(k) + " x "));
+  }
+  const auto back = cudafix("rollback -y", ours);
+  ASSERT_EQ(back.exit_code, 0) << back.out;
+  EXPECT_EQ(test::tree_of(ours), before) << test::tree_diff(before, test::tree_of(ours));
 }
 
 // Issue 36, item 2: a file several wheels of one install ship (NVIDIA's wheels all ship
