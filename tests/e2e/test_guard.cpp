@@ -146,6 +146,10 @@ TEST_F(Guard, APipUninstallThatBreaksAConsumersLibraryIsRefusedBeforeItRunsAndCh
   EXPECT_EQ(doc["command"], "guard");
   EXPECT_EQ(doc["uninstall"]["dists"], json::array({"nvidia-cudnn-cu12"}));
   EXPECT_EQ(doc["uninstall"]["safe"], false);
+  // plan remove's own document for it, whole: what it removes and what pip's removal would break.
+  EXPECT_EQ(doc["uninstall"]["plan"]["command"], "plan remove") << doc["uninstall"];
+  EXPECT_EQ(doc["uninstall"]["plan"]["safe"], false);
+  EXPECT_FALSE(doc["uninstall"]["plan"]["breaks"].empty()) << doc["uninstall"]["plan"];
   EXPECT_TRUE(doc["refused"].is_string());
   EXPECT_TRUE(doc["exit_code"].is_null());
   EXPECT_EQ(hashes_of(v), before);
