@@ -185,7 +185,7 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   clock.lap("confirm");
   tx::Transaction t(env.layout.root_real, "fix");
   // The baseline probe runs beside the staging: the driver's initialisation costs as much.
-  const auto verify_options = verify_steps_options(g);
+  const auto verify_options = verify_steps_options(g, !o.no_verify);
   auto baseline = o.no_verify ? std::future<installer::apply::EarlyBaseline>{}
                               : installer::apply::start_baseline(env.layout, knowledge, prepared, verify_options);
   installer::apply::stage_plan(env, prepared, t, apply);

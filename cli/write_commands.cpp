@@ -499,7 +499,7 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
     return declined(g, out, "apply", env.layout.root);
 
   tx::Transaction t(layout.root_real, "apply " + o.plan);
-  const auto verify_options = verify_steps_options(g);
+  const auto verify_options = verify_steps_options(g, !o.no_verify);
   auto baseline = o.no_verify ? std::future<installer::apply::EarlyBaseline>{}
                               : installer::apply::start_baseline(layout, knowledge, prepared, verify_options);
   const std::size_t files = installer::apply::stage_plan(env, prepared, t, apply);
@@ -582,7 +582,7 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   }
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = installer::apply::step_verifier(env, knowledge, labels, t, verify_steps_options(g), checks);
+  const auto check = installer::apply::step_verifier(env, knowledge, labels, t, verify_steps_options(g, !o.no_verify), checks);
   if (const auto rc = carry_out_verified(g, out, "install", env, t, check, checks)) return *rc;
   report_done(g, out, "install", env.layout.root, t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,

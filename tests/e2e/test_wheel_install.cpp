@@ -141,6 +141,28 @@ TEST_F(WheelInstall, WritesWhatPypaInstallerWritesFileForFile) {
   EXPECT_THAT(a, HasSubstr("include/site/python"));
 }
 
+// cudafix copied without its probe helper (cudafix-probe, installed beside it): --no-verify runs
+// no probe and installs; a verified install names the missing helper and changes nothing.
+TEST_F(WheelInstall, WithoutItsProbeHelperNoVerifyStillInstallsAndAVerifiedInstallNamesTheHelper) {
+  TempDir t;
+  const std::string v = t.path() + "/venv", alone = t.path() + "/bin/cudafix";
+  fs::create_directories(t.path() + "/bin");
+  fs::copy_file(test::k_bin, alone);
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(v, {}));
+  const std::string before = files_of(v);
+  const auto run = [&](const std::string& args) {
+    return run_shell("env -u VIRTUAL_ENV " + shell_quote(alone) + " " + args + " --venv " + shell_quote(v) +
+                     test::k_no_cache + " 2>&1");
+  };
+  const auto verified = run("install " + shell_quote(wheel_) + " -y");
+  EXPECT_EQ(verified.exit_code, 2) << verified.out;
+  EXPECT_THAT(verified.out, HasSubstr("the probe helper " + t.path() + "/bin/cudafix-probe is missing"));
+  EXPECT_EQ(files_of(v), before);
+  const auto unverified = run("install " + shell_quote(wheel_) + " -y --no-verify");
+  EXPECT_EQ(unverified.exit_code, 0) << unverified.out;
+  EXPECT_THAT(test::venv_pip(v, "list").out, HasSubstr("fancy-pkg"));
+}
+
 TEST_F(WheelInstall, PipListsShowsChecksAndUninstallsItAndRollbackUndoesIt) {
   TempDir t;
   const std::string v = t.path() + "/venv";
