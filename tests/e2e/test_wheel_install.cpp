@@ -60,6 +60,45 @@ std::string files_of(const std::string& dir) {
   return out;
 }
 
+// files_of(venv) less the files `fresh` (files_of the venv as made) lists: what installs wrote.
+// The venvs' own files (activate scripts, pyvenv.cfg) name their own folders, so only these compare.
+std::string written_since(const std::string& venv, const std::string& fresh) {
+  std::set<std::string> skip;
+  std::istringstream in(fresh);
+  for (std::string l; std::getline(in, l);) skip.insert(l.substr(0, l.find(' ')));
+  std::string out;
+  std::istringstream all(files_of(venv));
+  for (std::string l; std::getline(all, l);)
+    if (!skip.count(l.substr(0, l.find(' ')))) out += l + "\n";
+  return out;
+}
+
+// pypa/installer (Debian's python3-installer) installing `wheels` in turn into `venv`, a venv made
+// without pip, as cudafix lays a wheel out (headers under include/site/pythonX.Y/<dist>), with
+// the INSTALLER and REQUESTED cudafix writes and `interpreter`'s bin/python in the scripts (the
+// venv cudafix installed into, so that the scripts compare equal). `dir`: where its script goes.
+test::RunResult pypa_install(const std::string& dir, const std::string& venv, const std::string& interpreter,
+                             const std::vector<std::string>& wheels) {
+  const std::string py =
+      "import re, sys\n"
+      "from installer import install\n"
+      "from installer.destinations import SchemeDictionaryDestination\n"
+      "from installer.sources import WheelFile\n"
+      "v, site, interpreter = sys.argv[1:4]\n"
+      "version = re.search(r'python(3\\.[0-9]+)', site).group(1)\n"
+      "for whl in sys.argv[4:]:\n"
+      "    with WheelFile.open(whl) as w:\n"
+      "        d = SchemeDictionaryDestination({'purelib': site, 'platlib': site, 'scripts': v + '/bin',\n"
+      "            'headers': v + '/include/site/python' + version + '/' + w.distribution, 'data': v},\n"
+      "            interpreter=interpreter + '/bin/python', script_kind='posix')\n"
+      "        install(w, d, {'INSTALLER': b'cudafix\\n', 'REQUESTED': b''})\n";
+  test::write_file(dir + "/inst.py", py);
+  std::string args;
+  for (const auto& w : wheels) args += " " + shell_quote(w);
+  return run_shell("/usr/bin/python3 " + shell_quote(dir + "/inst.py") + " " + shell_quote(venv) + " " +
+                   shell_quote(test::site_packages(venv)) + " " + shell_quote(interpreter) + args + " 2>&1");
+}
+
 class WheelInstall : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -100,40 +139,9 @@ TEST_F(WheelInstall, WritesWhatPypaInstallerWritesFileForFile) {
   const std::string fresh_ours = files_of(ours), fresh_theirs = files_of(theirs);
   const auto r = cudafix("install " + shell_quote(wheel_) + " -y --no-verify", ours);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  // pypa/installer into the same layout, with the interpreter path, INSTALLER and REQUESTED
-  // cudafix writes; then the interpreter path made the same for the comparison.
-  const std::string site_t = test::site_packages(theirs);
-  const std::string py =
-      "import sys\n"
-      "from installer import install\n"
-      "from installer.destinations import SchemeDictionaryDestination\n"
-      "from installer.sources import WheelFile\n"
-      "v, site, whl = sys.argv[1:4]\n"
-      "d = SchemeDictionaryDestination({'purelib': site, 'platlib': site, 'scripts': v + '/bin',\n"
-      "    'headers': v + '/include/site/python' + sys.argv[4] + '/fancy_pkg', 'data': v},\n"
-      "    interpreter=sys.argv[5] + '/bin/python', script_kind='posix')\n"
-      "with WheelFile.open(whl) as w:\n"
-      "    install(w, d, {'INSTALLER': b'cudafix\\n', 'REQUESTED': b''})\n";
-  test::write_file(t.path() + "/inst.py", py);
-  const std::string version =
-      site_t.substr(site_t.find("python3."), site_t.find("/site-packages") - site_t.find("python3."));
-  const auto pi = run_shell("/usr/bin/python3 " + shell_quote(t.path() + "/inst.py") + " " + shell_quote(theirs) + " " +
-                            shell_quote(site_t) + " " + shell_quote(wheel_) + " " + version.substr(6) + " " +
-                            shell_quote(ours) + " 2>&1");
+  const auto pi = pypa_install(t.path(), theirs, ours, {wheel_});
   ASSERT_EQ(pi.exit_code, 0) << pi.out;
-  // The venvs' own files (activate scripts, pyvenv.cfg) name their own folders: only what the
-  // installs wrote is compared.
-  const auto written = [&](const std::string& venv, const std::string& fresh) {
-    std::set<std::string> skip;
-    std::istringstream in(fresh);
-    for (std::string l; std::getline(in, l);) skip.insert(l.substr(0, l.find(' ')));
-    std::string out;
-    std::istringstream all(files_of(venv));
-    for (std::string l; std::getline(all, l);)
-      if (!skip.count(l.substr(0, l.find(' ')))) out += l + "\n";
-    return out;
-  };
-  const std::string a = written(ours, fresh_ours), b = written(theirs, fresh_theirs);
+  const std::string a = written_since(ours, fresh_ours), b = written_since(theirs, fresh_theirs);
   EXPECT_EQ(a, b);
   EXPECT_THAT(a, HasSubstr("bin/fancy x"));
   EXPECT_THAT(a, HasSubstr("bin/tool "));
@@ -372,34 +380,10 @@ TEST_F(WheelInstall, SeveralWheelsStagedSideBySideWriteWhatPypaInstallerWritesFo
   for (const auto& w : made) args += " " + shell_quote(w);
   const auto r = cudafix("install" + args + " -y --no-verify --threads 4", ours);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const std::string site_t = test::site_packages(theirs);
-  const std::string py =
-      "import sys\n"
-      "from installer import install\n"
-      "from installer.destinations import SchemeDictionaryDestination\n"
-      "from installer.sources import WheelFile\n"
-      "v, site, interpreter = sys.argv[1:4]\n"
-      "d = SchemeDictionaryDestination({'purelib': site, 'platlib': site, 'scripts': v + '/bin',\n"
-      "    'headers': v + '/include', 'data': v}, interpreter=interpreter + '/bin/python', script_kind='posix')\n"
-      "for whl in sys.argv[4:]:\n"
-      "    with WheelFile.open(whl) as w:\n"
-      "        install(w, d, {'INSTALLER': b'cudafix\\n', 'REQUESTED': b''})\n";
-  test::write_file(t.path() + "/inst.py", py);
-  const auto pi = run_shell("/usr/bin/python3 " + shell_quote(t.path() + "/inst.py") + " " + shell_quote(theirs) + " " +
-                            shell_quote(site_t) + " " + shell_quote(ours) + args + " 2>&1");
+  const auto pi = pypa_install(t.path(), theirs, ours, made);
   ASSERT_EQ(pi.exit_code, 0) << pi.out;
-  const auto written = [&](const std::string& venv, const std::string& fresh) {
-    std::set<std::string> skip;
-    std::istringstream in(fresh);
-    for (std::string l; std::getline(in, l);) skip.insert(l.substr(0, l.find(' ')));
-    std::string out;
-    std::istringstream all(files_of(venv));
-    for (std::string l; std::getline(all, l);)
-      if (!skip.count(l.substr(0, l.find(' ')))) out += l + "\n";
-    return out;
-  };
-  const std::string a = written(ours, fresh_ours);
-  EXPECT_EQ(a, written(theirs, fresh_theirs));
+  const std::string a = written_since(ours, fresh_ours);
+  EXPECT_EQ(a, written_since(theirs, fresh_theirs));
   for (int k = 0; k < 4; ++k) {
     EXPECT_THAT(a, HasSubstr("side" + std::to_string(k) + "/lib/libbig" + std::to_string(k) + ".so "));
     EXPECT_THAT(a, HasSubstr("bin/tool" + std::to_string(k) + " x "));
