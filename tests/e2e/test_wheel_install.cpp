@@ -60,6 +60,12 @@ std::string files_of(const std::string& dir) {
   return out;
 }
 
+// A venv made without pip at `venv` (its parent made first): what pypa/installer installs into.
+void bare_venv(const std::string& venv) {
+  fs::create_directories(fs::path(venv).parent_path());
+  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(venv)).exit_code, 0);
+}
+
 // files_of(venv) less the files `fresh` (files_of the venv as made) lists: what installs wrote.
 // The venvs' own files (activate scripts, pyvenv.cfg) name their own folders, so only these compare.
 std::string written_since(const std::string& venv, const std::string& fresh) {
@@ -132,10 +138,8 @@ TEST_F(WheelInstall, WritesWhatPypaInstallerWritesFileForFile) {
     GTEST_SKIP() << "Debian's python3-installer is not installed (.ci/install-deps installs it)";
   TempDir t;
   const std::string ours = t.path() + "/ours/venv", theirs = t.path() + "/theirs/venv";
-  fs::create_directories(t.path() + "/ours");
-  fs::create_directories(t.path() + "/theirs");
-  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(ours)).exit_code, 0);
-  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(theirs)).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(bare_venv(ours));
+  ASSERT_NO_FATAL_FAILURE(bare_venv(theirs));
   const std::string fresh_ours = files_of(ours), fresh_theirs = files_of(theirs);
   const auto r = cudafix("install " + shell_quote(wheel_) + " -y --no-verify", ours);
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -370,10 +374,8 @@ TEST_F(WheelInstall, SeveralWheelsStagedSideBySideWriteWhatPypaInstallerWritesFo
                                                 " --deflate --console-script tool" + n + "=side" + n + ":main"));
   }
   const std::string ours = t.path() + "/ours/venv", theirs = t.path() + "/theirs/venv";
-  fs::create_directories(t.path() + "/ours");
-  fs::create_directories(t.path() + "/theirs");
-  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(ours)).exit_code, 0);
-  ASSERT_EQ(run_shell(test::k_python + " -m venv --without-pip " + shell_quote(theirs)).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(bare_venv(ours));
+  ASSERT_NO_FATAL_FAILURE(bare_venv(theirs));
   const std::string fresh_ours = files_of(ours), fresh_theirs = files_of(theirs);
   const std::string before = test::tree_of(ours);
   std::string args;
