@@ -442,6 +442,7 @@ class Stager {
       files += ws->w.members.size();
     }
     needed_ += staging_margin(needed_, files);
+    staging_what_ = wheels.size() == 1 ? "the wheel" : fmt::format("the {} wheels", wheels.size());
     if (free_bytes_ < needed_)
       throw r::Error(
           fmt::format("{}: {} MiB free on the environment's file system, {} MiB needed to stage {}; "
@@ -542,6 +543,7 @@ class Stager {
   const std::string root_, python_;
   const std::function<void(std::uint64_t, std::uint64_t)>& progress_;
   std::uint64_t free_bytes_ = 0, needed_ = 0, total_ = 0;
+  std::string staging_what_ = "the wheel";  // what needed_ stages, as the full-disk refusal says
   std::atomic<std::uint64_t> written_{0};
   std::mutex mutex_;                                              // fullest_, failed_
   std::optional<std::pair<std::uint64_t, std::string>> fullest_;  // the member's size, the refusal
@@ -585,10 +587,9 @@ class Stager {
       try {
         refuse(wheel, member,
                fmt::format("the file system at {} is full ({}) with its {} bytes still to write: {} MiB needed to "
-                           "stage the wheel, {} MiB were free when staging began (another process has taken "
-                           "space since)",
+                           "stage {}, {} MiB were free when staging began (another process has taken space since)",
                            mount_point_of(root_), std::strerror(err), size, (needed_ + (1 << 20) - 1) >> 20,
-                           free_bytes_ >> 20));
+                           staging_what_, free_bytes_ >> 20));
       } catch (const r::Error& e) {
         refusal = e.what();
       }

@@ -354,10 +354,11 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const std::uint64_t end = m.data_offset + m.compressed;
       const std::uint64_t after = m.size - d.layout.dynamic_offset;  // bytes from the segment to the end
       std::uint64_t first = 0, last = end - 1;
-      if (after <= (pass == 1 ? 2 : 4) * k_window) {
+      if (after <= 4 * k_window) {
         // Near the end (CUDA libraries: .data is small): what follows the segment deflates to
         // at most about its own size, so a window that ends with the member and reaches that
-        // far back holds it; first a short one, as .data and .got deflate well.
+        // far back holds it; first a short one, as .data, .got and the tables after them deflate
+        // well (cuDNN 9.19's engines_precompiled: 2.2 MB after its segment, 115 KB deflated).
         const std::uint64_t reach = pass == 1 ? k_window / 4 : after + after / 1000 + k_window / 4;
         first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
       } else if (!limits.mid_stream) {
@@ -370,12 +371,13 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         const std::uint64_t reach = after + after / 1000 + k_window / 4;
         first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
       } else {
-        // Elsewhere: where the segment would fall were the member evenly packed, the window
-        // mostly before it (a block boundary must come first, 32 KiB ahead).
-        const std::uint64_t window = pass == 1 ? k_window / 4 : 2 * k_window;
+        // Elsewhere: where the segment would fall were the member evenly packed; first a window
+        // around that place (the estimate misses both ways: cuDNN 9.19's heuristic library by
+        // 104 KB late), then a wider one mostly before it (a block boundary must come first).
+        const std::uint64_t window = pass == 1 ? k_window / 2 : 2 * k_window;
         const double at = static_cast<double>(d.layout.dynamic_offset) / static_cast<double>(m.size);
         const auto estimate = m.data_offset + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
-        const std::uint64_t lead = 3 * window / 4;
+        const std::uint64_t lead = pass == 1 ? window / 2 : 3 * window / 4;
         first = std::max(m.data_offset, estimate > lead ? estimate - lead : 0);
         last = std::min(end - 1, first + window - 1);
       }
