@@ -86,7 +86,9 @@ struct ValidatedWheel {
 // Refuses, naming the member, a wheel that would write one target twice, outside the
 // environment, or any of cudafix's state, pyvenv.cfg, .lock or the interpreter (stage_wheels
 // checks it too; run it before a transaction begins, so that a refusal leaves none).
-void check_targets(const ValidatedWheel& wheel, const resolver::EnvLayout& layout);
+// Returns every target it claimed, normal: the members' (RECORD, INSTALLER and REQUESTED aside,
+// which are written anew) and the console scripts'.
+std::vector<std::string> check_targets(const ValidatedWheel& wheel, const resolver::EnvLayout& layout);
 
 struct StagedWheel {
   std::vector<std::string> targets;  // absolute, every file the install writes
