@@ -265,6 +265,7 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
       return declined(g, out, "rollback", env.layout.root);
     show_progress(g, t, "restoring");
     t.carry_out();
+    forget_guard(root, *o.snapshot);  // a killed guard's notice ends once its snapshot is restored
     return report_done(
         g, out, "rollback", env.layout.root, t,
         fmt::format("restored snapshot '{}'{}: {} files put back, {} moved aside, {} unchanged", *o.snapshot,
@@ -582,7 +583,8 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   }
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check = installer::apply::step_verifier(env, knowledge, labels, t, verify_steps_options(g, !o.no_verify), checks);
+  const auto check =
+      installer::apply::step_verifier(env, knowledge, labels, t, verify_steps_options(g, !o.no_verify), checks);
   if (const auto rc = carry_out_verified(g, out, "install", env, t, check, checks)) return *rc;
   report_done(g, out, "install", env.layout.root, t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,

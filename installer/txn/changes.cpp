@@ -268,6 +268,7 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   for (const auto& [abs, hash] : files) folders.insert(r::parent_dir(tmp + "/tree/" + r::relative_to(abs, root)));
   for (const auto& f : folders) make_dirs(f);
   std::vector<json> made(files.size());
+  std::vector<SnapshotEntry> held(files.size());
   std::atomic<std::size_t> linked{0}, copied{0}, symlinks{0}, seen{0};
   std::atomic<std::uint64_t> bytes{0}, copied_bytes{0};
   std::mutex failure_mutex;
@@ -279,10 +280,21 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
     if (::lstat(abs.c_str(), &st) != 0) return;  // listed, not on disk: nothing to keep
     const std::string rel = r::relative_to(abs, root);
     json e{{"path", rel}, {"mode", st.st_mode & 07777}, {"size", static_cast<std::uint64_t>(st.st_size)}};
+    SnapshotEntry& kept = held[i];
+    kept = {rel,
+            S_ISLNK(st.st_mode),
+            st.st_mode & 07777,
+            static_cast<std::uint64_t>(st.st_size),
+            "",
+            "",
+            st.st_dev,
+            st.st_ino,
+            static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
     if (S_ISLNK(st.st_mode)) {
       std::error_code link_ec;
       e["type"] = "symlink";
-      e["target"] = fs::read_symlink(abs, link_ec).string();
+      kept.target = fs::read_symlink(abs, link_ec).string();
+      e["target"] = kept.target;
       ++symlinks;
     } else if (S_ISREG(st.st_mode)) {
       e["type"] = "file";
@@ -316,7 +328,8 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
         ++copied;
         copied_bytes += static_cast<std::uint64_t>(st.st_size);
       }
-      e["sha256"] = hash.empty() ? r::sha256_of_file(abs) : hash;
+      kept.sha256 = hash.empty() ? r::sha256_of_file(abs) : hash;
+      e["sha256"] = kept.sha256;
       bytes += static_cast<std::uint64_t>(st.st_size);
     } else {
       return;
@@ -325,8 +338,11 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   });
   if (!failure.empty()) throw r::Error(failure);
   json entries = json::array();
-  for (auto& e : made)
-    if (!e.is_null()) entries.push_back(std::move(e));
+  for (std::size_t i = 0; i < made.size(); ++i) {
+    if (made[i].is_null()) continue;
+    entries.push_back(std::move(made[i]));
+    info.entries.push_back(std::move(held[i]));
+  }
   info.files = entries.size();
   info.linked = linked;
   info.copied = copied;
@@ -341,6 +357,7 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
                       {"copied", info.copied},
                       {"scope", info.scope ? json(*info.scope) : json()},
                       {"entries", std::move(entries)}};
+  test_pause("snapshot-linked");
   write_synced(tmp + "/manifest.json", manifest.dump());
   rename_path(tmp, dir);
   return info;
@@ -352,7 +369,7 @@ std::vector<SnapshotInfo> list_snapshots(const std::string& root) {
   for (fs::directory_iterator it(snapshots_root(root), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string n = it->path().filename().string();
     if (n.starts_with(".")) continue;
-    const auto text = r::try_read_file(it->path().string() + "/manifest.json");
+    const auto text = r::try_read_file(it->path().string() + "/manifest.json", k_manifest_max_bytes);
     if (!text) continue;
     const auto j = json::parse(*text, nullptr, false);
     if (!j.is_object()) continue;
@@ -384,36 +401,63 @@ void delete_snapshot(const std::string& root, const std::string& name) {
   const std::string dir = snapshot_dir(root, name);
   if (!exists_nofollow(dir + "/manifest.json"))
     throw r::Error(fmt::format("no snapshot named '{}' in {}", name, snapshots_root(root)));
-  remove_tree_on_every_core(dir);
+  // Unlisted before its files go: a kill in between leaves no snapshot that names missing files.
+  const std::string going = snapshots_root(root) + "/." + name + ".deleting";
+  remove_tree(going);
+  rename_path(dir, going);
+  test_pause("snapshot-unlisted");
+  remove_tree_on_every_core(going);
 }
 
-namespace {
-RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& name, Transaction& tx);
-}  // namespace
-
-RestoreCheck plan_restore(const r::Environment& env, const std::string& name, Transaction& tx) {
-  try {
-    return plan_restore_checked(env, name, tx);
-  } catch (const json::exception& e) {
-    throw r::Error(fmt::format("{}/manifest.json: a field of the wrong type ({}); nothing was changed",
-                               snapshot_dir(env.layout.root_real, name), e.what()));
+void tidy_snapshots(const std::string& root, const std::function<void(const std::string&)>& say) {
+  const std::string folder = snapshots_root(root);
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    for (const std::string_view suffix : {std::string_view(".partial"), std::string_view(".deleting")}) {
+      if (name.size() <= suffix.size() + 1 || name.front() != '.' || !name.ends_with(suffix)) continue;
+      const auto snapshot = std::string_view(name).substr(1, name.size() - 1 - suffix.size());
+      if (!r::is_snapshot_name(snapshot)) continue;
+      remove_tree(folder + "/" + name);
+      say(suffix == ".partial"
+              ? fmt::format("recovering: removed snapshot '{}', which a killed run left half taken", snapshot)
+              : fmt::format("recovering: finished deleting snapshot '{}', which a killed run had begun to delete",
+                            snapshot));
+    }
   }
 }
 
 namespace {
-RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& name, Transaction& tx) {
-  check_snapshot_name(name);
+
+// A manifest's entries, each checked: a normal path inside the environment, not cudafix's state.
+std::vector<SnapshotEntry> entries_of(const json& manifest, const std::string& dir) {
+  std::vector<SnapshotEntry> out;
+  for (const auto& e : manifest["entries"]) {
+    const std::string rel = e.is_object() && e["path"].is_string() ? e["path"].get<std::string>() : "";
+    if (!r::is_clean_relative(rel) || r::is_protected_path(rel))
+      throw r::Error(
+          fmt::format("{}/manifest.json: entry '{}' is not a normal path inside the environment (or names "
+                      "cudafix's own state); nothing was changed",
+                      dir, rel.substr(0, 256)));
+    SnapshotEntry entry;
+    entry.rel = rel;
+    entry.symlink = e.value("type", "") == "symlink";
+    entry.target = e.value("target", "");
+    entry.sha256 = e.value("sha256", "");
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+// The ops that put `entries` back (those `only` names, where given) and move aside what the
+// scope's dists list now that the entries do not hold.
+RestoreCheck plan_restore_entries(const r::Environment& env, const std::string& dir,
+                                  const std::vector<SnapshotEntry>& entries,
+                                  const std::optional<std::vector<std::string>>& scope,
+                                  const std::set<std::string>* only, Transaction& tx) {
   const std::string root = env.layout.root_real;
-  if (auto why = r::state_folder_problem(root); !why.empty())
-    throw r::Error(fmt::format("cudafix's state cannot be trusted: {}; nothing was changed", why));
-  const std::string dir = snapshot_dir(root, name);
-  const auto text = r::try_read_file(dir + "/manifest.json");
-  if (!text) throw r::Error(fmt::format("no snapshot named '{}' in {}", name, snapshots_root(root)));
-  const auto manifest = json::parse(*text, nullptr, false);
-  if (!manifest.is_object() || !manifest["entries"].is_array())
-    throw r::Error(fmt::format("{}/manifest.json is not a snapshot manifest", dir));
   RestoreCheck check;
-  check.scope = scope_of(manifest, dir);
+  check.scope = scope;
   struct Restore {
     std::string abs, from;
     bool symlink;
@@ -422,42 +466,36 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
   };
   std::vector<Restore> restores;
   std::set<std::string> kept;
-  for (const auto& e : manifest["entries"]) {
-    const std::string rel = e.is_object() && e["path"].is_string() ? e["path"].get<std::string>() : "";
-    if (!r::is_clean_relative(rel) || r::is_protected_path(rel))
-      throw r::Error(
-          fmt::format("{}/manifest.json: entry '{}' is not a normal path inside the environment (or names "
-                      "cudafix's own state); nothing was changed",
-                      dir, rel.substr(0, 256)));
-    const std::string abs = root + "/" + rel;
+  for (const auto& e : entries) {
+    const std::string abs = root + "/" + e.rel;
     kept.insert(abs);
+    if (only && !only->count(abs)) continue;
     struct stat now {
     }, was{};
     const bool present = ::lstat(abs.c_str(), &now) == 0;
-    if (e.value("type", "") == "symlink") {
-      const std::string target = e.value("target", "");
+    if (e.symlink) {
       std::error_code ec;
-      if (present && S_ISLNK(now.st_mode) && fs::read_symlink(abs, ec).string() == target) {
+      if (present && S_ISLNK(now.st_mode) && fs::read_symlink(abs, ec).string() == e.target) {
         ++check.unchanged;
         continue;
       }
-      restores.push_back({abs, "", true, target, ""});
+      restores.push_back({abs, "", true, e.target, ""});
       continue;
     }
-    const std::string from = dir + "/tree/" + rel;
-    if (::lstat(from.c_str(), &was) != 0) {
-      check.altered.push_back(rel + " (gone from the snapshot)");
+    const std::string from = dir + "/tree/" + e.rel;
+    if (::lstat(from.c_str(), &was) != 0 || !S_ISREG(was.st_mode)) {
+      check.altered.push_back(e.rel + " (gone from the snapshot)");
       continue;
     }
     if (present && now.st_dev == was.st_dev && now.st_ino == was.st_ino) {
       ++check.unchanged;  // the very file the snapshot holds
       continue;
     }
-    if (r::sha256_of_file(from) != e.value("sha256", "")) {
-      check.altered.push_back(rel);
+    if (r::sha256_of_file(from) != e.sha256) {
+      check.altered.push_back(e.rel);
       continue;
     }
-    restores.push_back({abs, from, false, "", e.value("sha256", "")});
+    restores.push_back({abs, from, false, "", e.sha256});
   }
   if (!check.altered.empty()) return check;
   // What the dists list now that the snapshot did not hold goes aside; for a scoped one, what the
@@ -468,6 +506,7 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
   std::set<std::string> folders;
   for (const auto& [abs, hash] : listed.files) {
     if (kept.count(abs) || listed.outside.count(abs) || !exists_nofollow(abs)) continue;
+    if (only && !only->count(abs)) continue;
     check_inside(env, abs);
     tx.move_aside(abs);
     ++check.remove;
@@ -484,6 +523,7 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
     } else {
       link_path(rs.from, staged);
     }
+    // What stands at the path now (a folder where a file was, say) goes aside first.
     tx.put(staged, rs.abs, 0755, rs.sha256);
     ++check.restore;
   }
@@ -495,6 +535,89 @@ RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& 
   return check;
 }
 
+RestoreCheck plan_restore_checked(const r::Environment& env, const std::string& name, Transaction& tx) {
+  check_snapshot_name(name);
+  const std::string root = env.layout.root_real;
+  if (auto why = r::state_folder_problem(root); !why.empty())
+    throw r::Error(fmt::format("cudafix's state cannot be trusted: {}; nothing was changed", why));
+  const std::string dir = snapshot_dir(root, name);
+  if (!exists_nofollow(dir + "/manifest.json"))
+    throw r::Error(fmt::format("no snapshot named '{}' in {}", name, snapshots_root(root)));
+  const auto text = r::try_read_file(dir + "/manifest.json", k_manifest_max_bytes);
+  if (!text)
+    throw r::Error(
+        fmt::format("{}/manifest.json cannot be read: no regular file, unreadable, or over {} MiB; nothing "
+                    "was changed",
+                    dir, k_manifest_max_bytes >> 20));
+  const auto manifest = json::parse(*text, nullptr, false);
+  if (!manifest.is_object() || !manifest["entries"].is_array())
+    throw r::Error(fmt::format("{}/manifest.json is not a snapshot manifest", dir));
+  return plan_restore_entries(env, dir, entries_of(manifest, dir), scope_of(manifest, dir), nullptr, tx);
+}
+
 }  // namespace
+
+RestoreCheck plan_restore(const r::Environment& env, const std::string& name, Transaction& tx) {
+  try {
+    return plan_restore_checked(env, name, tx);
+  } catch (const json::exception& e) {
+    throw r::Error(fmt::format("{}/manifest.json: a field of the wrong type ({}); nothing was changed",
+                               snapshot_dir(env.layout.root_real, name), e.what()));
+  }
+}
+
+RestoreCheck plan_restore_paths(const r::Environment& now, const SnapshotInfo& held,
+                                const std::vector<std::string>& paths, Transaction& tx) {
+  const std::string root = now.layout.root_real;
+  if (auto why = r::state_folder_problem(root); !why.empty())
+    throw r::Error(fmt::format("cudafix's state cannot be trusted: {}; nothing was changed", why));
+  const std::set<std::string> only(paths.begin(), paths.end());
+  auto check = plan_restore_entries(now, snapshot_dir(root, held.name), held.entries, held.scope, &only, tx);
+  // A tree file linked when the snapshot was taken and replaced since is not what was kept.
+  return check;
+}
+
+std::vector<SnapshotChange> changes_since(const r::Environment& now, const SnapshotInfo& held) {
+  const std::string root = now.layout.root_real;
+  std::vector<SnapshotChange> out;
+  std::set<std::string> kept;
+  for (const auto& e : held.entries) {
+    const std::string abs = root + "/" + e.rel;
+    kept.insert(abs);
+    struct stat st {};
+    if (::lstat(abs.c_str(), &st) != 0) {
+      out.push_back({abs, "was removed"});
+      continue;
+    }
+    if (e.symlink) {
+      std::error_code ec;
+      if (!S_ISLNK(st.st_mode) || fs::read_symlink(abs, ec).string() != e.target) out.push_back({abs, "was changed"});
+      continue;
+    }
+    if (S_ISLNK(st.st_mode)) {
+      out.push_back({abs, "was replaced by a symlink"});
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      out.push_back({abs, "was replaced by a folder"});
+      continue;
+    }
+    const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    if (st.st_dev == e.dev && st.st_ino == e.ino) {
+      if (static_cast<std::uint64_t>(st.st_size) != e.size || mtime != e.mtime_ns)
+        out.push_back({abs, "was written in place"});
+      continue;
+    }
+    // A new inode: pip reinstalling the same wheel writes the same bytes, which is no change.
+    if (static_cast<std::uint64_t>(st.st_size) != e.size || r::sha256_of_file(abs) != e.sha256)
+      out.push_back({abs, "was changed"});
+  }
+  std::optional<std::vector<bool>> in_scope;
+  if (held.scope) in_scope = dists_in_scope(now, *held.scope);
+  for (const auto& [abs, hash] : listed_files(now, in_scope ? &*in_scope : nullptr).files)
+    if (!kept.count(abs) && exists_nofollow(abs)) out.push_back({abs, "was created"});
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  return out;
+}
 
 }  // namespace cudafix::installer::txn

@@ -565,16 +565,34 @@ void fault_trace_mark(std::string_view what) {
 }
 
 void test_pause(std::string_view point) {
-  static const std::pair<std::string, long> pause_at = [] {
+  // POINT:MS[,POINT:MS...]
+  static const std::map<std::string, long, std::less<>> pause_at = [] {
+    std::map<std::string, long, std::less<>> at;
     const char* v = std::getenv("CUDAFIX_TEST_PAUSE_AT");
     const std::string s = v ? v : "";
-    const auto colon = s.find(':');
-    if (colon == std::string::npos || colon == 0 || (s[0] >= '0' && s[0] <= '9')) return std::pair<std::string, long>{};
-    return std::pair<std::string, long>{s.substr(0, colon), std::strtol(s.c_str() + colon + 1, nullptr, 10)};
+    if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return at;
+    for (std::size_t start = 0; start < s.size();) {
+      const auto end = std::min(s.find(',', start), s.size());
+      const std::string one = s.substr(start, end - start);
+      const auto colon = one.find(':');
+      if (colon != std::string::npos && colon > 0)
+        at[one.substr(0, colon)] = std::strtol(one.c_str() + colon + 1, nullptr, 10);
+      start = end + 1;
+    }
+    return at;
   }();
-  if (pause_at.first.empty() || pause_at.first != point) return;
+  static const std::string kill_at = [] {
+    const char* v = std::getenv("CUDAFIX_TEST_KILL_AT");
+    return v && !(v[0] >= '0' && v[0] <= '9') ? std::string(v) : std::string();
+  }();
+  if (!kill_at.empty() && kill_at == point) {
+    fault_trace_mark(point);
+    ::kill(::getpid(), SIGKILL);
+  }
+  const auto at = pause_at.find(point);
+  if (at == pause_at.end()) return;
   fault_trace_mark(point);
-  std::this_thread::sleep_for(std::chrono::milliseconds(pause_at.second));
+  std::this_thread::sleep_for(std::chrono::milliseconds(at->second));
 }
 
 void journal_step() {

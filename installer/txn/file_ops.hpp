@@ -13,9 +13,17 @@
 //                                       mark commit     the commit record is synced
 //   CUDAFIX_TEST_KILL_AT=N            the process kills itself (SIGKILL) at journal step N: each
 //                                     journal record appended and each op carried out is a step.
+//   CUDAFIX_TEST_KILL_AT=POINT        the same at a named point (test_pause(POINT)), after its
+//                                     "mark POINT" line: `snapshot-linked` (a snapshot's files
+//                                     linked, its manifest not yet written), `snapshot-unlisted`
+//                                     (a deleted snapshot renamed away, its files still there),
+//                                     `guard-recorded`, `guard-snapshotted` (the lock still held),
+//                                     `guard-ran` (the command ended, the lock not held),
+//                                     `guard-judged` (before the undo; installer/guard/).
 //   CUDAFIX_TEST_PAUSE_AT=N:MS        the process sleeps MS milliseconds at journal step N, the
 //                                     lock held: how the tests run two cudafix at once.
-//   CUDAFIX_TEST_PAUSE_AT=POINT:MS    the same at a named point (test_pause(POINT)), after a
+//   CUDAFIX_TEST_PAUSE_AT=POINT:MS[,POINT:MS...]
+//                                     the same at named points (test_pause(POINT)), after a
 //                                     "mark POINT" line in the fault trace: `staging`, once a
 //                                     wheel's free-space check passed and before its first staged
 //                                     byte is written (how a test fills the disk in between).

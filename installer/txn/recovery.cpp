@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "installer/txn/changes.hpp"
 #include "installer/txn/file_ops.hpp"
+#include "installer/txn/guard_record.hpp"
 #include "installer/txn/state_files.hpp"
 #include "installer/txn/transaction.hpp"
 #include "resolver/base/diagnostic.hpp"
@@ -103,19 +105,6 @@ void refuse_state_a_wheel_wrote(const std::string& root) {
                     fmt::join(listed, "; ")));
 }
 
-// Snapshots a killed `snapshot` left half taken (`.<name>.partial`, never listed nor restored).
-void remove_partial_snapshots(const std::string& root, const std::function<void(const std::string&)>& say) {
-  const std::string folder = state_dir(root) + "/snapshots";
-  std::error_code ec;
-  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const auto snapshot = std::string_view(name).substr(1, name.size() > 9 ? name.size() - 9 : 0);
-    if (name.front() != '.' || !name.ends_with(".partial") || !resolver::is_snapshot_name(snapshot)) continue;
-    remove_tree(folder + "/" + name);
-    say(fmt::format("recovering: removed snapshot '{}', which a killed run left half taken", snapshot));
-  }
-}
-
 // The trusted journals with neither commit nor abort. Only those are checked whole (distrust()
 // asks the disk about every op): this runs each time the lock is taken.
 std::vector<std::string> unfinished_transactions(const std::string& root) {
@@ -168,7 +157,8 @@ void recover_held(const std::string& root, const std::function<void(const std::s
   if (!ids.empty()) refuse_state_a_wheel_wrote(root);
   for (const auto& id : ids) recover_one(root, id, say);
   if (active) remove_file(active_file(root));
-  remove_partial_snapshots(root, say);
+  tidy_snapshots(root, say);
+  tidy_guard_records(root, say);
 }
 
 // What a kill left of finished transactions is removed before the next begins: staging, the

@@ -23,8 +23,6 @@ inline constexpr std::uint64_t k_max_active = 256;               // an id and it
 
 // What is at `path` now, as a `left` record would say it.
 [[nodiscard]] Left left_now(const std::string& path);
-// How what is at a path now differs from what a transaction left there; nullopt: it does not.
-[[nodiscard]] std::optional<std::string> change_at(const Left& was);
 
 // Removes what a finished transaction no longer needs: its staging always, and its backups when
 // it was undone.

@@ -141,6 +141,11 @@ struct ChangedPath {
   std::string what;  // "was changed", "was removed", "was created"
 };
 
+// How what is at a path now differs from what a transaction left there ("was changed", "was
+// removed", ...); nullopt: it does not (the same bytes under another inode are no change where
+// the transaction recorded their hash).
+[[nodiscard]] std::optional<std::string> change_at(const Left& was);
+
 // The transaction that undoes committed transaction `done` (planned, not carried out): each of its
 // ops reversed, newest first. What `done` put in place goes aside into `undo`'s own old/, and its
 // backups come back, so a rollback needs nothing but `done`'s old/, and later needs nothing of

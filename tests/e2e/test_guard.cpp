@@ -51,6 +51,12 @@ class Guard : public ::testing::Test {
     build("leafpkg 1.0 leafpkg/__init__.py=" + py + " leafpkg/data.txt=" + py);
     base_ = tmp_->path() + "/base";
     ASSERT_NO_FATAL_FAILURE(test::make_venv(base_, wheels));
+    // Not installed: what other writers install while a guarded command runs.
+    const std::string later = tmp_->path() + "/later";
+    fs::create_directories(later);
+    extra_wheel_ = test::make_wheel(later, "extrapkg 1.0 extrapkg/__init__.py=" + py + " extrapkg/data.txt=" + py);
+    shadow_wheel_ = test::make_wheel(
+        later, "cudnnshadow 1.0 nvidia/cudnn/lib/libcudnn.so.9=" + k_verify + "/cudnn/v91400/libcudnn.so.9");
   }
   static void TearDownTestSuite() { delete tmp_; }
 
@@ -122,8 +128,42 @@ class Guard : public ::testing::Test {
     return out;
   }
 
+  // `cudafix guard --json --no-verify ARGS -- COMMAND` started in the background with `env` (VAR=VALUE ...)
+  // before it; its document goes to `out`, its exit code to `out`.rc.
+  static void guard_in_background(const std::string& venv, const std::string& env, const std::string& args,
+                                  const std::string& command, const std::string& out) {
+    ASSERT_EQ(run_shell("(env -u VIRTUAL_ENV " + env + " " + shell_quote(test::k_bin) +
+                        " guard --json --no-verify --venv " + shell_quote(venv) + test::k_no_cache + " " + args +
+                        " -- " + command + " >" + shell_quote(out) + " 2>" + shell_quote(out + ".err") + "; echo $? >" +
+                        shell_quote(out + ".rc") + ") </dev/null >/dev/null 2>&1 &")
+                  .exit_code,
+              0);
+  }
+  // Waits (up to 60 s) until `file` exists and holds `text`.
+  static bool wait_for(const std::string& file, const std::string& text) {
+    for (int i = 0; i < 1200; ++i) {
+      if (fs::exists(file) && resolver::read_file(file).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  // A background guard's exit code and document, once it ended.
+  static std::pair<int, json> finished(const std::string& out) {
+    if (!wait_for(out + ".rc", "\n")) return {-1, json()};
+    const int rc = std::stoi(resolver::read_file(out + ".rc"));
+    std::string text = resolver::read_file(out);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    text = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+    return {rc, json::parse(text, nullptr, false)};
+  }
+  static std::set<std::string> paths_in(const json& list) {
+    std::set<std::string> out;
+    for (const auto& e : list) out.insert(e["path"].get<std::string>());
+    return out;
+  }
+
   static inline TempDir* tmp_ = nullptr;
-  static inline std::string base_;
+  static inline std::string base_, extra_wheel_, shadow_wheel_;
 };
 
 TEST_F(Guard, APipUninstallThatBreaksAConsumersLibraryIsRefusedBeforeItRunsAndChangesNothing) {
@@ -245,11 +285,16 @@ TEST_F(Guard, AKilledGuardsSnapshotIsReportedByTheNextCommandWithHowToRestoreIt)
                 .exit_code,
             0);
   const pid_t pid = std::stoi(resolver::read_file(pid_file));
-  // The marker appears once the snapshot is taken and the command runs.
-  for (int i = 0; i < 200 && !(fs::exists(v + "/.cudafix/guards") && !fs::is_empty(v + "/.cudafix/guards")); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The record is written before the snapshot; the snapshot is complete once it has its manifest.
+  const auto complete = [&] {
+    for (const auto& n : snapshots(v))
+      if (fs::exists(v + "/.cudafix/snapshots/" + n + "/manifest.json")) return n;
+    return std::string();
+  };
+  for (int i = 0; i < 200 && complete().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_EQ(snapshots(v).size(), 1u);
-  const std::string name = snapshots(v)[0];
+  const std::string name = complete();
+  ASSERT_FALSE(name.empty());
   const auto doctor = [&] {
     return run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " doctor --venv " + shell_quote(v) +
                      test::k_no_cache + " 2>&1 >/dev/null");
@@ -427,6 +472,226 @@ TEST_F(Guard, ACommandThatBreaksTheProbeIsUndone) {
   EXPECT_EQ(rc2, 0);
   EXPECT_EQ(doc2["before"]["probe"]["ran"], true);
   EXPECT_EQ(doc2["probed_after"], false);
+}
+
+// ---- other writers in the window (issue 51) --------------------------------------------------
+
+// A cudafix install that commits while a guarded command runs is another writer's: guard undoes
+// its own command's change and keeps the install, which stays committed and can be rolled back.
+TEST_F(Guard, ACudafixInstallThatCommitsWhileTheCommandRunsIsKeptWhenTheCommandIsUndone) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13";
+  const std::string go = t.path() + "/installed", out = t.path() + "/guard.json";
+  const std::string command = "sh -c " + shell_quote("rm " + shell_quote(lib) + "; for i in $(seq 600); do [ -e " +
+                                                     shell_quote(go) + " ] && break; sleep 0.05; done");
+  guard_in_background(
+      v, "CUDAFIX_TEST_PAUSE_AT=guard-snapshotted:1 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"), "",
+      command, out);
+  ASSERT_TRUE(wait_for(t.path() + "/trace", "mark guard-snapshotted"));
+  const auto install = cudafix("install -y --no-verify " + shell_quote(extra_wheel_), v);
+  ASSERT_EQ(install.exit_code, 0) << install.out;
+  test::write_file(go, "");
+  const auto [rc, doc] = finished(out);
+  EXPECT_EQ(rc, 1) << doc.dump();
+  EXPECT_EQ(doc["verdict"], "undone") << doc.dump();
+  EXPECT_TRUE(fs::exists(lib)) << "the command's deletion is undone";
+  EXPECT_TRUE(fs::exists(site(v) + "/extrapkg/__init__.py")) << "the install is kept";
+  EXPECT_THAT(test::venv_pip(v, "list --format json").out, HasSubstr("extrapkg"));
+  bool by_install = false;
+  for (const auto& c : doc["changes"]["others"])
+    by_install = by_install || c["writer"].get<std::string>().find("cudafix transaction") != std::string::npos;
+  EXPECT_TRUE(by_install) << doc["changes"].dump();
+  EXPECT_EQ(paths_in(doc["changes"]["command"]), std::set<std::string>{lib});
+  // The install is still committed, and its own rollback is not refused.
+  const auto history = cudafix("history --json", v);
+  EXPECT_THAT(history.out, HasSubstr("committed"));
+  const auto back = cudafix("rollback -y", v);  // the newest: guard's undo
+  EXPECT_EQ(back.exit_code, 0) << back.out;
+}
+
+// A second guard's pip install while the first guard's command runs is the second guard's: the
+// first undoes its own deletion alone.
+TEST_F(Guard, ASecondGuardsPipInstallWhileTheFirstsCommandRunsIsKept) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13";
+  const std::string go = t.path() + "/installed", first = t.path() + "/first.json";
+  const std::string command = "sh -c " + shell_quote("rm " + shell_quote(lib) + "; for i in $(seq 600); do [ -e " +
+                                                     shell_quote(go) + " ] && break; sleep 0.05; done");
+  guard_in_background(
+      v, "CUDAFIX_TEST_PAUSE_AT=guard-snapshotted:1 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"), "",
+      command, first);
+  ASSERT_TRUE(wait_for(t.path() + "/trace", "mark guard-snapshotted"));
+  const auto second =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " guard --no-verify --venv " + shell_quote(v) +
+                test::k_no_cache + " -- " + pip(v) + " install -q --no-index --no-deps " + shell_quote(extra_wheel_) +
+                " 2>&1; touch " + shell_quote(go));
+  const auto [rc, doc] = finished(first);
+  EXPECT_EQ(rc, 1) << doc.dump() << second.out;
+  EXPECT_EQ(doc["verdict"], "undone");
+  EXPECT_TRUE(fs::exists(lib));
+  EXPECT_TRUE(fs::exists(site(v) + "/extrapkg/__init__.py")) << "the second guard's install is kept";
+  EXPECT_THAT(test::venv_pip(v, "list --format json").out, HasSubstr("extrapkg"));
+}
+
+// Two guarded uninstalls at once: the one whose own uninstall is harmless does not undo it for
+// the other's break (nor undo the other's), and the one that broke undoes its own alone.
+TEST_F(Guard, OfTwoGuardsAtOnceEachJudgesAndUndoesOnlyItsOwnCommand) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string harmless = t.path() + "/harmless.json", breaking = t.path() + "/breaking.json";
+  // The harmless one judges while the breaking one's change is in its window; the breaking one after.
+  guard_in_background(v,
+                      "CUDAFIX_TEST_PAUSE_AT=guard-snapshotted:1,guard-ran:5000 CUDAFIX_TEST_FAULT_TRACE=" +
+                          shell_quote(t.path() + "/h"),
+                      "", pip(v) + " uninstall -y leafpkg", harmless);
+  ASSERT_TRUE(wait_for(t.path() + "/h", "mark guard-snapshotted"));
+  guard_in_background(v, "CUDAFIX_TEST_PAUSE_AT=guard-ran:12000", "--allow-break",
+                      pip(v) + " uninstall -y nvidia-cudnn-cu12", breaking);
+  const auto [hrc, hdoc] = finished(harmless);
+  const auto [brc, bdoc] = finished(breaking);
+  EXPECT_EQ(hrc, 0) << hdoc.dump();
+  EXPECT_EQ(hdoc["verdict"], "not_ours") << hdoc.dump();
+  EXPECT_FALSE(hdoc["worse"].empty()) << "the break was in its window";
+  EXPECT_EQ(brc, 1) << bdoc.dump();
+  EXPECT_EQ(bdoc["verdict"], "undone") << bdoc.dump();
+  // A serial order's end: the cu12 uninstall undone, leafpkg's uninstall kept.
+  const auto listed = test::venv_pip(v, "list --format json").out;
+  EXPECT_THAT(listed, HasSubstr("nvidia-cudnn-cu12"));
+  EXPECT_THAT(listed, Not(HasSubstr("leafpkg")));
+  EXPECT_EQ(test::venv_pip(v, "check").exit_code, 0);
+}
+
+// Another writer's install lands on a path the uninstall then deletes: both wrote it, so guard
+// undoes nothing, keeps the snapshot and names the path, the writer and the command to restore.
+TEST_F(Guard, WhereTheCommandAndAnotherWriterChangedOnePathNothingIsUndoneAndBothAreNamed) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string out = t.path() + "/guard.json", lib = site(v) + "/nvidia/cudnn/lib/libcudnn.so.9";
+  guard_in_background(
+      v, "CUDAFIX_TEST_PAUSE_AT=guard-snapshotted:3000 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"),
+      "--allow-break", pip(v) + " uninstall -y nvidia-cudnn-cu12", out);
+  ASSERT_TRUE(wait_for(t.path() + "/trace", "mark guard-snapshotted"));
+  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(shadow_wheel_)).exit_code, 0);
+  const auto [rc, doc] = finished(out);
+  EXPECT_EQ(rc, 1) << doc.dump();
+  EXPECT_EQ(doc["verdict"], "overlap") << doc.dump();
+  EXPECT_EQ(doc["undone"], false);
+  EXPECT_EQ(doc["kept"], true);
+  bool named = false;
+  for (const auto& c : doc["changes"]["overlap"])
+    named = named || (c["path"] == lib && c["writer"].get<std::string>().find("cudnnshadow 1.0") != std::string::npos);
+  EXPECT_TRUE(named) << doc["changes"].dump();
+  EXPECT_FALSE(fs::exists(lib)) << "nothing was undone";
+  const std::string name = doc["snapshot"].get<std::string>();
+  EXPECT_TRUE(fs::exists(v + "/.cudafix/snapshots/" + name + "/manifest.json"));
+  // The next command names it, with the exact command that restores it.
+  EXPECT_THAT(cudafix("doctor", v).out, HasSubstr("`cudafix rollback --snapshot " + name + "` restores it"));
+}
+
+// What guard restores comes from what it held in memory when it took the snapshot: a manifest
+// rewritten in the window (its scope widened, its entries emptied) is not read back.
+TEST_F(Guard, ASnapshotManifestRewrittenInTheWindowIsNotWhatGuardRestoresFrom) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = hashes_of(v), out = t.path() + "/guard.json";
+  guard_in_background(
+      v, "CUDAFIX_TEST_PAUSE_AT=guard-ran:3000 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"),
+      "--allow-break", pip(v) + " uninstall -y nvidia-cudnn-cu12", out);
+  ASSERT_TRUE(wait_for(t.path() + "/trace", "mark guard-ran"));
+  for (const auto& n : snapshots(v))
+    if (fs::exists(v + "/.cudafix/snapshots/" + n + "/manifest.json")) {
+      json m = manifest(v, n);
+      m["scope"] = nullptr;
+      m["entries"] = json::array();
+      test::write_file(v + "/.cudafix/snapshots/" + n + "/manifest.json", m.dump());
+    }
+  const auto [rc, doc] = finished(out);
+  EXPECT_EQ(rc, 1) << doc.dump();
+  EXPECT_EQ(doc["verdict"], "undone");
+  EXPECT_TRUE(fs::exists(site(v) + "/torch/lib/libtorch_cuda.so")) << "torch was not moved aside";
+  EXPECT_EQ(hashes_of(v), before);
+}
+
+// A command that removes cudafix's folder and breaks nothing: guard returns its exit code and
+// says the snapshot went with it.
+TEST_F(Guard, ACommandThatRemovesCudafixsFolderAndBreaksNothingExitsWithItsCode) {
+  TempDir t;
+  const std::string v = copy(t);
+  const auto r = guard(v, "--no-verify", "sh -c " + shell_quote("rm -rf " + shell_quote(v + "/.cudafix") + "; exit 4"));
+  EXPECT_EQ(r.exit_code, 4) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("nothing got worse"));
+  EXPECT_THAT(r.out, HasSubstr("the command removed it"));
+  EXPECT_THAT(r.out, Not(HasSubstr("is kept")));
+}
+
+// A planted 3 GiB sparse manifest costs nothing to list or to refuse.
+TEST_F(Guard, ASparseManifestIsNeitherReadWholeNorListed) {
+  TempDir t;
+  const std::string v = copy(t);
+  ASSERT_EQ(cudafix("snapshot real", v).exit_code, 0);
+  fs::create_directories(v + "/.cudafix/snapshots/planted");
+  ASSERT_EQ(run_shell("truncate -s 3G " + shell_quote(v + "/.cudafix/snapshots/planted/manifest.json")).exit_code, 0);
+  const auto limited = [&](const std::string& args) {
+    return run_shell("ulimit -v 1500000; env -u VIRTUAL_ENV timeout 60 " + shell_quote(test::k_bin) + " " + args +
+                     " --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+  };
+  const auto list = limited("snapshot --list");
+  EXPECT_EQ(list.exit_code, 0) << list.out;
+  EXPECT_THAT(list.out, HasSubstr("real"));
+  EXPECT_THAT(list.out, Not(HasSubstr("planted")));
+  const auto restore = limited("rollback --snapshot planted -y");
+  EXPECT_EQ(restore.exit_code, 2) << restore.out;
+  EXPECT_THAT(restore.out, HasSubstr("manifest.json cannot be read"));
+}
+
+// A guard killed at any point leaves the environment before or after its command, and nothing
+// that no command names: the next command that takes the lock removes a half-taken or
+// half-deleted snapshot and a record without a snapshot, saying so; a complete snapshot left
+// behind is named with how to restore it.
+TEST_F(Guard, AGuardKilledAtAnyPointLeavesNothingThatNoCommandNames) {
+  const std::vector<std::string> points = {
+      "guard-recorded",   "snapshot-linked", "guard-snapshotted", "guard-ran", "guard-judged", "2", "4",
+      "snapshot-unlisted"};
+  for (const auto& point : points) {
+    SCOPED_TRACE(point);
+    TempDir t;
+    const std::string v = copy(t);
+    const std::string before = hashes_of(v);
+    const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13";
+    const auto killed = run_shell("env -u VIRTUAL_ENV CUDAFIX_TEST_KILL_AT=" + point + " " + shell_quote(test::k_bin) +
+                                  " guard --no-verify --venv " + shell_quote(v) + test::k_no_cache + " -- rm " +
+                                  shell_quote(lib) + " 2>&1");
+    EXPECT_EQ(killed.exit_code, 137) << killed.out;
+    // The next command that takes the lock: a guard of a command that changes nothing.
+    const auto next = guard(v, "--no-verify", "true");
+    EXPECT_EQ(next.exit_code, 0) << next.out;
+    std::vector<std::string> left;
+    for (const auto& n : snapshots(v)) left.push_back(n);
+    for (const auto& n : left) {
+      EXPECT_FALSE(n.starts_with(".")) << n << " is a half-taken or half-deleted snapshot";
+      EXPECT_THAT(next.out, HasSubstr("`cudafix rollback --snapshot " + n + "` restores it")) << "unnamed: " << n;
+    }
+    std::error_code ec;
+    for (fs::directory_iterator it(v + "/.cudafix/guards", ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string snap = it->path().stem().string();
+      EXPECT_TRUE(fs::exists(v + "/.cudafix/snapshots/" + snap + "/manifest.json")) << "a record without snapshot";
+    }
+    const bool as_before = hashes_of(v) == before;
+    EXPECT_TRUE(as_before || (!fs::exists(lib) && left.size() == 1u)) << "between states, or unnamed";
+    if (point == "snapshot-unlisted") {
+      EXPECT_THAT(next.out, HasSubstr("finished deleting snapshot"));
+    }
+    if (point == "snapshot-linked" || point == "guard-recorded") {
+      EXPECT_THAT(next.out, HasSubstr("recovering:"));
+    }
+    for (const auto& n : left) {
+      const auto back = cudafix("rollback --snapshot " + n + " -y", v);
+      EXPECT_EQ(back.exit_code, 0) << back.out;
+      EXPECT_EQ(hashes_of(v), before);
+    }
+  }
 }
 
 }  // namespace

@@ -10,11 +10,14 @@ import pathlib
 import re
 import sys
 
-INSTALLER = ["installer/txn", "installer/wheel", "installer/source", "installer/probe", "installer/apply"]
+INSTALLER = ["installer/txn", "installer/wheel", "installer/source", "installer/probe", "installer/apply",
+             "installer/guard"]
 ORDER = ["resolver/base", "resolver/pep", "resolver/elf", "resolver/loader", "resolver/env", "resolver/plan",
          "rules"] + INSTALLER + ["cli"]
 # installer/'s layers and rules/ are siblings above the resolver: neither includes the other.
 SIBLINGS = {(a, b) for layer in INSTALLER for a, b in (("rules", layer), (layer, "rules"))}
+# installer/guard/ sits beside installer/apply/: a guarded command is no plan, and neither includes the other.
+SIBLINGS |= {("installer/apply", "installer/guard"), ("installer/guard", "installer/apply")}
 SOURCES = (".cpp", ".hpp", ".c", ".h")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
