@@ -520,6 +520,10 @@ int reserve_blocks(int fd, std::uint64_t size, const std::string& path) {
   return err;
 }
 
+void set_mode(int fd, unsigned mode, const std::string& path) {
+  if (::fchmod(fd, static_cast<mode_t>(mode)) != 0) fail("fchmod", path, errno);
+}
+
 void write_all(int fd, const void* data, std::size_t size, const std::string& path) {
   const auto* p = static_cast<const char*>(data);
   while (size > 0) {

@@ -26,7 +26,10 @@
 //                                     the same at named points (test_pause(POINT)), after a
 //                                     "mark POINT" line in the fault trace: `staging`, once a
 //                                     wheel's free-space check passed and before its first staged
-//                                     byte is written (how a test fills the disk in between).
+//                                     byte is written (how a test fills the disk in between);
+//                                     `mode`, once an executable staged file is written and
+//                                     before its mode is set (how a test swaps its folder for a
+//                                     symlink in between).
 //   CUDAFIX_BENCH_NO_SYNC=1           no fsync and no syncfs at all: what durability costs, for
 //                                     bench/txn_gpu.sh only (a power cut may then lose anything).
 #pragma once
@@ -78,6 +81,10 @@ void sync_path(const std::string& path);  // a file or a folder
 // Returns 0 or the errno: ENOSPC or EDQUOT when there is no room, EOPNOTSUPP or EINVAL where the
 // file system cannot reserve.
 [[nodiscard]] int reserve_blocks(int fd, std::uint64_t size, const std::string& path);
+// fchmod of `fd`: the mode lands on the file written through it. A chmod by path would follow
+// a staging folder another process swapped for a symlink meanwhile, to a file outside, and
+// Landlock does not fence mode changes. `path` names it in the error.
+void set_mode(int fd, unsigned mode, const std::string& path);
 // Writes all of `data` to `fd` (retrying short writes and EINTR); `path` names it in the error.
 void write_all(int fd, const void* data, std::size_t size, const std::string& path);
 // Appends `text` to `path` (made when absent) and syncs it.

@@ -208,9 +208,7 @@ class Stager {
       s.staged = staged_path(target);
       make_parent(s.staged);
       s.put_already = restage(s.staged);
-      txn::append_synced(s.staged, text);
-      if (executable) ::chmod(s.staged.c_str(), 0755);
-      s.hash = r::sha256_of_file(s.staged);
+      s.hash = write_generated(s.staged, text, executable);
       s.size = text.size();
       s.executable = executable;
       ws.staged.push_back(std::move(s));
@@ -238,8 +236,7 @@ class Stager {
     s.staged = staged_path(s.target);
     make_parent(s.staged);
     s.put_already = restage(s.staged);
-    txn::append_synced(s.staged, record);
-    s.hash = r::sha256_of_file(s.staged);  // not listed in RECORD, but what a rollback compares
+    s.hash = write_generated(s.staged, record, false);  // not listed in RECORD, but what a rollback compares
     ws.staged.push_back(std::move(s));
     for (const auto& f : ws.staged) {
       if (f.target.empty()) continue;
@@ -319,6 +316,32 @@ class Stager {
     };
   }
   void stage_member(WheelStaging& ws, std::size_t index);
+
+  // 0755 whatever the umask, set on the file `fd` was written through: by path, the mode would
+  // follow a staging folder swapped for a symlink since (another process of this user can write
+  // .cudafix/) to a file outside, and Landlock does not fence mode changes.
+  static void set_executable(int fd, const std::string& staged_file) {
+    txn::test_pause("mode");
+    txn::set_mode(fd, 0755, staged_file);
+  }
+  // A generated file written whole where it is staged, its mode set and its hash taken from the
+  // bytes written: nothing is looked up by path again once it is open. Returns RECORD's form of
+  // its SHA-256.
+  static std::string write_generated(const std::string& staged_file, std::string_view text, bool executable) {
+    const int fd = txn::open_file(staged_file, O_WRONLY | O_CREAT | O_EXCL, executable ? 0755 : 0644);
+    try {
+      txn::write_all(fd, text.data(), text.size(), staged_file);
+      if (executable) set_executable(fd, staged_file);
+      txn::sync_fd(fd, staged_file);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    r::Sha256Stream hash;
+    hash.update(text.data(), text.size());
+    return hash.record_digest();
+  }
 };
 
 void Stager::stage_member(WheelStaging& ws, std::size_t index) {
@@ -340,13 +363,13 @@ void Stager::stage_member(WheelStaging& ws, std::size_t index) {
   if (m.record_algorithm != "sha256") wheel_digest.emplace(m.record_algorithm);
   if (!script) {
     const std::string digest = write_member(ws.archive, e, fd, s.staged, wheel_digest, full(w.path, m.name, m.size));
+    if (s.executable) set_executable(fd, s.staged);
     txn::start_writeback(fd);
     ::close(fd);
     if ((wheel_digest ? wheel_digest->record_digest() : digest) != m.record_hash)
       refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
     s.hash = digest;
     s.size = m.size;
-    if (s.executable) ::chmod(s.staged.c_str(), 0755);
     wrote(m.size);
     return;
   }
@@ -389,13 +412,13 @@ void Stager::stage_member(WheelStaging& ws, std::size_t index) {
     });
   });
   if (first == Line::unread) put(head.data(), head.size());  // a script of fewer than 8 bytes
+  if (s.executable) set_executable(fd, s.staged);
   ::close(fd);
   if ((wheel_digest ? wheel_digest->record_digest() : wheel_hash.record_digest()) != m.record_hash)
     refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
   s.hash = written_hash.record_digest();
   s.size = written;
   wrote(m.size);
-  if (s.executable) ::chmod(s.staged.c_str(), 0755);
 }
 
 }  // namespace

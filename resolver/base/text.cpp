@@ -239,13 +239,16 @@ namespace {
 // Reads all of `fd` into `out`, or returns the errno that stopped it. A regular file (`st`, the
 // caller's fstat of it) is read into a string of its size in one go (growing a string 64 KB at a
 // time copied torch's 1.5 MB RECORD many times over); one that reports no size (a pipe, /proc) is
-// read to end of input.
-int read_all(int fd, const struct stat& st, std::string& out) {
+// read to end of input, but no further than `max_bytes` (EFBIG past it): its size says nothing
+// of what it holds, and /proc/kallsyms, a regular file of size 0, holds megabytes.
+int read_all(int fd, const struct stat& st, std::string& out, std::uint64_t max_bytes = UINT64_MAX) {
   const std::size_t size = S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) : 0;
   out.resize(size);
+  // One byte past the bound tells a file over it.
+  const std::size_t cap = max_bytes >= SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(max_bytes) + 1;
   std::size_t have = 0;
   while (size == 0 || have < size) {
-    if (have == out.size()) out.resize(std::max<std::size_t>(65536, out.size() * 2));
+    if (have == out.size()) out.resize(std::min(cap, std::max<std::size_t>(65536, out.size() * 2)));
     const ssize_t r = ::read(fd, out.data() + have, out.size() - have);
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -253,6 +256,7 @@ int read_all(int fd, const struct stat& st, std::string& out) {
     }
     if (r == 0) break;
     have += static_cast<std::size_t>(r);
+    if (size == 0 && have > max_bytes) return EFBIG;
   }
   out.resize(have);
   return 0;
@@ -332,7 +336,7 @@ std::optional<std::string> try_read_file_at(int dir_fd, const char* name, std::u
       err = EINVAL;
     else if (static_cast<std::uint64_t>(st.st_size) > max_bytes)
       err = EFBIG;
-    else if (out.emplace(); (err = read_all(fd, st, *out)) != 0)
+    else if (out.emplace(); (err = read_all(fd, st, *out, max_bytes)) != 0)
       out.reset();
     ::close(fd);
   }

@@ -1,9 +1,15 @@
 #include "resolver/plan/uninstall_command.hpp"
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <filesystem>
+#include <optional>
+#include <set>
 
 #include "resolver/base/text.hpp"
 
@@ -210,61 +216,122 @@ std::optional<std::string> requirement_project(std::string_view requirement) {
 
 namespace {
 
-void read_one(const std::string& file, std::size_t depth, std::size_t max_depth, std::size_t max_bytes,
-              RequirementFileRead& out) {
-  if (depth > max_depth) {
-    out.problems.push_back(file + ": requirement files nested deeper than " + std::to_string(max_depth));
-    return;
-  }
-  const auto text = try_read_file(file, max_bytes);
-  if (!text) {
-    out.problems.push_back(file + ": cannot be read (or is larger than " + std::to_string(max_bytes) + " bytes)");
-    return;
-  }
-  const std::string folder = std::filesystem::path(file).parent_path().string();
-  std::string joined;
-  const auto take = [&](std::string line) {
-    // A comment starts at '#' at the line's start or after white space.
-    for (std::size_t k = 0; k < line.size(); ++k)
-      if (line[k] == '#' && (k == 0 || std::isspace(static_cast<unsigned char>(line[k - 1])))) {
-        line.resize(k);
-        break;
-      }
-    const std::string_view t = trim(line);
-    if (t.empty()) return;
-    if (t.starts_with("-r") || t.starts_with("--requirement")) {
-      std::string_view rest = t.starts_with("--requirement") ? t.substr(13) : t.substr(2);
-      if (rest.starts_with("=")) rest.remove_prefix(1);
-      rest = trim(rest);
-      if (rest.empty()) return;
-      const std::string nested(rest);
-      read_one(nested.front() == '/' || folder.empty() ? nested : folder + "/" + nested, depth + 1, max_depth,
-               max_bytes, out);
+// A file as the kernel knows it, whatever path named it (`./r.txt`, `../d/r.txt`, a symlink).
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  auto operator<=>(const FileId&) const = default;
+};
+
+class RequirementReader {
+ public:
+  RequirementReader(const RequirementFileLimits& limits, RequirementFileRead& out) : limits_(limits), out_(out) {}
+
+  // `file`, and the files it names; `by` is the file whose -r line named it (empty for the
+  // command line's).
+  void read(const std::string& file, const std::string& by) {
+    if (stopped_) return;
+    if (reading_.size() >= limits_.depth) {
+      problem(fmt::format("{}: requirement files nested deeper than {}; not read", file, limits_.depth));
       return;
     }
-    if (t.starts_with("-")) return;  // -c, -e, --index-url, ...: no project to uninstall
-    out.requirements.emplace_back(t);
-  };
-  for (const auto raw : split(*text, '\n')) {
-    std::string_view line = raw;
-    if (line.ends_with("\r")) line.remove_suffix(1);
-    if (line.ends_with("\\")) {
-      joined += std::string(line.substr(0, line.size() - 1));
-      continue;
+    std::optional<FileId> id;
+    if (struct stat st{}; ::stat(file.c_str(), &st) == 0) id = FileId{st.st_dev, st.st_ino};
+    if (id && std::find(reading_.begin(), reading_.end(), *id) != reading_.end()) {
+      problem(fmt::format("{}: recursively includes itself (named again by -r in {}); not read again", file, by));
+      return;
     }
-    joined += std::string(line);
-    take(std::move(joined));
-    joined.clear();
+    if (id && read_.contains(*id)) return;
+    // The identity is taken before the read: a file swapped in between is read under the old
+    // one's name once at most, which the totals bound like any other.
+    const std::uint64_t left = limits_.total_bytes - bytes_;
+    const std::uint64_t bound = std::min(limits_.file_bytes, left);
+    int err = 0;
+    const auto text = try_read_file_at(AT_FDCWD, file.c_str(), bound, &err);
+    if (!text) {
+      if (err == EFBIG && bound < limits_.file_bytes)
+        return stop(
+            fmt::format("{}: requirement files over {} bytes together; the rest not read", file, limits_.total_bytes));
+      problem(err == EFBIG ? fmt::format("{}: cannot be read: larger than {} bytes", file, bound)
+                           : fmt::format("{}: cannot be read: {}", file, why_unread(err, file)));
+      return;
+    }
+    bytes_ += text->size();
+    if (id) {
+      read_.insert(*id);
+      reading_.push_back(*id);
+    }
+    lines(file, *text);
+    if (id) reading_.pop_back();
   }
-  if (!joined.empty()) take(std::move(joined));
-}
+
+ private:
+  const RequirementFileLimits& limits_;
+  RequirementFileRead& out_;
+  std::vector<FileId> reading_;  // the chain being read, outermost first
+  std::set<FileId> read_;
+  std::set<std::string> said_;
+  std::uint64_t bytes_ = 0;
+  std::size_t lines_ = 0;
+  bool stopped_ = false;
+
+  void problem(std::string text) {
+    if (said_.insert(text).second) out_.problems.push_back(std::move(text));
+  }
+  void stop(std::string text) {
+    stopped_ = true;
+    problem(std::move(text));
+  }
+
+  void lines(const std::string& file, const std::string& text) {
+    const std::string folder = std::filesystem::path(file).parent_path().string();
+    std::string joined;
+    const auto take = [&](std::string line) {
+      if (++lines_ > limits_.total_lines)
+        return stop(fmt::format("{}: requirement files of over {} lines together; the rest not read", file,
+                                limits_.total_lines));
+      // A comment starts at '#' at the line's start or after white space.
+      for (std::size_t k = 0; k < line.size(); ++k)
+        if (line[k] == '#' && (k == 0 || std::isspace(static_cast<unsigned char>(line[k - 1])))) {
+          line.resize(k);
+          break;
+        }
+      const std::string_view t = trim(line);
+      if (t.empty()) return;
+      if (t.starts_with("-r") || t.starts_with("--requirement")) {
+        std::string_view rest = t.starts_with("--requirement") ? t.substr(13) : t.substr(2);
+        if (rest.starts_with("=")) rest.remove_prefix(1);
+        rest = trim(rest);
+        if (rest.empty()) return;
+        const std::string nested(rest);
+        read(nested.front() == '/' || folder.empty() ? nested : folder + "/" + nested, file);
+        return;
+      }
+      if (t.starts_with("-")) return;  // -c, -e, --index-url, ...: no project to uninstall
+      out_.requirements.emplace_back(t);
+    };
+    for (const auto raw : split(text, '\n')) {
+      if (stopped_) return;
+      std::string_view line = raw;
+      if (line.ends_with("\r")) line.remove_suffix(1);
+      if (line.ends_with("\\")) {
+        joined += std::string(line.substr(0, line.size() - 1));
+        continue;
+      }
+      joined += std::string(line);
+      take(std::move(joined));
+      joined.clear();
+    }
+    if (!joined.empty() && !stopped_) take(std::move(joined));
+  }
+};
 
 }  // namespace
 
-RequirementFileRead read_requirement_files(const std::vector<std::string>& files, std::size_t max_depth,
-                                           std::size_t max_bytes) {
+RequirementFileRead read_requirement_files(const std::vector<std::string>& files, const RequirementFileLimits& limits) {
   RequirementFileRead out;
-  for (const auto& f : files) read_one(f, 0, max_depth, max_bytes, out);
+  RequirementReader reader(limits, out);
+  for (const auto& f : files) reader.read(f, "");
   return out;
 }
 

@@ -2,8 +2,10 @@
 """Builds a real wheel for the end-to-end tests, from files on disk (no network, no build backend).
 
 usage: make_wheel.py OUTDIR NAME VERSION [ARCNAME=SOURCE ...] [--requires REQ ...] [--extra NAME ...]
-                     [--console-script NAME=MODULE:FUNCTION ...] [--deflate]
-Members are stored, or deflated (as NVIDIA's wheels are) with --deflate.
+                     [--console-script NAME=MODULE:FUNCTION ...] [--deflate] [--unix-mode OCTAL]
+Members are stored, or deflated (as NVIDIA's wheels are) with --deflate. The files' Unix mode is
+0755 without a file type, which cudafix, like pip, does not take as executable; --unix-mode 100755 makes them
+executable regular files.
 """
 import base64
 import hashlib
@@ -16,6 +18,7 @@ def main():
     out, name, version = sys.argv[1:4]
     files, requires, extras, scripts = [], [], [], []
     method = zipfile.ZIP_STORED
+    unix_mode = 0o755
     args = iter(sys.argv[4:])
     for a in args:
         if a == "--deflate":
@@ -26,6 +29,8 @@ def main():
             extras.append(next(args))
         elif a == "--console-script":
             scripts.append(next(args))
+        elif a == "--unix-mode":
+            unix_mode = int(next(args), 8)
         else:
             arc, src = a.split("=", 1)
             files.append((arc, src))
@@ -47,7 +52,7 @@ def main():
         for arc, src in files:
             with open(src, "rb") as f:
                 add(arc, f.read())
-            z.getinfo(arc).external_attr = 0o755 << 16
+            z.getinfo(arc).external_attr = unix_mode << 16
         add(f"{info}/METADATA", metadata.encode())
         add(f"{info}/WHEEL", wheel.encode())
         if scripts:

@@ -275,6 +275,34 @@ TEST_F(Guard, TheCommandRunsWithTheLockReleasedAndTheCallersFolderAndStreams) {
   EXPECT_EQ(r.out, "hello yes " + fs::canonical(t.path()).string() + "\n");
 }
 
+// Issue 51, item 2: `pip uninstall -y -r r.txt` where r.txt is twelve lines of `-r r.txt`. Guard
+// reads the file once, says its cycle by name in its judgement, and runs pip (which refuses the
+// file) within 1 GiB of address space and a minute; before, it re-read the file 12^8 times and
+// grew to 4.7 GB.
+TEST_F(Guard, ARequirementFileThatIncludesItselfIsReadOnceInBoundedMemoryAndTime) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = hashes_of(v);
+  std::string twelve;
+  for (int i = 0; i < 12; ++i) twelve += "-r r.txt\n";
+  test::write_file(t.path() + "/r.txt", twelve);
+  const auto r = run_shell("cd " + shell_quote(t.path()) + " && ulimit -v 1048576 && env -u VIRTUAL_ENV timeout 60 " +
+                           shell_quote(test::k_bin) + " guard --json --no-verify --venv " + shell_quote(v) +
+                           test::k_no_cache + " -- " + pip(v) + " uninstall -y -r r.txt 2>&1; echo rc=$?");
+  EXPECT_THAT(r.out, Not(HasSubstr("rc=124"))) << "still reading after a minute";
+  EXPECT_THAT(r.out, Not(HasSubstr("bad_alloc"))) << r.out.substr(0, 2000);
+  EXPECT_THAT(r.out, Not(HasSubstr("out of memory"))) << r.out.substr(0, 2000);
+  std::string last;  // guard's document: its last line of standard output that is one
+  for (const auto line : resolver::split(r.out, '\n'))
+    if (line.starts_with("{")) last = line;
+  const auto doc = json::parse(last, nullptr, false);
+  ASSERT_TRUE(!doc.is_discarded() && doc.contains("uninstall") && doc["uninstall"].is_object())
+      << r.out.substr(0, 2000);
+  ASSERT_EQ(doc["uninstall"]["problems"].size(), 1u) << doc["uninstall"].dump();
+  EXPECT_THAT(doc["uninstall"]["problems"][0].get<std::string>(), HasSubstr("r.txt: recursively includes itself"));
+  EXPECT_EQ(hashes_of(v), before);
+}
+
 TEST_F(Guard, AKilledGuardsSnapshotIsReportedByTheNextCommandWithHowToRestoreIt) {
   TempDir t;
   const std::string v = copy(t);

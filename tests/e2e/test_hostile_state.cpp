@@ -493,6 +493,61 @@ TEST_F(HostileState, AFifoOrADeviceInPyvenvCfgsPlaceIsRefusedAtOnce) {
   EXPECT_THAT(r.out, HasSubstr("not a regular file"));
 }
 
+// Issue 51, item 1: another process of the same user (a command run under `cudafix guard`)
+// swaps a staging folder under .cudafix/tx/<id>/new/ for a symlink to a folder outside, between
+// an executable file's write and the setting of its mode (the `mode` pause point). The mode is
+// set through the descriptor the file was written through, so the file of the same name outside
+// keeps its mode; the staged file's move then meets the symlink and the install is refused by
+// name, the venv as it was. Before, a chmod by path followed the symlink and made the file
+// outside 0755: Landlock does not fence mode changes. `staged_folder` is the folder swapped,
+// relative to new/; `name` the file in it: a wheel's member, or a console script cudafix writes.
+void swapped_while_staged(const TempDir& t, const std::string& v, const std::string& wheel,
+                          const std::string& staged_folder, const std::string& name) {
+  const std::string outside = t.path() + "/mode-canaries", canary = outside + "/" + name;
+  fs::create_directories(outside);
+  test::write_file(canary, "a file outside the environment\n");
+  fs::permissions(canary, fs::perms::owner_read | fs::perms::owner_write);
+  const std::string before = tree_of(v), trace = t.path() + "/trace", out = t.path() + "/out";
+  const std::string folder = "\"$(echo " + shell_quote(v) + "/.cudafix/tx/*/new/" + shell_quote(staged_folder) + ")\"";
+  const auto ran = run_shell(
+      "(env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/cache") +
+      " CUDAFIX_TEST_PAUSE_AT=mode:3000 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(trace) + " " +
+      shell_quote(test::k_bin) + " install " + shell_quote(wheel) + " -y --no-verify --venv " + shell_quote(v) +
+      test::k_no_cache + " > " + shell_quote(out) + " 2>&1; echo rc=$? >> " + shell_quote(out) +
+      ") & for i in $(seq 1000); do grep -qs 'mark mode' " + shell_quote(trace) +
+      " && break; sleep 0.01; done; grep -qs 'mark mode' " + shell_quote(trace) + " || echo never paused; d=" + folder +
+      "; mv \"$d\" \"$d.moved\" && ln -s " + shell_quote(outside) + " \"$d\" && echo swapped; wait");
+  ASSERT_THAT(ran.out, Not(HasSubstr("never paused"))) << ran.out;
+  EXPECT_THAT(ran.out, HasSubstr("swapped")) << ran.out;
+  const std::string said = resolver::try_read_file(out).value_or("");
+  EXPECT_EQ(fs::status(canary).permissions(), fs::perms::owner_read | fs::perms::owner_write)
+      << "the file outside changed mode: " << said;
+  EXPECT_EQ(resolver::try_read_file(canary).value_or(""), "a file outside the environment\n");
+  EXPECT_THAT(said, HasSubstr("rc=2")) << said;
+  EXPECT_THAT(said, HasSubstr(staged_folder + " leads outside")) << said;
+  EXPECT_EQ(tree_of(v), before) << tree_diff(before, tree_of(v));
+  EXPECT_FALSE(fs::exists(v + "/.cudafix/active"));
+}
+
+TEST_F(HostileState, AStagingFolderSwappedForASymlinkBeforeAMembersModeIsSetChangesNothingOutside) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  test::write_file(t.path() + "/src/tool", "#!/bin/sh\necho tool\n");
+  const std::string wheel =
+      test::make_wheel(t.path(), "modetarget 1.0 modetarget/tool=" + t.path() + "/src/tool --unix-mode 100755");
+  const std::string site = fs::relative(test::site_packages(v), v).string();
+  swapped_while_staged(t, v, wheel, site + "/modetarget", "tool");
+  EXPECT_EQ(canaries.changes(), "");
+}
+
+TEST_F(HostileState, AStagingFolderSwappedForASymlinkBeforeAScriptsModeIsSetChangesNothingOutside) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  const std::string wheel = test::make_wheel(t.path(), "modescript 1.0 --console-script modetool=modescript:main");
+  swapped_while_staged(t, v, wheel, "bin", "modetool");
+  EXPECT_EQ(canaries.changes(), "");
+}
+
 // The kernel's fence: a write outside, tried by a test hook past every check cudafix makes,
 // fails with EACCES, the command says so, and the venv is as it was.
 TEST_F(HostileState, TheLandlockFenceStopsAWriteOutsideTheEnvironment) {
@@ -515,33 +570,47 @@ TEST_F(HostileState, EveryPathChangingCallOfTheWriteCommandsIsBeneathTheRootOrTh
   TempDir t;
   auto [v, canaries] = setup(t);
   const std::string trace = t.path() + "/trace";
-  const std::string strace = "strace -f -qq -y -e trace=%file -o " + shell_quote(trace) + " ";
+  // fchmod names no path: traced beside the path calls, its descriptor decoded by -y.
+  const std::string strace = "strace -f -qq -y -e trace=%file,fchmod,fchown -o " + shell_quote(trace) + " ";
   const std::string cache = t.path() + "/cache";
+  // A wheel whose member and console script are executable: their modes are set too.
+  test::write_file(t.path() + "/src/tool", "#!/bin/sh\n");
+  const std::string modes = test::make_wheel(
+      t.path(), "modes 1.0 modes/tool=" + t.path() + "/src/tool --unix-mode 100755 --console-script modes=modes:main");
   std::string all;
   for (const std::string& args :
-       {"install " + shell_quote(victim_) + " -y --no-verify", std::string("remove alpha -y"),
-        std::string("snapshot s"), std::string("rollback -y"), std::string("rollback --snapshot s -y")}) {
+       {"install " + shell_quote(victim_) + " -y --no-verify", "install " + shell_quote(modes) + " -y --no-verify",
+        std::string("remove alpha -y"), std::string("snapshot s"), std::string("rollback -y"),
+        std::string("rollback --snapshot s -y")}) {
     const auto r = run_shell("env -u VIRTUAL_ENV ASAN_OPTIONS=detect_leaks=0 CUDAFIX_CACHE_DIR=" + shell_quote(cache) +
                              " " + strace + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(v) +
                              test::k_no_cache + " 2>&1");
     ASSERT_EQ(r.exit_code, 0) << args << ": " << r.out;
     all += resolver::try_read_file(trace).value_or("");
   }
-  // renameat2(3</v/x>, "a", 4</v/y>, "b", 0) = 0; mkdirat(3</v>, "d", 0700) = 0; openat(..., O_WRONLY|O_CREAT...)
+  // renameat2(3</v/x>, "a", 4</v/y>, "b", 0) = 0; mkdirat(3</v>, "d", 0700) = 0; openat(..., O_WRONLY|O_CREAT...);
+  // fchmod(5</v/new/x>, 0755) = 0
   const std::regex changing(
-      R"(^\d+ +((rename|renameat|renameat2|mkdir|mkdirat|rmdir|unlink|unlinkat|link|linkat|symlink|symlinkat)\(|(open|openat|creat)\(.*O_(WRONLY|RDWR|CREAT|TRUNC)))");
+      R"(^\d+ +((rename|renameat|renameat2|mkdir|mkdirat|rmdir|unlink|unlinkat|link|linkat|symlink|symlinkat|chmod|fchmodat|fchmodat2|fchmod|chown|lchown|fchownat|fchown|utimensat|truncate)\(|(open|openat|creat)\(.*O_(WRONLY|RDWR|CREAT|TRUNC)))");
   const std::regex first_path(R"(\((?:(-?\d+)<([^>]*)>, |AT_FDCWD, )?"([^"]*)\")");
+  const std::regex by_descriptor(R"(^\d+ +f(chmod|chown)\((\d+)<([^>]*)>)");
   std::istringstream lines(all);
   std::string line;
-  int checked = 0;
+  int checked = 0, modes_set = 0;
   std::vector<std::string> outside;
   const std::string real_venv = fs::canonical(v).string(), real_cache = fs::weakly_canonical(cache).string();
   while (std::getline(lines, line)) {
     if (!std::regex_search(line, changing) || line.find(" = -1 ") != std::string::npos) continue;
     std::smatch m;
-    if (!std::regex_search(line, m, first_path)) continue;
-    std::string path = m[3];
-    if (m[2].matched && !path.starts_with("/")) path = std::string(m[2]) + (path == "." ? "" : "/" + path);
+    std::string path;
+    if (std::regex_search(line, m, by_descriptor)) {
+      path = m[3];
+      modes_set += m[1] == "chmod";
+    } else {
+      if (!std::regex_search(line, m, first_path)) continue;
+      path = m[3];
+      if (m[2].matched && !path.starts_with("/")) path = std::string(m[2]) + (path == "." ? "" : "/" + path);
+    }
     if (!path.starts_with("/")) continue;  // relative to the working folder: none expected, shown below
     ++checked;
     const bool beneath = resolver::is_within(path, real_venv) || resolver::is_within(path, real_cache) ||
@@ -549,6 +618,7 @@ TEST_F(HostileState, EveryPathChangingCallOfTheWriteCommandsIsBeneathTheRootOrTh
     if (!beneath) outside.push_back(line);
   }
   EXPECT_GT(checked, 20) << all.substr(0, 2000);
+  EXPECT_GE(modes_set, 2) << "the executable member's and the console script's";
   EXPECT_TRUE(outside.empty()) << outside.size()
                                << " calls outside, the first: " << (outside.empty() ? "" : outside.front());
   EXPECT_EQ(canaries.changes(), "");

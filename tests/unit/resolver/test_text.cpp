@@ -2,6 +2,7 @@
 
 #include "resolver/base/text.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <string>
@@ -173,6 +174,23 @@ TEST(TryReadFile, RefusesAFifoAFolderAndAMissingFileWithoutWaiting) {
   EXPECT_FALSE(try_read_file(t.path()));
   EXPECT_FALSE(try_read_file(t.path() + "/absent"));
   EXPECT_THROW((void)read_file(t.path() + "/absent"), Error);
+}
+
+// Issue 51, item 3: a file that says it is empty (a /proc file, one on a FUSE mount) is read no
+// further than the bound either. /proc/kallsyms is a regular file of size 0 that holds megabytes;
+// before, it was read whole whatever the bound.
+TEST(TryReadFile, AFileOfNoSizeIsReadNoFurtherThanTheBound) {
+  struct stat st {};
+  const auto whole = try_read_file("/proc/kallsyms");
+  if (::stat("/proc/kallsyms", &st) != 0 || st.st_size != 0 || !whole || whole->size() < (std::size_t{1} << 20))
+    GTEST_SKIP() << "no /proc/kallsyms of size 0 holding a megabyte or more here";
+  int err = 0;
+  EXPECT_FALSE(try_read_file_at(AT_FDCWD, "/proc/kallsyms", 65536, &err));
+  EXPECT_EQ(err, EFBIG);
+  EXPECT_FALSE(try_read_file("/proc/kallsyms", (std::size_t{1} << 20) - 1));
+  const auto status = try_read_file("/proc/self/status", 1 << 20);
+  ASSERT_TRUE(status) << "a small one within the bound is read whole";
+  EXPECT_NE(status->find("Name:"), std::string::npos);
 }
 
 // "Did you mean": a typo, a swap of two letters, a word of a dashed name; nothing for a word
