@@ -200,15 +200,27 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
     text += fmt::format("{}  {}  {:<40} {:<20}  {}  ({:.1f} MB of backups)\n", printable(t.id), when(t.time),
                         printable(t.command), size, printable(state_name(t)), static_cast<double>(held) / 1e6);
   }
+  // Backups a killed prune left are on disk too: counted and named until the next command that
+  // takes the lock removes them.
+  nlohmann::ordered_json leftovers = nlohmann::ordered_json::array();
+  for (const auto& l : tx::prune_leftovers(located.layout.root_real)) {
+    total += l.bytes;
+    leftovers.push_back({{"id", l.id}, {"backup_bytes", l.bytes}});
+    text += fmt::format(
+        "{}  pruned, but a killed prune left {:.1f} MB of it, which the next command that changes "
+        "the environment removes\n",
+        printable(l.id), static_cast<double>(l.bytes) / 1e6);
+  }
   if (g.json) {
     auto doc = document_start("history", located.layout.root);
     doc["transactions"] = list;
+    doc["prune_leftovers"] = leftovers;
     doc["distrusted"] = distrusted;
     doc["backup_bytes"] = total;
     out << doc.dump() << '\n';
   } else if (!g.quiet) {
-    out << (all.empty() ? "no transactions\n" : text);
-    if (!all.empty())
+    out << (text.empty() ? "no transactions\n" : text);
+    if (!text.empty())
       out << fmt::format("backups for rollback use {:.1f} MB on disk (committed transactions only)\n",
                          static_cast<double>(total) / 1e6);
   }

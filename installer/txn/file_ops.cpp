@@ -577,6 +577,19 @@ void test_pause(std::string_view point) {
   std::this_thread::sleep_for(std::chrono::milliseconds(pause_at.second));
 }
 
+void kill_point(std::string_view point) {
+  static const std::pair<std::string, long> kill_at = [] {
+    const char* v = std::getenv("CUDAFIX_TEST_KILL_AT");
+    const std::string s = v ? v : "";
+    const auto colon = s.find(':');
+    if (colon == std::string::npos || colon == 0 || (s[0] >= '0' && s[0] <= '9')) return std::pair<std::string, long>{};
+    return std::pair<std::string, long>{s.substr(0, colon), std::strtol(s.c_str() + colon + 1, nullptr, 10)};
+  }();
+  static long passed = 0;
+  if (kill_at.first.empty() || kill_at.first != point) return;
+  if (++passed == kill_at.second) ::kill(::getpid(), SIGKILL);
+}
+
 void journal_step() {
   static const long kill_at = [] {
     const char* v = std::getenv("CUDAFIX_TEST_KILL_AT");

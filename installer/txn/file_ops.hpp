@@ -13,6 +13,9 @@
 //                                       mark commit     the commit record is synced
 //   CUDAFIX_TEST_KILL_AT=N            the process kills itself (SIGKILL) at journal step N: each
 //                                     journal record appended and each op carried out is a step.
+//   CUDAFIX_TEST_KILL_AT=POINT:N      the same at the N-th time the named point is reached
+//                                     (kill_point(POINT)): `prune`, after each step of pruning a
+//                                     transaction (history.cpp says which).
 //   CUDAFIX_TEST_PAUSE_AT=N:MS        the process sleeps MS milliseconds at journal step N, the
 //                                     lock held: how the tests run two cudafix at once.
 //   CUDAFIX_TEST_PAUSE_AT=POINT:MS    the same at a named point (test_pause(POINT)), after a
@@ -82,6 +85,8 @@ void write_synced(const std::string& path, std::string_view text);
 
 // The kill hook: counts one journal step, and kills the process at the chosen one.
 void journal_step();
+// The named kill hook: counts one passage through `point`, and kills the process at the chosen one.
+void kill_point(std::string_view point);
 // Opens the fault trace file now, where one is asked for: before the Landlock fence, which
 // would refuse opening it later (it lies outside the environment).
 void open_test_hooks();

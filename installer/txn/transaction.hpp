@@ -8,7 +8,8 @@
 //   <root>/.cudafix/tx/<id>/          journal, new/, old/ (journal.hpp)
 //   <root>/.cudafix/pruned            the ids of transactions pruned, one per line, the newest
 //                                     k_pruned_kept kept: so that a rollback of one names it as
-//                                     pruned rather than unknown
+//                                     pruned rather than unknown; written before their folders
+//                                     are removed, so it is also the pruning's intent
 //
 // Whoever takes the lock recovers first: a transaction a killed run left (the one `active`
 // names, and any other journal with neither commit nor abort, which only a killed run leaves)
@@ -159,10 +160,22 @@ struct Pruned {
   std::uint64_t bytes = 0;       // what their backups held
 };
 // Keeps the backups of the `keep` newest committed transactions, and the journals of the `keep`
-// newest undone ones; removes the folders of the older ones (those can no longer be rolled back:
-// their ids go to the pruned list). One in progress is never touched (recovery needs its journal).
-// `keep` 0 keeps every one.
+// newest undone ones; removes the folders of the older ones (those can no longer be rolled back).
+// Intent before effect: their ids go to the pruned list (synced) first, then each folder's old/
+// and new/, its journal, the folder last; a kill in between leaves folders the list names, which
+// the next holder of the lock removes. One in progress is never touched (recovery needs its
+// journal). `keep` 0 keeps every one.
 [[nodiscard]] Pruned prune_transactions(const std::string& root, std::size_t keep);
+// What a killed prune left of a transaction's folder: its id, the bytes below its old/ and new/,
+// and whether the pruned list names it (else its journal is gone and its backups are not).
+struct PruneLeftover {
+  std::string id;
+  std::uint64_t bytes = 0;
+  bool listed = false;
+};
+// Those folders, newest first: the next holder of the lock removes them (recover_held); until
+// then history names them, so that no backups lie on disk that no command shows.
+[[nodiscard]] std::vector<PruneLeftover> prune_leftovers(const std::string& root);
 // Whether `id` is one prune_transactions() removed (the newest k_pruned_kept are remembered).
 [[nodiscard]] bool was_pruned(const std::string& root, const std::string& id);
 inline constexpr std::size_t k_pruned_kept = 4096;

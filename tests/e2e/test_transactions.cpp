@@ -537,6 +537,30 @@ TEST_F(Transactions, AKillAtEveryStepOfARollbackLeavesHistoryAgreeingWithTheTree
   EXPECT_GE(kept, 3);
 }
 
+// A prune killed by a version that removed the folder before recording its id (remove_tree
+// takes the journal as readdir gives it, the backups after): old/ is left without a journal,
+// which history did not list nor count, nothing removed, and `rollback ID` said "no transaction".
+// history counts and names it; the next command that takes the lock removes it, says so, and
+// remembers the id as pruned.
+TEST_F(Transactions, BackupsAKilledPruneLeftWithoutTheirJournalAreNamedThenRemovedAndTheIdIsPruned) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string a = json::parse(cudafix("remove alpha -y --json", v).out)["transaction"];
+  const std::string dir = v + "/.cudafix/tx/" + a;
+  ASSERT_TRUE(fs::exists(dir + "/old"));
+  fs::remove(dir + "/journal");
+  const auto history = json::parse(cudafix("history --json", v).out);
+  EXPECT_TRUE(history["transactions"].empty()) << history;
+  EXPECT_GT(history["backup_bytes"].get<std::uint64_t>(), 0U) << "what is on disk is counted: " << history;
+  EXPECT_THAT(cudafix("history", v).out, HasSubstr(a));
+  const auto gone = cudafix("rollback " + a + " -y", v);
+  EXPECT_EQ(gone.exit_code, 2) << gone.out;
+  EXPECT_THAT(gone.out, HasSubstr("recovering: removed the backups of transaction " + a));
+  EXPECT_THAT(gone.out, HasSubstr("transaction " + a + " was pruned"));
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_EQ(json::parse(cudafix("history --json", v).out)["backup_bytes"], 0U);
+}
+
 // A snapshot killed while it links its files leaves `.NAME.partial`, which nothing lists or
 // restores: the next command that takes the lock removes it, and says so.
 TEST_F(Transactions, AHalfTakenSnapshotIsRemovedByTheNextCommandThatTakesTheLock) {
