@@ -91,7 +91,25 @@ std::vector<JournalRead> transactions(const std::string& root, std::vector<std::
   return out;
 }
 
-std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force) {
+namespace {
+
+// Whether `path`, or a path below it, is in `paths`.
+bool at_or_below(const std::set<std::string>& paths, const std::string& path) {
+  if (paths.count(path)) return true;
+  const auto it = paths.lower_bound(path + "/");
+  return it != paths.end() && it->starts_with(path + "/");
+}
+
+bool pip_rewrites(const RollbackOwners& owners, const std::string& path) {
+  const auto name = resolver::base_name(path);
+  return owners.reinstalled.count(resolver::parent_dir(path)) &&
+         (name == "INSTALLER" || name == "RECORD" || name == "REQUESTED" || name == "direct_url.json");
+}
+
+}  // namespace
+
+std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force,
+                                       const RollbackOwners& owners) {
   if (!done.unreadable.empty())
     throw resolver::Error(
         fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id, done.unreadable));
@@ -101,27 +119,43 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
   std::map<std::string, LeftType> left_type;
   for (const auto& left : done.left) {
     left_type[left.path] = left.type;
-    if (const auto what = change_at(left)) changed.push_back({left.path, *what});
+    const auto what = change_at(left);
+    if (!what || pip_rewrites(owners, left.path)) continue;
+    changed.push_back({left.path, *what, at_or_below(owners.others, left.path)});
   }
-  // Folders `done` made that now hold what it did not put there: another tool's files (pip's
-  // direct_url.json in a dist-info cudafix wrote) are changes; bytecode Python compiled there
-  // goes with the folder, as pip's uninstall takes it.
+  // Folders `done` made that now hold what it did not put there: another tool's files (a file in
+  // a dist-info cudafix wrote) are changes; bytecode Python compiled there goes with the folder,
+  // as pip's uninstall takes it; another dist's files (the `nvidia/` every NVIDIA wheel shares)
+  // are no change, and stay with the folder.
   std::set<std::string> touched;
   for (const auto& op : done.ops)
     for (const std::string* p : {&op.from, &op.to, &op.path})
       if (!p->empty()) touched.insert(*p);
   std::vector<std::string> aside;
+  std::set<std::string> kept;
+  for (const auto& c : changed)
+    if (c.kept) kept.insert(c.path);
   for (const auto& op : done.ops) {
     if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || left_now(op.path).type != LeftType::dir)
       continue;
     std::error_code ec;
     for (fs::directory_iterator it(op.path, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string entry = op.path + "/" + it->path().filename().string();
-      if (touched.count(entry)) continue;
+      if (touched.count(entry) || at_or_below(owners.others, entry)) continue;
       aside.push_back(entry);
-      if (it->path().filename() != "__pycache__") changed.push_back({entry, "was created"});
+      if (it->path().filename() != "__pycache__" && !pip_rewrites(owners, entry))
+        changed.push_back({entry, "was created"});
     }
   }
+  // Where a backup of `done` comes back, what is there now goes aside: never another dist's.
+  const auto take_aside = [&](const std::string& path) {
+    if (at_or_below(kept, path) || at_or_below(owners.others, path))
+      throw resolver::Error(fmt::format(
+          "cannot roll back {}, even with --force: {} is where its backup goes back, and another installed dist "
+          "lists what is there now; nothing was changed (uninstall that dist first)",
+          done.id, path));
+    undo.move_aside(path);
+  };
   if (!changed.empty() && !force) return changed;
   undo.undoes(done.id);
   for (const auto& entry : aside) undo.move_aside(entry);
@@ -132,6 +166,7 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
         if (in_state(op.from, undo.root())) {
           // `done` put op.to in place: it goes aside into this rollback's own backups. Gone (and
           // so said above, or by a journal from before `left` records), there is nothing to keep.
+          if (kept.count(op.to)) break;  // another dist's now: it stays
           if (undo.will_exist(op.to))
             undo.move_aside(op.to);
           else if (done.left.empty() && !force)
@@ -143,7 +178,7 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
         if (!undo.will_exist(op.to))
           throw resolver::Error(fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed",
                                             done.id, op.from, op.to));
-        if (undo.will_exist(op.from)) undo.move_aside(op.from);
+        if (undo.will_exist(op.from)) take_aside(op.from);
         std::vector<std::string> missing;
         for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
              p = resolver::parent_dir(p))

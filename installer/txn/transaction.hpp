@@ -140,6 +140,17 @@ void recover(const std::string& root, std::chrono::milliseconds wait,
 struct ChangedPath {
   std::string path;
   std::string what;  // "was changed", "was removed", "was created"
+  // Another installed dist's RECORD lists it now: a forced rollback leaves it where it is.
+  bool kept = false;
+};
+
+// What a rollback must know of the installed dists (rollback_owners.hpp reads it), since the
+// journal knows none: the paths the other dists' RECORDs list, which a rollback never moves, and
+// the dist-info folders of the dists the transaction installed that pip has installed again over
+// the same files, whose bookkeeping pip rewrote (INSTALLER, RECORD, REQUESTED, direct_url.json).
+struct RollbackOwners {
+  std::set<std::string> others;
+  std::set<std::string> reinstalled;
 };
 
 // The transaction that undoes committed transaction `done` (planned, not carried out): each of its
@@ -148,8 +159,13 @@ struct ChangedPath {
 // `done` at all. Each path `done` left is compared first with what is there now (type, size,
 // mtime, ctime, inode, and the sha256 where those differ and `done` recorded one): the paths
 // changed since are returned, and nothing is planned, unless `force`, when what is there now goes
-// aside into `undo`'s old/ as a backup of its own.
-[[nodiscard]] std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force);
+// aside into `undo`'s old/ as a backup of its own. What `owners.others` lists is never moved: in
+// a folder `done` made it is no change at all (the folder stays, removed only if it ends empty),
+// a changed path it lists is left where it is under `force`, and one a backup of `done` would
+// replace refuses even a forced rollback. Pip's bookkeeping in a dist-info folder of
+// `owners.reinstalled` is no change.
+[[nodiscard]] std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force,
+                                                     const RollbackOwners& owners = {});
 
 // Bytes on disk (allocated blocks) below a transaction's old/ and new/: a committed one's backups
 // (staging, only while one is in progress or what a kill left).
