@@ -117,12 +117,26 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
     throw resolver::Error(fmt::format("cannot roll back {}: its journal {}; nothing was changed", done.id, why));
   std::vector<ChangedPath> changed;
   std::map<std::string, LeftType> left_type;
+  // Folders `done` left that are something else now (a symlink put in their place): what lies
+  // below them is not looked at through what replaced them.
+  std::vector<std::string> replaced;
+  const auto below_replaced = [&](const std::string& p) {
+    return std::any_of(replaced.begin(), replaced.end(),
+                       [&](const std::string& f) { return resolver::is_within(p, f); });
+  };
   for (const auto& left : done.left) {
     left_type[left.path] = left.type;
+    if (below_replaced(left.path)) continue;  // sorted by path: a folder comes before what it holds
     const auto what = change_at(left);
     if (!what || pip_rewrites(owners, left.path)) continue;
+    if (left.type == LeftType::dir && left_now(left.path).type != LeftType::none) replaced.push_back(left.path);
     changed.push_back({left.path, *what, at_or_below(owners.others, left.path)});
   }
+  if (force && !replaced.empty())
+    throw resolver::Error(fmt::format(
+        "cannot roll back {}, even with --force: {} (a folder it left) is not a folder now, and cudafix neither "
+        "follows nor moves what was put in its place; nothing was changed (remove it first)",
+        done.id, fmt::join(replaced, ", ")));
   // Folders `done` made that now hold what it did not put there: another tool's files (a file in
   // a dist-info cudafix wrote) are changes; bytecode Python compiled there goes with the folder,
   // as pip's uninstall takes it; another dist's files (the `nvidia/` every NVIDIA wheel shares)
@@ -136,7 +150,8 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
   for (const auto& c : changed)
     if (c.kept) kept.insert(c.path);
   for (const auto& op : done.ops) {
-    if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || left_now(op.path).type != LeftType::dir)
+    if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || below_replaced(op.path) ||
+        left_now(op.path).type != LeftType::dir)
       continue;
     std::error_code ec;
     for (fs::directory_iterator it(op.path, ec), end; !ec && it != end; it.increment(ec)) {

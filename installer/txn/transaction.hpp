@@ -139,7 +139,7 @@ void recover(const std::string& root, std::chrono::milliseconds wait,
 // a person) changed it after.
 struct ChangedPath {
   std::string path;
-  std::string what;  // "was changed", "was removed", "was created"
+  std::string what;  // "was changed", "was removed", "was created", "was replaced by a symlink"
   // Another installed dist's RECORD lists it now: a forced rollback leaves it where it is.
   bool kept = false;
 };

@@ -506,6 +506,33 @@ TEST_F(Transactions, RollbackGoesAheadAfterPipForceReinstallsTheSameWheel) {
   EXPECT_FALSE(pip_names(v).count("delta"));
 }
 
+// A folder cudafix made, replaced by a symlink (here to a folder outside the venv): the rollback
+// names it and what happened to it, and refuses (exit 1), as for any change; --force does not
+// follow it nor move it. Before, the journal was taken as untrusted and skipped: "nothing to roll
+// back", exit 2.
+TEST_F(Transactions, AFolderATransactionMadeReplacedByASymlinkIsNamedAndRefusesTheRollback) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string sp = test::site_packages(v);
+  const std::string id =
+      json::parse(cudafix("install " + shell_quote(delta_) + " -y --no-verify --json", v).out)["transaction"];
+  const std::string outside = t.path() + "/outside";
+  fs::create_directories(outside);
+  test::write_file(outside + "/lib.so", "not cudafix's\n");
+  fs::remove_all(sp + "/delta");
+  fs::create_directory_symlink(outside, sp + "/delta");
+  const std::string linked = tree_of(v), outside_tree = tree_of(outside);
+  const auto r = cudafix("rollback -y", v);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("  delta was replaced by a symlink after transaction " + id));
+  EXPECT_THAT(r.out, HasSubstr("nothing was changed"));
+  const auto forced = cudafix("rollback " + id + " -y --force", v);
+  EXPECT_EQ(forced.exit_code, 2) << forced.out;
+  EXPECT_THAT(forced.out, HasSubstr("is not a folder now"));
+  EXPECT_SAME_TREE(tree_of(v), linked);
+  EXPECT_EQ(tree_of(outside), outside_tree);
+}
+
 // keep = 2: roll back the oldest, so that pruning removes its folder, then undo that rollback,
 // and again: each works from its own folder's backups, and the pruned one is named as pruned.
 TEST_F(Transactions, PruningNeverRemovesWhatAKeptTransactionOrARollbackOfOneNeeds) {
