@@ -22,6 +22,7 @@
 #include "installer/probe/verify.hpp"
 #include "installer/source/sources.hpp"
 #include "installer/txn/changes.hpp"
+#include "installer/txn/rollback_owners.hpp"
 #include "installer/txn/transaction.hpp"
 #include "installer/wheel/install.hpp"
 #include "installer/wheel/read.hpp"
@@ -79,11 +80,13 @@ std::string changed_since_text(const GlobalOptions& g, Located located, const tx
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
   std::vector<std::string> lines;
   for (const auto& c : changed)
-    lines.push_back(
-        fmt::format("{} {} after transaction {}{}", env.display(c.path), c.what, target.id, writer_of(env, c.path)));
+    lines.push_back(fmt::format("{} {} after transaction {}{}{}", env.display(c.path), c.what, target.id,
+                                writer_of(env, c.path),
+                                c.kept ? "; another installed dist lists it, so --force leaves it where it is" : ""));
   return fmt::format(
       "refused: rolling back {} ({}) would overwrite later work:\n  {}\nnothing was changed (--force takes "
-      "these aside as the rollback's own backups, which `cudafix rollback` of the rollback puts back)",
+      "these aside as the rollback's own backups, which `cudafix rollback` of the rollback puts back, but never "
+      "another installed dist's files)",
       target.id, target.command, fmt::join(lines, "\n  "));
 }
 
@@ -200,15 +203,27 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
     text += fmt::format("{}  {}  {:<40} {:<20}  {}  ({:.1f} MB of backups)\n", printable(t.id), when(t.time),
                         printable(t.command), size, printable(state_name(t)), static_cast<double>(held) / 1e6);
   }
+  // Backups a killed prune left are on disk too: counted and named until the next command that
+  // takes the lock removes them.
+  nlohmann::ordered_json leftovers = nlohmann::ordered_json::array();
+  for (const auto& l : tx::prune_leftovers(located.layout.root_real)) {
+    total += l.bytes;
+    leftovers.push_back({{"id", l.id}, {"backup_bytes", l.bytes}});
+    text += fmt::format(
+        "{}  pruned, but a killed prune left {:.1f} MB of it, which the next command that changes "
+        "the environment removes\n",
+        printable(l.id), static_cast<double>(l.bytes) / 1e6);
+  }
   if (g.json) {
     auto doc = document_start("history", located.layout.root);
     doc["transactions"] = list;
+    doc["prune_leftovers"] = leftovers;
     doc["distrusted"] = distrusted;
     doc["backup_bytes"] = total;
     out << doc.dump() << '\n';
   } else if (!g.quiet) {
-    out << (all.empty() ? "no transactions\n" : text);
-    if (!all.empty())
+    out << (text.empty() ? "no transactions\n" : text);
+    if (!text.empty())
       out << fmt::format("backups for rollback use {:.1f} MB on disk (committed transactions only)\n",
                          static_cast<double>(total) / 1e6);
   }
@@ -316,13 +331,15 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     throw r::Error(fmt::format("transaction {} is {}: only a committed one not rolled back can be", target->id,
                                state_name(*target)));
   tx::Transaction t(root, "rollback " + target->id);
-  const auto changed = tx::plan_rollback(*target, t, o.force);
+  const auto changed = tx::plan_rollback(*target, t, o.force, tx::rollback_owners(located.layout, *target));
+  const auto taken_aside =
+      static_cast<std::size_t>(std::count_if(changed.begin(), changed.end(), [](const auto& c) { return !c.kept; }));
   if (!changed.empty() && !o.force) {
     t.abandon();
     const std::string why = changed_since_text(g, std::move(located), *target, changed);
     if (g.json) {
       nlohmann::ordered_json paths = nlohmann::ordered_json::array();
-      for (const auto& c : changed) paths.push_back({{"path", c.path}, {"what", c.what}});
+      for (const auto& c : changed) paths.push_back({{"path", c.path}, {"what", c.what}, {"kept", c.kept}});
       auto doc = document_start("rollback", venv);
       doc["refused"] = why;
       doc["changed"] = paths;
@@ -337,17 +354,17 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     return report_dry_run(
         g, out, "rollback", located.layout,
         fmt::format("Would roll back {} ({}): {} changes undone{}", target->id, target->command, t.ops().size(),
-                    changed.empty() ? "" : fmt::format(", {} paths changed since taken aside", changed.size())),
-        {{"rolled_back", target->id}, {"ops", t.ops().size()}, {"taken_aside", changed.size()}});
+                    taken_aside == 0 ? "" : fmt::format(", {} paths changed since taken aside", taken_aside)),
+        {{"rolled_back", target->id}, {"ops", t.ops().size()}, {"taken_aside", taken_aside}});
   }
   if (!confirmed(
           g, fmt::format("roll back {} ({}){}", target->id, target->command,
-                         changed.empty() ? "" : fmt::format(", taking aside {} paths changed since", changed.size()))))
+                         taken_aside == 0 ? "" : fmt::format(", taking aside {} paths changed since", taken_aside))))
     return declined(g, out, "rollback", venv);
   show_progress(g, t, "rolling back");
   t.carry_out();
   return report_done(g, out, "rollback", venv, t, fmt::format("rolled back {} ({})", target->id, target->command), keep,
-                     {{"rolled_back", target->id}, {"taken_aside", changed.size()}});
+                     {{"rolled_back", target->id}, {"taken_aside", taken_aside}});
 }
 
 int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out) {

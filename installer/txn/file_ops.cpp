@@ -585,18 +585,25 @@ void test_pause(std::string_view point) {
     }
     return at;
   }();
-  static const std::string kill_at = [] {
-    const char* v = std::getenv("CUDAFIX_TEST_KILL_AT");
-    return v && !(v[0] >= '0' && v[0] <= '9') ? std::string(v) : std::string();
-  }();
-  if (!kill_at.empty() && kill_at == point) {
-    fault_trace_mark(point);
-    ::kill(::getpid(), SIGKILL);
-  }
+  kill_point(point);
   const auto at = pause_at.find(point);
   if (at == pause_at.end()) return;
   fault_trace_mark(point);
   std::this_thread::sleep_for(std::chrono::milliseconds(at->second));
+}
+
+void kill_point(std::string_view point) {
+  static const std::pair<std::string, long> kill_at = [] {
+    const char* v = std::getenv("CUDAFIX_TEST_KILL_AT");
+    const std::string s = v ? v : "";
+    const auto colon = s.find(':');
+    if (s.empty() || colon == 0 || (s[0] >= '0' && s[0] <= '9')) return std::pair<std::string, long>{};
+    if (colon == std::string::npos) return std::pair<std::string, long>{s, 1};  // POINT: its first time
+    return std::pair<std::string, long>{s.substr(0, colon), std::strtol(s.c_str() + colon + 1, nullptr, 10)};
+  }();
+  static long passed = 0;
+  if (kill_at.first.empty() || kill_at.first != point) return;
+  if (++passed == kill_at.second) ::kill(::getpid(), SIGKILL);
 }
 
 void journal_step() {

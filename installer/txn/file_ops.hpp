@@ -13,13 +13,16 @@
 //                                       mark commit     the commit record is synced
 //   CUDAFIX_TEST_KILL_AT=N            the process kills itself (SIGKILL) at journal step N: each
 //                                     journal record appended and each op carried out is a step.
-//   CUDAFIX_TEST_KILL_AT=POINT        the same at a named point (test_pause(POINT)), after its
-//                                     "mark POINT" line: `snapshot-linked` (a snapshot's files
+//   CUDAFIX_TEST_KILL_AT=POINT        the same the first time a named point is reached (a pause
+//                                     point of test_pause(POINT), or kill_point(POINT)): `snapshot-linked` (a snapshot's files
 //                                     linked, its manifest not yet written), `snapshot-unlisted`
 //                                     (a deleted snapshot renamed away, its files still there),
 //                                     `guard-recorded`, `guard-snapshotted` (the lock still held),
 //                                     `guard-ran` (the command ended, the lock not held),
 //                                     `guard-judged` (before the undo; installer/guard/).
+//   CUDAFIX_TEST_KILL_AT=POINT:N      the same at the N-th time the named point is reached
+//                                     (kill_point(POINT)): `prune`, after each step of pruning a
+//                                     transaction (history.cpp says which).
 //   CUDAFIX_TEST_PAUSE_AT=N:MS        the process sleeps MS milliseconds at journal step N, the
 //                                     lock held: how the tests run two cudafix at once.
 //   CUDAFIX_TEST_PAUSE_AT=POINT:MS[,POINT:MS...]
@@ -97,6 +100,8 @@ void write_synced(const std::string& path, std::string_view text);
 
 // The kill hook: counts one journal step, and kills the process at the chosen one.
 void journal_step();
+// The named kill hook: counts one passage through `point`, and kills the process at the chosen one.
+void kill_point(std::string_view point);
 // Opens the fault trace file now, where one is asked for: before the Landlock fence, which
 // would refuse opening it later (it lies outside the environment).
 void open_test_hooks();

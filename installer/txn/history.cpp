@@ -20,12 +20,41 @@ namespace cudafix::installer::txn {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The pruned list: ids only, each checked, the newest k_pruned_kept kept.
+std::vector<std::string> read_pruned(const std::string& root) {
+  std::vector<std::string> ids;
+  struct stat st {};
+  if (::lstat(pruned_file(root).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return ids;  // never through a link
+  const auto text = resolver::try_read_file(pruned_file(root), k_pruned_kept * 80);
+  if (!text) return ids;
+  for (auto line : resolver::split(*text, '\n'))
+    if (resolver::is_transaction_id(line)) ids.emplace_back(line);
+  return ids;
+}
+
+void remember_pruned(const std::string& root, const std::vector<std::string>& newly) {
+  if (newly.empty()) return;
+  auto ids = read_pruned(root);
+  ids.insert(ids.end(), newly.begin(), newly.end());
+  if (ids.size() > k_pruned_kept) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(k_pruned_kept));
+  write_synced(pruned_file(root), fmt::format("{}\n", fmt::join(ids, "\n")));
+  sync_path(state_dir(root));
+}
+
+}  // namespace
+
 std::vector<JournalRead> transactions(const std::string& root, std::vector<std::string>* distrusted) {
   std::vector<JournalRead> out;
   if (auto why = resolver::state_folder_problem(root); !why.empty()) {
     if (distrusted) distrusted->push_back(why);
     return out;
   }
+  // An id in the pruned list is pruned even where a kill left its journal: it is never offered
+  // for rollback, and the next holder of the lock removes its folder (finish_pruning).
+  const auto pruned_ids = read_pruned(root);
+  const std::set<std::string> pruned(pruned_ids.begin(), pruned_ids.end());
   std::error_code ec;
   fs::directory_iterator listing(tx_root(root), ec);
   // Another user's journals (0700) are not "no transactions".
@@ -40,6 +69,7 @@ std::vector<JournalRead> transactions(const std::string& root, std::vector<std::
         distrusted->push_back(fmt::format("{}: not a transaction's folder (its name or type)", folder.substr(0, 512)));
       continue;
     }
+    if (pruned.count(name)) continue;
     try {
       auto tx = read_journal(folder + "/journal");
       if (auto why = distrust(tx, root, name); !why.empty()) {
@@ -61,7 +91,25 @@ std::vector<JournalRead> transactions(const std::string& root, std::vector<std::
   return out;
 }
 
-std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force) {
+namespace {
+
+// Whether `path`, or a path below it, is in `paths`.
+bool at_or_below(const std::set<std::string>& paths, const std::string& path) {
+  if (paths.count(path)) return true;
+  const auto it = paths.lower_bound(path + "/");
+  return it != paths.end() && it->starts_with(path + "/");
+}
+
+bool pip_rewrites(const RollbackOwners& owners, const std::string& path) {
+  const auto name = resolver::base_name(path);
+  return owners.reinstalled.count(resolver::parent_dir(path)) &&
+         (name == "INSTALLER" || name == "RECORD" || name == "REQUESTED" || name == "direct_url.json");
+}
+
+}  // namespace
+
+std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force,
+                                       const RollbackOwners& owners) {
   if (!done.unreadable.empty())
     throw resolver::Error(
         fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id, done.unreadable));
@@ -69,29 +117,60 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
     throw resolver::Error(fmt::format("cannot roll back {}: its journal {}; nothing was changed", done.id, why));
   std::vector<ChangedPath> changed;
   std::map<std::string, LeftType> left_type;
+  // Folders `done` left that are something else now (a symlink put in their place): what lies
+  // below them is not looked at through what replaced them.
+  std::vector<std::string> replaced;
+  const auto below_replaced = [&](const std::string& p) {
+    return std::any_of(replaced.begin(), replaced.end(),
+                       [&](const std::string& f) { return resolver::is_within(p, f); });
+  };
   for (const auto& left : done.left) {
     left_type[left.path] = left.type;
-    if (const auto what = change_at(left)) changed.push_back({left.path, *what});
+    if (below_replaced(left.path)) continue;  // sorted by path: a folder comes before what it holds
+    const auto what = change_at(left);
+    if (!what || pip_rewrites(owners, left.path)) continue;
+    if (left.type == LeftType::dir && left_now(left.path).type != LeftType::none) replaced.push_back(left.path);
+    changed.push_back({left.path, *what, at_or_below(owners.others, left.path)});
   }
-  // Folders `done` made that now hold what it did not put there: another tool's files (pip's
-  // direct_url.json in a dist-info cudafix wrote) are changes; bytecode Python compiled there
-  // goes with the folder, as pip's uninstall takes it.
+  if (force && !replaced.empty())
+    throw resolver::Error(fmt::format(
+        "cannot roll back {}, even with --force: {} (a folder it left) is not a folder now, and cudafix neither "
+        "follows nor moves what was put in its place; nothing was changed (remove it first)",
+        done.id, fmt::join(replaced, ", ")));
+  // Folders `done` made that now hold what it did not put there: another tool's files (a file in
+  // a dist-info cudafix wrote) are changes; bytecode Python compiled there goes with the folder,
+  // as pip's uninstall takes it; another dist's files (the `nvidia/` every NVIDIA wheel shares)
+  // are no change, and stay with the folder.
   std::set<std::string> touched;
   for (const auto& op : done.ops)
     for (const std::string* p : {&op.from, &op.to, &op.path})
       if (!p->empty()) touched.insert(*p);
   std::vector<std::string> aside;
+  std::set<std::string> kept;
+  for (const auto& c : changed)
+    if (c.kept) kept.insert(c.path);
   for (const auto& op : done.ops) {
-    if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || left_now(op.path).type != LeftType::dir)
+    if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || below_replaced(op.path) ||
+        left_now(op.path).type != LeftType::dir)
       continue;
     std::error_code ec;
     for (fs::directory_iterator it(op.path, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string entry = op.path + "/" + it->path().filename().string();
-      if (touched.count(entry)) continue;
+      if (touched.count(entry) || at_or_below(owners.others, entry)) continue;
       aside.push_back(entry);
-      if (it->path().filename() != "__pycache__") changed.push_back({entry, "was created"});
+      if (it->path().filename() != "__pycache__" && !pip_rewrites(owners, entry))
+        changed.push_back({entry, "was created"});
     }
   }
+  // Where a backup of `done` comes back, what is there now goes aside: never another dist's.
+  const auto take_aside = [&](const std::string& path) {
+    if (at_or_below(kept, path) || at_or_below(owners.others, path))
+      throw resolver::Error(fmt::format(
+          "cannot roll back {}, even with --force: {} is where its backup goes back, and another installed dist "
+          "lists what is there now; nothing was changed (uninstall that dist first)",
+          done.id, path));
+    undo.move_aside(path);
+  };
   if (!changed.empty() && !force) return changed;
   undo.undoes(done.id);
   for (const auto& entry : aside) undo.move_aside(entry);
@@ -102,6 +181,7 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
         if (in_state(op.from, undo.root())) {
           // `done` put op.to in place: it goes aside into this rollback's own backups. Gone (and
           // so said above, or by a journal from before `left` records), there is nothing to keep.
+          if (kept.count(op.to)) break;  // another dist's now: it stays
           if (undo.will_exist(op.to))
             undo.move_aside(op.to);
           else if (done.left.empty() && !force)
@@ -113,7 +193,7 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
         if (!undo.will_exist(op.to))
           throw resolver::Error(fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed",
                                             done.id, op.from, op.to));
-        if (undo.will_exist(op.from)) undo.move_aside(op.from);
+        if (undo.will_exist(op.from)) take_aside(op.from);
         std::vector<std::string> missing;
         for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
              p = resolver::parent_dir(p))
@@ -152,33 +232,83 @@ std::uint64_t bytes_held(const std::string& dir) {
   return total;
 }
 
-namespace {
-
-// The pruned list: ids only, each checked, the newest k_pruned_kept kept.
-std::vector<std::string> read_pruned(const std::string& root) {
-  std::vector<std::string> ids;
-  struct stat st {};
-  if (::lstat(pruned_file(root).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return ids;  // never through a link
-  const auto text = resolver::try_read_file(pruned_file(root), k_pruned_kept * 80);
-  if (!text) return ids;
-  for (auto line : resolver::split(*text, '\n'))
-    if (resolver::is_transaction_id(line)) ids.emplace_back(line);
-  return ids;
+bool was_pruned(const std::string& root, const std::string& id) {
+  const auto ids = read_pruned(root);
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-void remember_pruned(const std::string& root, const std::vector<std::string>& newly) {
-  if (newly.empty()) return;
-  auto ids = read_pruned(root);
-  ids.insert(ids.end(), newly.begin(), newly.end());
-  if (ids.size() > k_pruned_kept) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(k_pruned_kept));
-  write_synced(pruned_file(root), fmt::format("{}\n", fmt::join(ids, "\n")));
+namespace {
+
+bool holds_files(const std::string& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->symlink_status(ec).type() != fs::file_type::directory) return true;
+  return false;
+}
+
+// Whether a transaction's journal says it is unfinished: recovery's to undo, never pruning's
+// (which takes only finished ones), whatever the pruned list says.
+bool unfinished(const std::string& dir) {
+  try {
+    const auto tx = read_journal(dir + "/journal");
+    return tx.state == TxState::open || tx.state == TxState::intended;
+  } catch (const resolver::Error&) {
+    return false;
+  }
+}
+
+// The transaction folders a killed prune left: those whose id the pruned list holds (the id is
+// recorded first), and those whose journal is gone but whose backups are not (a version that
+// removed the folder before recording the id, in the order readdir gave).
+std::vector<PruneLeftover> leftovers(const std::string& root) {
+  std::vector<PruneLeftover> out;
+  if (!resolver::state_folder_problem(root).empty()) return out;
+  const auto ids = read_pruned(root);
+  const std::set<std::string> pruned(ids.begin(), ids.end());
+  std::error_code ec;
+  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string dir = tx_root(root) + "/" + name;
+    struct stat st {};
+    if (!resolver::is_transaction_id(name) || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    const bool listed = pruned.count(name) > 0;
+    if (listed ? unfinished(dir) : exists_nofollow(dir + "/journal") || !holds_files(dir + "/old")) continue;
+    out.push_back({name, bytes_held(dir), listed});
+  }
+  std::sort(out.begin(), out.end(), [](const PruneLeftover& a, const PruneLeftover& b) { return a.id > b.id; });
+  return out;
+}
+
+// Intent before effect: the folder's backups and staging go first, its journal next, the folder
+// last, so that a kill at any point leaves a folder the pruned list names (finish_pruning removes
+// it) and never backups that no journal explains.
+void remove_pruned(const std::string& dir) {
+  remove_tree(dir + "/old");
+  kill_point("prune");
+  remove_tree(dir + "/new");
+  kill_point("prune");
+  remove_file(dir + "/journal");
+  kill_point("prune");
+  remove_tree(dir);
+  kill_point("prune");
 }
 
 }  // namespace
 
-bool was_pruned(const std::string& root, const std::string& id) {
-  const auto ids = read_pruned(root);
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
+std::vector<PruneLeftover> prune_leftovers(const std::string& root) { return leftovers(root); }
+
+void finish_pruning(const std::string& root, const std::function<void(const std::string&)>& say) {
+  const auto left = leftovers(root);
+  std::vector<std::string> newly;
+  for (const auto& l : left)
+    if (!l.listed) newly.push_back(l.id);
+  std::sort(newly.begin(), newly.end());
+  remember_pruned(root, newly);
+  for (const auto& l : left) {
+    remove_pruned(tx_root(root) + "/" + l.id);
+    say(fmt::format("recovering: removed {} of transaction {}, which a killed prune left ({:.1f} MB); it was pruned",
+                    l.listed ? "what remained" : "the backups", l.id, static_cast<double>(l.bytes) / 1e6));
+  }
 }
 
 Pruned prune_transactions(const std::string& root, std::size_t keep) {
@@ -189,14 +319,17 @@ Pruned prune_transactions(const std::string& root, std::size_t keep) {
     if (t.state == TxState::committed && ++committed <= keep) continue;
     if (t.state == TxState::aborted && ++undone <= keep) continue;
     if (t.state != TxState::committed && t.state != TxState::aborted) continue;
-    const std::string dir = tx_root(root) + "/" + t.id;  // t.id is a checked id: transactions() says so
-    const auto held = bytes_held(dir);
-    remove_tree(dir);
     pruned.ids.push_back(t.id);
-    pruned.bytes += held;
   }
-  std::vector<std::string> oldest_last(pruned.ids.rbegin(), pruned.ids.rend());
-  remember_pruned(root, oldest_last);
+  if (pruned.ids.empty()) return pruned;
+  // The ids first, synced: from then on they are pruned, whatever a kill leaves of their folders.
+  remember_pruned(root, std::vector<std::string>(pruned.ids.rbegin(), pruned.ids.rend()));
+  kill_point("prune");
+  for (const auto& id : pruned.ids) {
+    const std::string dir = tx_root(root) + "/" + id;  // a checked id: transactions() says so
+    pruned.bytes += bytes_held(dir);
+    remove_pruned(dir);
+  }
   return pruned;
 }
 

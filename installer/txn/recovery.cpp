@@ -131,7 +131,7 @@ std::vector<std::string> unfinished_transactions(const std::string& root) {
 
 // Every transaction a killed run left, the lock held: the one `active` names, and any other
 // trusted journal with neither commit nor abort (only a killed run leaves one; versions before
-// this one could also overwrite `active` while it named one).
+// this one could also overwrite `active` while it named one); and what a killed prune left.
 void recover_held(const std::string& root, const std::function<void(const std::string&)>& say) {
   const bool active = exists_nofollow(active_file(root));
   if (auto why = resolver::state_folder_problem(root); !why.empty()) {
@@ -159,6 +159,7 @@ void recover_held(const std::string& root, const std::function<void(const std::s
   if (active) remove_file(active_file(root));
   tidy_snapshots(root, say);
   tidy_guard_records(root, say);
+  finish_pruning(root, say);
 }
 
 // What a kill left of finished transactions is removed before the next begins: staging, the

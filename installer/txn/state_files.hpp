@@ -35,6 +35,9 @@ void clear_staging(const std::string& tx_dir, bool keep_backups);
 // With the environment's lock held: every transaction a killed run left, finished or undone
 // (recovery.cpp), each said through `say`.
 void recover_held(const std::string& root, const std::function<void(const std::string&)>& say);
+// With the lock held: the folders a killed prune left (prune_leftovers) removed, each said
+// through `say`, and the ids of those whose journal was gone added to the pruned list (history.cpp).
+void finish_pruning(const std::string& root, const std::function<void(const std::string&)>& say);
 // What a kill left of finished transactions, removed before the next begins (recovery.cpp).
 void tidy_state(const std::string& root);
 

@@ -70,7 +70,8 @@ std::optional<std::string> change_at(const Left& was) {
   const Left now = left_now(was.path);
   if (was.type == LeftType::none) return now.type == LeftType::none ? std::nullopt : std::optional("was created");
   if (now.type == LeftType::none) return "was removed";
-  if (now.type != was.type) return "was replaced by another kind of file";
+  if (now.type != was.type)
+    return now.type == LeftType::symlink ? "was replaced by a symlink" : "was replaced by another kind of file";
   if (was.type == LeftType::dir) return std::nullopt;
   const bool same_file = now.dev == was.dev && now.ino == was.ino && now.size == was.size;
   if (same_file && now.mtime_ns == was.mtime_ns && now.ctime_ns == was.ctime_ns) return std::nullopt;
@@ -171,15 +172,6 @@ std::string named_path_problem(const std::string& p, const std::string& root, co
   return {};
 }
 
-std::string op_problem(const Op& op, const std::string& root, const std::vector<std::string>& ids) {
-  if (op.mode > 07777) return fmt::format("mode {:o} is not a file mode", op.mode);
-  if (op.kind == OpKind::move) {
-    if (auto why = named_path_problem(op.from, root, ids); !why.empty()) return why;
-    return named_path_problem(op.to, root, ids);
-  }
-  return named_path_problem(op.path, root, ids);
-}
-
 // Sortable and unique: UTC time to the millisecond, then the process id.
 std::string new_id() {
   const auto now = std::chrono::system_clock::now();
@@ -258,10 +250,30 @@ std::string distrust(const JournalRead& tx, const std::string& root, std::string
   if (tx.undoes && (ids.size() < 2 || *tx.undoes != ids[1] || *tx.undoes >= tx.id))
     return fmt::format("its commit undoes '{}', which is not the older transaction its command rolls back",
                        tx.undoes->substr(0, 64));
-  for (std::size_t i = 0; i < tx.ops.size(); ++i)
-    if (auto why = op_problem(tx.ops[i], root, ids); !why.empty()) return fmt::format("op {}: {}", i, why);
+  // A folder the transaction left that something else (a symlink) replaced since is a change
+  // after it, which a rollback names and refuses, not a sign that cudafix did not write the
+  // journal: what lies below it is checked as written, never through what replaced it.
+  std::vector<std::string> replaced;
   for (const auto& left : tx.left) {
-    if (auto why = named_path_problem(left.path, root, ids); !why.empty()) return fmt::format("left record: {}", why);
+    struct stat st {};
+    if (left.type == LeftType::dir && path_problem(left.path, root, ids).empty() &&
+        ::lstat(left.path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      replaced.push_back(left.path + "/");
+  }
+  const auto on_disk = [&](const std::string& p) {
+    return std::none_of(replaced.begin(), replaced.end(), [&](const std::string& f) { return p.starts_with(f); });
+  };
+  const auto problem = [&](const std::string& p) {
+    return on_disk(p) ? named_path_problem(p, root, ids) : path_problem(p, root, ids);
+  };
+  for (std::size_t i = 0; i < tx.ops.size(); ++i) {
+    const Op& op = tx.ops[i];
+    if (op.mode > 07777) return fmt::format("op {}: mode {:o} is not a file mode", i, op.mode);
+    for (const std::string* p : op.kind == OpKind::move ? std::vector{&op.from, &op.to} : std::vector{&op.path})
+      if (auto why = problem(*p); !why.empty()) return fmt::format("op {}: {}", i, why);
+  }
+  for (const auto& left : tx.left) {
+    if (auto why = problem(left.path); !why.empty()) return fmt::format("left record: {}", why);
     if (in_state(left.path, root)) return fmt::format("left record: '{}' is cudafix's own state", left.path);
   }
   // Normal text is not enough: a folder on the way may be a symlink leading out. Asked through
@@ -270,14 +282,14 @@ std::string distrust(const JournalRead& tx, const std::string& root, std::string
     const Op& op = tx.ops[i];
     try {
       for (const std::string* p : {&op.from, &op.to, &op.path})
-        if (!p->empty()) (void)exists_nofollow(*p);
+        if (!p->empty() && on_disk(*p)) (void)exists_nofollow(*p);
     } catch (const resolver::Error& e) {
       return fmt::format("op {}: {}", i, e.what());
     }
   }
   for (const auto& left : tx.left) {
     try {
-      (void)exists_nofollow(left.path);
+      if (on_disk(left.path)) (void)exists_nofollow(left.path);
     } catch (const resolver::Error& e) {
       return fmt::format("left record: {}", e.what());
     }

@@ -8,7 +8,8 @@
 //   <root>/.cudafix/tx/<id>/          journal, new/, old/ (journal.hpp)
 //   <root>/.cudafix/pruned            the ids of transactions pruned, one per line, the newest
 //                                     k_pruned_kept kept: so that a rollback of one names it as
-//                                     pruned rather than unknown
+//                                     pruned rather than unknown; written before their folders
+//                                     are removed, so it is also the pruning's intent
 //
 // Whoever takes the lock recovers first: a transaction a killed run left (the one `active`
 // names, and any other journal with neither commit nor abort, which only a killed run leaves)
@@ -138,7 +139,18 @@ void recover(const std::string& root, std::chrono::milliseconds wait,
 // a person) changed it after.
 struct ChangedPath {
   std::string path;
-  std::string what;  // "was changed", "was removed", "was created"
+  std::string what;  // "was changed", "was removed", "was created", "was replaced by a symlink"
+  // Another installed dist's RECORD lists it now: a forced rollback leaves it where it is.
+  bool kept = false;
+};
+
+// What a rollback must know of the installed dists (rollback_owners.hpp reads it), since the
+// journal knows none: the paths the other dists' RECORDs list, which a rollback never moves, and
+// the dist-info folders of the dists the transaction installed that pip has installed again over
+// the same files, whose bookkeeping pip rewrote (INSTALLER, RECORD, REQUESTED, direct_url.json).
+struct RollbackOwners {
+  std::set<std::string> others;
+  std::set<std::string> reinstalled;
 };
 
 // How what is at a path now differs from what a transaction left there ("was changed", "was
@@ -152,8 +164,13 @@ struct ChangedPath {
 // `done` at all. Each path `done` left is compared first with what is there now (type, size,
 // mtime, ctime, inode, and the sha256 where those differ and `done` recorded one): the paths
 // changed since are returned, and nothing is planned, unless `force`, when what is there now goes
-// aside into `undo`'s old/ as a backup of its own.
-[[nodiscard]] std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force);
+// aside into `undo`'s old/ as a backup of its own. What `owners.others` lists is never moved: in
+// a folder `done` made it is no change at all (the folder stays, removed only if it ends empty),
+// a changed path it lists is left where it is under `force`, and one a backup of `done` would
+// replace refuses even a forced rollback. Pip's bookkeeping in a dist-info folder of
+// `owners.reinstalled` is no change.
+[[nodiscard]] std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force,
+                                                     const RollbackOwners& owners = {});
 
 // Bytes on disk (allocated blocks) below a transaction's old/ and new/: a committed one's backups
 // (staging, only while one is in progress or what a kill left).
@@ -164,10 +181,22 @@ struct Pruned {
   std::uint64_t bytes = 0;       // what their backups held
 };
 // Keeps the backups of the `keep` newest committed transactions, and the journals of the `keep`
-// newest undone ones; removes the folders of the older ones (those can no longer be rolled back:
-// their ids go to the pruned list). One in progress is never touched (recovery needs its journal).
-// `keep` 0 keeps every one.
+// newest undone ones; removes the folders of the older ones (those can no longer be rolled back).
+// Intent before effect: their ids go to the pruned list (synced) first, then each folder's old/
+// and new/, its journal, the folder last; a kill in between leaves folders the list names, which
+// the next holder of the lock removes. One in progress is never touched (recovery needs its
+// journal). `keep` 0 keeps every one.
 [[nodiscard]] Pruned prune_transactions(const std::string& root, std::size_t keep);
+// What a killed prune left of a transaction's folder: its id, the bytes below its old/ and new/,
+// and whether the pruned list names it (else its journal is gone and its backups are not).
+struct PruneLeftover {
+  std::string id;
+  std::uint64_t bytes = 0;
+  bool listed = false;
+};
+// Those folders, newest first: the next holder of the lock removes them (recover_held); until
+// then history names them, so that no backups lie on disk that no command shows.
+[[nodiscard]] std::vector<PruneLeftover> prune_leftovers(const std::string& root);
 // Whether `id` is one prune_transactions() removed (the newest k_pruned_kept are remembered).
 [[nodiscard]] bool was_pruned(const std::string& root, const std::string& id);
 inline constexpr std::size_t k_pruned_kept = 4096;

@@ -324,6 +324,60 @@ TEST_F(KillSweep, AKillAtAnyStepOfFixLeavesTheBeforeOrTheAfterState) {
   EXPECT_GE(t.afters, 1);
 }
 
+// A kill at each step of pruning (CUDAFIX_TEST_KILL_AT=prune:N: the pruned list written, then
+// old/, new/, the journal and the folder removed). The change that pruned has committed; what
+// the kill left of the pruned transaction is named by history (listed, or counted as a
+// leftover) until the next command that takes the lock removes it, saying so; `rollback ID`
+// then says pruned, and nothing of it is left on disk.
+TEST_F(KillSweep, AKillAtAnyStepOfPruningLeavesNothingThatNoCommandNamesAndRollbackSaysPruned) {
+  int trials = 0;
+  for (int step = 1; step < 10; ++step) {
+    const std::string at = "killed at pruning step " + std::to_string(step);
+    TempDir t;
+    const std::string v = t.path() + "/venv";
+    ASSERT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+    test::write_file(v + "/cudafix.toml", "[transactions]\nkeep = 1\n");
+    const auto first = cudafix("remove gamma -y --json", v);
+    ASSERT_EQ(first.exit_code, 0) << first.out;
+    const std::string pruned = json::parse(first.out)["transaction"];
+    const std::string after = [&] {
+      const auto r = cudafix("remove alpha -y", v, "CUDAFIX_TEST_KILL_AT=prune:" + std::to_string(step));
+      EXPECT_TRUE(r.exit_code == 137 || r.exit_code == 0) << at << ": " << r.out;
+      return r.exit_code == 0 ? std::string("done") : std::string("killed");
+    }();
+    const std::string tx = v + "/.cudafix/tx";
+    // What is on disk of the pruned transaction, history names: listed, or as a leftover.
+    const json h = history(v);
+    expect_nothing_in_progress(h, at);
+    std::set<std::string> named;
+    for (const auto& e : h.value("transactions", json::array())) named.insert(e["id"].get<std::string>());
+    for (const auto& e : h.value("prune_leftovers", json::array())) named.insert(e["id"].get<std::string>());
+    for (const auto& e : fs::directory_iterator(tx))
+      EXPECT_TRUE(named.count(e.path().filename().string())) << at << ": history does not name " << e.path();
+    for (const auto& e : h.value("transactions", json::array())) EXPECT_NE(e["id"], pruned) << at;
+    // The change that pruned had committed before it pruned.
+    ASSERT_FALSE(h.value("transactions", json::array()).empty()) << at;
+    EXPECT_EQ(h["transactions"][0]["command"], "remove alpha") << at;
+    EXPECT_EQ(h["transactions"][0]["result"], "committed") << at;
+    const auto back = cudafix("rollback " + pruned + " -y", v);
+    EXPECT_EQ(back.exit_code, 2) << at << ": " << back.out;
+    EXPECT_THAT(back.out, HasSubstr("transaction " + pruned + " was pruned")) << at;
+    if (fs::exists(tx + "/" + pruned)) ADD_FAILURE() << at << ": the pruned folder is still there after " << back.out;
+    const bool left_something = back.out.find("recovering: ") != std::string::npos;
+    EXPECT_EQ(left_something, back.out.find(pruned + ", which a killed prune left") != std::string::npos) << back.out;
+    // One transaction folder, the kept one, with its journal and backups; nothing else.
+    std::set<std::string> folders;
+    for (const auto& e : fs::directory_iterator(tx)) {
+      folders.insert(e.path().filename().string());
+      EXPECT_TRUE(fs::exists(e.path() / "journal")) << at << ": " << e.path();
+    }
+    EXPECT_EQ(folders.size(), 1U) << at;
+    if (after == "done") break;
+    ++trials;
+  }
+  EXPECT_GE(trials, 4) << "pruning has fewer kill points than its steps";
+}
+
 }  // namespace
 }  // namespace cudafix
 

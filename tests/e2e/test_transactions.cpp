@@ -51,6 +51,9 @@ class Transactions : public ::testing::Test {
     test::write_file(src + "/d2.so", "delta library, as another dist's wheel has it\n");
     delta_ = test::make_wheel(w, "delta 1.0 delta/lib.so=" + src + "/d1.so delta/__init__.py=" + src + "/b.py");
     epsilon_ = test::make_wheel(w, "epsilon 1.0 delta/lib.so=" + src + "/d2.so epsilon/e.py=" + src + "/b.py");
+    // Two NVIDIA-like wheels: each ships its files below nvidia/, which neither lists.
+    nva_ = test::make_wheel(w, "nvidia-a-cu12 1.0 nvidia/a/lib/liba.so.1=" + src + "/a.so");
+    nvb_ = test::make_wheel(w, "nvidia-b-cu12 1.0 nvidia/b/lib/libb.so.1=" + src + "/c.so");
     base_ = tmp_->path() + "/base";
     ASSERT_NO_FATAL_FAILURE(test::make_venv(base_, {alpha_, beta_, gamma_}));
   }
@@ -93,7 +96,7 @@ class Transactions : public ::testing::Test {
     return out;
   }
 
-  static inline std::string alpha_, beta_, gamma_, delta_, epsilon_, base_;
+  static inline std::string alpha_, beta_, gamma_, delta_, epsilon_, nva_, nvb_, base_;
 };
 
 TEST_F(Transactions, SnapshotThenPipUninstallAndInstallThenRollbackGivesTheSnapshotsTreeHashForHash) {
@@ -370,9 +373,10 @@ TEST_F(Transactions, TheKeepSettingRemovesOlderBackupsAndHistorySaysWhatIsHeld) 
 }
 
 // pip writes over a file cudafix installed: rolling cudafix's install back would put that file
-// aside silently. It is refused by path and by who wrote it, changing nothing; --force takes
-// pip's file aside as the rollback's own backup, and undoing the rollback puts it back.
-TEST_F(Transactions, RollbackRefusesByPathWhatPipWroteSinceAndForceTakesItAsideAsItsOwnBackup) {
+// aside silently. It is refused by path and by who wrote it, changing nothing; --force rolls back
+// the rest and leaves that file where it is, since another installed dist (epsilon) lists it, and
+// undoing the rollback gives the tree back.
+TEST_F(Transactions, RollbackRefusesByPathWhatPipWroteSinceAndForceLeavesAnotherDistsFileWhereItIs) {
   TempDir t;
   const std::string v = copy(t);
   const auto installed = json::parse(cudafix("install " + shell_quote(delta_) + " -y --no-verify --json", v).out);
@@ -389,17 +393,21 @@ TEST_F(Transactions, RollbackRefusesByPathWhatPipWroteSinceAndForceTakesItAsideA
   const auto as_json = json::parse(cudafix("rollback -y --json", v).out);
   ASSERT_EQ(as_json["changed"].size(), 1U) << as_json;
   EXPECT_THAT(as_json["changed"][0]["path"].get<std::string>(), ::testing::EndsWith("/delta/lib.so"));
-  // A file another tool added to a folder cudafix made is a change too.
-  test::write_file(test::site_packages(v) + "/delta-1.0.dist-info/direct_url.json", "{}\n");
+  // A file no dist lists, added to a folder cudafix made, is a change too.
+  test::write_file(test::site_packages(v) + "/delta/plugin.py", "P = 1\n");
   const auto added = cudafix("rollback -y", v);
   EXPECT_EQ(added.exit_code, 1) << added.out;
-  EXPECT_THAT(added.out, HasSubstr("delta-1.0.dist-info/direct_url.json was created after transaction " + id));
-  fs::remove(test::site_packages(v) + "/delta-1.0.dist-info/direct_url.json");
+  EXPECT_THAT(added.out, HasSubstr("delta/plugin.py was created after transaction " + id));
+  fs::remove(test::site_packages(v) + "/delta/plugin.py");
 
   const auto forced = json::parse(cudafix("rollback -y --force --json", v).out);
-  EXPECT_EQ(forced["taken_aside"], 1) << forced;
+  EXPECT_EQ(forced["taken_aside"], 0) << forced;
   EXPECT_FALSE(fs::exists(test::site_packages(v) + "/delta/__init__.py"));
+  EXPECT_EQ(resolver::try_read_file(test::site_packages(v) + "/delta/lib.so").value_or(""),
+            "delta library, as another dist's wheel has it\n")
+      << "epsilon's file stays";
   EXPECT_FALSE(pip_names(v).count("delta"));
+  EXPECT_TRUE(pip_names(v).count("epsilon"));
   const auto redo = cudafix("rollback " + forced["transaction"].get<std::string>() + " -y", v);
   EXPECT_EQ(redo.exit_code, 0) << redo.out;
   EXPECT_SAME_TREE(tree_of(v), with_pip);
@@ -428,6 +436,101 @@ TEST_F(Transactions, RollbackTakesTheSameBytesRewrittenAsUnchanged) {
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_SAME_TREE(tree_of(v), before);
   EXPECT_FALSE(fs::exists(test::site_packages(v) + "/delta")) << "the folder cudafix made goes, its bytecode with it";
+}
+
+// cudafix installs one NVIDIA wheel, making nvidia/, and pip installs another into it. The later
+// dist's files in the folder cudafix made are no change: the rollback takes cudafix's files and
+// leaves the folder with them. Before, it was refused, and --force moved nvidia-b's files away
+// while pip still listed it.
+TEST_F(Transactions, RollbackOfAnInstallThatMadeASharedFolderLeavesTheLaterDistsFilesThere) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string sp = test::site_packages(v);
+  const std::string id =
+      json::parse(cudafix("install " + shell_quote(nva_) + " -y --no-verify --json", v).out)["transaction"];
+  ASSERT_TRUE(fs::exists(sp + "/nvidia/a/lib/liba.so.1"));
+  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(nvb_)).exit_code, 0);
+  const std::string with_b = tree_of(v);
+  const auto r = cudafix("rollback " + id + " -y --json", v);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(fs::exists(sp + "/nvidia/a"));
+  EXPECT_TRUE(fs::exists(sp + "/nvidia/b/lib/libb.so.1"));
+  EXPECT_FALSE(pip_names(v).count("nvidia-a-cu12"));
+  EXPECT_TRUE(pip_names(v).count("nvidia-b-cu12"));
+  const auto doctor = test::cudafix_json("doctor --venv " + shell_quote(v) + test::k_no_cache);
+  EXPECT_TRUE(test::of_rule(doctor.doc, "missing-files").empty()) << doctor.doc["findings"].dump().substr(0, 1000);
+  // Undoing the rollback gives the tree it replaced.
+  const auto redo = cudafix("rollback " + json::parse(r.out)["transaction"].get<std::string>() + " -y", v);
+  EXPECT_EQ(redo.exit_code, 0) << redo.out;
+  EXPECT_SAME_TREE(tree_of(v), with_b);
+}
+
+// A file no dist lists in the folder cudafix made is still a change, named alone; --force takes
+// it aside and never nvidia-b's files.
+TEST_F(Transactions, ForceTakesAsideAStrayFileInASharedFolderButNeverAnotherDistsFiles) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string sp = test::site_packages(v);
+  const std::string id =
+      json::parse(cudafix("install " + shell_quote(nva_) + " -y --no-verify --json", v).out)["transaction"];
+  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(nvb_)).exit_code, 0);
+  test::write_file(sp + "/nvidia/stray.txt", "no dist lists this\n");
+  const auto refused = cudafix("rollback " + id + " -y", v);
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("nvidia/stray.txt was created after transaction " + id));
+  EXPECT_THAT(refused.out, ::testing::Not(HasSubstr("nvidia/b")));
+  const auto forced = cudafix("rollback " + id + " -y --force --json", v);
+  ASSERT_EQ(forced.exit_code, 0) << forced.out;
+  EXPECT_EQ(json::parse(forced.out)["taken_aside"], 1);
+  EXPECT_FALSE(fs::exists(sp + "/nvidia/stray.txt"));
+  EXPECT_FALSE(fs::exists(sp + "/nvidia/a"));
+  EXPECT_TRUE(fs::exists(sp + "/nvidia/b/lib/libb.so.1"));
+  EXPECT_TRUE(pip_names(v).count("nvidia-b-cu12"));
+  const auto doctor = test::cudafix_json("doctor --venv " + shell_quote(v) + test::k_no_cache);
+  EXPECT_TRUE(test::of_rule(doctor.doc, "missing-files").empty()) << doctor.doc["findings"].dump().substr(0, 1000);
+}
+
+// pip --force-reinstall of the very wheel cudafix installed writes the same bytes (new inodes),
+// and its own bookkeeping in the dist-info (INSTALLER saying pip, its RECORD, REQUESTED,
+// direct_url.json): no change, so the rollback goes ahead and gives the tree before the install.
+TEST_F(Transactions, RollbackGoesAheadAfterPipForceReinstallsTheSameWheel) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string before = tree_of(v);
+  ASSERT_EQ(cudafix("install " + shell_quote(delta_) + " -y --no-verify", v).exit_code, 0);
+  const auto pip = test::venv_pip(v, "install -q --no-index --no-deps --force-reinstall " + shell_quote(delta_));
+  ASSERT_EQ(pip.exit_code, 0) << pip.out;
+  const auto r = cudafix("rollback -y", v);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_SAME_TREE(tree_of(v), before);
+  EXPECT_FALSE(pip_names(v).count("delta"));
+}
+
+// A folder cudafix made, replaced by a symlink (here to a folder outside the venv): the rollback
+// names it and what happened to it, and refuses (exit 1), as for any change; --force does not
+// follow it nor move it. Before, the journal was taken as untrusted and skipped: "nothing to roll
+// back", exit 2.
+TEST_F(Transactions, AFolderATransactionMadeReplacedByASymlinkIsNamedAndRefusesTheRollback) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string sp = test::site_packages(v);
+  const std::string id =
+      json::parse(cudafix("install " + shell_quote(delta_) + " -y --no-verify --json", v).out)["transaction"];
+  const std::string outside = t.path() + "/outside";
+  fs::create_directories(outside);
+  test::write_file(outside + "/lib.so", "not cudafix's\n");
+  fs::remove_all(sp + "/delta");
+  fs::create_directory_symlink(outside, sp + "/delta");
+  const std::string linked = tree_of(v), outside_tree = tree_of(outside);
+  const auto r = cudafix("rollback -y", v);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("  delta was replaced by a symlink after transaction " + id));
+  EXPECT_THAT(r.out, HasSubstr("nothing was changed"));
+  const auto forced = cudafix("rollback " + id + " -y --force", v);
+  EXPECT_EQ(forced.exit_code, 2) << forced.out;
+  EXPECT_THAT(forced.out, HasSubstr("is not a folder now"));
+  EXPECT_SAME_TREE(tree_of(v), linked);
+  EXPECT_EQ(tree_of(outside), outside_tree);
 }
 
 // keep = 2: roll back the oldest, so that pruning removes its folder, then undo that rollback,
@@ -535,6 +638,30 @@ TEST_F(Transactions, AKillAtEveryStepOfARollbackLeavesHistoryAgreeingWithTheTree
   }
   EXPECT_GE(rolled, 1);
   EXPECT_GE(kept, 3);
+}
+
+// A prune killed by a version that removed the folder before recording its id (remove_tree
+// takes the journal as readdir gives it, the backups after): old/ is left without a journal,
+// which history did not list nor count, nothing removed, and `rollback ID` said "no transaction".
+// history counts and names it; the next command that takes the lock removes it, says so, and
+// remembers the id as pruned.
+TEST_F(Transactions, BackupsAKilledPruneLeftWithoutTheirJournalAreNamedThenRemovedAndTheIdIsPruned) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string a = json::parse(cudafix("remove alpha -y --json", v).out)["transaction"];
+  const std::string dir = v + "/.cudafix/tx/" + a;
+  ASSERT_TRUE(fs::exists(dir + "/old"));
+  fs::remove(dir + "/journal");
+  const auto history = json::parse(cudafix("history --json", v).out);
+  EXPECT_TRUE(history["transactions"].empty()) << history;
+  EXPECT_GT(history["backup_bytes"].get<std::uint64_t>(), 0U) << "what is on disk is counted: " << history;
+  EXPECT_THAT(cudafix("history", v).out, HasSubstr(a));
+  const auto gone = cudafix("rollback " + a + " -y", v);
+  EXPECT_EQ(gone.exit_code, 2) << gone.out;
+  EXPECT_THAT(gone.out, HasSubstr("recovering: removed the backups of transaction " + a));
+  EXPECT_THAT(gone.out, HasSubstr("transaction " + a + " was pruned"));
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_EQ(json::parse(cudafix("history --json", v).out)["backup_bytes"], 0U);
 }
 
 // A snapshot killed while it links its files leaves `.NAME.partial`, which nothing lists or
