@@ -248,7 +248,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
            {"plan", nullptr}};
     if (uninstall->plan) plan_text = plan_remove_json(env, knowledge, *uninstall->plan);
     j["uninstall"] = u;
-    if (uninstall->plan && !uninstall->plan->safe() && !o.allow_break) {
+    if (uninstall->refused(o.allow_break)) {
       command.abandon();
       const auto& names = uninstall->names;
       const std::string alternative =
@@ -302,9 +302,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   j["snapshot"] = name;
   j["snapshot_scope"] = snap->scope ? json(*snap->scope) : json();
   j["before"] = nullptr;  // its place in the document
-  // Only an uninstall cudafix read whose deletions hold no shared object, which no load can see,
-  // may run while the baseline probe still loads the consumer's tree.
-  const bool probe_beside_command = uninstall && uninstall->touches_no_library && guarded.probe_running();
+  const bool probe_beside_command = guarded.probe_beside_command();
   if (!probe_beside_command) {
     guarded.finish_baseline();
     record_before();

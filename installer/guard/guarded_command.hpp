@@ -66,6 +66,9 @@ struct UninstallRead {
   // snapshot's scope. None: anything may change.
   std::optional<std::vector<int>> scope;
   bool touches_no_library = false;  // no deletion holds a shared object (the probe may run beside it)
+  // Whether it is refused before it runs: plan remove judges pip's removal to break something,
+  // and --allow-break was not given.
+  [[nodiscard]] bool refused(bool allow_break) const { return plan && !plan->safe() && !allow_break; }
 };
 [[nodiscard]] std::optional<UninstallRead> read_uninstall(const resolver::Environment& env,
                                                           const resolver::Knowledge& knowledge,
@@ -137,7 +140,11 @@ class GuardedCommand {
   [[nodiscard]] const Judgement& before() const { return before_; }
   [[nodiscard]] const std::optional<probe::VerifyReport>& before_probe() const { return before_probe_; }
   [[nodiscard]] const std::string& probe_why_not() const { return probe_why_not_; }
-  [[nodiscard]] bool probe_running() const { return probing_.valid(); }
+  // Whether the baseline probe may go on while the command runs (finish_baseline() after it):
+  // only for an uninstall read whole whose deletions hold no shared object, which no load sees.
+  [[nodiscard]] bool probe_beside_command() const {
+    return probing_.valid() && uninstall_ && uninstall_->touches_no_library;
+  }
   [[nodiscard]] const std::string& snapshot_name() const { return snapshot_.name; }
 
   // After the command exited with `exit_code`, the environment's lock held again and `now`
