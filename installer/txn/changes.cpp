@@ -1,5 +1,6 @@
 #include "installer/txn/changes.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -205,6 +206,34 @@ std::string why_no_link(const std::string& file, const std::string& into, const 
   return said;
 }
 
+// `from`'s bytes into the new file `to`, which is opened confined (file_ops) and never through a
+// link; `from` is opened without following a final link and must be a regular file.
+void copy_confined(const std::string& from, const std::string& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (in < 0) throw r::Error(r::cannot("read", from, errno));
+  struct stat st {};
+  if (::fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(in);
+    throw r::Error(fmt::format("{} is no regular file", from));
+  }
+  int out = -1;
+  try {
+    out = open_file(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    char buf[1 << 16];
+    for (ssize_t n; (n = ::read(in, buf, sizeof buf)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw r::Error(r::cannot("read", from, errno));
+      write_all(out, buf, static_cast<std::size_t>(n), to);
+    }
+  } catch (...) {
+    if (out >= 0) ::close(out);
+    ::close(in);
+    throw;
+  }
+  ::close(out);
+  ::close(in);
+}
+
 // A manifest's scope, read as untrusted input: none (absent or null) for the whole environment,
 // else at most k_scope_max dist folder names; any other shape throws, saying what is wrong.
 std::optional<std::vector<std::string>> scope_of(const json& manifest, const std::string& dir) {
@@ -317,12 +346,13 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
       if (hardlinked) {
         ++linked;
       } else {
-        // Another file system, or one that refuses hard links: a copy, counted and said.
-        std::error_code copy_ec;
-        fs::copy_file(abs, into, fs::copy_options::overwrite_existing, copy_ec);
-        if (copy_ec) {
+        // Another file system, or one that refuses hard links: a copy, counted and said, written
+        // through a descriptor opened beneath the root (std::filesystem::copy_file opens by path).
+        try {
+          copy_confined(abs, into);
+        } catch (const r::Error& cannot_copy) {
           std::lock_guard<std::mutex> lock(failure_mutex);
-          failure = fmt::format("snapshot: cannot keep {}: {}", abs, copy_ec.message());
+          failure = fmt::format("snapshot: cannot keep {}: {}", abs, cannot_copy.what());
           return;
         }
         ++copied;
