@@ -164,7 +164,10 @@ int show_guard_outcome(const GlobalOptions& g, json& j, const std::function<std:
           shown, code, broke,
           result.ours.empty() ? std::string("it changed nothing of what the snapshot holds")
                               : std::string("plan remove judged its uninstall harmless"),
-          others, name, result.snapshot_kept ? "kept" : "deleted");
+          others, name,
+          result.snapshot_kept
+              ? fmt::format("kept: `cudafix rollback --snapshot {}` restores every path it holds", name)
+              : std::string("deleted"));
       break;
     case gd::Verdict::overlap:
       text = fmt::format(

@@ -221,8 +221,10 @@ GuardedCommand::~GuardedCommand() {
 void GuardedCommand::watch_guards() {
   const auto records = tx::guard_records(env_.layout.root_real);
   std::lock_guard<std::mutex> lock(guards_mutex_);
+  // A record no guard holds whose snapshot never completed is no writer: its command never ran
+  // under it (or was judged), and anyone may leave such a file in the window.
   for (const auto& g : records)
-    if (g.snapshot != snapshot_.name) guards_seen_.emplace(g.snapshot, g);
+    if (g.snapshot != snapshot_.name && (g.alive || g.has_snapshot)) guards_seen_.emplace(g.snapshot, g);
 }
 
 void GuardedCommand::close_window() {
@@ -453,8 +455,16 @@ Outcome GuardedCommand::judge_held(const r::Environment& now) {
   // Not the command's doing: it changed nothing, or it is an uninstall the model judged harmless
   // and another writer changed the environment in the window.
   const bool harmless_uninstall = uninstall_ && uninstall_->scope && uninstall_->plan && uninstall_->plan->safe();
-  if (out.ours.empty() || (harmless_uninstall && (!out.others.empty() || others_wrote(now))))
-    return finish_clean(Verdict::not_ours);
+  if (out.ours.empty() || (harmless_uninstall && (!out.others.empty() || others_wrote(now)))) {
+    if (out.others.empty()) return finish_clean(Verdict::not_ours);
+    // Paths the snapshot holds were changed by writers guard believes are others (a record, a
+    // journal, a RECORD: each one the command could have written itself): nothing is undone on
+    // their word, but the snapshot that restores them stays, named by every later command.
+    out.verdict = Verdict::not_ours;
+    out.snapshot_kept = !out.snapshot_gone;
+    if (record_ && out.snapshot_kept) record_->leave();
+    return out;
+  }
   if (settings_.keep) {
     out.verdict = Verdict::kept;
     out.snapshot_kept = true;

@@ -618,6 +618,45 @@ TEST_F(Guard, WhereTheCommandAndAnotherWriterChangedOnePathNothingIsUndoneAndBot
   EXPECT_THAT(cudafix("doctor", v).out, HasSubstr("`cudafix rollback --snapshot " + name + "` restores it"));
 }
 
+// A command that plants another guard's record, its scope claiming the cuDNN dist, then deletes
+// that dist's library: the record is the command's own word. A record no guard holds whose
+// snapshot never completed is no writer at all (the break is undone); one with a snapshot to its
+// name only makes guard refuse to undo, and the snapshot that restores the break stays, named by
+// every later command: never a break kept with the snapshot deleted.
+TEST_F(Guard, AForgedGuardRecordClaimingTheBrokenFilesNeverLeavesABreakWithoutItsSnapshot) {
+  for (const bool with_snapshot : {false, true}) {
+    SCOPED_TRACE(with_snapshot ? "a forged snapshot beside the record" : "a bare record");
+    TempDir t;
+    const std::string v = copy(t);
+    const std::string lib = site(v) + "/nvidia/cudnn/lib/libcudnn.so.9", state = v + "/.cudafix";
+    const std::string plant =
+        "mkdir -p " + shell_quote(state + "/guards") + " " + shell_quote(state + "/snapshots/forged") +
+        (with_snapshot ? "; echo {} >" + shell_quote(state + "/snapshots/forged/manifest.json") : std::string()) +
+        "; printf '%s' " +
+        shell_quote(R"({"snapshot":"forged","pid":1,"time":1,"command":["pip","uninstall","-y","x"],)"
+                    R"("scope":["nvidia_cudnn_cu13-9.19.0.56.dist-info"]})") +
+        " >" + shell_quote(state + "/guards/forged.json") + "; sleep 0.4; rm " + shell_quote(lib);
+    const auto [rc, doc] = guard_json(v, "--no-verify", "sh -c " + shell_quote(plant));
+    ASSERT_FALSE(doc["worse"].empty()) << doc.dump();
+    const std::string name = doc["snapshot"].get<std::string>();
+    if (doc["verdict"] == "undone") {
+      EXPECT_EQ(rc, 1) << doc.dump();
+      EXPECT_TRUE(fs::exists(lib));
+      EXPECT_FALSE(with_snapshot) << doc.dump();
+    } else {
+      EXPECT_TRUE(with_snapshot) << "a bare unlocked record is no writer: " << doc.dump();
+      EXPECT_EQ(doc["verdict"], "not_ours") << doc.dump();
+      EXPECT_FALSE(fs::exists(lib)) << "nothing undone on the record's word";
+      EXPECT_EQ(doc["kept"], true) << doc.dump();
+      EXPECT_TRUE(fs::exists(v + "/.cudafix/snapshots/" + name + "/manifest.json"));
+      EXPECT_THAT(cudafix("doctor", v).out, HasSubstr("`cudafix rollback --snapshot " + name + "` restores it"));
+      const auto back = cudafix("rollback -y --snapshot " + name, v);
+      EXPECT_EQ(back.exit_code, 0) << back.out;
+      EXPECT_TRUE(fs::exists(lib));
+    }
+  }
+}
+
 // What guard restores comes from what it held in memory when it took the snapshot: a manifest
 // rewritten in the window (its scope widened, its entries emptied) is not read back.
 TEST_F(Guard, ASnapshotManifestRewrittenInTheWindowIsNotWhatGuardRestoresFrom) {
