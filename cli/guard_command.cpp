@@ -112,6 +112,7 @@ int show_guard_outcome(const GlobalOptions& g, json& j, const std::function<std:
   j["probed_after"] = result.after_probe.has_value();
   j["after"] = {{"errors", result.after.errors}, {"warnings", result.after.warnings}};
   j["worse"] = worse_json(result.worse);
+  j["still_worse"] = worse_json(result.still_worse);
   json ours = json::array();
   for (const auto& c : result.ours) ours.push_back({{"path", c.path}, {"what", c.what}});
   j["changes"] = {
@@ -155,6 +156,16 @@ int show_guard_outcome(const GlobalOptions& g, json& j, const std::function<std:
           "command's change){}",
           shown, code, broke, result.ours.size(), name, result.restored, result.moved_aside, result.transaction,
           result.transaction, others);
+      if (!result.still_worse.empty()) {
+        std::string still;
+        for (const auto& w : result.still_worse)
+          still += fmt::format("\n  {}[{}]: {}", w.kind == "doctor" ? "error" : w.kind, w.what, w.message);
+        text += fmt::format(
+            "\nbut the environment is still worse than before:{}\nthe command changed what it was not read to "
+            "change (`{}` was taken for an uninstall of the dists it names); snapshot '{}' is kept: `cudafix "
+            "rollback --snapshot {}` restores what it holds",
+            still, shown, name, name);
+      }
       break;
     case gd::Verdict::not_ours:
       rc = code;
@@ -286,7 +297,8 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   gs.keep = o.keep;
   gs.retention_root = keep.root;
   gs.retention_count = keep.count;
-  gd::GuardedCommand guarded(env, knowledge, doctor_judge(g, knowledge, settings), gs, {lap});
+  const auto rescan = [&] { return r::scan_environment(env.layout, scan_options(g, r::ScanDepth::full, true)); };
+  gd::GuardedCommand guarded(env, knowledge, doctor_judge(g, knowledge, settings), gs, {lap, rescan});
   guarded.start_baseline();
   const tx::SnapshotInfo* snap = nullptr;
   try {
@@ -340,7 +352,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     lock.emplace(root, lock_wait(g), say_waiting);
     // The caches answer only for folders and objects whose stamps are the ones kept, and keep
     // nothing written within their settle time: what the command changed is read from the disk.
-    const r::Environment now = r::scan_environment(env.layout, scan_options(g, r::ScanDepth::full, true));
+    const r::Environment now = rescan();
     result = guarded.judge(now);
   } catch (const std::exception& e) {
     guarded.leave_record();

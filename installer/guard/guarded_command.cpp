@@ -492,8 +492,17 @@ void GuardedCommand::undo(const r::Environment& now, Outcome& out) {
   }
   t.carry_out();
   (void)tx::prune_transactions(settings_.retention_root, settings_.retention_count);
-  tx::delete_snapshot(root, snapshot_.name);
   out.verdict = Verdict::undone;
+  if (callbacks_.rescan) {
+    const r::Environment again = callbacks_.rescan();
+    out.still_worse = model_worse(env_, again, knowledge_, before_, judge_(again));
+  }
+  if (!out.still_worse.empty()) {
+    out.snapshot_kept = true;
+    if (record_) record_->leave();
+  } else {
+    tx::delete_snapshot(root, snapshot_.name);
+  }
   out.transaction = t.id();
   out.restored = check.restore;
   out.moved_aside = check.remove;

@@ -106,6 +106,10 @@ struct Outcome {
   std::vector<std::string> altered;
   std::string transaction;  // the undo's
   std::size_t restored = 0, moved_aside = 0;
+  // After the undo, what is still worse than before: something changed that the command was not
+  // read to change (a script named pip, a .pth run at its start) and its snapshot does not hold;
+  // the snapshot is then kept and named.
+  std::vector<Worse> still_worse;
 };
 
 struct Settings {
@@ -120,6 +124,9 @@ struct Settings {
 // Progress lines ("cudafix guard: snapshot ... taken") and phases ("doctor", "snapshot", ...).
 struct Callbacks {
   std::function<void(const char*)> phase;
+  // The environment scanned afresh (the caller's scan options): after an undo, to see whether
+  // what got worse is gone with it.
+  std::function<resolver::Environment()> rescan;
 };
 
 class GuardedCommand {

@@ -761,5 +761,27 @@ TEST_F(Guard, AGuardKilledAtAnyPointLeavesNothingThatNoCommandNames) {
   }
 }
 
+// A program named pip that deletes more than the dists it names: guard took it for an uninstall
+// of leafpkg (a snapshot of leafpkg alone) and undid that; what it broke outside stays broken,
+// and guard says so, keeps the snapshot and names it, rather than reporting the break undone.
+TEST_F(Guard, AnUninstallThatBreaksMoreThanItsDistsIsNotReportedAsUndone) {
+  TempDir t;
+  const std::string v = copy(t);
+  const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13", fake = t.path() + "/bin/pip";
+  fs::create_directories(t.path() + "/bin");
+  test::write_file(fake, "#!/bin/sh\nrm -rf " + shell_quote(site(v) + "/leafpkg") + " " +
+                             shell_quote(site(v) + "/leafpkg-1.0.dist-info") + " " + shell_quote(lib) + "\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const auto [rc, doc] = guard_json(v, "--no-verify", shell_quote(fake) + " uninstall -y leafpkg");
+  EXPECT_EQ(rc, 1) << doc.dump();
+  EXPECT_EQ(doc["snapshot_scope"], json::array({"leafpkg-1.0.dist-info"}));
+  EXPECT_EQ(doc["verdict"], "undone");
+  EXPECT_FALSE(doc["still_worse"].empty()) << doc.dump();
+  EXPECT_EQ(doc["kept"], true);
+  EXPECT_TRUE(fs::exists(site(v) + "/leafpkg/__init__.py")) << "what the snapshot held is back";
+  const std::string name = doc["snapshot"].get<std::string>();
+  EXPECT_THAT(cudafix("doctor", v).out, HasSubstr("`cudafix rollback --snapshot " + name + "` restores it"));
+}
+
 }  // namespace
 }  // namespace cudafix
