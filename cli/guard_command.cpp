@@ -103,6 +103,41 @@ std::string paths_text(const std::string& root, const std::vector<gd::Claimed>& 
   return text;
 }
 
+// guard's refusal of an uninstall plan remove judges to break something: plan remove's findings
+// and the owner-counted alternative.
+int show_refusal(const GlobalOptions& g, json& j, const std::function<std::string()>& document,
+                 const r::Environment& env, const gd::UninstallRead& uninstall, const std::string& shown,
+                 std::ostream& out) {
+  const std::string names = fmt::format("{}", fmt::join(uninstall.names, " "));
+  const std::string alternative =
+      uninstall.plan->safe_with_cudafix()
+          ? fmt::format("`cudafix remove {}` removes them counting owners, which breaks nothing", names)
+          : fmt::format("`cudafix remove {}` would break it too (above)", names);
+  const std::string why = fmt::format(
+      "refused: `{}` would break what is listed above; it was not run and nothing was changed. {}; "
+      "--allow-break runs it anyway, under a snapshot",
+      shown, alternative);
+  j["refused"] = why;
+  j["snapshot"] = nullptr;
+  j["snapshot_scope"] = nullptr;
+  j["exit_code"] = nullptr;
+  j["worse"] = json::array();
+  j["undone"] = false;
+  if (g.json)
+    out << document() << '\n';
+  else
+    std::cerr << plan_remove_text(env, *uninstall.plan, style_for(g)) << printable_lines(why) << '\n';
+  return 1;
+}
+
+// Lets the held command run, the signals sent to guard passed on to it; its exit code.
+int run_held(HeldCommand& command, const std::string& program) {
+  PassingSignalsOn signals(command.pid());
+  if (const int failed = command.go(); failed != 0)
+    std::cerr << fmt::format("cudafix guard: cannot run {}: {}\n", printable(program), std::strerror(failed));
+  return command.wait();
+}
+
 // The outcome, as JSON or text; the exit code: the command's where nothing of its doing got
 // worse, else 1.
 int show_guard_outcome(const GlobalOptions& g, json& j, const std::function<std::string()>& document,
@@ -264,27 +299,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
     j["uninstall"] = u;
     if (uninstall->refused(o.allow_break)) {
       command.abandon();
-      const auto& names = uninstall->names;
-      const std::string alternative =
-          uninstall->plan->safe_with_cudafix()
-              ? fmt::format("`cudafix remove {}` removes them counting owners, which breaks nothing",
-                            fmt::join(names, " "))
-              : fmt::format("`cudafix remove {}` would break it too (above)", fmt::join(names, " "));
-      const std::string why = fmt::format(
-          "refused: `{}` would break what is listed above; it was not run and nothing was changed. {}; "
-          "--allow-break runs it anyway, under a snapshot",
-          shown, alternative);
-      j["refused"] = why;
-      j["snapshot"] = nullptr;
-      j["snapshot_scope"] = nullptr;
-      j["exit_code"] = nullptr;
-      j["worse"] = json::array();
-      j["undone"] = false;
-      if (g.json)
-        out << document() << '\n';
-      else
-        std::cerr << plan_remove_text(env, *uninstall->plan, style_for(g)) << printable_lines(why) << '\n';
-      return 1;
+      return show_refusal(g, j, document, env, *uninstall, shown, out);
     }
   }
   j["refused"] = nullptr;
@@ -331,14 +346,8 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
                   shown));
 
   // The command, with the lock released.
-  int code = 0;
-  {
-    lock.reset();
-    PassingSignalsOn signals(command.pid());
-    if (const int failed = command.go(); failed != 0)
-      std::cerr << fmt::format("cudafix guard: cannot run {}: {}\n", printable(o.command[0]), std::strerror(failed));
-    code = command.wait();
-  }
+  lock.reset();
+  const int code = run_held(command, o.command[0]);
   tx::test_pause("guard-ran");  // the tests' seam: the command has ended, the lock is not held
   j["exit_code"] = code;
   lap("command");
