@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -156,6 +157,27 @@ class Guard : public ::testing::Test {
     text = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
     return {rc, json::parse(text, nullptr, false)};
   }
+  // `command` (a shell line) run with a minute's limit; its output, exit code and peak RSS (its
+  // own rusage: a limit on address space would stop the sanitizer build, which reserves terabytes).
+  struct Bounded {
+    std::string out;
+    int rc = -1;
+    long peak_kb = -1;
+  };
+  static Bounded bounded(const std::string& command) {
+    const auto r = run_shell(test::k_python + " -c " +
+                             shell_quote("import resource, subprocess, sys\n"
+                                         "p = subprocess.run(['timeout', '60', 'sh', '-c', sys.argv[1]], "
+                                         "capture_output=True, text=True, errors='replace')\n"
+                                         "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+                                         "print(p.stdout + p.stderr)\n") +
+                             " " + shell_quote(command));
+    Bounded b;
+    std::istringstream in(r.out);
+    in >> b.rc >> b.peak_kb;
+    b.out = r.out.substr(std::min(r.out.size(), r.out.find('\n') + 1));
+    return b;
+  }
   static std::set<std::string> paths_in(const json& list) {
     std::set<std::string> out;
     for (const auto& e : list) out.insert(e["path"].get<std::string>());
@@ -286,10 +308,11 @@ TEST_F(Guard, ARequirementFileThatIncludesItselfIsReadOnceInBoundedMemoryAndTime
   std::string twelve;
   for (int i = 0; i < 12; ++i) twelve += "-r r.txt\n";
   test::write_file(t.path() + "/r.txt", twelve);
-  const auto r = run_shell("cd " + shell_quote(t.path()) + " && ulimit -v 1048576 && env -u VIRTUAL_ENV timeout 60 " +
-                           shell_quote(test::k_bin) + " guard --json --no-verify --venv " + shell_quote(v) +
-                           test::k_no_cache + " -- " + pip(v) + " uninstall -y -r r.txt 2>&1; echo rc=$?");
-  EXPECT_THAT(r.out, Not(HasSubstr("rc=124"))) << "still reading after a minute";
+  const auto r = bounded("cd " + shell_quote(t.path()) + " && env -u VIRTUAL_ENV " + shell_quote(test::k_bin) +
+                         " guard --json --no-verify --venv " + shell_quote(v) + test::k_no_cache + " -- " + pip(v) +
+                         " uninstall -y -r r.txt");
+  EXPECT_NE(r.rc, 124) << "still reading after a minute";
+  EXPECT_LT(r.peak_kb, 1024 * 1024) << "peak RSS " << r.peak_kb << " KB";
   EXPECT_THAT(r.out, Not(HasSubstr("bad_alloc"))) << r.out.substr(0, 2000);
   EXPECT_THAT(r.out, Not(HasSubstr("out of memory"))) << r.out.substr(0, 2000);
   std::string last;  // guard's document: its last line of standard output that is one
@@ -701,8 +724,10 @@ TEST_F(Guard, ASparseManifestIsNeitherReadWholeNorListed) {
   fs::create_directories(v + "/.cudafix/snapshots/planted");
   ASSERT_EQ(run_shell("truncate -s 3G " + shell_quote(v + "/.cudafix/snapshots/planted/manifest.json")).exit_code, 0);
   const auto limited = [&](const std::string& args) {
-    return run_shell("ulimit -v 1500000; env -u VIRTUAL_ENV timeout 60 " + shell_quote(test::k_bin) + " " + args +
-                     " --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+    const auto b = bounded("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " " + args + " --venv " + shell_quote(v) +
+                           test::k_no_cache);
+    EXPECT_LT(b.peak_kb, 1024 * 1024) << args << ": peak RSS " << b.peak_kb << " KB";
+    return test::RunResult{b.rc, b.out};
   };
   const auto list = limited("snapshot --list");
   EXPECT_EQ(list.exit_code, 0) << list.out;
