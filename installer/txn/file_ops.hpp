@@ -14,12 +14,11 @@
 //   CUDAFIX_TEST_KILL_AT=N            the process kills itself (SIGKILL) at journal step N: each
 //                                     journal record appended and each op carried out is a step.
 //   CUDAFIX_TEST_KILL_AT=POINT        the same the first time a named point is reached (a pause
-//                                     point of test_pause(POINT), or kill_point(POINT)): `snapshot-linked` (a snapshot's files
-//                                     linked, its manifest not yet written), `snapshot-unlisted`
-//                                     (a deleted snapshot renamed away, its files still there),
-//                                     `guard-recorded`, `guard-snapshotted` (the lock still held),
-//                                     `guard-ran` (the command ended, the lock not held),
-//                                     `guard-judged` (before the undo; installer/guard/).
+//                                     point of test_pause(POINT), or kill_point(POINT)): `snapshot-linked` (a
+//                                     snapshot's files linked, its manifest not yet written), `snapshot-unlisted` (a
+//                                     deleted snapshot renamed away, its files still there), `guard-recorded`,
+//                                     `guard-snapshotted` (the lock still held), `guard-ran` (the command ended, the
+//                                     lock not held), `guard-judged` (before the undo; installer/guard/).
 //   CUDAFIX_TEST_KILL_AT=POINT:N      the same at the N-th time the named point is reached
 //                                     (kill_point(POINT)): `prune`, after each step of pruning a
 //                                     transaction (history.cpp says which).

@@ -265,16 +265,11 @@ std::vector<PruneLeftover> leftovers(const std::string& root) {
   if (!resolver::state_folder_problem(root).empty()) return out;
   const auto ids = read_pruned(root);
   const std::set<std::string> pruned(ids.begin(), ids.end());
-  std::error_code ec;
-  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::string dir = tx_root(root) + "/" + name;
-    struct stat st {};
-    if (!resolver::is_transaction_id(name) || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+  for_each_transaction_folder(root, [&](const std::string& name, const std::string& dir) {
     const bool listed = pruned.count(name) > 0;
-    if (listed ? unfinished(dir) : exists_nofollow(dir + "/journal") || !holds_files(dir + "/old")) continue;
+    if (listed ? unfinished(dir) : exists_nofollow(dir + "/journal") || !holds_files(dir + "/old")) return;
     out.push_back({name, bytes_held(dir), listed});
-  }
+  });
   std::sort(out.begin(), out.end(), [](const PruneLeftover& a, const PruneLeftover& b) { return a.id > b.id; });
   return out;
 }

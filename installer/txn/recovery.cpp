@@ -109,21 +109,15 @@ void refuse_state_a_wheel_wrote(const std::string& root) {
 // asks the disk about every op): this runs each time the lock is taken.
 std::vector<std::string> unfinished_transactions(const std::string& root) {
   std::vector<std::string> ids;
-  std::error_code ec;
-  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    struct stat st {};
-    if (!resolver::is_transaction_id(name) || ::lstat((tx_root(root) + "/" + name).c_str(), &st) != 0 ||
-        !S_ISDIR(st.st_mode))
-      continue;
+  for_each_transaction_folder(root, [&](const std::string& name, const std::string& dir) {
     try {
-      const auto tx = read_journal(tx_root(root) + "/" + name + "/journal");
+      const auto tx = read_journal(dir + "/journal");
       if ((tx.state == TxState::open || tx.state == TxState::intended) && distrust(tx, root, name).empty())
         ids.push_back(name);
     } catch (const resolver::Error&) {
       // No begin record: nothing was done (tidy_state removes the folder).
     }
-  }
+  });
   return ids;
 }
 
@@ -165,17 +159,12 @@ void recover_held(const std::string& root, const std::function<void(const std::s
 // What a kill left of finished transactions is removed before the next begins: staging, the
 // backups of undone ones, and folders whose journal never got its begin record.
 void tidy_state(const std::string& root) {
-  std::error_code ec;
-  for (fs::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::string dir = tx_root(root) + "/" + name;
-    struct stat st {};
-    if (!resolver::is_transaction_id(name) || ::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+  for_each_transaction_folder(root, [&](const std::string& name, const std::string& dir) {
     if (never_began(dir)) {
       remove_tree(dir);
-      continue;
+      return;
     }
-    if (!exists_nofollow(dir + "/new")) continue;  // committed (or cleaned): nothing to tidy
+    if (!exists_nofollow(dir + "/new")) return;  // committed (or cleaned): nothing to tidy
     try {
       const auto tx = read_journal(dir + "/journal");
       if (distrust(tx, root, name).empty() && (tx.state == TxState::committed || tx.state == TxState::aborted))
@@ -183,7 +172,7 @@ void tidy_state(const std::string& root) {
     } catch (const resolver::Error&) {
       // Unreadable: left as it is (history and doctor say so).
     }
-  }
+  });
 }
 
 void recover(const std::string& root, std::chrono::milliseconds wait,

@@ -24,6 +24,11 @@ inline constexpr std::uint64_t k_max_active = 256;               // an id and it
 // What is at `path` now, as a `left` record would say it.
 [[nodiscard]] Left left_now(const std::string& path);
 
+// Calls fn(id, folder) for each folder below <root>/.cudafix/tx whose name is a transaction id
+// (a real folder, never a link to one); anything else there is skipped.
+void for_each_transaction_folder(const std::string& root,
+                                 const std::function<void(const std::string&, const std::string&)>& fn);
+
 // Removes what a finished transaction no longer needs: its staging always, and its backups when
 // it was undone.
 void clear_staging(const std::string& tx_dir, bool keep_backups);

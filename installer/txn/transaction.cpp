@@ -237,6 +237,17 @@ void sync_folders(const std::vector<Op>& ops) {
 
 std::string tx_root(const std::string& root) { return root + "/.cudafix/tx"; }
 
+void for_each_transaction_folder(const std::string& root,
+                                 const std::function<void(const std::string&, const std::string&)>& fn) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(tx_root(root), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string dir = tx_root(root) + "/" + name;
+    struct stat st {};
+    if (resolver::is_transaction_id(name) && ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fn(name, dir);
+  }
+}
+
 std::string distrust(const JournalRead& tx, const std::string& root, std::string_view folder) {
   if (!tx.unreadable.empty()) return tx.unreadable;
   if (!resolver::is_transaction_id(tx.id) || tx.id != folder)
