@@ -178,6 +178,37 @@ class Guard : public ::testing::Test {
     b.out = r.out.substr(std::min(r.out.size(), r.out.find('\n') + 1));
     return b;
   }
+  // guard started in the background on `venv` with a command that deletes `lib`, then waits
+  // (up to 30 s) for the file `go`; returns once guard's snapshot is taken and its window open.
+  static void guard_deleting_until(const TempDir& t, const std::string& venv, const std::string& lib,
+                                   const std::string& go, const std::string& out) {
+    const std::string command = "sh -c " + shell_quote("rm " + shell_quote(lib) + "; for i in $(seq 600); do [ -e " +
+                                                       shell_quote(go) + " ] && break; sleep 0.05; done");
+    guard_in_background(
+        venv, "CUDAFIX_TEST_PAUSE_AT=guard-snapshotted:1 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"),
+        "", command, out);
+    ASSERT_TRUE(wait_for(t.path() + "/trace", "mark guard-snapshotted"));
+  }
+  // A file beside the venv, outside it: whatever guard restores, moves aside or cleans up, this
+  // keeps its bytes and its mode.
+  class Canary {
+   public:
+    explicit Canary(const std::string& dir) : path_(dir + "/outside/canary.txt") {
+      fs::create_directories(dir + "/outside");
+      test::write_file(path_, "outside the venv\n");
+      fs::permissions(path_, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+    }
+    ~Canary() {
+      EXPECT_EQ(resolver::read_file(path_), "outside the venv\n") << path_;
+      EXPECT_EQ(fs::status(path_).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write)
+          << path_;
+    }
+    Canary(const Canary&) = delete;
+    Canary& operator=(const Canary&) = delete;
+
+   private:
+    std::string path_;
+  };
   static std::set<std::string> paths_in(const json& list) {
     std::set<std::string> out;
     for (const auto& e : list) out.insert(e["path"].get<std::string>());
@@ -534,12 +565,8 @@ TEST_F(Guard, ACudafixInstallThatCommitsWhileTheCommandRunsIsKeptWhenTheCommandI
   const std::string v = copy(t);
   const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13";
   const std::string go = t.path() + "/installed", out = t.path() + "/guard.json";
-  const std::string command = "sh -c " + shell_quote("rm " + shell_quote(lib) + "; for i in $(seq 600); do [ -e " +
-                                                     shell_quote(go) + " ] && break; sleep 0.05; done");
-  guard_in_background(
-      v, "CUDAFIX_TEST_PAUSE_AT=guard-snapshotted:1 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"), "",
-      command, out);
-  ASSERT_TRUE(wait_for(t.path() + "/trace", "mark guard-snapshotted"));
+  const Canary canary(t.path());
+  ASSERT_NO_FATAL_FAILURE(guard_deleting_until(t, v, lib, go, out));
   const auto install = cudafix("install -y --no-verify " + shell_quote(extra_wheel_), v);
   ASSERT_EQ(install.exit_code, 0) << install.out;
   test::write_file(go, "");
@@ -568,12 +595,8 @@ TEST_F(Guard, ASecondGuardsPipInstallWhileTheFirstsCommandRunsIsKept) {
   const std::string v = copy(t);
   const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13";
   const std::string go = t.path() + "/installed", first = t.path() + "/first.json";
-  const std::string command = "sh -c " + shell_quote("rm " + shell_quote(lib) + "; for i in $(seq 600); do [ -e " +
-                                                     shell_quote(go) + " ] && break; sleep 0.05; done");
-  guard_in_background(
-      v, "CUDAFIX_TEST_PAUSE_AT=guard-snapshotted:1 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"), "",
-      command, first);
-  ASSERT_TRUE(wait_for(t.path() + "/trace", "mark guard-snapshotted"));
+  const Canary canary(t.path());
+  ASSERT_NO_FATAL_FAILURE(guard_deleting_until(t, v, lib, go, first));
   const auto second =
       run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " guard --no-verify --venv " + shell_quote(v) +
                 test::k_no_cache + " -- " + pip(v) + " install -q --no-index --no-deps " + shell_quote(extra_wheel_) +
@@ -619,6 +642,7 @@ TEST_F(Guard, OfTwoGuardsAtOnceEachJudgesAndUndoesOnlyItsOwnCommand) {
 TEST_F(Guard, WhereTheCommandAndAnotherWriterChangedOnePathNothingIsUndoneAndBothAreNamed) {
   TempDir t;
   const std::string v = copy(t);
+  const Canary canary(t.path());
   const std::string out = t.path() + "/guard.json", lib = site(v) + "/nvidia/cudnn/lib/libcudnn.so.9";
   guard_in_background(
       v, "CUDAFIX_TEST_PAUSE_AT=guard-snapshotted:3000 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"),
@@ -685,6 +709,7 @@ TEST_F(Guard, AForgedGuardRecordClaimingTheBrokenFilesNeverLeavesABreakWithoutIt
 TEST_F(Guard, ASnapshotManifestRewrittenInTheWindowIsNotWhatGuardRestoresFrom) {
   TempDir t;
   const std::string v = copy(t);
+  const Canary canary(t.path());
   const std::string before = hashes_of(v), out = t.path() + "/guard.json";
   guard_in_background(
       v, "CUDAFIX_TEST_PAUSE_AT=guard-ran:3000 CUDAFIX_TEST_FAULT_TRACE=" + shell_quote(t.path() + "/trace"),
@@ -750,6 +775,7 @@ TEST_F(Guard, AGuardKilledAtAnyPointLeavesNothingThatNoCommandNames) {
     SCOPED_TRACE(point);
     TempDir t;
     const std::string v = copy(t);
+    const Canary canary(t.path());
     const std::string before = hashes_of(v);
     const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13";
     const auto killed = run_shell("env -u VIRTUAL_ENV CUDAFIX_TEST_KILL_AT=" + point + " " + shell_quote(test::k_bin) +
@@ -792,6 +818,7 @@ TEST_F(Guard, AGuardKilledAtAnyPointLeavesNothingThatNoCommandNames) {
 TEST_F(Guard, AnUninstallThatBreaksMoreThanItsDistsIsNotReportedAsUndone) {
   TempDir t;
   const std::string v = copy(t);
+  const Canary canary(t.path());
   const std::string lib = site(v) + "/nvidia/cu13/lib/libcudart.so.13", fake = t.path() + "/bin/pip";
   fs::create_directories(t.path() + "/bin");
   test::write_file(fake, "#!/bin/sh\nrm -rf " + shell_quote(site(v) + "/leafpkg") + " " +

@@ -96,6 +96,15 @@ class Transactions : public ::testing::Test {
     return out;
   }
 
+  // nvidia-a installed by cudafix (which makes nvidia/), then nvidia-b by pip into that folder;
+  // the install's transaction id.
+  static std::string a_by_cudafix_then_b_by_pip(const std::string& v) {
+    const auto installed = cudafix("install " + shell_quote(nva_) + " -y --no-verify --json", v);
+    const auto doc = json::parse(installed.out, nullptr, false);
+    EXPECT_TRUE(doc.is_object() && doc.contains("transaction")) << installed.out;
+    EXPECT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(nvb_)).exit_code, 0);
+    return doc.is_object() && doc.contains("transaction") ? doc["transaction"].get<std::string>() : "";
+  }
   static inline std::string alpha_, beta_, gamma_, delta_, epsilon_, nva_, nvb_, base_;
 };
 
@@ -446,10 +455,9 @@ TEST_F(Transactions, RollbackOfAnInstallThatMadeASharedFolderLeavesTheLaterDists
   TempDir t;
   const std::string v = copy(t);
   const std::string sp = test::site_packages(v);
-  const std::string id =
-      json::parse(cudafix("install " + shell_quote(nva_) + " -y --no-verify --json", v).out)["transaction"];
+  const std::string id = a_by_cudafix_then_b_by_pip(v);
+  ASSERT_FALSE(id.empty());
   ASSERT_TRUE(fs::exists(sp + "/nvidia/a/lib/liba.so.1"));
-  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(nvb_)).exit_code, 0);
   const std::string with_b = tree_of(v);
   const auto r = cudafix("rollback " + id + " -y --json", v);
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -471,9 +479,8 @@ TEST_F(Transactions, ForceTakesAsideAStrayFileInASharedFolderButNeverAnotherDist
   TempDir t;
   const std::string v = copy(t);
   const std::string sp = test::site_packages(v);
-  const std::string id =
-      json::parse(cudafix("install " + shell_quote(nva_) + " -y --no-verify --json", v).out)["transaction"];
-  ASSERT_EQ(test::venv_pip(v, "install -q --no-index --no-deps " + shell_quote(nvb_)).exit_code, 0);
+  const std::string id = a_by_cudafix_then_b_by_pip(v);
+  ASSERT_FALSE(id.empty());
   test::write_file(sp + "/nvidia/stray.txt", "no dist lists this\n");
   const auto refused = cudafix("rollback " + id + " -y", v);
   EXPECT_EQ(refused.exit_code, 1) << refused.out;
