@@ -21,10 +21,6 @@ bool pip_bookkeeping(std::string_view name) {
   return name == "INSTALLER" || name == "RECORD" || name == "REQUESTED" || name == "direct_url.json";
 }
 
-bool bytecode(const std::string& path) {
-  return path.ends_with(".pyc") && resolver::base_name(resolver::parent_dir(path)) == "__pycache__";
-}
-
 }  // namespace
 
 RollbackOwners rollback_owners(const resolver::EnvLayout& layout, const JournalRead& done) {
@@ -52,7 +48,7 @@ RollbackOwners rollback_owners(const resolver::EnvLayout& layout, const JournalR
     ::closedir(d);
     for (const auto& name : dist_infos) {
       const std::string folder = site.real + "/" + name;
-      const auto text = resolver::try_read_file(folder + "/RECORD");
+      const auto text = resolver::try_read_file(folder + "/RECORD", resolver::k_max_dist_info_file_bytes);
       if (!text) continue;
       const auto record = resolver::parse_record(*text, folder + "/RECORD");
       std::vector<std::string> paths;
@@ -69,8 +65,9 @@ RollbackOwners rollback_owners(const resolver::EnvLayout& layout, const JournalR
       // and bytecode.
       bool same = true;
       for (const auto& p : paths)
-        same = same && (left_files.count(p) ||
-                        (resolver::parent_dir(p) == folder && pip_bookkeeping(resolver::base_name(p))) || bytecode(p));
+        same = same &&
+               (left_files.count(p) || (resolver::parent_dir(p) == folder && pip_bookkeeping(resolver::base_name(p))) ||
+                resolver::in_pycache(p));
       if (same) out.reinstalled.insert(folder);
     }
   }

@@ -462,7 +462,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
   const int dir_error = dir_fd < 0 ? errno : 0;
   int read_error = 0;
   auto read = [&](const char* name) {
-    auto text = try_read_file_at(dir_fd, name, UINT64_MAX, &read_error);
+    auto text = try_read_file_at(dir_fd, name, k_max_dist_info_file_bytes, &read_error);
     if (dir_fd < 0) read_error = dir_error;
     return text;
   };

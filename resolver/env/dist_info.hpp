@@ -74,6 +74,10 @@ struct ParsedMetadata {
   std::vector<Diagnostic> diagnostics;
 };
 
+// The largest dist-info file read (METADATA, RECORD, ...): torch's RECORD is a few MB, and a
+// sparse file planted there costs its planter nothing at any size.
+inline constexpr std::uint64_t k_max_dist_info_file_bytes = std::uint64_t{256} << 20;
+
 // Parses RECORD text; `file` names the input in diagnostics. Never throws on bad input.
 [[nodiscard]] ParsedRecord parse_record(std::string text, const std::string& file);
 // Parses METADATA (or any RFC 822 header block); stops at the first blank line.

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "resolver/base/text.hpp"
+#include "resolver/env/dist_info.hpp"
 
 namespace cudafix::resolver::inline env {
 namespace {
@@ -100,7 +101,7 @@ std::vector<std::string> records_listing_protected(const EnvLayout& layout, std:
       const std::string_view name = e->d_name;
       if (!name.ends_with(".dist-info")) continue;
       const std::string record = site.path + "/" + std::string(name) + "/RECORD";
-      const auto text = try_read_file(record);
+      const auto text = try_read_file(record, k_max_dist_info_file_bytes);
       if (!text) continue;
       for (const auto line : split(*text, '\n')) {
         const std::string path = row_path(line);

@@ -472,6 +472,40 @@ TEST_F(HostileState, HugeSparseStateFilesAreNotReadWhole) {
   EXPECT_EQ(canaries.changes(), "");
 }
 
+// A dist's RECORD planted sparse and huge (3 GiB, no disk): doctor and a rollback's check of
+// RECORDs read at most k_max_dist_info_file_bytes of it, and doctor names it. Before, each read it
+// whole (3 GB of memory).
+TEST_F(HostileState, AHugeSparseRecordIsNotReadWhole) {
+  TempDir t;
+  auto [v, canaries] = setup(t);
+  std::string record;
+  for (const auto& e : fs::directory_iterator(test::site_packages(v)))
+    if (e.path().extension() == ".dist-info" && fs::exists(e.path() / "RECORD"))
+      record = (e.path() / "RECORD").string();
+  ASSERT_FALSE(record.empty());
+  ASSERT_EQ(run_shell("truncate -s 3G " + shell_quote(record)).exit_code, 0);
+  for (const std::string args : {"doctor", "rollback -y"}) {
+    const auto r = run_shell(test::k_python + " -c " +
+                             shell_quote("import resource, subprocess, sys\n"
+                                         "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+                                         "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+                                         "print(p.stdout + p.stderr)\n") +
+                             " env -u VIRTUAL_ENV timeout 60 " + shell_quote(test::k_bin) + " " + args + " --venv " +
+                             shell_quote(v) + test::k_no_cache);
+    std::istringstream in(r.out);
+    int rc = -1;
+    long max_rss_kb = -1;
+    in >> rc >> max_rss_kb;
+    EXPECT_NE(rc, 124) << args << ": " << r.out.substr(0, 2000);
+    EXPECT_GT(max_rss_kb, 0) << r.out;
+    EXPECT_LT(max_rss_kb, 600 * 1024) << args << ": peak RSS " << max_rss_kb << " KB";
+    if (args == "doctor") {
+      EXPECT_THAT(r.out, HasSubstr("too large")) << r.out.substr(0, 2000);
+    }
+  }
+  EXPECT_EQ(canaries.changes(), "");
+}
+
 // A FIFO, or /dev/zero, in pyvenv.cfg's place: every command says so at once (before, they hung
 // forever, or grew until memory ran out).
 TEST_F(HostileState, AFifoOrADeviceInPyvenvCfgsPlaceIsRefusedAtOnce) {
