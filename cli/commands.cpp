@@ -72,7 +72,7 @@ int run_scan(const GlobalOptions& g, std::ostream& out) {
 
 int run_why(const GlobalOptions& g, const std::string& query, std::ostream& out) {
   const auto& [env, knowledge, settings] = scan_kept(g);
-  const r::WhyReport report = r::explain(env, query);
+  const r::WhyReport report = r::explain(env, knowledge, query);
   if (g.json)
     out << why_json(env, knowledge, report) << '\n';
   else if (!g.quiet)

@@ -162,6 +162,42 @@ std::string why_json(const r::Environment& env, const r::Knowledge& knowledge, c
     w.end_object();
   }
   w.end_array();
+  w.key("dlopened_by").begin_array();
+  for (const auto& m : rep.dlopened_by) {
+    w.begin_object();
+    w.key("front");
+    d.path(m.front->path);
+    w.key("front_dists");
+    d.dists(m.front->owners);
+    w.key("group").value(m.dlopen.group);
+    w.key("same_dist").value(m.dlopen.knowledge->same_dist);
+    w.key("place").value(r::to_string(m.place));
+    w.key("resolution");
+    d.resolution(m.dlopen.resolution, false, m.front);
+    w.key("release");
+    if (m.release.empty())
+      w.null();
+    else
+      w.value(m.release);
+    w.key("package");
+    if (m.package.empty())
+      w.null();
+    else
+      w.value(m.package);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("required_by").begin_array();
+  for (const auto& n : rep.required_by) {
+    w.begin_object();
+    w.key("dist").value(env.dists[static_cast<std::size_t>(n.dist)].dir_name);
+    w.key("requires").value(n.requirement);
+    w.key("major").value(n.major);
+    w.key("basis").value(r::to_string(n.basis));
+    w.key("why").value(n.why);
+    w.end_object();
+  }
+  w.end_array();
   w.key("standalone");
   if (rep.standalone)
     d.resolution(*rep.standalone, true);
@@ -282,6 +318,10 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
       w.value(f.match);
     else
       w.null();
+    w.key("family").value(f.family);
+    optional_string(w, "dist", f.dist.empty() ? std::nullopt : std::optional<std::string>(f.dist));
+    optional_string(w, "version", f.version.empty() ? std::nullopt : std::optional<std::string>(f.version));
+    optional_string(w, "model", f.model.empty() ? std::nullopt : std::optional<std::string>(f.model));
     w.end_object();
   }
   w.end_array();

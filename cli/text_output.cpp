@@ -323,6 +323,43 @@ std::string scan_text(const r::Environment& env, const r::Knowledge& knowledge, 
   return out;
 }
 
+namespace {
+
+// "  dlopened by:" lines: each front end, how its dlopen resolves the soname, and whether that is
+// its own dist's build.
+void dlopened_by_lines(const r::Environment& env, const r::WhyReport& rep, const Style& st, std::string& out) {
+  if (rep.dlopened_by.empty()) return;
+  out += "  dlopened by (knowledge):\n";
+  for (const auto& m : rep.dlopened_by) {
+    out += fmt::format("    {} [{}]\n", r::describe_front(env, m), m.dlopen.group);
+    const std::string place = r::describe_place(env, m);
+    if (!m.dlopen.knowledge->same_dist || !m.split())
+      out += fmt::format("      {}\n", m.dlopen.resolution.found() ? answer(env, m.dlopen.resolution, st)
+                                                                   : st.bad("resolves nowhere"));
+    else
+      out += fmt::format(
+          "      {}\n",
+          st.bad(fmt::format("resolves to {}, not to its own dist's build{}", place,
+                             r::runtime_error_of(m).empty() ? std::string() : ": " + r::runtime_error_of(m))));
+    if (!m.dlopen.resolution.found()) searched_lines(env, m.dlopen.resolution, "        ", out);
+  }
+}
+
+std::string needed_by_header(const r::WhyReport& rep) {
+  if (!rep.consumers.empty()) return "  needed by:\n";
+  return rep.dlopened_by.empty() ? "  needed by: nothing in the environment\n"
+                                 : "  needed by: no DT_NEEDED names it; it is dlopened\n";
+}
+
+void required_by_lines(const r::Environment& env, const r::WhyReport& rep, std::string& out) {
+  if (rep.required_by.empty()) return;
+  out += "  required by:\n";
+  for (const auto& n : rep.required_by) out += fmt::format("    {}\n", printable(n.why, k_line_limit));
+  (void)env;
+}
+
+}  // namespace
+
 std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, const r::WhyReport& rep,
                      const Style& st) {
   std::string out;
@@ -337,11 +374,13 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
       if (e.runpath) out += fmt::format("  RUNPATH {}\n", *e.runpath);
       if (!so.context.empty()) out += fmt::format("  loaded by the model in: {}\n", so.context);
     }
-    out += fmt::format("  needed by:{}\n", rep.consumers.empty() ? " nothing in the environment" : "");
+    out += needed_by_header(rep);
     for (const auto& c : rep.consumers)
       out +=
           fmt::format("    {} ({}) {}\n", shown(env, c.object->path), dist_list(env, c.object->owners),
                       c.resolution.found() ? reason_label(env, c.resolution) : st.bad("resolves elsewhere or nowhere"));
+    dlopened_by_lines(env, rep, st, out);
+    required_by_lines(env, rep, out);
     if (rep.tree) {
       out += "  NEEDED tree:\n";
       // The object asked about is the tree's top (depth 0); its NEEDED are depth 1.
@@ -354,7 +393,7 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
   out += fmt::format("  provided in the environment by:{}\n", rep.providers.empty() ? " " + st.warn("nothing") : "");
   for (const auto* p : rep.providers)
     out += fmt::format("    {} ({})\n", shown(env, p->path), dist_list(env, p->owners));
-  out += fmt::format("  needed by:{}\n", rep.consumers.empty() ? " nothing in the environment" : "");
+  out += needed_by_header(rep);
   for (const auto& c : rep.consumers) {
     out += fmt::format("    {} ({})\n", shown(env, c.object->path), dist_list(env, c.object->owners));
     out += fmt::format("      {}\n", answer(env, c.resolution, st));
@@ -367,6 +406,8 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
       out += fmt::format("      if that file disappeared: {}\n",
                          c.fallback->found() ? answer(env, *c.fallback, st) : st.bad("nothing would provide it"));
   }
+  dlopened_by_lines(env, rep, st, out);
+  required_by_lines(env, rep, out);
   if (rep.standalone) {
     out += fmt::format("  dlopen(\"{}\") from Python: {}\n", printable(rep.query), answer(env, *rep.standalone, st));
     if (!rep.standalone->found() || st.verbose) searched_lines(env, *rep.standalone, "    ", out);
@@ -380,9 +421,19 @@ std::string why_text(const r::Environment& env, const r::Knowledge& knowledge, c
     if (c.resolution.found() && !inside_env(env, *c.resolution.path)) outside.push_back(shown(env, *c.resolution.path));
   if (rep.standalone && rep.standalone->found() && !inside_env(env, *rep.standalone->path))
     outside.push_back(shown(env, *rep.standalone->path));
+  bool split = false;
+  for (const auto& m : rep.dlopened_by) {
+    if (m.dlopen.resolution.found() && !inside_env(env, *m.dlopen.resolution.path))
+      outside.push_back(shown(env, *m.dlopen.resolution.path));
+    split |= m.dlopen.knowledge->same_dist && m.split() && m.dlopen.resolution.found();
+  }
   std::sort(outside.begin(), outside.end());
   outside.erase(std::unique(outside.begin(), outside.end()), outside.end());
   if (!rep.resolves)
+    out += st.bad("  does not resolve\n");
+  else if (split)
+    out += st.bad("  resolves, but not to its front end's own build (cudafix doctor --select foreign-sublibrary)\n");
+  else if (!rep.resolves)
     out += st.bad("  does not resolve\n");
   else if (!outside.empty())
     out += st.warn(fmt::format("  resolves, but outside the environment: {}\n", fmt::join(outside, ", ")));
@@ -474,6 +525,18 @@ std::string verify_text(const r::Environment& env, const installer::probe::Verif
                            printable(c.found, k_line_limit));
     }
   }
+  std::string family;
+  for (const auto& f : rep.loaded)
+    if (f.family && !f.path && !f.model.empty())
+      family += fmt::format(
+          "  {:<40} {}\n", f.soname,
+          st.bad("not in the process; the model resolves it to " + f.model + ", not its front end's own build"));
+    else if (f.family && f.path)
+      family += fmt::format("  {:<40} {} ({})\n", f.soname, shown(env, r::real_path_of(*f.path)),
+                            f.dist.empty() ? (f.version.empty() ? "no dist, release unknown"
+                                                                : "outside the environment, release " + f.version)
+                                           : f.dist + " " + f.version);
+  if (!family.empty()) out += st.bold("loaded from the cuDNN family (what the loader really mapped)") + "\n" + family;
   std::string files;
   for (const auto& f : rep.loaded) {
     if (!st.verbose && (!f.predicted || f.match)) continue;

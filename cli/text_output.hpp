@@ -11,9 +11,9 @@
 #include "installer/probe/verify.hpp"
 #include "resolver/env/environment.hpp"
 #include "resolver/env/knowledge.hpp"
-#include "resolver/env/why.hpp"
 #include "resolver/plan/fix.hpp"
 #include "resolver/plan/plan.hpp"
+#include "resolver/plan/why.hpp"
 #include "rules/doctor.hpp"
 
 namespace cudafix::cli {

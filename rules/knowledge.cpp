@@ -54,6 +54,10 @@ void read_groups(const toml::table& doc, const char* key, const std::string& sou
     if (auto why = (*group)["why"].value<std::string>()) g.why = *why;
     if (auto by = (*group)["by"].value<std::string>()) g.loaded_by = *by;
     if (auto since = (*group)["since"].value<std::string>()) g.since = *since;
+    if (auto same = (*group)["same_dist"].value<bool>()) g.same_dist = *same;
+    if (auto names = (*group)["release_names"].value<bool>()) g.release_names = *names;
+    if (auto e = (*group)["missing_error"].value<std::string>()) g.missing_error = *e;
+    if (auto e = (*group)["mismatch_error"].value<std::string>()) g.mismatch_error = *e;
     if (std::string_view(key) == "dlopen" && g.loaded_by.empty())
       throw r::Error(fmt::format("{}: [dlopen.{}] needs by = \"SONAME\", the library that dlopens them",
                                  where(source, group->source()), name.str()));

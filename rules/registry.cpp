@@ -7,8 +7,8 @@ namespace cudafix::rules {
 namespace checks {
 // One definition in each rules/checks/<id>.cpp.
 extern const Rule shared_path, missing_files, metadata_only, mixed_cuda_major, unresolved_library, shadowed_library,
-    missing_dlopen_library, unsatisfied_requirement, unsatisfied_extra, duplicate_dist, hash_mismatch,
-    unreadable_record, invalid_metadata, untrusted_state;
+    missing_dlopen_library, foreign_sublibrary, unsatisfied_requirement, unsatisfied_extra, duplicate_dist,
+    hash_mismatch, unreadable_record, invalid_metadata, untrusted_state;
 }  // namespace checks
 
 const std::vector<const Rule*>& registry() {
@@ -19,6 +19,7 @@ const std::vector<const Rule*>& registry() {
                                                  &checks::unresolved_library,
                                                  &checks::shadowed_library,
                                                  &checks::missing_dlopen_library,
+                                                 &checks::foreign_sublibrary,
                                                  &checks::unsatisfied_requirement,
                                                  &checks::unsatisfied_extra,
                                                  &checks::duplicate_dist,

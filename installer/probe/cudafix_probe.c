@@ -17,6 +17,8 @@
  *   --consumer PATH  dlopen this cuDNN consumer (RTLD_LAZY|RTLD_LOCAL), so the real loader
  *                    resolves its whole NEEDED tree, then use the cuDNN it brought in
  *   --cudnn PATH     no consumer: dlopen this libcudnn itself
+ *                    (either way, on each device: cudnnCreate, one small convolution where cuDNN
+ *                    and the driver have the calls for it, and cudnnDestroy)
  *   --nccl PATH      where two or more devices came up, dlopen this libnccl.so.2 and run one
  *                    all-reduce of a float buffer across all of them (driver API memory, the
  *                    default stream), checking the sum; NCCL_NVLS_ENABLE=0 is set first, so
@@ -205,7 +207,7 @@ static void missing_symbol(const char* stage, int device, const char* name) {
   type var = (type)sym(lib, name, fallback);                 \
   if (!var) missing_symbol(stage, device, name)
 
-static void cudnn_stages(const char* consumer, const char* cudnn_path, const char* cudnn_soname, int count,
+static void cudnn_stages(const char* consumer, const char* cudnn_path, const char* cudnn_soname, void* cuda, int count,
                          CUcontext* contexts, SetCurrentFn set_current);
 static void nccl_stages(const char* nccl_path, void* cuda, int count, CUcontext* contexts, SetCurrentFn set_current);
 
@@ -311,14 +313,86 @@ int main(int argc, char** argv) {
     device_stage_end("cuDevicePrimaryCtxRetain", d, rc, "");
   }
 
-  if (consumer || cudnn_path) cudnn_stages(consumer, cudnn_path, cudnn_soname, count, contexts, set_current);
+  if (consumer || cudnn_path) cudnn_stages(consumer, cudnn_path, cudnn_soname, cuda, count, contexts, set_current);
   if (nccl_path) nccl_stages(nccl_path, cuda, count, contexts, set_current);
   finish(any_device_failed);
   return 0;
 }
 
 /* The cuDNN stages: the consumer (or cuDNN) dlopened, its version, a handle on each device. */
-static void cudnn_stages(const char* consumer, const char* cudnn_path, const char* cudnn_soname, int count,
+/* cuDNN's tensor, filter and convolution descriptors and its legacy forward convolution, as far as
+ * the probe uses them (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h: descriptors are pointers;
+ * CUDNN_TENSOR_NCHW and CUDNN_DATA_FLOAT are 0, CUDNN_CROSS_CORRELATION 1,
+ * CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM 0), and the driver calls its buffers need. */
+typedef int (*CudnnCreateDescFn)(void**);
+typedef int (*CudnnDestroyDescFn)(void*);
+typedef int (*CudnnSet4dFn)(void*, int, int, int, int, int, int);
+typedef int (*CudnnSetConv2dFn)(void*, int, int, int, int, int, int, int, int);
+typedef int (*CudnnConvForwardFn)(cudnnHandle_t, const void*, void*, CUdeviceptr, void*, CUdeviceptr, void*, int, void*,
+                                  size_t, const void*, void*, CUdeviceptr);
+struct ConvApi {
+  CudnnCreateDescFn create_tensor, create_filter, create_conv;
+  CudnnDestroyDescFn destroy_tensor, destroy_filter, destroy_conv;
+  CudnnSet4dFn set_tensor, set_filter;
+  CudnnSetConv2dFn set_conv;
+  CudnnConvForwardFn forward;
+  MemAllocFn alloc;
+  MemFreeFn free;
+  SyncFn sync;
+};
+
+/* Whether this cuDNN and driver have every call the convolution needs (a test double may not). */
+static int conv_api(void* cudnn, void* cuda, struct ConvApi* a) {
+  a->create_tensor = (CudnnCreateDescFn)sym(cudnn, "cudnnCreateTensorDescriptor", NULL);
+  a->create_filter = (CudnnCreateDescFn)sym(cudnn, "cudnnCreateFilterDescriptor", NULL);
+  a->create_conv = (CudnnCreateDescFn)sym(cudnn, "cudnnCreateConvolutionDescriptor", NULL);
+  a->destroy_tensor = (CudnnDestroyDescFn)sym(cudnn, "cudnnDestroyTensorDescriptor", NULL);
+  a->destroy_filter = (CudnnDestroyDescFn)sym(cudnn, "cudnnDestroyFilterDescriptor", NULL);
+  a->destroy_conv = (CudnnDestroyDescFn)sym(cudnn, "cudnnDestroyConvolutionDescriptor", NULL);
+  a->set_tensor = (CudnnSet4dFn)sym(cudnn, "cudnnSetTensor4dDescriptor", NULL);
+  a->set_filter = (CudnnSet4dFn)sym(cudnn, "cudnnSetFilter4dDescriptor", NULL);
+  a->set_conv = (CudnnSetConv2dFn)sym(cudnn, "cudnnSetConvolution2dDescriptor", NULL);
+  a->forward = (CudnnConvForwardFn)sym(cudnn, "cudnnConvolutionForward", NULL);
+  a->alloc = (MemAllocFn)sym(cuda, "cuMemAlloc_v2", "cuMemAlloc");
+  a->free = (MemFreeFn)sym(cuda, "cuMemFree_v2", "cuMemFree");
+  a->sync = (SyncFn)sym(cuda, "cuCtxSynchronize", NULL);
+  return a->create_tensor && a->create_filter && a->create_conv && a->destroy_tensor && a->destroy_filter &&
+         a->destroy_conv && a->set_tensor && a->set_filter && a->set_conv && a->forward && a->alloc && a->free &&
+         a->sync;
+}
+
+/* One 3x3 convolution of a 1x3x16x16 float tensor into 1x4x14x14, no workspace: cudnnCreate loads
+ * only the dispatcher's graph library; the first convolution loads cuDNN's heuristics and engine
+ * libraries (from the graph library's dlopen), which is where a sub-library of another build
+ * fails (CUDNN_STATUS_NOT_SUPPORTED when no engine is left). The buffers' contents do not matter. */
+static long long convolve(cudnnHandle_t h, const struct ConvApi* a) {
+  void *x = NULL, *y = NULL, *w = NULL, *c = NULL;
+  CUdeviceptr dx = 0, dy = 0, dw = 0;
+  const float one = 1.0f, zero = 0.0f;
+  long long rc = a->create_tensor(&x);
+  if (rc == 0) rc = a->set_tensor(x, 0, 0, 1, 3, 16, 16);
+  if (rc == 0) rc = a->create_tensor(&y);
+  if (rc == 0) rc = a->set_tensor(y, 0, 0, 1, 4, 14, 14);
+  if (rc == 0) rc = a->create_filter(&w);
+  if (rc == 0) rc = a->set_filter(w, 0, 0, 4, 3, 3, 3);
+  if (rc == 0) rc = a->create_conv(&c);
+  if (rc == 0) rc = a->set_conv(c, 0, 0, 1, 1, 1, 1, 1, 0);
+  if (rc == 0) rc = a->alloc(&dx, 4 * 3 * 16 * 16);
+  if (rc == 0) rc = a->alloc(&dy, 4 * 4 * 14 * 14);
+  if (rc == 0) rc = a->alloc(&dw, 4 * 4 * 3 * 3 * 3);
+  if (rc == 0) rc = a->forward(h, &one, x, dx, w, dw, c, 0, NULL, 0, &zero, y, dy);
+  if (rc == 0) rc = a->sync();
+  if (dx) a->free(dx);
+  if (dy) a->free(dy);
+  if (dw) a->free(dw);
+  if (c) a->destroy_conv(c);
+  if (w) a->destroy_filter(w);
+  if (y) a->destroy_tensor(y);
+  if (x) a->destroy_tensor(x);
+  return rc;
+}
+
+static void cudnn_stages(const char* consumer, const char* cudnn_path, const char* cudnn_soname, void* cuda, int count,
                          CUcontext* contexts, SetCurrentFn set_current) {
   char buf[512];
   void* cudnn = NULL;
@@ -351,6 +425,8 @@ static void cudnn_stages(const char* consumer, const char* cudnn_path, const cha
 
   CudnnCreateFn create = (CudnnCreateFn)sym(cudnn, "cudnnCreate", NULL);
   CudnnDestroyFn destroy = (CudnnDestroyFn)sym(cudnn, "cudnnDestroy", NULL);
+  struct ConvApi conv;
+  const int can_convolve = conv_api(cudnn, cuda, &conv);
   for (int d = 0; d < count; ++d) {
     if (device_failed[d]) continue;
     set_current(contexts[d]);
@@ -358,6 +434,10 @@ static void cudnn_stages(const char* consumer, const char* cudnn_path, const cha
     if (!create) missing_symbol("cudnnCreate", d, "cudnnCreate");
     cudnnHandle_t handle = NULL;
     if (!device_stage_end("cudnnCreate", d, create(&handle), "")) continue;
+    if (can_convolve) {
+      begin("cudnnConvolutionForward", d);
+      device_stage_end("cudnnConvolutionForward", d, convolve(handle, &conv), "3x3 on 1x3x16x16, implicit GEMM");
+    }
     begin("cudnnDestroy", d);
     if (!destroy) missing_symbol("cudnnDestroy", d, "cudnnDestroy");
     device_stage_end("cudnnDestroy", d, destroy(handle), "");

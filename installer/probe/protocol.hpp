@@ -16,7 +16,8 @@
 // Stages, in order: "dlopen libcuda.so.1", one "dlopen library" per --open (its DETAIL the path
 // given, or dlerror(); a failed one does not stop the probe), cuDriverGetVersion, cuInit, cuDeviceGetCount, per
 // device cuDeviceGet and cuDevicePrimaryCtxRetain, then "dlopen consumer" (or "dlopen cuDNN"),
-// cudnnGetVersion, and per device cudnnCreate and cudnnDestroy; with --nccl and two or more
+// cudnnGetVersion, and per device cudnnCreate, cudnnConvolutionForward (where cuDNN and the
+// driver have the calls for it) and cudnnDestroy; with --nccl and two or more
 // devices up, "dlopen libnccl.so.2", ncclGetVersion, per device "nccl buffers", then
 // ncclCommInitAll, ncclAllReduce and "nccl sum". A device whose stage failed has no later
 // stages; the others go on.

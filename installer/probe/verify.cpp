@@ -7,9 +7,11 @@
 #include <array>
 #include <cstdlib>
 #include <regex>
+#include <set>
 
 #include "resolver/base/text.hpp"
 #include "resolver/pep/pep440.hpp"
+#include "resolver/plan/dlopen_family.hpp"
 #include "resolver/plan/provenance.hpp"
 
 namespace cudafix::installer::probe {
@@ -130,12 +132,61 @@ std::vector<LoadedFile> compare_loaded(const ProbeRecords& records, Prediction& 
       const bool mapped = id && std::any_of(records.mapped.begin(), records.mapped.end(), [&](const MappedRecord& m) {
                             return m.dev == id->first && m.ino == id->second;
                           });
-      if (!mapped) out.push_back({soname_of(p.model->elf_cache(), o.real), std::nullopt, o.real, "needed", false});
+      if (!mapped)
+        out.push_back(
+            {soname_of(p.model->elf_cache(), o.real), std::nullopt, o.real, "needed", false, false, {}, {}, {}});
     }
   std::sort(out.begin(), out.end(), [](const LoadedFile& a, const LoadedFile& b) {
     return std::tie(a.soname, a.path) < std::tie(b.soname, b.path);
   });
   return out;
+}
+
+namespace {
+void add_unmapped_members(const r::Environment& env, const r::Knowledge& knowledge, std::vector<LoadedFile>& loaded) {
+  std::set<std::string> mapped;
+  std::vector<const r::SharedObject*> fronts;
+  for (const auto& f : loaded) {
+    if (!f.path) continue;
+    mapped.insert(f.soname);
+    if (const auto* o = env.object(r::real_path_of(*f.path)); o && f.family) fronts.push_back(o);
+  }
+  for (const auto* front : fronts)
+    for (const auto& m : r::members_of(env, knowledge, *front)) {
+      if (!m.split() || mapped.count(m.dlopen.resolution.name)) continue;
+      LoadedFile f;
+      f.soname = m.dlopen.resolution.name;
+      f.basis = "dlopen";
+      f.family = true;
+      f.version = m.release;
+      f.model = r::describe_place(env, m);
+      mapped.insert(f.soname);
+      loaded.push_back(std::move(f));
+    }
+}
+}  // namespace
+
+void describe_family(const r::Environment& env, const r::Knowledge& knowledge, std::vector<LoadedFile>& loaded) {
+  std::set<std::string> family;
+  for (const auto& [name, g] : knowledge.dlopen)
+    if (g.same_dist) {
+      family.insert(g.loaded_by);
+      for (const auto& s : g.sonames_for(std::nullopt)) family.insert(s);
+    }
+  add_unmapped_members(env, knowledge, loaded);
+  for (auto& f : loaded) {
+    f.family = family.count(f.soname) > 0;
+    if (!f.path) continue;
+    const std::string real = r::real_path_of(*f.path);
+    if (const auto* o = env.object(real)) {
+      const auto id = r::bytes_identity(env, knowledge, *o);
+      std::vector<int> whose = o->owners.size() > 1 ? r::whose_bytes(env, real, o->owners) : o->owners;
+      if (whose.size() == 1) f.dist = env.dists[static_cast<std::size_t>(whose.front())].name;
+      f.version = id.version;
+    } else if (!env.site_of(real)) {
+      f.version = r::release_in_file_name(r::base_name(real), f.soname);
+    }
+  }
 }
 
 std::string describe_file(const r::Environment& env, const std::string& path) {
@@ -428,6 +479,7 @@ VerifyReport verify_environment(const r::Environment& env, const r::Knowledge& k
 
   const auto* loaded_stage = find_stage(rep.records, rep.consumer ? "dlopen consumer" : "dlopen cuDNN");
   rep.loaded = compare_loaded(rep.records, prediction, knowledge, loaded_stage && loaded_stage->ok);
+  describe_family(env, knowledge, rep.loaded);
   // Where the probe never came to load the environment's library (no driver: it stops at
   // libcuda.so.1), what it mapped is its own start-up, not the environment: no check ran.
   if (loaded_stage)

@@ -33,6 +33,16 @@ struct LoadedFile {
   std::optional<std::string> predicted;  // none: the model has no prediction for it
   std::string basis;                     // "needed", "dlopen" (knowledge), or empty
   bool match = false;                    // same (dev, ino) as the prediction
+  // A front end or member of a family that ships as one (cuDNN's dispatcher, graph library,
+  // sub-libraries and engines: the knowledge's `same_dist` dlopen groups): what was loaded.
+  bool family = false;
+  std::string dist;     // loaded: the dist whose bytes the file holds ("nvidia-cudnn-cu13"); empty outside
+  std::string version;  // that dist's version, or outside the release its real file name carries
+  // Not in the process at the end, though its front end was: where the model resolves it, when
+  // that is not its front end's own build ("/lib/.../libcudnn_engines_precompiled.so.9 (release
+  // 9.14.0), outside the environment, by ld.so.cache"); the real loader may have mapped it and
+  // let it go (a build that does not link against this front end).
+  std::string model;
 };
 
 struct Check {
@@ -98,6 +108,11 @@ struct Prediction {
 // code does: a library (not an extension module, which would need the interpreter's symbols),
 // not one beside a provider of it, preferring libraries without "python" in their name.
 [[nodiscard]] std::optional<std::string> cudnn_consumer(const resolver::Environment& env, const std::string& soname);
+
+// Fills `family`, `dist` and `version` of each loaded file, and adds the members of a mapped
+// front end's family that are not in the process and that the model resolves to another build.
+void describe_family(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                     std::vector<LoadedFile>& loaded);
 
 // "torch/lib/libx.so (torch 2.11.0)" inside the environment; outside, the path and the version
 // its real file name carries ("/usr/lib/x86_64-linux-gnu/libcudnn.so.9 (libcudnn.so.9.14.0)").

@@ -17,6 +17,15 @@ struct SonameGroup {
   // dlopen groups: names that depend on the CUDA major the loader was built for (cuDNN for CUDA
   // 13 dlopens libcublasLt.so.13, for CUDA 12 libcublasLt.so.12), by that major.
   std::map<int, std::vector<std::string>> sonames_by_major;
+  // dlopen groups: the loader's own dist ships these (cuDNN's sub-libraries), so a copy from
+  // anywhere else (another dist, another folder, the host) is another build of the family.
+  bool same_dist = false;
+  // dlopen groups: the loader tries SONAME.MINOR.PATCH and SONAME.MINOR of its own release first,
+  // then SONAME, then the soname's stem (cuDNN: libcudnn_ops.so.9.19.0, .so.9.19, .so.9, .so).
+  bool release_names = false;
+  // dlopen groups: what the loader's first use reports when a member resolves nowhere
+  // (`missing_error`) or to another build (`mismatch_error`); empty: nothing known.
+  std::string missing_error, mismatch_error;
 
   // The sonames a loader of `major` opens: `sonames`, plus that major's; none of the per-major
   // ones when the loader's major is unknown.

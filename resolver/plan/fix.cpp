@@ -13,6 +13,7 @@
 #include "resolver/base/text.hpp"
 #include "resolver/env/requirements.hpp"
 #include "resolver/env/unresolved.hpp"
+#include "resolver/plan/dlopen_family.hpp"
 #include "resolver/plan/provenance.hpp"
 #include "resolver/plan/uninstall.hpp"
 
@@ -31,84 +32,6 @@ std::string_view to_string(StepAction a) {
 }
 
 namespace {
-
-bool is_meta(const Knowledge& k, const DistInfo& d) {
-  return std::find(k.meta_packages.begin(), k.meta_packages.end(), d.normalized) != k.meta_packages.end();
-}
-
-// ---- the target major ----------------------------------------------------------------------
-
-std::map<std::string, std::set<int>> soname_majors(const Knowledge& k) {
-  std::map<std::string, std::set<int>> out;
-  for (const auto& [name, family] : k.families)
-    for (const auto& [major, m] : family.majors)
-      for (const auto& s : m.sonames) out[s].insert(major);
-  return out;
-}
-
-// torch/version.py: `cuda = '13.0'` (or `cuda: Optional[str] = '13.0'`).
-std::optional<std::pair<int, std::string>> torch_cuda_version(const Environment& env) {
-  for (const auto& site : env.layout.sites) {
-    const auto text = try_read_file(site.real + "/torch/version.py");
-    if (!text) continue;
-    for (auto line : split(*text, '\n')) {
-      line = trim(line);
-      if (!line.starts_with("cuda")) continue;
-      const auto q = line.find_first_of("'\"");
-      if (q == std::string_view::npos) continue;
-      const auto e = line.find(line[q], q + 1);
-      if (e == std::string_view::npos) continue;
-      const std::string value(line.substr(q + 1, e - q - 1));
-      if (auto m = to_number<int>(split(value, '.').front())) return std::make_pair(*m, value);
-    }
-  }
-  return std::nullopt;
-}
-
-// is_cuda_provider per dist, asked once (it reads the RECORD).
-std::vector<bool> providers_of(const Environment& env, const Knowledge& k) {
-  std::vector<bool> out(env.dists.size());
-  for (std::size_t d = 0; d < env.dists.size(); ++d) out[d] = is_cuda_provider(k, env.dists[d]);
-  return out;
-}
-
-std::vector<Evidence> consumer_evidence(const Environment& env, const Knowledge& k, const ParsedRequirements& reqs) {
-  std::vector<Evidence> out;
-  const auto provider = providers_of(env, k);
-  const auto majors = soname_majors(k);
-  std::set<std::tuple<int, int, std::string>> seen;  // (dist, major, soname): one line each
-  for (const auto& o : env.objects) {
-    if (o.owners.empty() || o.elf.status != ElfReadStatus::ok) continue;
-    const int d = o.owners.front();
-    const DistInfo& dist = env.dists[static_cast<std::size_t>(d)];
-    if (provider[static_cast<std::size_t>(d)]) continue;
-    for (const auto& n : o.elf.info.needed) {
-      const auto it = majors.find(n);
-      if (it == majors.end() || it->second.size() != 1) continue;  // libcudnn.so.9: both majors
-      const int m = *it->second.begin();
-      if (!seen.insert({d, m, n}).second) continue;
-      out.push_back(
-          {d, m,
-           fmt::format("{}: {} NEEDs {}, which only CUDA {} ships", dist_label(dist), env.display(o.path), n, m)});
-    }
-  }
-  for (std::size_t d = 0; d < env.dists.size(); ++d) {
-    const DistInfo& dist = env.dists[d];
-    if (provider[d] || is_meta(k, dist)) continue;
-    for (std::size_t i = 0; i < reqs.lines[d].size(); ++i) {
-      const auto& line = reqs.lines[d][i];
-      if (!line.req || !line.applies || !is_provider_name(k, line.req->normalized)) continue;
-      const auto m = major_of_provider_name(k, line.req->normalized);
-      if (!m) continue;
-      out.push_back({static_cast<int>(d), *m,
-                     fmt::format("{} requires {} (CUDA {})", dist_label(dist), dist.metadata.requires_dist[i], *m)});
-    }
-  }
-  if (auto tv = torch_cuda_version(env))
-    if (auto d = env.dist_index("torch"))
-      out.push_back({*d, tv->first, fmt::format("torch/version.py: cuda = '{}'", tv->second)});
-  return out;
-}
 
 // ---- what the requirements ask for ---------------------------------------------------------
 
@@ -193,6 +116,43 @@ const Wheel* best_wheel(const std::vector<Wheel>& wheels, const std::string& nam
   return best;
 }
 
+// ---- a front end's dlopened family -----------------------------------------------------------
+
+// Whether `w` installs a file at `abs` (a path of the environment's install site).
+bool wheel_holds(const Environment& env, const Wheel& w, const std::string& abs) {
+  const SiteDir* site = env.site_of(abs);
+  if (!site) return false;
+  const std::string rel = relative_to(abs, site->real);
+  return std::any_of(w.record.rows.begin(), w.record.rows.end(), [&](const RecordRow& r) { return r.path == rel; });
+}
+
+// The family members that still resolve outside their front end's dist after the plan, each
+// with why: the wheel at hand lacks the file, or no wheel was at hand.
+std::vector<std::string> family_shortfall(const Environment& after, const Knowledge& k,
+                                          const std::vector<Wheel>& wheels) {
+  std::vector<std::string> out;
+  for (const auto& m : family_members(after, k)) {
+    // Resolving nowhere is doctor's missing-dlopen-library, which the plan's check after shows.
+    if (!m.split() || m.place == MemberPlace::nowhere) continue;
+    const DistInfo& dist = after.dists[static_cast<std::size_t>(m.front_dist)];
+    const Wheel* w = best_wheel(wheels, dist.normalized, [&](const Version& v) {
+      const auto have = Version::parse(dist.version);
+      return have && v == *have;
+    });
+    const std::string lacks = own_build_present(after, m)
+                                  ? fmt::format("its own build is at {}, but the search finds the other first",
+                                                after.display(expected_path(m)))
+                              : w ? fmt::format("{}'s wheel {} does not hold {}", dist_label(dist),
+                                                w->file.empty() ? w->url : w->file, after.display(expected_path(m)))
+                                  : fmt::format("no wheel of {} is at hand to bring it back", dist_label(dist));
+    const std::string error = runtime_error_of(m);
+    out.push_back(fmt::format("{} loads {} with dlopen, which resolves to {}{}: {}", describe_front(after, m),
+                              m.dlopen.resolution.name, describe_place(after, m),
+                              error.empty() ? "" : " (" + error + ")", lacks));
+  }
+  return out;
+}
+
 // ---- simulation ----------------------------------------------------------------------------
 
 struct State {
@@ -239,6 +199,24 @@ void write_file(State& s, const std::string& path, int dist, bool added, std::op
   s.what_if.deleted.erase(path);
 }
 
+// The libraries a reinstall's wheel holds that the installed RECORD does not list (a wheel of
+// the same version built again with a library its first build lacked): the install writes them.
+void add_wheel_libraries(const Environment& env, Step& step, State& s) {
+  const DistInfo& d = env.dists[static_cast<std::size_t>(step.dist)];
+  const std::set<std::string> listed(step.writes.begin(), step.writes.end());
+  std::string abs;
+  for (const auto& row : step.wheel->record.rows) {
+    if (!looks_like_shared_object(base_name(row.path))) continue;
+    join_normal(d.site_dir, row.path, abs);
+    if (listed.count(abs) || !is_within(abs, env.layout.root_real)) continue;
+    std::optional<ElfInfo> elf;
+    if (auto it = step.wheel->elf.find(std::string(row.path)); it != step.wheel->elf.end()) elf = it->second;
+    s.earlier.listed.insert(abs);
+    write_file(s, abs, step.dist, false, std::move(elf));
+    step.writes.push_back(abs);
+  }
+}
+
 void apply_reinstall(const Environment& env, Step& step, State& s) {
   const DistInfo& d = env.dists[static_cast<std::size_t>(step.dist)];
   std::string abs;
@@ -253,6 +231,7 @@ void apply_reinstall(const Environment& env, Step& step, State& s) {
     write_file(s, abs, step.dist, false, std::move(elf));
     step.writes.push_back(abs);
   }
+  if (step.wheel) add_wheel_libraries(env, step, s);
 }
 
 // Without a wheel, an install of a known provider is assumed to write its family's sonames into
@@ -429,6 +408,62 @@ std::string describe_breaks(const Environment& env, const std::vector<Break>& wo
 
 namespace {
 
+// Each provider of the target major to reinstall as it is: its libraries are gone, its files hold
+// another major's bytes, or a library its front end dlopens resolves outside it and the wheel at
+// hand holds that library.
+void reinstall_candidates(const Environment& env, const Knowledge& k, const FixOptions& options, int target,
+                          const std::set<int>& replaced, std::vector<Step>& out) {
+  const auto shared = env.shared_paths();
+  std::vector<FamilyMember> splits;
+  for (auto& m : family_members(env, k))
+    if (m.split()) splits.push_back(std::move(m));
+  for (std::size_t d = 0; d < env.dists.size(); ++d) {
+    const DistInfo& dist = env.dists[d];
+    if (!is_cuda_provider(k, dist) || replaced.count(static_cast<int>(d))) continue;
+    const auto m = major_of_dist(k, dist);
+    if (!m || *m != target) continue;
+    std::vector<std::string> reasons;
+    std::size_t gone = 0;
+    for (const auto& p : env.missing[d]) gone += looks_like_shared_object(base_name(p)) ? 1 : 0;
+    if (gone) reasons.push_back(fmt::format("{} of its libraries are gone", gone));
+    std::size_t foreign = 0;
+    std::string example;
+    for (const auto& [path, owners] : shared) {
+      if (std::find(owners.begin(), owners.end(), static_cast<int>(d)) == owners.end() || in_pycache(path)) continue;
+      const bool other_major = std::any_of(owners.begin(), owners.end(), [&](int o) {
+        return major_of_dist(k, env.dists[static_cast<std::size_t>(o)]) != m;
+      });
+      if (!other_major) continue;
+      const auto whose = whose_bytes(env, path, owners);
+      if (whose.empty() || std::find(whose.begin(), whose.end(), static_cast<int>(d)) != whose.end()) continue;
+      if (example.empty())
+        example = fmt::format("{} holds {}'s bytes", env.display(path),
+                              dist_label(env.dists[static_cast<std::size_t>(whose.front())]));
+      ++foreign;
+    }
+    if (foreign) reasons.push_back(fmt::format("{} of its files hold another major's bytes ({})", foreign, example));
+    const Wheel* wheel = best_wheel(options.wheels, dist.normalized, [&](const Version& v) {
+      const auto have = Version::parse(dist.version);
+      return have && v == *have;
+    });
+    for (const auto& split : splits)
+      if (split.front_dist == static_cast<int>(d) && wheel && !own_build_present(env, split) &&
+          wheel_holds(env, *wheel, expected_path(split)))
+        reasons.push_back(fmt::format("{} loads {} with dlopen, which resolves to {}", env.display(split.front->path),
+                                      split.dlopen.resolution.name, describe_place(env, split)));
+    if (reasons.empty()) continue;
+    Step st;
+    st.action = StepAction::reinstall;
+    st.dist = static_cast<int>(d);
+    st.name = dist.normalized;
+    st.version = dist.version;
+    st.accepts = "==" + dist.version;
+    st.wheel = wheel;
+    st.why = fmt::format("{}: {}", dist_label(dist), fmt::join(reasons, "; "));
+    out.push_back(std::move(st));
+  }
+}
+
 // The plan's target and evidence, and its candidate steps in order of preference (none where
 // the plan has a problem or nothing needs CUDA libraries). Which steps there are does not depend
 // on the wheels at hand, only each step's `wheel`.
@@ -436,7 +471,7 @@ std::vector<Step> candidate_steps(const Environment& env, const Knowledge& k, co
                                   FixPlan& plan) {
   const MarkerEnvironment markers = marker_environment_of(env.layout);
   const ParsedRequirements reqs = parse_requirements(env, markers, options.threads);
-  plan.evidence = consumer_evidence(env, k, reqs);
+  plan.evidence = consumer_needs(env, k, reqs, markers);
   std::map<int, std::set<std::string>> by_major;  // major -> consumers needing it
   for (const auto& e : plan.evidence) by_major[e.major].insert(dist_label(env.dists[static_cast<std::size_t>(e.dist)]));
   if (options.cuda_major) {
@@ -486,46 +521,7 @@ std::vector<Step> candidate_steps(const Environment& env, const Knowledge& k, co
                               : " (not installed)");
     installs.push_back(std::move(st));
   }
-  const auto shared = env.shared_paths();
-  for (std::size_t d = 0; d < env.dists.size(); ++d) {
-    const DistInfo& dist = env.dists[d];
-    if (!is_cuda_provider(k, dist) || replaced.count(static_cast<int>(d))) continue;
-    const auto m = major_of_dist(k, dist);
-    if (!m || *m != target) continue;
-    std::vector<std::string> reasons;
-    std::size_t gone = 0;
-    for (const auto& p : env.missing[d]) gone += looks_like_shared_object(base_name(p)) ? 1 : 0;
-    if (gone) reasons.push_back(fmt::format("{} of its libraries are gone", gone));
-    std::size_t foreign = 0;
-    std::string example;
-    for (const auto& [path, owners] : shared) {
-      if (std::find(owners.begin(), owners.end(), static_cast<int>(d)) == owners.end() || in_pycache(path)) continue;
-      const bool other_major = std::any_of(owners.begin(), owners.end(), [&](int o) {
-        return major_of_dist(k, env.dists[static_cast<std::size_t>(o)]) != m;
-      });
-      if (!other_major) continue;
-      const auto whose = whose_bytes(env, path, owners);
-      if (whose.empty() || std::find(whose.begin(), whose.end(), static_cast<int>(d)) != whose.end()) continue;
-      if (example.empty())
-        example = fmt::format("{} holds {}'s bytes", env.display(path),
-                              dist_label(env.dists[static_cast<std::size_t>(whose.front())]));
-      ++foreign;
-    }
-    if (foreign) reasons.push_back(fmt::format("{} of its files hold another major's bytes ({})", foreign, example));
-    if (reasons.empty()) continue;
-    Step st;
-    st.action = StepAction::reinstall;
-    st.dist = static_cast<int>(d);
-    st.name = dist.normalized;
-    st.version = dist.version;
-    st.accepts = "==" + dist.version;
-    st.wheel = best_wheel(options.wheels, dist.normalized, [&](const Version& v) {
-      const auto have = Version::parse(dist.version);
-      return have && v == *have;
-    });
-    st.why = fmt::format("{}: {}", dist_label(dist), fmt::join(reasons, "; "));
-    candidates.push_back(std::move(st));
-  }
+  reinstall_candidates(env, k, options, target, replaced, candidates);
   for (auto& st : installs) candidates.push_back(std::move(st));
   for (std::size_t d = 0; d < env.dists.size(); ++d) {
     const DistInfo& dist = env.dists[d];
@@ -550,6 +546,11 @@ std::set<std::string> wheels_wanted(const Environment& env, const Knowledge& k, 
   std::set<std::string> out;
   for (const auto& st : candidate_steps(env, k, options, plan))
     if (st.action != StepAction::remove) out.insert(st.name);
+  // A front end whose family resolves elsewhere is reinstalled only from a wheel that holds the
+  // member: its wheel must be read to know.
+  if (plan.target)
+    for (const auto& m : family_members(env, k))
+      if (m.split()) out.insert(env.dists[static_cast<std::size_t>(m.front_dist)].normalized);
   return out;
 }
 
@@ -609,6 +610,7 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
   for (const auto& st : plan.steps)
     if (!st.wheel && st.action != StepAction::remove) plan.needs.push_back({st.name, st.version, st.why});
   plan.remaining = short_of_desired(env, last, k, target);
+  for (auto& r : family_shortfall(last, k, options.wheels)) plan.remaining.push_back(std::move(r));
   return plan;
 }
 

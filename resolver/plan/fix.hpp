@@ -24,6 +24,7 @@
 
 #include "resolver/env/environment.hpp"
 #include "resolver/env/knowledge.hpp"
+#include "resolver/plan/consumer_needs.hpp"
 #include "resolver/plan/plan.hpp"
 #include "resolver/plan/wheel.hpp"
 
@@ -36,11 +37,8 @@ struct FixOptions {
   unsigned threads = 0;
 };
 
-struct Evidence {
-  int dist = -1;  // the consumer, an index into env.dists (-1: given on the command line)
-  int major = 0;
-  std::string why;
-};
+// What the consumers need, as consumer_needs judges it: the plan's target comes from it.
+using Evidence = ConsumerNeed;
 
 enum class StepAction { remove, reinstall, install };
 [[nodiscard]] std::string_view to_string(StepAction a);

@@ -252,6 +252,21 @@ BytesIdentity bytes_identity(const Environment& env, const Knowledge& k, const S
   return id;
 }
 
+namespace {
+// What cuDNN appends to a sub-library's soname, in the order its dlopen tries them (glibc's
+// LD_DEBUG=files on an H100, cuDNN 9.19.0.56): its own release, MAJOR.MINOR, then nothing.
+std::vector<std::string> release_names(const std::string& version) {
+  std::vector<std::string> out;
+  if (const auto v = Version::parse(version); v && v->release().size() >= 3) {
+    const auto& r = v->release();
+    out.push_back(fmt::format(".{}.{}", r[1], r[2]));
+    out.push_back(fmt::format(".{}", r[1]));
+  }
+  out.emplace_back("");
+  return out;
+}
+}  // namespace
+
 std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Knowledge& k, const SharedObject& loader,
                                               const std::optional<BytesIdentity>& bytes) {
   std::vector<DlopenResolution> out;
@@ -280,7 +295,19 @@ std::vector<DlopenResolution> resolve_dlopens(const Environment& env, const Know
       index = env.loader->load(*p, loader.path);
     }
     if (index < 0) return out;
-    for (const auto& soname : sonames) out.push_back({name, &g, env.loader->resolve(*p, index, soname)});
+    const auto names = g.release_names ? release_names(identity_of().version) : std::vector<std::string>{};
+    for (const auto& soname : sonames) {
+      Resolution r;
+      for (const auto& suffix : names) {
+        r = env.loader->resolve(*p, index, soname + suffix);
+        if (r.found()) break;
+      }
+      // The last try is the soname's stem, the development link (libcudnn_ops.so).
+      if (!names.empty() && !r.found()) r = env.loader->resolve(*p, index, soname.substr(0, soname.rfind(".so.") + 3));
+      if (names.empty()) r = env.loader->resolve(*p, index, soname);
+      r.name = soname;
+      out.push_back({name, &g, std::move(r)});
+    }
   }
   return out;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "resolver/base/text.hpp"
+#include "resolver/plan/consumer_needs.hpp"
 #include "resolver/plan/provenance.hpp"
 #include "rules/checks/context.hpp"
 #include "rules/rule.hpp"
@@ -25,20 +26,6 @@ std::set<int> majors_needed(const Context& c, const r::SharedObject& o) {
     std::set<int> majors;
     for (const auto& [family, major] : c.families(name)) majors.insert(major);
     if (majors.size() == 1) out.insert(*majors.begin());
-  }
-  return out;
-}
-
-// The consumers: objects no CUDA provider dist ships (torch's, jax's, cupy's), with the dist that
-// owns each. A provider's own NEEDED (libcublas.so.13 NEEDs libcublasLt.so.13) is no need.
-std::vector<std::pair<const r::SharedObject*, int>> consumer_objects(const Context& c,
-                                                                     const std::vector<bool>& provider) {
-  std::vector<std::pair<const r::SharedObject*, int>> out;
-  for (const auto& o : c.env.objects) {
-    if (o.owners.empty()) continue;
-    const bool shipped_by_provider =
-        std::any_of(o.owners.begin(), o.owners.end(), [&](int d) { return provider[static_cast<std::size_t>(d)]; });
-    if (!shipped_by_provider) out.emplace_back(&o, o.owners.front());
   }
   return out;
 }
@@ -60,14 +47,33 @@ void mark_loaded(const Context& c, const std::string& path, int whose, const std
   for (int d : of_needed_major.empty() ? owners : of_needed_major) loaded.insert(d);
 }
 
-void check(Context& c) {
-  std::vector<bool> provider(c.env.dists.size());
-  for (std::size_t i = 0; i < c.env.dists.size(); ++i) provider[i] = r::is_cuda_provider(c.knowledge, c.env.dists[i]);
-  // The majors the consumers need: per major, each consumer dist with its first object that needs it.
-  std::map<int, std::map<int, const r::SharedObject*>> consumer_needs;
-  std::set<int> loaded_by_consumers;  // provider dists whose bytes a consumer's NEEDED resolves to
-  for (const auto& [o, owner] : consumer_objects(c, provider))
-    for (int major : majors_needed(c, *o)) consumer_needs[major].try_emplace(owner, o);
+// The majors the consumers need (consumer_needs: NEEDED, Requires-Dist with its extras, torch's
+// build), per major each consumer dist with the first reason.
+using NeedsByMajor = std::map<int, std::map<int, std::string>>;
+NeedsByMajor needs_by_major(Context& c) {
+  c.parse_requirements();
+  NeedsByMajor out;
+  for (const auto& n : r::consumer_needs(c.env, c.knowledge, *c.requirements, c.markers))
+    if (n.dist >= 0) out[n.major].try_emplace(n.dist, n.why);
+  return out;
+}
+
+// "torch 2.7.1+cu128 needs CUDA 12, jax-cuda13-plugin 0.8.0 needs CUDA 13"
+std::vector<std::string> needs_lines(const Context& c, const NeedsByMajor& needs) {
+  std::vector<std::string> out;
+  for (const auto& [major, who] : needs) {
+    std::vector<std::string> names;
+    for (const auto& [dist, why] : who) names.push_back(r::dist_label(c.env.dists[static_cast<std::size_t>(dist)]));
+    const std::size_t shown = std::min<std::size_t>(names.size(), 3);
+    std::string list = fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<long>(shown), ", "));
+    if (names.size() > shown) list += fmt::format(" and {} more", names.size() - shown);
+    out.push_back(fmt::format("{} {} CUDA {}", list, names.size() == 1 ? "needs" : "need", major));
+  }
+  return out;
+}
+
+// Objects that need two majors, or load a library of another major than they need.
+void check_objects(Context& c, const std::vector<bool>& provider, std::set<int>& loaded_by_consumers) {
   for (const auto& o : c.env.objects) {
     const auto needed = majors_needed(c, o);
     const bool consumer = !o.owners.empty() && std::none_of(o.owners.begin(), o.owners.end(), [&](int d) {
@@ -105,28 +111,48 @@ void check(Context& c) {
     f.remedy = Remedy{"fix-plan", {}, "cudafix plan fix"};
     c.add(std::move(f));
   }
-  if (consumer_needs.empty()) return;  // nothing to judge the providers by
-  // The hybrid: providers of a major no consumer needs, whose bytes no consumer loads; one finding
-  // per such major, listing them all.
+}
+
+void add_evidence(const Context& c, const NeedsByMajor& needs, Finding& f) {
+  for (const auto& [m, who] : needs)
+    for (const auto& [dist, why] : who) {
+      const std::string label = r::dist_label(c.env.dists[static_cast<std::size_t>(dist)]);
+      // The NEEDED reasons start with the dist's label already.
+      const std::string_view reason = std::string_view(why).starts_with(label + ": ")
+                                          ? std::string_view(why).substr(label.size() + 2)
+                                          : std::string_view(why);
+      f.evidence.push_back(fmt::format("{} needs CUDA {}: {}", label, m, reason));
+    }
+}
+
+// Consumers that need different majors: what `plan fix` refuses to choose between.
+void check_consumers_disagree(Context& c, const NeedsByMajor& needs) {
+  Finding f;
+  f.rule = "mixed-cuda-major";
+  f.severity = Severity::warning;
+  f.message = fmt::format(
+      "the consumers need different CUDA majors: {}; one environment serves one major (their providers share "
+      "paths), so each needs the other's moved to an environment of its own, or `cudafix plan fix --cuda-major N`",
+      fmt::join(needs_lines(c, needs), "; "));
+  add_evidence(c, needs, f);
+  for (const auto& [m, who] : needs)
+    for (const auto& [dist, why] : who) f.dists.push_back(c.env.dists[static_cast<std::size_t>(dist)].dir_name);
+  f.remedy = Remedy{"fix-plan", {}, "cudafix plan fix --cuda-major N"};
+  c.add(std::move(f));
+}
+
+// The hybrid: providers of a major no consumer needs, whose bytes no consumer loads; one finding
+// per such major, listing them all.
+void check_unneeded_providers(Context& c, const NeedsByMajor& needs, const std::set<int>& loaded_by_consumers) {
   std::map<int, std::vector<std::size_t>> foreign;
   for (std::size_t i = 0; i < c.env.dists.size(); ++i) {
     const auto fam = c.knowledge.family_of_dist(c.env.dists[i].normalized);
-    if (!fam || consumer_needs.count(fam->second) || loaded_by_consumers.count(static_cast<int>(i))) continue;
+    if (!fam || needs.count(fam->second) || loaded_by_consumers.count(static_cast<int>(i))) continue;
     foreign[fam->second].push_back(i);
   }
-  std::vector<std::string> needs;
-  std::set<int> majors_in_env;
-  for (const auto& [major, who] : consumer_needs) {
-    std::vector<std::string> names;
-    for (const auto& [dist, object] : who) names.push_back(r::dist_label(c.env.dists[static_cast<std::size_t>(dist)]));
-    const std::size_t shown = std::min<std::size_t>(names.size(), 3);
-    std::string list = fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<long>(shown), ", "));
-    if (names.size() > shown) list += fmt::format(" and {} more", names.size() - shown);
-    needs.push_back(fmt::format("{} {} CUDA {}", list, names.size() == 1 ? "needs" : "need", major));
-    majors_in_env.insert(major);
-  }
   for (const auto& [major, dists] : foreign) {
-    std::set<int> majors = majors_in_env;
+    std::set<int> majors;
+    for (const auto& [m, who] : needs) majors.insert(m);
     majors.insert(major);
     Finding f;
     f.rule = "mixed-cuda-major";
@@ -139,19 +165,26 @@ void check(Context& c) {
       const auto fam = c.knowledge.family_of_dist(d.normalized);
       f.evidence.push_back(fmt::format("{}: {} for CUDA {}", r::dist_label(d), fam->first->name, major));
     }
-    for (const auto& [m, who] : consumer_needs)
-      for (const auto& [dist, object] : who)
-        f.evidence.push_back(fmt::format("{} needs CUDA {}: {} NEEDs CUDA {} libraries",
-                                         r::dist_label(c.env.dists[static_cast<std::size_t>(dist)]), m,
-                                         c.env.display(object->path), m));
+    add_evidence(c, needs, f);
     f.message = fmt::format("the environment mixes CUDA {}: {}; {} {} CUDA {} and no consumer needs {}: {}",
-                            fmt::join(majors, " and "), fmt::join(needs, ", "),
+                            fmt::join(majors, " and "), fmt::join(needs_lines(c, needs), ", "),
                             dists.size() == 1 ? std::string("this dist") : fmt::format("these {} dists", dists.size()),
                             dists.size() == 1 ? "provides" : "provide", major, dists.size() == 1 ? "it" : "them",
                             fmt::join(labels, ", "));
     f.remedy = Remedy{"fix-plan", f.dists, "cudafix plan fix"};
     c.add(std::move(f));
   }
+}
+
+void check(Context& c) {
+  std::vector<bool> provider(c.env.dists.size());
+  for (std::size_t i = 0; i < c.env.dists.size(); ++i) provider[i] = r::is_cuda_provider(c.knowledge, c.env.dists[i]);
+  std::set<int> loaded_by_consumers;  // provider dists whose bytes a consumer's NEEDED resolves to
+  check_objects(c, provider, loaded_by_consumers);
+  const auto needs = needs_by_major(c);
+  if (needs.empty()) return;  // nothing to judge the providers by
+  if (needs.size() > 1) check_consumers_disagree(c, needs);
+  check_unneeded_providers(c, needs, loaded_by_consumers);
 }
 
 }  // namespace
@@ -172,9 +205,13 @@ Objects that load CUDA libraries of two majors, and the providers of a major no 
 For each ELF object: the CUDA majors its NEEDED name unambiguously (`libcudart.so.13` is 13;
 `libcudnn.so.9` is both), and the major of each CUDA library it resolves to inside the
 environment (its owner's, or, for a shared path, the owner whose bytes are on disk). Then the
-hybrid: the consumers are the dists that NEED CUDA libraries without shipping any (torch, jax,
-cupy); every provider dist of a major no consumer needs, and whose bytes no consumer loads, is
-listed in one finding per such major. A provider's own NEEDED (libcublas.so.13 NEEDs
+hybrid: the consumers are the dists that use CUDA libraries without shipping any (torch, jax,
+cupy), and what each needs is judged as `plan fix` judges it: the sonames its objects NEED that
+one major ships, its Requires-Dist on provider dists (markers evaluated, and the extras another
+dist asks of it: JAX's CUDA plugins NEED no CUDA library and load them all by dlopen), and
+torch's build (`torch/version.py`). Consumers that need different majors are one warning, as
+`plan fix` refuses to choose between them; every provider dist of a major no consumer needs,
+and whose bytes no consumer loads, is listed in one finding per such major. A provider's own NEEDED (libcublas.so.13 NEEDs
 libcublasLt.so.13) is no need, and a leftover dist-info of the other major that lists the right
 major's files is listed too.
 
@@ -185,7 +222,8 @@ runs trip over: their files are the shared paths that vanish.
 
 ## Severity
 - error: one object needs two majors at once, or loads a library of another major than it needs;
-- warning: the environment mixes majors: providers of a major no consumer needs, in one finding.
+- warning: the environment mixes majors: providers of a major no consumer needs, in one finding;
+  or consumers that need different majors.
 
 ## How to fix it
 `cudafix plan fix` picks the major the consumers need (torch, jax, cupy) and plans the repair:

@@ -1,4 +1,4 @@
-#include "resolver/env/why.hpp"
+#include "resolver/plan/why.hpp"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,9 @@
 #include <set>
 
 #include "resolver/base/text.hpp"
+#include "resolver/env/requirements.hpp"
 
-namespace cudafix::resolver::inline env {
+namespace cudafix::resolver::inline plan {
 namespace {
 
 int owner_of(const SharedObject& o) { return o.owners.empty() ? -1 : o.owners.front(); }
@@ -55,9 +56,37 @@ std::pair<Process, int> process_with(const Environment& env, const SharedObject&
   return {std::move(p), idx};
 }
 
+// The front ends the knowledge says dlopen `soname`, each with how it resolves it from there.
+std::vector<FamilyMember> dlopeners(const Environment& env, const Knowledge& k, const std::string& soname) {
+  std::set<std::string> fronts;
+  for (const auto& [name, g] : k.dlopen)
+    if (g.names(soname)) fronts.insert(g.loaded_by);
+  std::vector<FamilyMember> out;
+  for (const auto& front_soname : fronts)
+    for (const auto* front : env.providers(front_soname))
+      for (auto& m : members_of(env, k, *front, true))
+        if (m.dlopen.resolution.name == soname) out.push_back(std::move(m));
+  return out;
+}
+
+// The consumers whose requirements name a dist that provides `soname` here.
+std::vector<ConsumerNeed> requirers(const Environment& env, const Knowledge& k,
+                                    const std::vector<const SharedObject*>& providers) {
+  std::set<std::string> provider_dists;
+  for (const auto* p : providers)
+    for (int d : p->owners) provider_dists.insert(env.dists[static_cast<std::size_t>(d)].normalized);
+  if (provider_dists.empty()) return {};
+  const MarkerEnvironment markers = marker_environment_of(env.layout);
+  const ParsedRequirements reqs = parse_requirements(env, markers, 0);
+  std::vector<ConsumerNeed> out;
+  for (auto& n : consumer_needs(env, k, reqs, markers))
+    if (!n.requirement.empty() && provider_dists.count(n.requirement)) out.push_back(std::move(n));
+  return out;
+}
+
 }  // namespace
 
-WhyReport explain(const Environment& env, const std::string& query) {
+WhyReport explain(const Environment& env, const Knowledge& k, const std::string& query) {
   WhyReport report;
   report.query = query;
   report.is_path = query.find('/') != std::string::npos;
@@ -83,6 +112,8 @@ WhyReport explain(const Environment& env, const std::string& query) {
         if (r.name == soname) wc.resolution = r;
       report.consumers.push_back(std::move(wc));
     }
+    report.dlopened_by = dlopeners(env, k, soname);
+    report.required_by = requirers(env, k, {subject});
     report.resolves = subject->elf.status == ElfReadStatus::ok && tree_resolves(*report.tree);
     return report;
   }
@@ -105,8 +136,11 @@ WhyReport explain(const Environment& env, const std::string& query) {
     all &= wc.resolution.found();
     report.consumers.push_back(std::move(wc));
   }
-  if (report.consumers.empty()) {
-    // Nothing in the environment NEEDs it: how a dlopen by name from Python would fare.
+  report.dlopened_by = dlopeners(env, k, query);
+  report.required_by = requirers(env, k, report.providers);
+  for (const auto& m : report.dlopened_by) all &= m.dlopen.resolution.found();
+  if (report.consumers.empty() && report.dlopened_by.empty()) {
+    // Nothing in the environment NEEDs or dlopens it: how a dlopen by name from Python would fare.
     Process p = env.process_for(-1);
     Resolution r = env.loader->resolve(p, p.main, query);
     if (r.found()) {
@@ -122,4 +156,4 @@ WhyReport explain(const Environment& env, const std::string& query) {
   return report;
 }
 
-}  // namespace cudafix::resolver::inline env
+}  // namespace cudafix::resolver::inline plan

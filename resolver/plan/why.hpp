@@ -6,8 +6,11 @@
 #include <vector>
 
 #include "resolver/env/environment.hpp"
+#include "resolver/env/knowledge.hpp"
+#include "resolver/plan/consumer_needs.hpp"
+#include "resolver/plan/dlopen_family.hpp"
 
-namespace cudafix::resolver::inline env {
+namespace cudafix::resolver::inline plan {
 
 struct NeededNode {
   Resolution resolution;
@@ -27,12 +30,14 @@ struct WhyReport {
   const SharedObject* subject = nullptr;       // PATH mode: the object asked about
   std::vector<const SharedObject*> providers;  // SONAME mode: objects with that soname or name
   std::vector<WhyConsumer> consumers;          // objects that NEED it
-  std::optional<Resolution> standalone;        // no consumer: how dlopen(soname) from Python resolves
+  std::vector<FamilyMember> dlopened_by;       // front ends whose dlopen loads it (knowledge), as they resolve it
+  std::vector<ConsumerNeed> required_by;       // consumers whose requirements name a dist that provides it
+  std::optional<Resolution> standalone;        // nothing NEEDs or dlopens it: how dlopen(soname) from Python resolves
   std::optional<NeededNode> tree;              // the NEEDED tree below what it resolves to
   bool resolves = false;
 };
 
 // Throws Error when a PATH names no ELF shared object of the environment.
-[[nodiscard]] WhyReport explain(const Environment& env, const std::string& query);
+[[nodiscard]] WhyReport explain(const Environment& env, const Knowledge& k, const std::string& query);
 
-}  // namespace cudafix::resolver::inline env
+}  // namespace cudafix::resolver::inline plan
