@@ -177,15 +177,26 @@ std::optional<std::string> pinned(const std::vector<SpecifierSet>& sets) {
   return std::nullopt;
 }
 
-const Wheel* best_wheel(const std::vector<Wheel>& wheels, const std::string& name,
+// Whether `w`'s Requires-Python accepts the interpreter (pip's check_requires_python: a
+// specifier that does not parse is ignored, pre-releases of the interpreter accepted).
+bool python_accepts(const Wheel& w, const std::string& python_version) {
+  if (python_version.empty() || !w.metadata.requires_python) return true;
+  const auto spec = SpecifierSet::parse(*w.metadata.requires_python);
+  const auto v = Version::parse(python_version);
+  return !spec || !v || spec->contains(*v, true);
+}
+
+// The newest usable wheel of `name` that `accepts`; of one version, the one with the most
+// specific tag (pip's candidate sort: version, then tag priority).
+const Wheel* best_wheel(const FixOptions& options, const std::string& name,
                         const std::function<bool(const Version&)>& accepts) {
   const Wheel* best = nullptr;
   std::optional<Version> best_v;
-  for (const auto& w : wheels) {
-    if (w.wheel_name.normalized != name || !w.compatible) continue;
+  for (const auto& w : options.wheels) {
+    if (w.wheel_name.normalized != name || !w.compatible || !python_accepts(w, options.python_version)) continue;
     const auto v = Version::parse(w.wheel_name.version);
     if (!v || !accepts(*v)) continue;
-    if (!best_v || *best_v < *v) {
+    if (!best_v || *best_v < *v || (*best_v == *v && w.tag_rank < best->tag_rank)) {
       best = &w;
       best_v = v;
     }
@@ -472,7 +483,7 @@ std::vector<Step> candidate_steps(const Environment& env, const Knowledge& k, co
       st.dist = *installed;
       replaced.insert(*installed);
     }
-    st.wheel = best_wheel(options.wheels, name, [&](const Version& v) {
+    st.wheel = best_wheel(options, name, [&](const Version& v) {
       return std::all_of(w.specifiers.begin(), w.specifiers.end(),
                          [&](const SpecifierSet& s) { return s.contains(v, true); });
     });
@@ -519,7 +530,7 @@ std::vector<Step> candidate_steps(const Environment& env, const Knowledge& k, co
     st.name = dist.normalized;
     st.version = dist.version;
     st.accepts = "==" + dist.version;
-    st.wheel = best_wheel(options.wheels, dist.normalized, [&](const Version& v) {
+    st.wheel = best_wheel(options, dist.normalized, [&](const Version& v) {
       const auto have = Version::parse(dist.version);
       return have && v == *have;
     });
