@@ -530,6 +530,31 @@ TEST_F(WheelSources, OfOneDistForSeveralMachinesThePlanTakesTheUsableWheelOfTheM
                                   "environment accepts"));
 }
 
+// A plan made for another target (--python-platform aarch64-manylinux_2_17) names the aarch64
+// wheel; `apply` of it here, without that option, checks the wheel against this environment's
+// tags as `install` does and refuses it, naming its tag, before anything changes.
+TEST_F(WheelSources, ApplyRefusesAPlansWheelThisEnvironmentCannotUse) {
+  TempDir t;
+  const auto v = broken_venv(t);
+  const std::string arm_only = t.path() + "/arm";
+  fs::create_directories(arm_only);
+  const std::string wheel = arm_only + "/nvidia_cudnn_cu12-9.10.2.21-py3-none-manylinux_2_17_aarch64.whl";
+  fs::copy_file(cudnn12_, wheel);
+  const auto p = plan_fix(t, v,
+                          "--python-platform aarch64-manylinux_2_17 --no-index --find-links " + shell_quote(arm_only) +
+                              " -o " + shell_quote(t.path() + "/plan.json"));
+  ASSERT_EQ(p.exit_code, 0) << p.out << p.err;
+  ASSERT_EQ(p.doc["steps"].size(), 1U) << p.doc.dump(1);
+  ASSERT_EQ(p.doc["steps"][0]["wheel"]["file"], wheel);
+  const std::string before = test::tree_of(v);
+  const auto applied =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " apply " + shell_quote(t.path() + "/plan.json") +
+                " -y --no-verify --venv " + shell_quote(v) + test::k_no_cache + " --ld-library-path '' 2>&1");
+  EXPECT_EQ(applied.exit_code, 2) << applied.out;
+  EXPECT_THAT(applied.out, HasSubstr("(py3-none-manylinux_2_17_aarch64) is none this environment accepts"));
+  EXPECT_EQ(test::tree_of(v), before);
+}
+
 // A wheel whose objects are large and deflated, as NVIDIA's are: its PT_DYNAMIC segments lie deep
 // in the deflate streams (one at 92% of its object, one in the middle). The plan from the index
 // reads it by range and must know what the whole wheel says, object for object.
