@@ -216,6 +216,17 @@ int run_plan_remove(const GlobalOptions& g, const std::vector<std::string>& name
   return plan.safe() ? 0 : 1;
 }
 
+r::InterpreterTags environment_tags(const GlobalOptions& g, const r::Environment& env) {
+  const r::HostInfo host = env.loader ? env.loader->config().host : r::detect_host();
+  return r::overridden_tags(r::interpreter_tags(env.layout, {host.glibc_version, host.machine, host.elf_class}),
+                            g.python_platform, g.python_version);
+}
+
+std::string requires_python_version(const GlobalOptions& g, const r::Environment& env) {
+  if (g.python_version) return *g.python_version;
+  return env.layout.python_full_version.value_or(env.layout.python_version.value_or(""));
+}
+
 installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g, const r::Environment& env,
                                                         const std::vector<std::string>& supported_tags) {
   installer::source::SourceSettings s;
@@ -233,7 +244,7 @@ installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g, 
   s.http = installer::source::HttpOptions::from_environment();
   s.http.timeout = std::chrono::milliseconds(static_cast<long>(g.http_timeout_s * 1000));
   s.http.retries = g.retries;
-  s.python_version = env.layout.python_version.value_or("3");
+  s.python_version = requires_python_version(g, env);
   s.supported_tags = supported_tags;
   s.progress = progress_bar(g, "downloading");
   return s;
@@ -297,9 +308,8 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
   r::FixOptions& opts = out.options;
   opts.cuda_major = cuda_major;
   opts.threads = g.threads;
-  const r::HostInfo host = env.loader ? env.loader->config().host : r::detect_host();
-  opts.supported_tags =
-      r::supported_tags(env.layout.python_version.value_or("3"), host.glibc_version, r::machine_name(host.machine));
+  opts.supported_tags = environment_tags(g, env).tags;
+  opts.python_version = requires_python_version(g, env);
   std::vector<std::string> folders = g.find_links;
   // split() returns views: the string they point into must outlive the loop.
   const std::string pip_find_links = env_var("PIP_FIND_LINKS").value_or("");

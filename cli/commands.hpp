@@ -29,14 +29,18 @@ struct GlobalOptions {
   // --break-system-packages (then $PIP_BREAK_SYSTEM_PACKAGES), as pip's: change an externally
   // managed environment (PEP 668) all the same.
   bool break_system_packages = false;
-  double lock_timeout_s = 30;           // --lock-timeout: how long to wait for <venv>/.lock
+  double lock_timeout_s = 30;  // --lock-timeout: how long to wait for <venv>/.lock
   // Wheel sources beyond --find-links (installer/source/sources.hpp).
   std::optional<std::string> index_url;       // --index-url (then $PIP_INDEX_URL, $UV_INDEX_URL)
   std::vector<std::string> extra_index_urls;  // --extra-index-url (then $PIP_EXTRA_INDEX_URL, ...)
   bool no_index = false;                      // --no-index
-  bool offline = false;                       // --offline: the pip, uv and cudafix caches only
-  double http_timeout_s = 15;                 // --http-timeout (pip's --timeout)
-  int retries = 5;                            // --retries, as pip's
+  // The target whose wheels are chosen and installed, where it is not the environment's own
+  // interpreter (resolver/env/interpreter_tags.hpp): uv's --python-platform and --python-version.
+  std::optional<std::string> python_platform;
+  std::optional<std::string> python_version;
+  bool offline = false;        // --offline: the pip, uv and cudafix caches only
+  double http_timeout_s = 15;  // --http-timeout (pip's --timeout)
+  int retries = 5;             // --retries, as pip's
   // [sources] of the configuration files (cli/session.hpp): used where neither the command line
   // nor the environment names an index or a wheel folder, as pip ranks its config files.
   std::optional<std::string> config_index_url;

@@ -95,6 +95,11 @@ int main(int argc, char** argv) {
                  "the package index (Simple API) to fetch wheels from (default $PIP_INDEX_URL, then $UV_INDEX_URL)");
   app.add_option("--extra-index-url", g.extra_index_urls,
                  "another index, after --index-url (repeatable; default $PIP_EXTRA_INDEX_URL, $UV_EXTRA_INDEX_URL)");
+  app.add_option("--python-platform", g.python_platform,
+                 "choose and install wheels for this platform, not the interpreter's: ARCH-manylinux_2_N, "
+                 "ARCH-musllinux_1_N, ARCH-unknown-linux-gnu or ARCH-unknown-linux-musl (as uv's)");
+  app.add_option("--python-version", g.python_version,
+                 "choose and install wheels for this Python (3.12, 3.13t), not the interpreter's (as uv's)");
   app.add_flag("--no-index", g.no_index, "fetch nothing from an index (--find-links only)");
   app.add_flag("--offline", g.offline, "no network: wheels from --find-links and the pip, uv and cudafix caches only");
   app.add_option("--http-timeout", g.http_timeout_s, "seconds an index may stall before a retry (default 15)")

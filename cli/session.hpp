@@ -15,6 +15,7 @@
 #include "cli/text_output.hpp"
 #include "installer/source/sources.hpp"
 #include "resolver/env/environment.hpp"
+#include "resolver/env/interpreter_tags.hpp"
 #include "resolver/env/knowledge.hpp"
 #include "resolver/plan/fix.hpp"
 #include "rules/doctor.hpp"
@@ -89,6 +90,12 @@ void say_waiting(const std::string& what);
 [[nodiscard]] installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g,
                                                                       const resolver::Environment& env,
                                                                       const std::vector<std::string>& supported_tags);
+// The tags of the wheels the environment's interpreter accepts, best first, or those of the
+// target --python-platform and --python-version name (resolver/env/interpreter_tags.hpp).
+[[nodiscard]] resolver::InterpreterTags environment_tags(const GlobalOptions& g, const resolver::Environment& env);
+// The Python version a wheel's Requires-Python must accept: --python-version's, else the
+// interpreter's ("3.11.2" where pyvenv.cfg says it, else "3.11").
+[[nodiscard]] std::string requires_python_version(const GlobalOptions& g, const resolver::Environment& env);
 // How every scan of a command reads the environment: --ld-library-path (else LD_LIBRARY_PATH),
 // LD_PRELOAD, --ld-so-cache, the cache folder unless --no-cache.
 [[nodiscard]] resolver::ScanOptions scan_options(const GlobalOptions& g,

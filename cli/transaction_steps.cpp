@@ -143,7 +143,11 @@ std::string dump_with(const nlohmann::json& doc, const RawJson& raw) { return sp
 installer::apply::ApplyOptions apply_options(const GlobalOptions& g, const r::Environment& env) {
   installer::apply::ApplyOptions o;
   o.threads = g.threads;
-  o.source_settings = [&g, &env] { return wheel_source_settings(g, env, {}); };
+  o.target = [&g, &env] {
+    return installer::apply::WheelTarget{environment_tags(g, env).tags, requires_python_version(g, env)};
+  };
+  // The tags rank an index's wheels, as fix's and install's sources rank them.
+  o.source_settings = [&g, &env] { return wheel_source_settings(g, env, environment_tags(g, env).tags); };
   o.wheel_progress = [&g] { return progress_bar(g, "installing"); };
   return o;
 }

@@ -576,6 +576,8 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   std::vector<std::string> labels;
   for (const auto& w : wheels) labels.push_back(w.project + " " + w.version);
   // Refused before a transaction begins, so that a refusal leaves none behind.
+  const auto tags = environment_tags(g, env);
+  for (const auto& w : wheels) installer::check_usable(w, tags.tags, requires_python_version(g, env));
   for (const auto& w : wheels) installer::check_targets(w, layout);
   if (o.dry_run) return install_dry_run(g, out, env, wheels, labels);
   if (!confirmed(g, fmt::format("install {}", fmt::join(labels, ", "))))

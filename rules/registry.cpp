@@ -8,25 +8,18 @@ namespace checks {
 // One definition in each rules/checks/<id>.cpp.
 extern const Rule shared_path, missing_files, metadata_only, mixed_cuda_major, unresolved_library, shadowed_library,
     missing_dlopen_library, foreign_sublibrary, unsatisfied_requirement, unsatisfied_extra, duplicate_dist,
-    hash_mismatch, unreadable_record, invalid_metadata, untrusted_state;
+    hash_mismatch, unreadable_record, invalid_metadata, untrusted_state, foreign_object;
 }  // namespace checks
 
 const std::vector<const Rule*>& registry() {
-  static const std::vector<const Rule*> rules = {&checks::shared_path,
-                                                 &checks::missing_files,
-                                                 &checks::metadata_only,
-                                                 &checks::mixed_cuda_major,
-                                                 &checks::unresolved_library,
-                                                 &checks::shadowed_library,
-                                                 &checks::missing_dlopen_library,
-                                                 &checks::foreign_sublibrary,
-                                                 &checks::unsatisfied_requirement,
-                                                 &checks::unsatisfied_extra,
-                                                 &checks::duplicate_dist,
-                                                 &checks::hash_mismatch,
-                                                 &checks::unreadable_record,
-                                                 &checks::invalid_metadata,
-                                                 &checks::untrusted_state};
+  static const std::vector<const Rule*> rules = {&checks::shared_path,        &checks::missing_files,
+                                                 &checks::metadata_only,      &checks::mixed_cuda_major,
+                                                 &checks::unresolved_library, &checks::foreign_object,
+                                                 &checks::shadowed_library,   &checks::missing_dlopen_library,
+                                                 &checks::foreign_sublibrary, &checks::unsatisfied_requirement,
+                                                 &checks::unsatisfied_extra,  &checks::duplicate_dist,
+                                                 &checks::hash_mismatch,      &checks::unreadable_record,
+                                                 &checks::invalid_metadata,   &checks::untrusted_state};
   return rules;
 }
 

@@ -25,7 +25,7 @@ _cudafix() {
   }
   local commands="scan why doctor verify plan rules explain remove install apply fix history rollback snapshot guard demo"
   local global="--help --version --venv --python --json --lock-timeout --color --quiet --verbose --ld-library-path
-    --ld-so-cache --threads --timings --no-cache --find-links --index-url --extra-index-url --no-index --offline
+    --ld-so-cache --threads --timings --no-cache --find-links --python-platform --python-version --index-url --extra-index-url --no-index --offline
     --http-timeout --retries --rules"
   case $prev in
     --venv | --find-links) COMPREPLY=($(compgen -d -- "$cur")); return ;;

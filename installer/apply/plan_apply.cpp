@@ -186,7 +186,7 @@ void check_paths(const r::Environment& env, const std::vector<r::PlanPath>& plan
 // wheels (into `wheels`, which the step then points into).
 PreparedStep bound_step(const r::Environment& env, const r::PlanStep& st, const std::string& where,
                         const ApplyOptions& options, std::optional<source::WheelSources>& sources,
-                        std::deque<r::Wheel>& wheels) {
+                        std::optional<WheelTarget>& target, std::deque<r::Wheel>& wheels) {
   PreparedStep p;
   p.label = r::step_label(st);
   p.step.action = st.action;
@@ -197,8 +197,10 @@ PreparedStep bound_step(const r::Environment& env, const r::PlanStep& st, const 
     if (!st.wheel)
       throw r::Error(fmt::format("{}: {} has no wheel (plan again with --find-links naming it)", where, p.label));
     auto wheel = validate_wheel(planned_wheel_file(*st.wheel, options, sources));
+    if (!target && options.target) target = options.target();
+    if (target) check_usable(wheel, target->tags, target->python_version);
     // Read as the planner reads it, its SHA-256 taken in the same pass.
-    auto read = read_wheel(wheel.path, {});
+    auto read = read_wheel(wheel.path, target ? target->tags : std::vector<std::string>{});
     if (read.sha256 != st.wheel->sha256)
       throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
     if (r::normalize_name(wheel.name) != r::normalize_name(st.name) || !same_version(wheel.version, st.version))
@@ -233,10 +235,11 @@ PreparedPlan prepare_plan(const r::Environment& env, const r::Knowledge& knowled
     throw r::Error(changed_since_plan(changes, remake));
   PreparedPlan out;
   std::optional<source::WheelSources> sources;  // made when a step's wheel must be downloaded
+  std::optional<WheelTarget> target;            // asked when a step has a wheel
   std::vector<r::Step> steps;
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
     out.steps.push_back(
-        bound_step(env, plan.steps[i], fmt::format("{}: steps[{}]", name, i), options, sources, out.wheels));
+        bound_step(env, plan.steps[i], fmt::format("{}: steps[{}]", name, i), options, sources, target, out.wheels));
     steps.push_back(out.steps.back().step);
   }
   // Each step replayed on the model of the environment now, as the planner judged it: what it

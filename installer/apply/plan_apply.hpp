@@ -35,9 +35,21 @@ namespace cudafix::installer::apply {
 
 using Progress = std::function<void(std::uint64_t, std::uint64_t)>;
 
+// The wheels an environment can use: the tags its interpreter accepts, best first, and the Python
+// version a wheel's Requires-Python must accept ("3.11.2").
+struct WheelTarget {
+  std::vector<std::string> tags;
+  std::string python_version;
+};
+
 // What the command line decides for carrying a plan out.
 struct ApplyOptions {
   unsigned threads = 0;  // 0: one per core
+  // This environment's target: every step's wheel is checked against it as `install` checks its
+  // wheels (installer::check_usable), so that a plan made for another target (--python-platform)
+  // or naming another wheel is refused before anything changes. Asked once, when a step has a
+  // wheel; none given: not checked.
+  std::function<WheelTarget()> target;
   // The sources a step's wheel read by range from an index is downloaded from (its `offline`
   // forbids the download); asked only when a step needs one, so that a plan of local wheels
   // reads no index settings at all.

@@ -19,10 +19,14 @@ namespace {
 
 struct Listed {
   std::string file, folder;
+  std::string unusable;  // why its file name's tags rule it out here, when they do
 };
 
 // The *.whl files of each folder, sorted within it; those `names` leaves out are not listed.
-std::vector<Listed> listed_wheels(const std::vector<std::string>& folders, const std::set<std::string>* names) {
+// One whose tags this environment does not accept is listed with why, and not read: pip skips it
+// by its name alone.
+std::vector<Listed> listed_wheels(const std::vector<std::string>& folders, const std::set<std::string>* names,
+                                  const std::vector<std::string>& supported_tags) {
   std::vector<Listed> out;
   for (const auto& folder : folders) {
     std::error_code ec;
@@ -36,7 +40,9 @@ std::vector<Listed> listed_wheels(const std::vector<std::string>& folders, const
       // A name that does not parse is read all the same, so that it is said what is wrong with it.
       const auto name = r::parse_wheel_name(r::base_name(f));
       if (names && name && !names->count(name->normalized)) continue;
-      out.push_back({std::move(f), folder});
+      std::string unusable;
+      if (name && !r::tag_rank(*name, supported_tags)) unusable = r::unsupported_tags_text(*name, supported_tags);
+      out.push_back({std::move(f), folder, std::move(unusable)});
     }
   }
   return out;
@@ -46,12 +52,16 @@ std::vector<Listed> listed_wheels(const std::vector<std::string>& folders, const
 
 FoundWheels find_wheels(const std::vector<std::string>& folders, const std::vector<std::string>& supported_tags,
                         const std::set<std::string>* names, WheelReadCost* cost) {
-  const auto listed = listed_wheels(folders, names);
+  const auto listed = listed_wheels(folders, names, supported_tags);
   std::vector<std::optional<r::Wheel>> read(listed.size());
   std::vector<std::string> problems(listed.size());
   std::mutex cost_lock;
   r::parallel_for(listed.size(), 0, [&](std::size_t i) {
     WheelReadCost mine;
+    if (!listed[i].unusable.empty()) {
+      problems[i] = "not usable here: " + listed[i].unusable;
+      return;
+    }
     try {
       read[i] = read_wheel(listed[i].file, supported_tags, &mine);
       read[i]->source = listed[i].folder;

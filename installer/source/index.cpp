@@ -361,15 +361,12 @@ std::optional<Picked> pick_wheel(const std::vector<IndexFile>& files, const std:
         continue;
       }
     }
-    std::size_t rank = supported_tags.size();
-    for (const auto& t : wheel->tags) {
-      const auto it = std::find(supported_tags.begin(), supported_tags.end(), t);
-      if (it != supported_tags.end()) rank = std::min(rank, static_cast<std::size_t>(it - supported_tags.begin()));
-    }
-    if (rank == supported_tags.size()) {
+    const auto ranked = r::tag_rank(*wheel, supported_tags);
+    if (!ranked) {
       pass(f, "no tag this interpreter supports");
       continue;
     }
+    const std::size_t rank = *ranked;
     if (!best || *best_version < *v || (*best_version == *v && rank < best_rank)) {
       best = Picked{f, *wheel};
       best_version = v;

@@ -139,7 +139,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   out.members_whole = got.members_whole;
   r::Wheel w;
   w.wheel_name = picked.wheel;
-  w.compatible = compatible_here(picked.wheel, supported_tags);
+  w.tag_rank = r::tag_rank(picked.wheel, supported_tags);
+  w.compatible = w.tag_rank.has_value();
   w.dist_info = dist_info;
   w.elf = std::move(got.elf);
   w.sha256 = picked.file.sha256;

@@ -114,10 +114,8 @@ std::string shebang_for(const std::string& python) {
   return "#!/bin/sh\n'''exec' " + quoted + " \"$0\" \"$@\"\n' '''";
 }
 
-// Console and GUI scripts from entry_points.txt, as pypa/installer writes them.
-std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& entry_points,
-                                                            const std::string& python) {
-  std::vector<std::pair<std::string, std::string>> out;
+std::vector<ScriptEntry> script_entries(const std::string& entry_points) {
+  std::vector<ScriptEntry> out;
   std::string section;
   for (auto raw : r::split(entry_points, '\n')) {
     const auto line = r::trim(raw);
@@ -129,19 +127,50 @@ std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& e
     if (section != "console_scripts" && section != "gui_scripts") continue;
     const auto eq = line.find('=');
     if (eq == std::string_view::npos) continue;
-    const std::string name(r::trim(line.substr(0, eq)));
-    std::string ref(r::trim(line.substr(eq + 1)));
+    ScriptEntry e;
+    e.name = std::string(r::trim(line.substr(0, eq)));
+    e.value = std::string(r::trim(line.substr(eq + 1)));
+    std::string ref = e.value;
     if (const auto bracket = ref.find('['); bracket != std::string::npos)
       ref = std::string(r::trim(ref.substr(0, bracket)));
     const auto colon = ref.find(':');
-    const std::string module = ref.substr(0, colon);
-    const std::string attr = colon == std::string::npos ? "" : ref.substr(colon + 1);
-    const std::string top = attr.substr(0, attr.find('.'));
-    out.emplace_back(name, fmt::format("{}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {} import {}\n"
-                                       "if __name__ == \"__main__\":\n"
-                                       "    sys.argv[0] = re.sub(r\"(-script\\.pyw|\\.exe)?$\", \"\", sys.argv[0])\n"
-                                       "    sys.exit({}())\n",
-                                       shebang_for(python), module, top, attr));
+    e.module = std::string(r::trim(std::string_view(ref).substr(0, colon)));
+    if (colon != std::string::npos) e.attr = std::string(r::trim(std::string_view(ref).substr(colon + 1)));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+namespace {
+
+// pypa/installer's entry point pattern: `[\w.]+` (a word character: a letter, digit or `_`, any
+// non-ASCII letter too) for the module and for the callable.
+bool dotted_words(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || static_cast<unsigned char>(c) >= 0x80;
+  });
+}
+
+}  // namespace
+
+std::string entry_point_problem(const ScriptEntry& e) {
+  if (!dotted_words(e.module)) return "names no module (MODULE:CALLABLE)";
+  if (e.attr.empty()) return "names no callable (MODULE:CALLABLE): its script could call nothing";
+  if (!dotted_words(e.attr)) return "names no callable a script can call (MODULE:CALLABLE)";
+  return "";
+}
+
+// Console and GUI scripts from entry_points.txt, as pypa/installer writes them.
+std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& entry_points,
+                                                            const std::string& python) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& e : script_entries(entry_points)) {
+    const std::string top = e.attr.substr(0, e.attr.find('.'));
+    out.emplace_back(e.name, fmt::format("{}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {} import {}\n"
+                                         "if __name__ == \"__main__\":\n"
+                                         "    sys.argv[0] = re.sub(r\"(-script\\.pyw|\\.exe)?$\", \"\", sys.argv[0])\n"
+                                         "    sys.exit({}())\n",
+                                         shebang_for(python), e.module, top, e.attr));
   }
   return out;
 }
@@ -153,11 +182,29 @@ ValidatedWheel validate_wheel(const std::string& path) {
   if (!parsed_name) refuse(path, "", "its file name is not a wheel's (NAME-VERSION-TAGS.whl)");
   if (r::normalize_name(parsed_name->name) != r::normalize_name(w.name))
     refuse(path, w.dist_info, fmt::format("names {}, but the file name says {}", w.name, parsed_name->name));
+  // Equal as PEP 440 versions (1.0 is 1.0.0), or as text where either is none: pytz's 2010i is
+  // one pypa/installer and pip 23 install.
   const auto v_file = r::Version::parse(parsed_name->version), v_info = r::Version::parse(w.version);
-  if (!v_file || !v_info || !(*v_file == *v_info))
+  const bool same = v_file && v_info ? *v_file == *v_info : parsed_name->version == w.version;
+  if (!same)
     refuse(path, w.dist_info,
            fmt::format("has version {}, but the file name says {}", w.version, parsed_name->version));
+  w.name_tags = parsed_name->tags;
   return w;
+}
+
+void check_usable(const ValidatedWheel& w, const std::vector<std::string>& supported,
+                  const std::string& python_version) {
+  r::WheelName name;
+  name.tags = w.name_tags.empty() ? w.tags : w.name_tags;
+  if (!r::tag_rank(name, supported)) refuse(w.path, "", r::unsupported_tags_text(name, supported));
+  if (!w.requires_python || python_version.empty()) return;
+  const auto spec = r::SpecifierSet::parse(*w.requires_python);
+  const auto v = r::Version::parse(python_version);
+  if (spec && v && !spec->contains(*v, true))
+    refuse(w.path, w.dist_info + "/METADATA",
+           fmt::format("its Requires-Python is {}, and this environment's Python is {}", *w.requires_python,
+                       python_version));
 }
 
 ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, const std::string& path) {
@@ -238,6 +285,7 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
     refuse(path, w.dist_info + "/METADATA",
            fmt::format("its Name is {}, its folder's {}", zip::shown(*project), w.name));
   w.project = *project;
+  w.requires_python = r::header_value(*text_of("METADATA"), "Requires-Python");
   const auto wheel_text = text_of("WHEEL");
   const auto version = r::header_value(*wheel_text, "Wheel-Version");
   if (!version || version->substr(0, version->find('.')) != "1")
@@ -247,19 +295,31 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
   for (auto line : r::split(*wheel_text, '\n'))
     if (line.starts_with("Tag:")) w.tags.emplace_back(r::trim(line.substr(4)));
   w.entry_points = text_of("entry_points.txt").value_or("");
-  for (const auto& [name, body] : scripts_of(w.entry_points, "python")) {
-    (void)body;
+  for (const auto& entry : script_entries(w.entry_points)) {
+    const std::string& name = entry.name;
     const std::string ep = w.dist_info + "/entry_points.txt";
+    if (const auto why = entry_point_problem(entry); !why.empty())
+      refuse(path, ep, fmt::format("the entry point '{} = {}' {}", zip::shown(name), zip::shown(entry.value), why));
     if (const auto why = bad_script_name(name); !why.empty())
       refuse(path, ep, fmt::format("a script named '{}' ({})", zip::shown(name), why));
     if (const auto why = r::protected_file("bin/" + name); !why.empty())
       refuse(path, ep, fmt::format("a script named '{}' would replace {}", name, why));
-    if (by_target.count("scripts/" + name))
-      refuse(path, ep, fmt::format("a script named '{}', which the wheel's .data/scripts/ holds too", name));
+    // A .data/scripts/ file of that name, or a folder (`.data/scripts/NAME/x`): the script's file
+    // and the folder cannot both be bin/NAME.
+    const std::string file = "scripts/" + name, folder = file + "/";
+    auto in_scripts = by_target.find(file);
+    if (in_scripts == by_target.end()) in_scripts = by_target.lower_bound(folder);
+    if (in_scripts != by_target.end() && (in_scripts->first == file || in_scripts->first.starts_with(folder)))
+      refuse(path, ep,
+             fmt::format("a script named '{}', which the wheel's .data/scripts/ holds too ({})", name,
+                         in_scripts->second->name));
   }
   // RECORD lists every member with a hash, and nothing else; a size, where it gives one, is the member's.
   const auto record = parse_wheel_record(*text_of("RECORD"), path);
   for (auto& m : w.members) {
+    // RECORD's signatures (RECORD.jws, RECORD.p7s) sign RECORD, so it cannot hash them: they are
+    // installed unchecked, as pip and pypa/installer install them, and the installed RECORD
+    // lists them with their hashes, as every file installed, so that an uninstall removes them.
     if (m.name == w.dist_info + "/RECORD" || m.name == w.dist_info + "/RECORD.jws" ||
         m.name == w.dist_info + "/RECORD.p7s")
       continue;
@@ -271,8 +331,12 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
     m.record_algorithm = it->second.algorithm;
     m.record_hash = it->second.hash;
   }
+  // A row may name a folder entry of the archive (`pkg/`), which installs nothing.
+  std::set<std::string> folders;
+  for (const zip::Entry& e : archive.entries())
+    if (e.folder) folders.insert(e.name + "/");
   for (const auto& [name, e] : record)
-    if (!by_name.count(name)) refuse(path, name, "listed in RECORD but not in the archive");
+    if (!by_name.count(name) && !folders.count(name)) refuse(path, name, "listed in RECORD but not in the archive");
   return w;
 }
 

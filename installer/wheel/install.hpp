@@ -41,6 +41,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,9 +68,11 @@ struct ValidatedWheel {
   std::string project;        // METADATA's Name ("nvidia-cudnn-cu13"): what pip list shows, and users are shown
   std::string dist_info;      // "name-version.dist-info"
   bool root_is_purelib = true;
-  std::vector<ZipMember> members;  // files only, in archive order
-  std::string entry_points;        // entry_points.txt's text, or empty
-  std::vector<std::string> tags;   // WHEEL's Tag lines ("py3-none-manylinux_2_27_x86_64")
+  std::vector<ZipMember> members;              // files only, in archive order
+  std::string entry_points;                    // entry_points.txt's text, or empty
+  std::vector<std::string> tags;               // WHEEL's Tag lines ("py3-none-manylinux_2_27_x86_64")
+  std::vector<std::string> name_tags;          // the file name's tags, expanded (pip judges a wheel by these)
+  std::optional<std::string> requires_python;  // METADATA's Requires-Python
   std::uint64_t unpacked = 0;
   std::uint64_t size = 0;  // the file's bytes, as validated
 };
@@ -82,6 +85,12 @@ struct ValidatedWheel {
                                                   const std::string& label);
 // The file name pip would give it: NAME-VERSION-TAGS.whl, its Tag lines compressed (PEP 425).
 [[nodiscard]] std::string wheel_file_name(const ValidatedWheel& wheel);
+
+// Refuses a wheel the environment cannot use, as pip does: none of its file name's tags (its
+// WHEEL's Tag lines where it has no file name) among `supported` (naming its tags and the
+// environment's best), or a Requires-Python that `python_version` ("3.11.2") does not meet.
+void check_usable(const ValidatedWheel& wheel, const std::vector<std::string>& supported,
+                  const std::string& python_version);
 
 // Refuses, naming the member, a wheel that would write one target twice, outside the
 // environment, or any of cudafix's state, pyvenv.cfg, .lock or the interpreter (stage_wheels

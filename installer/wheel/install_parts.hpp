@@ -29,6 +29,15 @@ auto as_install_refusal(F&& f) -> decltype(f()) {
 [[nodiscard]] std::string target_of(const ValidatedWheel& w, const std::string& name,
                                     const resolver::EnvLayout& layout);
 
+// One console or GUI script entry of entry_points.txt: `name = module:attr [extras]`.
+struct ScriptEntry {
+  std::string name, value, module, attr;
+};
+[[nodiscard]] std::vector<ScriptEntry> script_entries(const std::string& entry_points);
+// Why pypa/installer refuses the entry (its module or callable is not `[\w.]+`, or it names
+// no callable: `hello = hello`, `hello = hello:`), or empty.
+[[nodiscard]] std::string entry_point_problem(const ScriptEntry& entry);
+
 // Console and GUI scripts from entry_points.txt, as pypa/installer writes them: each name and its
 // text, naming `python` in its shebang.
 [[nodiscard]] std::vector<std::pair<std::string, std::string>> scripts_of(const std::string& entry_points,

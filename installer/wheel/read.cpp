@@ -48,12 +48,6 @@ r::Wheel complete_wheel(r::Wheel w, std::string metadata_text, std::string recor
   return w;
 }
 
-bool compatible_here(const r::WheelName& name, const std::vector<std::string>& supported_tags) {
-  return std::any_of(name.tags.begin(), name.tags.end(), [&](const std::string& t) {
-    return std::find(supported_tags.begin(), supported_tags.end(), t) != supported_tags.end();
-  });
-}
-
 namespace {
 
 // The members that matter, from the archive (validated whole by zip::Archive): METADATA and
@@ -67,7 +61,8 @@ r::Wheel read_members(const unsigned char* data, std::size_t size, const std::st
   const auto name = r::parse_wheel_name(r::base_name(path));
   if (!name) throw r::Error(fmt::format("{}: not a wheel file name (name-version-python-abi-platform.whl)", path));
   w.wheel_name = *name;
-  w.compatible = compatible_here(*name, supported_tags);
+  w.tag_rank = r::tag_rank(*name, supported_tags);
+  w.compatible = w.tag_rank.has_value();
   const zip::Archive archive(data, size, path);
   std::string metadata_text, record_text;
   std::vector<zip::Entry> objects;
@@ -152,7 +147,8 @@ r::Wheel read_wheel(const std::string& path, const std::vector<std::string>& sup
     const auto it = read_before().wheels.find(path);
     if (it != read_before().wheels.end() && it->second.first == *before) {
       r::Wheel w = it->second.second;
-      w.compatible = compatible_here(w.wheel_name, supported_tags);
+      w.tag_rank = r::tag_rank(w.wheel_name, supported_tags);
+      w.compatible = w.tag_rank.has_value();
       return w;
     }
   }

@@ -42,8 +42,6 @@ struct WheelReadCost {
 // RECORD's text with a UTF-8 byte order mark before its first row dropped (some tools write one;
 // pip and pypa/installer read such a RECORD).
 [[nodiscard]] std::string record_text_without_bom(std::string text);
-// Whether one of the wheel's tags is supported here.
-[[nodiscard]] bool compatible_here(const resolver::WheelName& name, const std::vector<std::string>& supported_tags);
 // The members whose dynamic section the planner reads: shared objects by name.
 [[nodiscard]] bool looks_like_elf_member(std::string_view member);
 

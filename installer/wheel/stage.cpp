@@ -360,13 +360,15 @@ void Stager::stage_member(WheelStaging& ws, std::size_t index) {
   const int fd = txn::open_file(s.staged, O_RDWR | O_CREAT | O_EXCL, s.executable ? 0755 : 0644);
   // RECORD's digest of the wheel's bytes where it is not SHA-256, the digest the new RECORD gives.
   std::optional<r::DigestStream> wheel_digest;
-  if (m.record_algorithm != "sha256") wheel_digest.emplace(m.record_algorithm);
+  // A member with no RECORD hash is one of RECORD's signatures (validate_wheel refuses any other).
+  const bool unhashed = m.record_hash.empty();
+  if (!unhashed && m.record_algorithm != "sha256") wheel_digest.emplace(m.record_algorithm);
   if (!script) {
     const std::string digest = write_member(ws.archive, e, fd, s.staged, wheel_digest, full(w.path, m.name, m.size));
     if (s.executable) set_executable(fd, s.staged);
     txn::start_writeback(fd);
     ::close(fd);
-    if ((wheel_digest ? wheel_digest->record_digest() : digest) != m.record_hash)
+    if (!unhashed && (wheel_digest ? wheel_digest->record_digest() : digest) != m.record_hash)
       refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
     s.hash = digest;
     s.size = m.size;
@@ -414,7 +416,7 @@ void Stager::stage_member(WheelStaging& ws, std::size_t index) {
   if (first == Line::unread) put(head.data(), head.size());  // a script of fewer than 8 bytes
   if (s.executable) set_executable(fd, s.staged);
   ::close(fd);
-  if ((wheel_digest ? wheel_digest->record_digest() : wheel_hash.record_digest()) != m.record_hash)
+  if (!unhashed && (wheel_digest ? wheel_digest->record_digest() : wheel_hash.record_digest()) != m.record_hash)
     refuse(w.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
   s.hash = written_hash.record_digest();
   s.size = written;

@@ -60,8 +60,10 @@ struct Entry {
   std::uint64_t local_offset = 0;  // the local header
   std::uint64_t data_offset = 0;   // the data: known once the local header is read
   bool folder = false;
-  // The Unix mode in the external attributes, or 0 where the archive was not made on Unix.
-  [[nodiscard]] unsigned unix_mode() const { return (made_by >> 8) == 3 ? (external >> 16) : 0; }
+  // The Unix mode in the external attributes' high half, whatever system the "made by" field
+  // names: Python's zipfile on any system, and tools on macOS (19), write it there, and pip and
+  // pypa/installer read it there regardless (0 where none was written).
+  [[nodiscard]] unsigned unix_mode() const { return external >> 16; }
   // As pip and pypa/installer judge it: a regular file's mode with an execute bit.
   [[nodiscard]] bool executable() const;
 };

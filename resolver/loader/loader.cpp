@@ -433,10 +433,24 @@ void LoaderModel::map_dependencies(Process& p, std::size_t from) const {
   }
 }
 
+bool LoaderModel::runs_in(const Process& p, const std::string& path) const {
+  const ElfRead& r = elf_cache_->get(real_file(path));
+  if (r.status != ElfReadStatus::ok) return true;  // add_object refuses it
+  const ElfInfo* main = p.main >= 0 ? p.objects[static_cast<std::size_t>(p.main)].elf : nullptr;
+  const std::uint8_t klass = main ? main->elf_class : config_.host.elf_class;
+  const std::uint16_t machine = main ? main->machine : config_.host.machine;
+  if (klass == 0 || machine == 0) return true;  // a host not told: nothing to compare with
+  return r.info.elf_class == klass && r.info.machine == machine;
+}
+
 int LoaderModel::load(Process& p, const std::string& path) const {
   const bool as_main = p.objects.empty();
   const std::size_t first_new = p.objects.size();
   p.load_start = first_new;
+  // glibc's open_verify refuses an object of another class or machine before mapping anything
+  // ("wrong ELF class", "ELF file's machine"), whoever dlopens it: an aarch64 extension in an
+  // x86-64 process maps nothing, and its NEEDED are never searched for among the host's libraries.
+  if (!runs_in(p, path)) return -1;
   const int root = add_object(p, path, path, as_main ? -1 : p.main);
   if (root < 0 || static_cast<std::size_t>(root) < first_new) return root;  // dlopen of a loaded object
   if (as_main) {

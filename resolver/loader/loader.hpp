@@ -125,8 +125,12 @@ class LoaderModel {
   // A process running the main executable, with its NEEDED tree and LD_PRELOAD loaded.
   [[nodiscard]] Process start_process() const;
   // dlopen(path) into the process (or, in an empty process, `ld.so path`): maps the object and
-  // its NEEDED tree breadth-first. Returns the root's index, or -1 when `path` is no ELF object.
+  // its NEEDED tree breadth-first. Returns the root's index, or -1 when `path` is no ELF object
+  // or one of another ELF class or machine than the process's (runs_in), which maps nothing.
   int load(Process& process, const std::string& path) const;
+  // Whether the object at `path` is of the process's ELF class and machine (its main program's,
+  // else the host's), as ld.so requires of every object it maps; true when either is unknown.
+  [[nodiscard]] bool runs_in(const Process& process, const std::string& path) const;
   // Puts an object into the process as an earlier load (in another process) left it, under the
   // names it was asked for, without resolving its NEEDED again. Its resolutions are not copied.
   int preload(Process& process, const LoadedObject& earlier) const;

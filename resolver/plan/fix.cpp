@@ -100,15 +100,26 @@ std::optional<std::string> pinned(const std::vector<SpecifierSet>& sets) {
   return std::nullopt;
 }
 
-const Wheel* best_wheel(const std::vector<Wheel>& wheels, const std::string& name,
+// Whether `w`'s Requires-Python accepts the interpreter (pip's check_requires_python: a
+// specifier that does not parse is ignored, pre-releases of the interpreter accepted).
+bool python_accepts(const Wheel& w, const std::string& python_version) {
+  if (python_version.empty() || !w.metadata.requires_python) return true;
+  const auto spec = SpecifierSet::parse(*w.metadata.requires_python);
+  const auto v = Version::parse(python_version);
+  return !spec || !v || spec->contains(*v, true);
+}
+
+// The newest usable wheel of `name` that `accepts`; of one version, the one with the most
+// specific tag (pip's candidate sort: version, then tag priority).
+const Wheel* best_wheel(const FixOptions& options, const std::string& name,
                         const std::function<bool(const Version&)>& accepts) {
   const Wheel* best = nullptr;
   std::optional<Version> best_v;
-  for (const auto& w : wheels) {
-    if (w.wheel_name.normalized != name || !w.compatible) continue;
+  for (const auto& w : options.wheels) {
+    if (w.wheel_name.normalized != name || !w.compatible || !python_accepts(w, options.python_version)) continue;
     const auto v = Version::parse(w.wheel_name.version);
     if (!v || !accepts(*v)) continue;
-    if (!best_v || *best_v < *v) {
+    if (!best_v || *best_v < *v || (*best_v == *v && w.tag_rank < best->tag_rank)) {
       best = &w;
       best_v = v;
     }
@@ -128,14 +139,13 @@ bool wheel_holds(const Environment& env, const Wheel& w, const std::string& abs)
 
 // The family members that still resolve outside their front end's dist after the plan, each
 // with why: the wheel at hand lacks the file, or no wheel was at hand.
-std::vector<std::string> family_shortfall(const Environment& after, const Knowledge& k,
-                                          const std::vector<Wheel>& wheels) {
+std::vector<std::string> family_shortfall(const Environment& after, const Knowledge& k, const FixOptions& options) {
   std::vector<std::string> out;
   for (const auto& m : family_members(after, k)) {
     // Resolving nowhere is doctor's missing-dlopen-library, which the plan's check after shows.
     if (!m.split() || m.place == MemberPlace::nowhere) continue;
     const DistInfo& dist = after.dists[static_cast<std::size_t>(m.front_dist)];
-    const Wheel* w = best_wheel(wheels, dist.normalized, [&](const Version& v) {
+    const Wheel* w = best_wheel(options, dist.normalized, [&](const Version& v) {
       const auto have = Version::parse(dist.version);
       return have && v == *have;
     });
@@ -442,7 +452,7 @@ void reinstall_candidates(const Environment& env, const Knowledge& k, const FixO
       ++foreign;
     }
     if (foreign) reasons.push_back(fmt::format("{} of its files hold another major's bytes ({})", foreign, example));
-    const Wheel* wheel = best_wheel(options.wheels, dist.normalized, [&](const Version& v) {
+    const Wheel* wheel = best_wheel(options, dist.normalized, [&](const Version& v) {
       const auto have = Version::parse(dist.version);
       return have && v == *have;
     });
@@ -507,7 +517,7 @@ std::vector<Step> candidate_steps(const Environment& env, const Knowledge& k, co
       st.dist = *installed;
       replaced.insert(*installed);
     }
-    st.wheel = best_wheel(options.wheels, name, [&](const Version& v) {
+    st.wheel = best_wheel(options, name, [&](const Version& v) {
       return std::all_of(w.specifiers.begin(), w.specifiers.end(),
                          [&](const SpecifierSet& s) { return s.contains(v, true); });
     });
@@ -610,7 +620,7 @@ FixPlan plan_fix(const Environment& env, const Knowledge& k, const FixOptions& o
   for (const auto& st : plan.steps)
     if (!st.wheel && st.action != StepAction::remove) plan.needs.push_back({st.name, st.version, st.why});
   plan.remaining = short_of_desired(env, last, k, target);
-  for (auto& r : family_shortfall(last, k, options.wheels)) plan.remaining.push_back(std::move(r));
+  for (auto& r : family_shortfall(last, k, options)) plan.remaining.push_back(std::move(r));
   return plan;
 }
 

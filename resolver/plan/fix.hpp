@@ -34,6 +34,9 @@ struct FixOptions {
   std::optional<int> cuda_major;
   std::vector<Wheel> wheels;                // from --find-links
   std::vector<std::string> supported_tags;  // what this interpreter accepts, best first
+  // The interpreter's version ("3.11.2"; "3.11" where only that is known) that a wheel's
+  // Requires-Python must accept, as pip checks it; empty: not checked.
+  std::string python_version;
   unsigned threads = 0;
 };
 

@@ -289,13 +289,17 @@ Deletion uninstall_paths(const Environment& env, const std::vector<int>& dists, 
           refused.push_back(
               {di, d.site_dir + "/" + d.dir_name + "/entry_points.txt", 0, "console script " + name, *why});
     // The moves, in sorted order. After a file's move os.removedirs() climbs from its folder;
-    // after a folder's it does not (os.path.split("a/b/") has an empty tail), so a parent that
-    // only a folder's move empties stays behind, empty.
+    // after a folder's pip's does not (os.path.split("a/b/") has an empty tail), so a parent that
+    // only a folder's move empties stays behind, empty: `ns/` of a removed `ns/sub/`, which
+    // Python then imports as an empty namespace package. cudafix's climbs there too, as far as
+    // the folders are empty (never into one holding another dist's files, nor a scheme root).
     auto moves = compress_for_rename(fs, paths);
     std::sort(moves.begin(), moves.end());
     for (const auto& m : moves) {
       if (m.ends_with("/")) {
-        fs.move_dir(m.substr(0, m.size() - 1));
+        const std::string dir = m.substr(0, m.size() - 1);
+        fs.move_dir(dir);
+        if (counting == OwnerCounting::cudafix) fs.remove_empty_dirs(parent_dir(dir));
       } else {
         fs.move_file(m);
         fs.remove_empty_dirs(parent_dir(m));

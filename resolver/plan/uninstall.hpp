@@ -14,7 +14,9 @@
 //     folders above that are empty at that moment go too, up to the first that still holds
 //     something; a folder's move does not (pip passes it with a trailing '/'), so a parent that
 //     only a folder's move empties stays behind, empty.
-// cudafix's way is the same with owner counting: a path another kept dist's RECORD lists stays.
+// cudafix's way is the same with owner counting: a path another kept dist's RECORD lists stays;
+// and after a folder's move too it removes the folders above that are then empty, which pip
+// leaves (an empty `ns/` would stay importable as a namespace package).
 //
 // Rows are not taken at their word. A RECORD row (or a console script) that names a scheme root
 // (the environment's root, bin/, include/, lib/, lib64, lib/pythonX.Y, a site folder), any real

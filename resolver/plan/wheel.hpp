@@ -30,6 +30,9 @@ struct Wheel {
   std::string dist_info;               // "nvidia_cudnn_cu13-9.19.0.56.dist-info"
   std::map<std::string, ElfInfo> elf;  // RECORD path -> dynamic section, for every ELF object
   bool compatible = false;             // one of its tags is supported here
+  // Where its best tag stands among those supported here (0: the most specific), as pip
+  // prefers one wheel to another of the same version; nullopt when it is not compatible.
+  std::optional<std::size_t> tag_rank;
 };
 
 }  // namespace cudafix::resolver::inline plan

@@ -23,10 +23,10 @@ def digest(data):
 
 def build(case, members, name="bad", version="1.0", wheel_version="1.0", record=True, extra_record="",
           skip_record_for=(), record_override=None, compression=zipfile.ZIP_DEFLATED, infos=None, zip64=False,
-          metadata_name=None):
-    """members: list of (arcname or ZipInfo, bytes)."""
+          metadata_name=None, tag="py3-none-any", metadata_extra="", file_version=None):
+    """members: list of (arcname or ZipInfo, bytes); `tag` the file name's tags."""
     info = infos if infos is not None else [f"{name}-{version}.dist-info"]
-    path = os.path.join(OUT, case, f"{name}-{version}-py3-none-any.whl")
+    path = os.path.join(OUT, case, f"{name}-{file_version or version}-{tag}.whl")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     rows = []
     with zipfile.ZipFile(path, "w", compression=compression) as z:
@@ -45,7 +45,7 @@ def build(case, members, name="bad", version="1.0", wheel_version="1.0", record=
         for i in info:
             shown = name if metadata_name is None else metadata_name
             add(f"{i}/METADATA", (f"Metadata-Version: 2.1\n" + (f"Name: {shown}\n" if shown else "") +
-                                  f"Version: {version}\n").encode())
+                                  f"Version: {version}\n" + metadata_extra).encode())
             add(f"{i}/WHEEL", f"Wheel-Version: {wheel_version}\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n".encode())
         if record:
             text = record_override if record_override is not None else "\n".join(rows) + "\n" + extra_record
@@ -249,5 +249,24 @@ case("record_md5", "RECORD hashes it with md5",
      build("record_md5", ok, record_override="bad/__init__.py,md5=" + base64.urlsafe_b64encode(hashlib.md5(b"x = 1\n").digest()).rstrip(b"=").decode() + ",6\n"))
 case("record_conflict", "listed twice in RECORD, with different hashes or sizes",
      build("record_conflict", ok, extra_record=f"bad/__init__.py,sha256={digest(b'x = 1' + bytes([10]))},7\n"))
+
+# Issue 53: wheels the environment cannot use (pip and uv refuse them) and wheel-spec edges
+# pypa/installer refuses.
+case("machine", "(py3-none-manylinux_2_17_aarch64) is none this environment accepts (its best: cp3",
+     build("machine", ok, tag="py3-none-manylinux_2_17_aarch64"))
+case("python_tag", "(cp399-cp399-manylinux_2_17_x86_64) is none this environment accepts",
+     build("python_tag", ok, tag="cp399-cp399-manylinux_2_17_x86_64"))
+case("requires_python", "its Requires-Python is <3, and this environment's Python is 3.",
+     build("requires_python", ok, metadata_extra="Requires-Python: <3\n"))
+for n, line in (("ep_no_colon", "hello = bad"), ("ep_empty_callable", "hello = bad:")):
+    case(n, f"the entry point '{line}' names no callable (MODULE:CALLABLE)",
+         build(n, ok + [("bad-1.0.dist-info/entry_points.txt", f"[console_scripts]\n{line}\n".encode())]))
+case("ep_bad_module", "the entry point 'hello = bad-x:main' names no module",
+     build("ep_bad_module", ok + [("bad-1.0.dist-info/entry_points.txt", b"[console_scripts]\nhello = bad-x:main\n")]))
+case("script_folder_clash", "a script named 'tool', which the wheel's .data/scripts/ holds too (bad-1.0.data/scripts/tool/x)",
+     build("script_folder_clash", ok + [("bad-1.0.data/scripts/tool/x", b"x"),
+                                        ("bad-1.0.dist-info/entry_points.txt", b"[console_scripts]\ntool = bad:main\n")]))
+case("version_mismatch", "has version 2010i, but the file name says 2010j",
+     build("version_mismatch", ok, version="2010i", file_version="2010j"))
 
 json.dump(cases, sys.stdout)

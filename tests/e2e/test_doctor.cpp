@@ -692,5 +692,69 @@ TEST(DoctorCorpus, TheHealthyCu13VenvHasNoProblemAndEveryExplainedFactIsInfo) {
   EXPECT_THAT(text.out, HasSubstr("\nno problems found\n"));
 }
 
+// A wheel carrying an object built for another machine (an aarch64 extension in an x86-64 venv,
+// or the reverse on an aarch64 host), installed by the venv's own pip, which takes a
+// py3-none-any wheel whatever it holds; and a dist that bundles a 32-bit helper beside its own
+// machine's library, as debugpy does. doctor names the foreign objects with their machines and
+// the environment's, and never searches the host's libraries for their NEEDED.
+TEST(DoctorForeignObject, AnObjectOfAnotherMachineIsNamedAndNeverResolvedAgainstTheHost) {
+  TempDir tmp;
+#if defined(__x86_64__)
+  const std::uint16_t other = 183;  // EM_AARCH64
+  const std::string other_name = "aarch64 (64-bit)", here_name = "x86_64 (64-bit)";
+#else
+  const std::uint16_t other = 62;  // EM_X86_64
+  const std::string other_name = "x86_64 (64-bit)", here_name = "aarch64 (64-bit)";
+#endif
+  resolver::ElfSpec foreign;
+  foreign.machine = other;
+  foreign.needed = {"libc.so.6", "libarmdep.so.1"};
+  resolver::write_shared_object(tmp.path() + "/native.so", foreign);
+  resolver::ElfSpec own;  // the host's machine: the writer's default is x86-64
+#if !defined(__x86_64__)
+  own.machine = 183;
+#endif
+  resolver::write_shared_object(tmp.path() + "/own.so", own);
+  resolver::ElfSpec helper32 = own;
+  helper32.elf_class = 1;
+  helper32.machine = 3;  // EM_386
+  resolver::write_shared_object(tmp.path() + "/helper32.so", helper32);
+  const std::string armonly =
+      test::make_wheel(tmp.path(), "armonly 1.0 armonly/_native.so=" + tmp.path() + "/native.so");
+  const std::string bundle = test::make_wheel(tmp.path(), "bundle 2.0 bundle/_own.so=" + tmp.path() + "/own.so" +
+                                                              " bundle/attach_x86.so=" + tmp.path() + "/helper32.so");
+  const std::string venv = tmp.path() + "/venv";
+  test::make_venv(venv, {armonly, bundle});
+  const std::string object = test::site_packages(venv) + "/armonly/_native.so";
+  ASSERT_TRUE(fs::exists(object));
+
+  const auto d = doctor(venv);
+  EXPECT_EQ(d.exit_code, 1) << d.doc["findings"].dump(1);
+  const auto found = fires(d.doc, "foreign-object");
+  ASSERT_EQ(found.size(), 2u) << d.doc["findings"].dump(1);
+  const auto& f = found[0]["dists"][0] == "armonly-1.0.dist-info" ? found[0] : found[1];
+  const auto& h = &f == &found[0] ? found[1] : found[0];
+  EXPECT_EQ(f["severity"], "error");
+  const std::string message = f["message"];
+  EXPECT_THAT(message, HasSubstr("armonly/_native.so is built for " + other_name));
+  EXPECT_THAT(message, HasSubstr("this environment's interpreter is " + here_name));
+  EXPECT_THAT(message, HasSubstr("(armonly 1.0)"));
+  EXPECT_EQ(f["paths"], json::array({"armonly/_native.so"}));
+  EXPECT_THAT(joined_evidence(f), HasSubstr("object: " + fs::canonical(object).string() + ", " + other_name));
+  EXPECT_THAT(joined_evidence(f), HasSubstr("installed by armonly 1.0 (armonly-1.0.dist-info)"));
+  EXPECT_EQ(f["remedy"]["command"], "pip install --force-reinstall --no-deps armonly==1.0");
+  // The bundled 32-bit helper beside the dist's own library: named, as info.
+  EXPECT_EQ(h["severity"], "info") << h.dump();
+  EXPECT_EQ(h["dists"], json::array({"bundle-2.0.dist-info"}));
+  EXPECT_THAT(h["message"].get<std::string>(), HasSubstr("bundle/attach_x86.so is built for i386 (32-bit)"));
+
+  // Its NEEDED are never searched for among the host's libraries: no unresolved-library noise
+  // for libc.so.6 (the host's is of the wrong machine) or its own dependency.
+  for (const auto& u : of_rule(d.doc, "unresolved-library"))
+    EXPECT_THAT(u.dump(), ::testing::Not(HasSubstr("_native.so"))) << u.dump(1);
+  const auto scan = test::cudafix_json("scan --venv " + shell_quote(venv) + k_no_cache);
+  EXPECT_EQ(scan.doc["summary"]["unresolved_needed"], 0) << scan.out.substr(0, 4000);
+}
+
 }  // namespace
 }  // namespace cudafix

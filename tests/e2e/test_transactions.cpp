@@ -7,7 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -187,6 +189,64 @@ TEST_F(Transactions, RemoveIsOwnerCountedAndRollbackRestoresTheTreeByteForByte) 
   EXPECT_EQ(pip_names(v), pip_names(base_));
   // And pip can still uninstall what came back.
   EXPECT_EQ(test::venv_pip(v, "uninstall -y -q alpha").exit_code, 0);
+}
+
+// pip uninstall moves a folder whose every file goes as one, and then climbs no further: a
+// parent only that move empties (`lone/` of `lone/sub/`, or a namespace package's folder) stays,
+// empty, and Python imports it as an empty namespace package. cudafix removes it; a folder
+// another dist still has files in stays. Twin venvs, one uninstalled by pip, one by cudafix.
+TEST_F(Transactions, RemoveTakesTheFoldersItEmptiesWherePipLeavesThemEmptyAndImportable) {
+  TempDir t;
+  const std::string src = t.path() + "/src";
+  for (const auto* f : {"lone/sub/a.py", "only/deep/y.py", "pkg/__init__.py", "pkg/inner/m.py", "both/mine/a.py",
+                        "both/theirs/b.py", "mix/a.py", "mix/b.py"}) {
+    fs::create_directories(fs::path(src + "/" + f).parent_path());
+    test::write_file(src + "/" + f, std::string("NAME = '") + f + "'\n");
+  }
+  auto member = [&](const std::string& f) { return " " + f + "=" + src + "/" + f; };
+  const std::string demo = test::make_wheel(t.path(), "demo 1.0" + member("lone/sub/a.py") + member("only/deep/y.py") +
+                                                          member("pkg/__init__.py") + member("pkg/inner/m.py") +
+                                                          member("both/mine/a.py") + member("mix/a.py"));
+  const std::string other = test::make_wheel(t.path(), "other 1.0" + member("both/theirs/b.py") + member("mix/b.py"));
+  const std::string by_pip = t.path() + "/pip", by_cudafix = t.path() + "/cudafix";
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(by_pip, {demo, other}));
+  ASSERT_NO_FATAL_FAILURE(test::make_venv(by_cudafix, {demo, other}));
+  const std::string before = tree_of(by_cudafix);
+
+  ASSERT_EQ(test::venv_pip(by_pip, "uninstall -y -q demo").exit_code, 0);
+  const auto removed = cudafix("remove demo -y", by_cudafix);
+  ASSERT_EQ(removed.exit_code, 0) << removed.out;
+
+  // The trees agree but for the two folders pip leaves behind, empty.
+  const std::string site = "./" + fs::relative(test::site_packages(by_pip), by_pip).string();
+  std::set<std::string> pip_lines, cudafix_lines, only_pip, only_cudafix;
+  for (const auto& [tree, lines] : {std::pair{tree_of(by_pip), &pip_lines}, {tree_of(by_cudafix), &cudafix_lines}}) {
+    std::istringstream in(tree);
+    for (std::string line; std::getline(in, line);) lines->insert(line);
+  }
+  std::set_difference(pip_lines.begin(), pip_lines.end(), cudafix_lines.begin(), cudafix_lines.end(),
+                      std::inserter(only_pip, only_pip.end()));
+  std::set_difference(cudafix_lines.begin(), cudafix_lines.end(), pip_lines.begin(), pip_lines.end(),
+                      std::inserter(only_cudafix, only_cudafix.end()));
+  EXPECT_EQ(only_pip, (std::set<std::string>{site + "/lone", site + "/only"}));
+  EXPECT_TRUE(only_cudafix.empty()) << ::testing::PrintToString(only_cudafix);
+  // What pip leaves imports as an empty namespace package; after cudafix there is nothing to import.
+  const auto imports = [](const std::string& venv, const std::string& module) {
+    return run_shell("env -u VIRTUAL_ENV " + shell_quote(venv + "/bin/python3") + " -c 'import " + module + "' 2>&1")
+        .exit_code;
+  };
+  EXPECT_EQ(imports(by_pip, "lone"), 0);
+  EXPECT_NE(imports(by_cudafix, "lone"), 0);
+  EXPECT_NE(imports(by_cudafix, "only"), 0);
+  // Folders the other dist has files in stay, with its files.
+  EXPECT_TRUE(fs::exists(test::site_packages(by_cudafix) + "/both/theirs/b.py"));
+  EXPECT_TRUE(fs::exists(test::site_packages(by_cudafix) + "/mix/b.py"));
+  EXPECT_EQ(imports(by_cudafix, "both.theirs.b, mix.b"), 0);
+  EXPECT_EQ(test::venv_pip(by_cudafix, "check").exit_code, 0);
+  EXPECT_EQ(pip_names(by_cudafix), pip_names(by_pip));
+  // A rollback gives the folders back with the rest.
+  ASSERT_EQ(cudafix("rollback -y", by_cudafix).exit_code, 0);
+  EXPECT_SAME_TREE(tree_of(by_cudafix), before);
 }
 
 TEST_F(Transactions, AKillAtEveryJournalStepLeavesTheBeforeOrTheAfterStateOnceRecovered) {

@@ -115,6 +115,13 @@ class WheelSources : public ::testing::Test {
     EXPECT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
     return v;
   }
+  // Another copy, at `t`/NAME/venv.
+  static std::string broken_venv_at(const TempDir& t, const std::string& name) {
+    const std::string v = t.path() + "/" + name + "/venv";
+    fs::create_directories(t.path() + "/" + name);
+    EXPECT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
+    return v;
+  }
   // `cudafix plan fix --json ARGS` on `venv`, its wheel cache under `t`.
   static Planned plan_fix(const TempDir& t, const std::string& venv, const std::string& args,
                           const std::string& env = "") {
@@ -486,6 +493,66 @@ TEST_F(WheelSources, ADeeplyNestedPipCacheEntryIsNamedAsDamagedNotACrash) {
   EXPECT_THAT(p.doc["source_problems"].dump(),
               HasSubstr(entry + ": a damaged pip cache entry (arrays or maps nested deeper than 32"));
   EXPECT_EQ(canaries.changes(), "");
+}
+
+// Issue 53: a folder holding one dist built for x86_64, for aarch64 and for any platform. The
+// plan takes the x86_64 wheel (its tag the most specific this interpreter accepts, as pip
+// prefers it), never the aarch64 one, and `fix` installs it; with the aarch64 wheel alone the
+// plan has no wheel and says why that one is not usable here.
+TEST_F(WheelSources, OfOneDistForSeveralMachinesThePlanTakesTheUsableWheelOfTheMostSpecificTag) {
+  TempDir t;
+  const auto v = broken_venv(t);
+  const std::string both = t.path() + "/both", arm_only = t.path() + "/arm";
+  fs::create_directories(both);
+  fs::create_directories(arm_only);
+  const std::string stem = "nvidia_cudnn_cu12-9.10.2.21-py3-none-";
+  for (const char* plat : {"manylinux_2_17_x86_64.manylinux2014_x86_64", "manylinux_2_17_aarch64", "any"})
+    fs::copy_file(cudnn12_, both + "/" + stem + plat + ".whl");
+  fs::copy_file(cudnn12_, arm_only + "/" + stem + "manylinux_2_17_aarch64.whl");
+  const auto p = plan_fix(t, v, "--no-index --find-links " + shell_quote(both));
+  ASSERT_EQ(p.exit_code, 0) << p.out << p.err;
+  ASSERT_EQ(p.doc["steps"].size(), 1U) << p.doc.dump(1);
+  EXPECT_EQ(p.doc["steps"][0]["wheel"]["file"], both + "/" + stem + "manylinux_2_17_x86_64.manylinux2014_x86_64.whl");
+  EXPECT_THAT(p.err,
+              HasSubstr(stem + "manylinux_2_17_aarch64.whl: not usable here: its tag "
+                               "(py3-none-manylinux_2_17_aarch64) is none this environment accepts (its best: cp"));
+  const auto fixed = run_shell("env -u VIRTUAL_ENV -u PIP_FIND_LINKS " + shell_quote(test::k_bin) +
+                               " fix -y --no-verify --no-index --venv " + shell_quote(v) + test::k_no_cache +
+                               " --find-links " + shell_quote(both) + " 2>&1");
+  EXPECT_EQ(fixed.exit_code, 0) << fixed.out;
+  EXPECT_TRUE(fs::exists(test::site_packages(v) + "/nvidia/cudnn/lib/libcudnn.so.9")) << fixed.out;
+
+  const auto none = plan_fix(t, broken_venv_at(t, "again"), "--no-index --find-links " + shell_quote(arm_only));
+  EXPECT_EQ(none.exit_code, 0) << none.out << none.err;
+  EXPECT_TRUE(none.doc["steps"].empty() || !none.doc["steps"][0]["wheel"].is_object()) << none.doc.dump(1);
+  EXPECT_THAT(none.doc["needs"].dump(), HasSubstr("nvidia-cudnn-cu12")) << none.doc.dump(1);
+  EXPECT_THAT(none.err, HasSubstr("not usable here: its tag (py3-none-manylinux_2_17_aarch64) is none this "
+                                  "environment accepts"));
+}
+
+// A plan made for another target (--python-platform aarch64-manylinux_2_17) names the aarch64
+// wheel; `apply` of it here, without that option, checks the wheel against this environment's
+// tags as `install` does and refuses it, naming its tag, before anything changes.
+TEST_F(WheelSources, ApplyRefusesAPlansWheelThisEnvironmentCannotUse) {
+  TempDir t;
+  const auto v = broken_venv(t);
+  const std::string arm_only = t.path() + "/arm";
+  fs::create_directories(arm_only);
+  const std::string wheel = arm_only + "/nvidia_cudnn_cu12-9.10.2.21-py3-none-manylinux_2_17_aarch64.whl";
+  fs::copy_file(cudnn12_, wheel);
+  const auto p = plan_fix(t, v,
+                          "--python-platform aarch64-manylinux_2_17 --no-index --find-links " + shell_quote(arm_only) +
+                              " -o " + shell_quote(t.path() + "/plan.json"));
+  ASSERT_EQ(p.exit_code, 0) << p.out << p.err;
+  ASSERT_EQ(p.doc["steps"].size(), 1U) << p.doc.dump(1);
+  ASSERT_EQ(p.doc["steps"][0]["wheel"]["file"], wheel);
+  const std::string before = test::tree_of(v);
+  const auto applied =
+      run_shell("env -u VIRTUAL_ENV " + shell_quote(test::k_bin) + " apply " + shell_quote(t.path() + "/plan.json") +
+                " -y --no-verify --venv " + shell_quote(v) + test::k_no_cache + " --ld-library-path '' 2>&1");
+  EXPECT_EQ(applied.exit_code, 2) << applied.out;
+  EXPECT_THAT(applied.out, HasSubstr("(py3-none-manylinux_2_17_aarch64) is none this environment accepts"));
+  EXPECT_EQ(test::tree_of(v), before);
 }
 
 // A wheel whose objects are large and deflated, as NVIDIA's are: its PT_DYNAMIC segments lie deep

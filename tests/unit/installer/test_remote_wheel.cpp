@@ -27,7 +27,7 @@ using ::testing::HasSubstr;
 
 const std::string k_fixtures = test::fixtures_dir();
 const std::string k_source = test::source_dir();
-const std::vector<std::string> k_tags = resolver::supported_tags("3.11", "2.36", "x86_64");
+const std::vector<std::string> k_tags = resolver::supported_tags({3, 11, "", "x86_64", false, 2, 36});
 
 std::string make_wheel(const TempDir& dir, const std::string& args) {
   const auto r = run_shell("/usr/bin/python3 " + shell_quote(k_source + "/tests/e2e/make_wheel.py") + " " +
