@@ -54,6 +54,26 @@ bool reads_as_dynamic(const unsigned char* p, std::size_t size) {
   return ended && strtab && strsz;
 }
 
+// What reading one member may cost: inflating it from its start, a few times over (a map of its
+// stream, its windows, from the start where they fail), and the time that takes at a slow
+// 64 MiB/s, plus a floor for small members; a wheel's members together have ten minutes.
+std::unique_ptr<InflateBudget> member_budget(std::uint64_t size, InflateBudget* wheel) {
+  const std::uint64_t seconds = 60 + size / (std::uint64_t{64} << 20);
+  return std::make_unique<InflateBudget>(4 * size + (std::uint64_t{512} << 20), std::chrono::seconds(seconds), wheel);
+}
+
+// A member whose reading spent its budget (crafted block headers that each decode for long, a
+// stream that never proves a boundary): named, never read on and on.
+r::Error over_budget(const std::string& label, const zip::Entry& m, const InflateBudget& b) {
+  if (b.out_of_time())
+    return r::Error(fmt::format("{}: {}: reading its deflate stream took over {:.0f} s, its budget; not planned from",
+                                label, m.name, b.seconds()));
+  return r::Error(
+      fmt::format("{}: {}: reading its deflate stream inflated over {} bytes, its budget for a member of {} "
+                  "bytes; not planned from",
+                  label, m.name, b.bytes(), m.size));
+}
+
 // Why resolver/elf refused a member, named by the wheel's URL and the member's name.
 r::Error not_valid_elf(const std::string& label, const std::string& member, const r::Diagnostic& d) {
   const std::string at = d.offset ? fmt::format(" (at offset {:#x})", *d.offset) : "";
@@ -126,9 +146,10 @@ struct WindowFind {
 // boundary in turn. A window that ends with the member places what it inflates exactly (from
 // the end back), the segment included; elsewhere the segment is found by what it reads as.
 WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
-                             std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream) {
+                             std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream,
+                             InflateBudget* budget) {
   WindowFind out;
-  out.inflated = decode_from_boundaries(window, 12, [&](const WindowDecode& w) {
+  const auto take = [&](const WindowDecode& w) {
     const std::string& a = w.zeros;
     const std::string& b = w.ones;
     const std::size_t len = std::min(a.size(), b.size());
@@ -136,6 +157,9 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     // (a false start ends early or fails). A later boundary decodes a suffix of the same stream
     // and knows less of it, so where this one does not place the segment, none will.
     const bool genuine = a.size() >= window.size() / 2;
+    // A stream that ends inside the window is not the member's; in a window that ends with the
+    // member, the member's stream ends exactly there. Either is a start in planted bytes.
+    if (w.ended_early || (ends_member && !w.ended)) return false;
     if (ends_member && w.ended && a.size() <= member_size && a.size() == b.size()) {
       const std::uint64_t base = member_size - a.size();
       if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
@@ -179,7 +203,8 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     if (!found || ambiguous) return genuine;
     out.dyn = std::move(found);
     return true;
-  });
+  };
+  out.inflated = decode_from_boundaries(window, 12, take, budget);
   return out;
 }
 
@@ -210,9 +235,11 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
 // bytes at their place in the file, those only the two decodes agree on, or nullopt.
 std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
                                                                     std::uint64_t member_size, std::uint64_t from,
-                                                                    std::uint64_t to, std::uint64_t& inflated) {
+                                                                    std::uint64_t to, std::uint64_t& inflated,
+                                                                    InflateBudget* budget) {
   std::optional<std::pair<std::uint64_t, std::string>> out;
-  inflated += decode_from_boundaries(window, 12, [&](const WindowDecode& w) {
+  const auto take = [&](const WindowDecode& w) {
+    if (w.ended_early) return false;  // a stream planted in the window: not the member's
     // A true boundary's decode that does not reach the stream's end: no later one will.
     if (!w.ended || w.zeros.size() > member_size) return w.zeros.size() >= window.size() / 2;
     const std::uint64_t base = member_size - w.zeros.size();
@@ -221,7 +248,8 @@ std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::s
         w.zeros.compare(from - base, to - from, w.ones, from - base, to - from) == 0)
       out = std::pair{base, w.zeros};
     return true;
-  });
+  };
+  inflated += decode_from_boundaries(window, 12, take, budget);
   return out;
 }
 
@@ -295,7 +323,9 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
     zip::Entry* member;
     r::ElfLayout layout;  // dynamic_size 0: read from its start, whole
     std::string head;     // inflated from the start so far
+    std::unique_ptr<InflateBudget> budget;
   };
+  InflateBudget wheel_budget(UINT64_MAX, std::chrono::minutes(10));
   std::vector<Deep> deep;
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     zip::Entry& m = wanted[i];
@@ -336,7 +366,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       continue;
     }
     const Layout layout = layout_of(inflated, m.size, label, m.name, invalid);
-    if (layout.kind != Layout::Kind::not_elf) deep.push_back({&m, layout.elf, std::move(inflated)});
+    if (layout.kind != Layout::Kind::not_elf)
+      deep.push_back({&m, layout.elf, std::move(inflated), member_budget(m.size, &wheel_budget)});
   }
 
   // The dynamic segments: a window of each where the segment should lie, all fetched at once;
@@ -393,13 +424,17 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const Deep& d = deep[window_of[k]];
       const bool ends_member = windows[k].second + 1 == d.member->data_offset + d.member->compressed;
       dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], d.layout.dynamic_size, ends_member, d.member->size,
-                                                d.layout.dynamic_offset, limits.mid_stream);
+                                                d.layout.dynamic_offset, limits.mid_stream, d.budget.get());
     });
   }
   for (const auto& found : dynamic) out.inflated += found.inflated;
   for (std::size_t i = 0; i < deep.size(); ++i) {
     Deep& d = deep[i];
     zip::Entry& m = *d.member;
+    if (d.budget->spent()) throw over_budget(label, m, *d.budget);
+    // A map of the stream has a share of the member's budget: where it runs out (no boundary
+    // proved in crafted bytes), the member is inflated from its start with what is left.
+    InflateBudget map_budget(2 * m.size + (std::uint64_t{128} << 20), std::chrono::hours(24), d.budget.get());
     // Where the whole file is at hand: `len` bytes from `first` on, decoded from the last proved
     // block boundary before them (or one of the few before that, where the bytes depend on what
     // precedes it); nullopt: inflated from the start instead.
@@ -411,7 +446,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const std::string_view stream = whole.substr(m.data_offset, m.compressed);
       while (map.back().out < first + len && map.back().bit < stream.size() * 8) {
         bool too_long = false;
-        const auto more = map_stream(stream, map.back(), first + len, m.size, k_piece, 0, out.inflated, too_long);
+        const auto more =
+            map_stream(stream, map.back(), first + len, m.size, k_piece, 0, out.inflated, too_long, &map_budget);
         if (too_long) throw inflates_past_size(label, m);
         if (more.size() == 1) break;
         map.insert(map.end(), more.begin() + 1, more.end());
@@ -422,7 +458,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       auto at =
           std::upper_bound(map.begin(), map.end(), first, [](std::uint64_t v, const Boundary& b) { return v < b.out; });
       for (int tries = 0; tries < 4 && at != map.begin(); ++tries)
-        if (auto got = decode_span(stream, *--at, first, len, out.inflated)) return got;
+        if (auto got = decode_span(stream, *--at, first, len, out.inflated, &map_budget)) return got;
       return std::nullopt;
     };
     // Inflated from the start, as far as `size` bytes: more compressed bytes fetched as needed.
@@ -436,7 +472,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         return;
       }
       if (!from_start) {
-        from_start = std::make_unique<Inflater>();
+        from_start = std::make_unique<Inflater>(-1, d.budget.get());
         d.head.clear();
       }
       while (from_start->out.size() < size && !from_start->ended && consumed < m.compressed) {
@@ -448,6 +484,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
         // No more than the member says it holds: a megabyte of deflate data inflates to a gigabyte.
         const bool fed = from_start->feed(bytes_of(piece), piece.size(), m.size + 1);
         out.inflated += from_start->produced - before;
+        if (from_start->over_budget) throw over_budget(label, m, *d.budget);
         if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
         if (from_start->out.size() > m.size) throw inflates_past_size(label, m);
       }
@@ -490,8 +527,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const std::uint64_t end = m.data_offset + m.compressed;
       const std::uint64_t reach = (m.size - strings->first) + (m.size - strings->first) / 1000 + k_window / 4;
       const std::uint64_t first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
-      if (auto t =
-              inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second, out.inflated))
+      if (auto t = inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second,
+                                  out.inflated, d.budget.get()))
         known.v.push_back(std::move(*t));
     };
     if (dynamic[i].dyn && m.method == 8) {

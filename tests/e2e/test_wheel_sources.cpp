@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -115,12 +116,13 @@ class WheelSources : public ::testing::Test {
     EXPECT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
     return v;
   }
-  // `cudafix plan fix --json ARGS` on `venv`, its wheel cache under `t`.
+  // `cudafix plan fix --json ARGS` on `venv`, its wheel cache under `t`. `wrap`: a command the
+  // run is handed to (timeout_and_rss's).
   static Planned plan_fix(const TempDir& t, const std::string& venv, const std::string& args,
-                          const std::string& env = "") {
+                          const std::string& env = "", const std::string& wrap = "") {
     const std::string err = t.path() + "/plan.err";
     const auto r = run_shell(
-        "env -u VIRTUAL_ENV -u PIP_FIND_LINKS -u PIP_INDEX_URL -u UV_INDEX_URL CUDAFIX_CACHE_DIR=" +
+        wrap + " env -u VIRTUAL_ENV -u PIP_FIND_LINKS -u PIP_INDEX_URL -u UV_INDEX_URL CUDAFIX_CACHE_DIR=" +
         shell_quote(t.path() + "/cache") + " " + env + " " + shell_quote(test::k_bin) + " plan fix --json --venv " +
         shell_quote(venv) + test::k_no_cache + " --ld-library-path '' " + args + " 2>" + shell_quote(err));
     Planned p;
@@ -130,6 +132,32 @@ class WheelSources : public ::testing::Test {
     p.doc = json::parse(r.out, nullptr, false);
     EXPECT_FALSE(p.doc.is_discarded()) << r.out << p.err;
     return p;
+  }
+  // What a run wrapped by timeout_and_rss() took: its exit code (124: killed at the limit), its
+  // peak RSS (the child's own rusage: a limit on address space would stop the sanitizer build,
+  // which reserves terabytes) and its seconds.
+  struct Cost {
+    int exit_code = -1;
+    long max_rss_kb = -1;
+    double seconds = -1;
+  };
+  // A wrapper for plan_fix: the run killed after `limit_s` seconds, its cost written to `stats`.
+  static std::string timeout_and_rss(const std::string& stats, int limit_s) {
+    return test::k_python + " -c " +
+           shell_quote(
+               "import resource, subprocess, sys, time\n"
+               "start = time.time()\n"
+               "p = subprocess.run(sys.argv[2:])\n"
+               "open(sys.argv[1], 'w').write('%d %d %.1f' % (p.returncode, "
+               "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, time.time() - start))\n"
+               "sys.exit(p.returncode)\n") +
+           " " + shell_quote(stats) + " timeout -s KILL " + std::to_string(limit_s);
+  }
+  static Cost cost_of(const std::string& stats) {
+    Cost c;
+    std::istringstream in(resolver::try_read_file(stats).value_or(""));
+    in >> c.exit_code >> c.max_rss_kb >> c.seconds;
+    return c;
   }
   // The files in cudafix's wheel cache under `t`, in-progress downloads included.
   static std::vector<std::string> cached(const TempDir& t) {
@@ -594,6 +622,55 @@ TEST_F(RangePlan, AServerThatIgnoresRangeGivesTheWholeWheelAndThePlanSaysSo) {
   ASSERT_TRUE(w["file"].is_string());
   EXPECT_EQ(sha256(w["file"]), sha256(big_wheel_));
   EXPECT_EQ(server.file_requests(), 2U) << "the cut whole file, then the whole file again, kept";
+}
+
+// tests/e2e/make_hostile_streams.py's attacks on the windows a plan inflates from a guessed block
+// boundary, planned from a --find-links folder and by range from an index, each run killed at
+// 60 s: runs of crafted block headers after the stream's end, each decoding 16 MiB (before: each
+// window tried every one of them, minutes and hundreds of gigabytes inflated), and a complete
+// stream of its own planted in a stored block where the last window starts, holding a false
+// dynamic segment (before: the plan read NEEDED libevil.so.1 and a RUNPATH from it). Each is
+// read as the loader reads the object, or refused by name, within its budget.
+TEST_F(WheelSources, CraftedDeflateStreamsArePlannedWithinABudgetAndNeverFromAPlantedSegment) {
+  TempDir gen;
+  const auto made =
+      run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_hostile_streams.py") + " " +
+                shell_quote(gen.path()));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto cases = json::parse(made.out);
+  ASSERT_EQ(cases.size(), 2U);
+  for (const auto& c : cases) {
+    for (const bool by_range : {false, true}) {
+      const std::string name = c["case"].get<std::string>() + (by_range ? " (by range)" : " (--find-links)");
+      TempDir t;
+      IndexServer server(c["dir"], t.path(), "");
+      const std::string stats = t.path() + "/stats";
+      const auto p = plan_fix(t, broken_venv(t),
+                              by_range ? "--index-url " + server.url() + "/simple"
+                                       : "--find-links " + shell_quote(c["dir"].get<std::string>()),
+                              "", timeout_and_rss(stats, 60));
+      const Cost cost = cost_of(stats);
+      EXPECT_EQ(cost.exit_code, 0) << name << ": killed at 60 s, or failed\n" << p.err;
+      EXPECT_LT(cost.seconds, 30) << name;
+      EXPECT_LT(cost.max_rss_kb, 1024 * 1024) << name;
+      if (p.doc.is_discarded()) continue;
+      ASSERT_FALSE(p.doc["steps"].empty()) << name << p.doc.dump(1);
+      const auto& w = p.doc["steps"][0]["wheel"];
+      if (w.is_object()) {
+        ASSERT_EQ(w["objects"].size(), 1U) << name << w.dump(1);
+        const auto& o = w["objects"][0];
+        EXPECT_EQ(o["soname"], "libcudnn.so.9") << name;
+        EXPECT_EQ(o["needed"], json::array({"libc.so.6"})) << name << ": a planted segment read";
+        EXPECT_TRUE(o["runpath"].is_null()) << name << o.dump();
+      } else {
+        // Refused by name: the wheel and the member, and the budget it ran out of.
+        ASSERT_EQ(p.doc["source_problems"].size(), 1U) << name << p.doc.dump(1);
+        const std::string why = p.doc["source_problems"][0];
+        EXPECT_THAT(why, HasSubstr(c["member"].get<std::string>() + ": reading its deflate stream")) << name;
+        EXPECT_THAT(why, HasSubstr("budget")) << name;
+      }
+    }
+  }
 }
 
 // A TCP port free on 127.0.0.1 now (bound and released: the server started next takes it).
