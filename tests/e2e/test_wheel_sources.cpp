@@ -133,7 +133,7 @@ class WheelSources : public ::testing::Test {
     EXPECT_FALSE(p.doc.is_discarded()) << r.out << p.err;
     return p;
   }
-  // What a run wrapped by timeout_and_rss() took: its exit code (124: killed at the limit), its
+  // What a run wrapped by timeout_and_rss() took: its exit code (-9: killed at the limit), its
   // peak RSS (the child's own rusage: a limit on address space would stop the sanitizer build,
   // which reserves terabytes) and its seconds.
   struct Cost {
@@ -330,6 +330,31 @@ TEST_F(WheelSources, AWrongHashOrAStalledServerKeepsNothingAndSaysWhy) {
                 HasSubstr("no data for 1 s (the timeout) (after 2 attempts)"));
     EXPECT_EQ(server.file_requests(), 2U);
     EXPECT_TRUE(cached(t).empty());
+  }
+}
+
+// A server that trickles (2 bytes a second: under the stall limit of one byte a second that
+// was the only one, so a plan ran for good) or never ends its answer (kept in memory without
+// limit), for a project page or for the ranges of a wheel read by range: each request fails
+// within its bounds, saying which, and the plan ends (each run killed at 60 s).
+TEST_F(WheelSources, TricklingOrEndlessAnswersFailWithinTheirBoundsAndSayWhy) {
+  for (const std::string fault : {"trickle", "trickle-ranges", "endless", "endless-ranges"}) {
+    TempDir t;
+    IndexServer server(wheels_, t.path(), "--fault " + fault);
+    const std::string stats = t.path() + "/stats";
+    const auto p = plan_fix(t, broken_venv(t), "--index-url " + server.url() + "/simple --http-timeout 3 --retries 0",
+                            "", timeout_and_rss(stats, 60));
+    const Cost cost = cost_of(stats);
+    EXPECT_GE(cost.exit_code, 0) << fault << ": killed at 60 s\n" << p.err;
+    EXPECT_LT(cost.seconds, 30) << fault;
+    EXPECT_LT(cost.max_rss_kb, 400 * 1024) << fault;
+    if (p.doc.is_discarded()) continue;
+    ASSERT_EQ(p.doc["source_problems"].size(), 1U) << fault << p.doc.dump(1);
+    const std::string why = p.doc["source_problems"][0];
+    EXPECT_THAT(
+        why, HasSubstr(fault.starts_with("trickle") ? "under 1024 bytes a second for 3 s (the timeout" : "runs past"))
+        << fault;
+    EXPECT_THAT(why, HasSubstr(server.url() + (fault.ends_with("ranges") ? "/files/" : "/simple/"))) << fault;
   }
 }
 
