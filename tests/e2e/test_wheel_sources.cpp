@@ -288,6 +288,35 @@ TEST_F(WheelSources, TheIndexAndTheWheelFolderCanComeFromCudafixToml) {
   EXPECT_THAT(bad.err, HasSubstr(v + "/cudafix.toml:3: unknown key 'index' in [sources]"));
 }
 
+// A FIFO named like the wanted wheel in a --find-links folder, or in the folder a venv's
+// cudafix.toml names, is refused by name at once (before, the plan blocked in its open for good);
+// a sparse 3 GiB cudafix.toml is refused, not read whole (before, 3 GB of memory). Each run is
+// killed at 20 s.
+TEST_F(WheelSources, AFifoNamedLikeAWheelOrAHugeSettingsFileIsRefusedAtOnce) {
+  TempDir t;
+  const auto v = broken_venv(t);
+  const std::string folder = t.path() + "/wheels";
+  fs::create_directories(folder);
+  const std::string fifo = folder + "/nvidia_cudnn_cu12-9.10.2.21-py3-none-any.whl";
+  ASSERT_EQ(run_shell("mkfifo " + shell_quote(fifo)).exit_code, 0);
+  const std::string stats = t.path() + "/stats";
+  for (const bool from_toml : {false, true}) {
+    if (from_toml) test::write_file(v + "/cudafix.toml", "[sources]\nfind_links = [\"" + folder + "\"]\n");
+    const auto p = plan_fix(t, v, from_toml ? "--no-index" : "--no-index --find-links " + shell_quote(folder), "",
+                            timeout_and_rss(stats, 20));
+    const Cost cost = cost_of(stats);
+    EXPECT_GE(cost.exit_code, 0) << from_toml << ": killed at 20 s\n" << p.err;
+    EXPECT_THAT(p.out + p.err, HasSubstr(fifo + ": not a regular file (a FIFO, a device or a folder)")) << from_toml;
+  }
+  ASSERT_EQ(run_shell("truncate -s 3G " + shell_quote(v + "/cudafix.toml")).exit_code, 0);
+  const auto r = run_shell(timeout_and_rss(stats, 20) + " env -u VIRTUAL_ENV " + shell_quote(test::k_bin) +
+                           " doctor --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+  const Cost cost = cost_of(stats);
+  EXPECT_EQ(cost.exit_code, 2) << r.out.substr(0, 2000);
+  EXPECT_LT(cost.max_rss_kb, 200 * 1024) << "peak RSS " << cost.max_rss_kb << " KB";
+  EXPECT_THAT(r.out, HasSubstr(v + "/cudafix.toml: over 4 MiB, too large for a settings file"));
+}
+
 TEST_F(WheelSources, ServerErrorsAreRetriedAndRetryAfterHonoured) {
   for (const std::string fault : {"500x2", "429"}) {
     TempDir t;
