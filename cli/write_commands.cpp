@@ -577,7 +577,11 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   for (const auto& w : wheels) labels.push_back(w.project + " " + w.version);
   // Refused before a transaction begins, so that a refusal leaves none behind.
   for (const auto& w : wheels) installer::check_targets(w, layout);
-  if (o.dry_run) return install_dry_run(g, out, env, wheels, labels);
+  if (o.dry_run) {
+    // Every check the install runs: each member's CRC and RECORD hash too, found while staging.
+    for (const auto& w : wheels) installer::check_members(w, g.threads);
+    return install_dry_run(g, out, env, wheels, labels);
+  }
   if (!confirmed(g, fmt::format("install {}", fmt::join(labels, ", "))))
     return declined(g, out, "install", env.layout.root);
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(labels, ", ")));

@@ -285,6 +285,11 @@ TEST_F(WheelInstall, EveryHostileOrBrokenWheelIsRefusedNamingItsFaultAndNothingI
   const test::Canaries canaries(t.path() + "/outside");
   const std::string before = files_of(v), tree = test::tree_of(v);
   for (const auto& c : cases) {
+    // A dry run runs every check the install runs (before, it said "Would install" for a wheel
+    // whose CRC or RECORD hash is wrong, found only while staging).
+    const auto dry = cudafix("install " + shell_quote(c["file"].get<std::string>()) + " --dry-run", v);
+    EXPECT_EQ(dry.exit_code, 2) << c["case"] << " (--dry-run): " << dry.out;
+    EXPECT_THAT(dry.out, HasSubstr(c["expect"].get<std::string>())) << c["case"] << " (--dry-run)";
     const auto r = cudafix("install " + shell_quote(c["file"].get<std::string>()) + " -y", v);
     EXPECT_EQ(r.exit_code, 2) << c["case"] << ": " << r.out;  // a refusal, never a signal (128 + N)
     EXPECT_THAT(r.out, HasSubstr(c["expect"].get<std::string>())) << c["case"];

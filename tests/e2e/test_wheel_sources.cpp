@@ -317,6 +317,30 @@ TEST_F(WheelSources, AFifoNamedLikeAWheelOrAHugeSettingsFileIsRefusedAtOnce) {
   EXPECT_THAT(r.out, HasSubstr(v + "/cudafix.toml: over 4 MiB, too large for a settings file"));
 }
 
+// Pip's words where a run left something behind or a setting names nothing: a partial download
+// that a killed run left in the cache's .tmp an hour ago is removed by the next plan (before, it
+// stayed for good; one written now, another run's live download, stays), and a $PIP_FIND_LINKS
+// folder that does not exist is a warning, the plan made from the index all the same (before,
+// exit 2).
+TEST_F(WheelSources, KilledDownloadsLeftoversAreTrimmedAndAMissingPipFindLinksIsAWarning) {
+  TempDir t;
+  IndexServer server(wheels_, t.path(), "");
+  const std::string tmp = t.path() + "/cache/wheels/.tmp";
+  fs::create_directories(tmp);
+  ASSERT_EQ(
+      run_shell("truncate -s 5M " + shell_quote(tmp + "/download-killed") + " && touch -d '2 hours ago' " +
+                shell_quote(tmp + "/download-killed") + " && truncate -s 1M " + shell_quote(tmp + "/download-live"))
+          .exit_code,
+      0);
+  const auto p = plan_fix(t, broken_venv(t), "--index-url " + server.url() + "/simple",
+                          "PIP_FIND_LINKS=" + shell_quote(t.path() + "/no-such-folder"));
+  ASSERT_NO_FATAL_FAILURE(expect_reinstall_from_index(p, "JSON"));
+  EXPECT_THAT(p.err,
+              HasSubstr("$PIP_FIND_LINKS names " + t.path() + "/no-such-folder, which is not a folder; ignored"));
+  EXPECT_FALSE(fs::exists(tmp + "/download-killed"));
+  EXPECT_TRUE(fs::exists(tmp + "/download-live"));
+}
+
 TEST_F(WheelSources, ServerErrorsAreRetriedAndRetryAfterHonoured) {
   for (const std::string fault : {"500x2", "429"}) {
     TempDir t;
@@ -340,7 +364,9 @@ TEST_F(WheelSources, AWrongHashOrAStalledServerKeepsNothingAndSaysWhy) {
     TempDir t;
     IndexServer server(wheels_, t.path(), "--fault wrong-hash");
     const auto p = plan_fix(t, broken_venv(t), "--index-url " + server.url() + "/simple");
-    EXPECT_EQ(p.exit_code, 0);
+    // The plan is written, but it cannot be applied: not 0 (before, "a safe order found").
+    EXPECT_EQ(p.exit_code, 2);
+    EXPECT_THAT(p.err, HasSubstr("no wheel for nvidia-cudnn-cu12 9.10.2.21 from the sources asked"));
     EXPECT_TRUE(p.doc["steps"][0]["wheel"].is_null());
     ASSERT_EQ(p.doc["source_problems"].size(), 1U) << p.doc.dump(1);
     const std::string why = p.doc["source_problems"][0];
@@ -412,7 +438,7 @@ TEST_F(WheelSources, AWheelWhoseObjectLiesAboutItsLayoutIsRefusedByNameAndNothin
     const std::string url = server.url() + "/files/" + fs::path(c["wheel"].get<std::string>()).filename().string();
     const auto p = plan_fix(t, v, "--index-url " + server.url() + "/simple");
     EXPECT_LT(p.exit_code, 128) << name << ": killed by a signal\n" << p.err;
-    EXPECT_EQ(p.exit_code, 0) << name << p.err;
+    EXPECT_EQ(p.exit_code, 2) << name << p.err;  // the plan's wheel refused: it cannot be applied
     ASSERT_EQ(p.doc["source_problems"].size(), 1U) << name << p.doc.dump(1);
     const std::string why = p.doc["source_problems"][0];
     EXPECT_THAT(why, HasSubstr(url + ": nvidia/cudnn/lib/libcudnn.so.9 is not a valid ELF object")) << name;
@@ -546,7 +572,7 @@ TEST_F(WheelSources, AnExtraIndexAnsweringWrongTypedJsonIsRefusedByNameAndTheGoo
   // The broken index alone: its page refused, naming its URL and the field; no wheel, no crash.
   TempDir c;
   const auto alone = plan_fix(c, broken_venv(c), "--index-url " + bad.url() + "/simple");
-  EXPECT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_EQ(alone.exit_code, 2) << alone.err;  // the plan's wheel could not be had
   EXPECT_THAT(alone.doc.dump() + alone.err,
               HasSubstr(bad.url() + "/simple/nvidia-cudnn-cu12/: file 1's \\\"filename\\\" "
                                     "is a number, not a string"));
@@ -564,7 +590,7 @@ TEST_F(WheelSources, ADeeplyNestedPipCacheEntryIsNamedAsDamagedNotACrash) {
   test::write_file(entry, "cc=4,\x81\xa4vary" + std::string(1'000'000, '\x91') + "\xc0");
   const test::Canaries canaries(t.path() + "/canaries");
   const auto p = plan_fix(t, v, "--offline", "PIP_CACHE_DIR=" + shell_quote(pip_cache) + " UV_CACHE_DIR=/nonexistent");
-  EXPECT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(p.exit_code, 2) << p.err;  // no cache had the plan's wheel
   EXPECT_THAT(p.doc["source_problems"].dump(),
               HasSubstr(entry + ": a damaged pip cache entry (arrays or maps nested deeper than 32"));
   EXPECT_EQ(canaries.changes(), "");
@@ -704,7 +730,7 @@ TEST_F(WheelSources, CraftedDeflateStreamsArePlannedWithinABudgetAndNeverFromAPl
                                        : "--find-links " + shell_quote(c["dir"].get<std::string>()),
                               "", timeout_and_rss(stats, 60));
       const Cost cost = cost_of(stats);
-      EXPECT_EQ(cost.exit_code, 0) << name << ": killed at 60 s, or failed\n" << p.err;
+      EXPECT_GE(cost.exit_code, 0) << name << ": killed at 60 s\n" << p.err;
       EXPECT_LT(cost.seconds, 30) << name;
       EXPECT_LT(cost.max_rss_kb, 1024 * 1024) << name;
       if (p.doc.is_discarded()) continue;
