@@ -52,9 +52,12 @@ bool Inflater::feed(const unsigned char* in, std::size_t n, std::size_t limit) {
   z_.avail_in = static_cast<uInt>(n);
   while (z_.avail_in > 0 && !ended && out.size() < limit) {
     const std::size_t before = out.size();
+    // While discarding, whole steps whatever `limit` (a span of 100 bytes 1 GB deep is not read
+    // 100 bytes at a time); what they inflate past `limit` is dropped below.
+    const std::size_t step = std::size_t{1} << 18;
+    const std::size_t grown = discard > 0 ? before + step : std::min(limit, before + step);
     // Doubling: growing by the step alone copied what was inflated so far at every step (an
     // object inflated 50 MB from its start spent a second in memcpy).
-    const std::size_t grown = std::min(limit, before + (std::size_t{1} << 18));
     if (grown > out.capacity()) out.reserve(std::max(grown, std::min(limit, 2 * out.capacity())));
     out.resize(grown);
     z_.next_out = reinterpret_cast<unsigned char*>(out.data()) + before;
@@ -62,6 +65,12 @@ bool Inflater::feed(const unsigned char* in, std::size_t n, std::size_t limit) {
     const int rc = inflate(&z_, Z_NO_FLUSH);
     out.resize(out.size() - z_.avail_out);
     if (!spend(out.size() - before)) return false;
+    if (discard > 0) {  // `out` is empty while discarding: each erase moves at most one step's bytes
+      const std::size_t drop = static_cast<std::size_t>(std::min<std::uint64_t>(discard, out.size() - before));
+      out.erase(before, drop);
+      discard -= drop;
+      if (out.size() > limit) out.resize(limit);
+    }
     if (rc == Z_STREAM_END) {
       ended = true;
       ended_at_input_end = z_.avail_in == 0;
@@ -272,14 +281,14 @@ std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uin
                                        std::uint64_t& inflated, InflateBudget* budget) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   if (first < at.out) return std::nullopt;
-  const std::uint64_t want = first - at.out + len;
   const auto decode = [&](int fill) -> std::optional<std::string> {
     Inflater z(fill, budget);
+    z.discard = first - at.out;  // never held: a block before `first` may inflate to gigabytes
     const std::size_t start = position(z, p, at.bit);
-    const bool fed = start <= s.size() && z.feed(p + start, s.size() - start, want);
+    const bool fed = start <= s.size() && z.feed(p + start, s.size() - start, len);
     inflated += z.produced;
-    if (!fed || z.out.size() < want) return std::nullopt;
-    return z.out.substr(first - at.out, len);
+    if (!fed || z.discard > 0 || z.out.size() < len) return std::nullopt;
+    return std::move(z.out);
   };
   if (at.bit == 0) return decode(-1);
   auto zeros = decode(0x00);

@@ -56,8 +56,12 @@ class Inflater {
   Inflater& operator=(const Inflater&) = delete;
   // The bits of `byte` above bit `skip` go in first (a start in the middle of a byte).
   void prime(unsigned char byte, int skip);
-  // Feeds `in`, keeping at most `limit` bytes of output in all. False on damaged data.
+  // Feeds `in`, keeping at most `limit` bytes of output in all (after the first `discard`
+  // dropped; the input of a feed that ended discarding may be inflated past `limit`). False on
+  // damaged data. What it stopped short of is unread().
   bool feed(const unsigned char* in, std::size_t n, std::size_t limit);
+  // Bytes of the last feed's input not inflated yet (it stopped at `limit` or the stream's end).
+  [[nodiscard]] std::size_t unread() const { return z_.avail_in; }
   // Inflates `in` block by block, discarding the output: how many whole blocks it reads before
   // damaged data or the end of `in` (-1: damaged at once).
   int blocks(const unsigned char* in, std::size_t n, int enough);
@@ -67,6 +71,9 @@ class Inflater {
   // the bits `prime` gave, if any.
   bool blocks_until(const unsigned char* in, std::size_t n, std::uint64_t stop, std::uint64_t most = UINT64_MAX);
   std::string out;
+  // Output bytes still to drop before `out` keeps any: a span deep in a block is read without
+  // holding what precedes it (one block of a crafted stream can inflate to gigabytes).
+  std::uint64_t discard = 0;
   bool ended = false;
   bool ended_at_input_end = false;  // it ended where its input ended (no bytes left after the final block)
   bool over_budget = false;         // it stopped because its budget was spent

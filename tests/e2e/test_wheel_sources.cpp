@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -749,6 +750,43 @@ TEST_F(WheelSources, CraftedDeflateStreamsArePlannedWithinABudgetAndNeverFromAPl
         EXPECT_THAT(why, HasSubstr(c["member"].get<std::string>() + ": reading its deflate stream")) << name;
         EXPECT_THAT(why, HasSubstr("budget")) << name;
       }
+    }
+  }
+}
+
+// Objects of a few megabytes of deflate data declaring gigabytes (tests/e2e/make_huge_objects.py):
+// a segment halfway through 3 GiB, program headers at the end of 3 GiB (read from the start), and
+// 900 MiB from under 1 MiB deflated (small enough to be read whole). Planning each, from
+// --find-links and by range, holds at most 256 MB (the window decodes of a segment, 2 x 64 MiB,
+// and what the run needs besides); before, it kept what it inflated from the start (4.5 GB for
+// 3 GiB) and a small member whole.
+TEST_F(WheelSources, AnObjectDeclaringGigabytesIsPlannedInBoundedMemory) {
+  TempDir gen;
+  const auto made = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_huge_objects.py") +
+                              " " + shell_quote(gen.path()));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  for (const auto& c : json::parse(made.out)) {
+    if (c["case"] == "overrun") continue;  // DeclaredSizeOverrun...
+    for (const bool by_range : {false, true}) {
+      const std::string name = c["case"].get<std::string>() + (by_range ? " (by range)" : " (--find-links)");
+      TempDir t;
+      IndexServer server(c["dir"], t.path(), "");
+      const std::string stats = t.path() + "/stats";
+      const auto p = plan_fix(t, broken_venv(t),
+                              by_range ? "--index-url " + server.url() + "/simple"
+                                       : "--find-links " + shell_quote(c["dir"].get<std::string>()),
+                              "", timeout_and_rss(stats, 120));
+      const Cost cost = cost_of(stats);
+      EXPECT_GE(cost.exit_code, 0) << name << ": killed at 120 s\n" << p.err;
+      EXPECT_LT(cost.max_rss_kb, 256 * 1024) << name << ": peak RSS " << cost.max_rss_kb << " KB";
+      std::cout << name << ": peak RSS " << cost.max_rss_kb << " KB, " << cost.seconds << " s\n";
+      if (p.doc.is_discarded()) continue;
+      ASSERT_FALSE(p.doc["steps"].empty()) << name << p.doc.dump(1);
+      const auto& w = p.doc["steps"][0]["wheel"];
+      ASSERT_TRUE(w.is_object()) << name << p.doc.dump(1);
+      ASSERT_EQ(w["objects"].size(), 1U) << name << w.dump(1);
+      EXPECT_EQ(w["objects"][0]["soname"], "libcudnn.so.9") << name;
+      EXPECT_EQ(w["objects"][0]["needed"], json::array({"libc.so.6"})) << name;
     }
   }
 }
