@@ -314,8 +314,17 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
   // split() returns views: the string they point into must outlive the loop.
   const std::string pip_find_links = env_var("PIP_FIND_LINKS").value_or("");
   if (folders.empty() && pip_find_links_env)
-    for (auto f : r::split(pip_find_links, ' '))
-      if (!f.empty()) folders.emplace_back(f);
+    for (auto f : r::split(pip_find_links, ' ')) {
+      if (f.empty()) continue;
+      // As pip does: a location that is no folder is said and passed over, not the end of the run.
+      std::error_code ec;
+      if (std::filesystem::is_directory(std::string(f), ec)) {
+        folders.emplace_back(f);
+      } else if (!g.quiet) {
+        std::cerr << fmt::format("cudafix: warning: $PIP_FIND_LINKS names {}, which is not a folder; ignored\n",
+                                 printable(std::string(f), k_line_limit));
+      }
+    }
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
   // Only the wheels of dists the plan installs or reinstalls are read: which those are does not
   // depend on the wheels.
@@ -366,7 +375,18 @@ int run_plan_fix(const GlobalOptions& options, const PlanFixCliOptions& p, std::
     out << planned.document << '\n';
   else if (!g.quiet || !planned.plan.ok())
     out << plan_fix_text(env, planned.plan, style_for(g));
-  return planned.plan.ok() ? 0 : 1;
+  if (!planned.plan.ok()) return 1;
+  // A plan whose wheels the sources asked could not give cannot be applied: said, and not 0.
+  if (!planned.plan.needs.empty() && !planned.source_problems.empty()) {
+    std::vector<std::string> names;
+    for (const auto& n : planned.plan.needs) names.push_back(n.name + " " + n.version);
+    std::cerr << fmt::format(
+        "cudafix: error: no wheel for {} from the sources asked (each one's reason above); "
+        "this plan cannot be applied\n",
+        printable(fmt::format("{}", fmt::join(names, ", ")), k_line_limit));
+    return 2;
+  }
+  return 0;
 }
 
 int run_rules(const GlobalOptions& g, std::ostream& out) {

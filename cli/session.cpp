@@ -173,6 +173,22 @@ GlobalOptions with_configured_sources(const GlobalOptions& g, const Configuratio
   return out;
 }
 
+// A settings file holds a few kilobytes; one larger is refused, never read whole (a sparse 3 GiB
+// cudafix.toml costs no disk, and made doctor take 3 GB of memory).
+constexpr std::uint64_t k_max_settings_bytes = std::uint64_t{4} << 20;
+
+std::string read_settings_file(const std::string& f) {
+  int err = 0;
+  auto text = r::try_read_file_at(AT_FDCWD, f.c_str(), k_max_settings_bytes, &err);
+  if (text) return std::move(*text);
+  if (err == EFBIG)
+    throw r::Error(
+        fmt::format("cannot read {}: over {} MiB, too large for a settings file", f, k_max_settings_bytes >> 20));
+  if (err == EINVAL)
+    throw r::Error(fmt::format("cannot read {}: not a regular file (a FIFO, a device or a folder)", f));
+  throw r::Error(fmt::format("cannot read {}: {}", f, r::why_unread(err, f)));
+}
+
 // `venv_root`: the environment's root, whose cudafix.toml is read; none, none.
 Configuration load_configuration(const GlobalOptions& g, const std::optional<std::string>& venv_root) {
   Configuration c{rules::builtin_knowledge(), {}};
@@ -187,7 +203,7 @@ Configuration load_configuration(const GlobalOptions& g, const std::optional<std
   files.insert(files.end(), g.rules.begin(), g.rules.end());
   for (const auto& f : files) {
     // Parsed once, each reader handed the one table.
-    const toml::table doc = rules::parse_toml(r::read_file(f), f);
+    const toml::table doc = rules::parse_toml(read_settings_file(f), f);
     refuse_unknown_tables(doc, f);
     rules::merge_knowledge(doc, f, c.knowledge);
     rules::merge_rule_settings(doc, f, c.rule_settings);

@@ -579,7 +579,11 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   const auto tags = environment_tags(g, env);
   for (const auto& w : wheels) installer::check_usable(w, tags.tags, requires_python_version(g, env));
   for (const auto& w : wheels) installer::check_targets(w, layout);
-  if (o.dry_run) return install_dry_run(g, out, env, wheels, labels);
+  if (o.dry_run) {
+    // Every check the install runs: each member's CRC and RECORD hash too, found while staging.
+    for (const auto& w : wheels) installer::check_members(w, g.threads);
+    return install_dry_run(g, out, env, wheels, labels);
+  }
   if (!confirmed(g, fmt::format("install {}", fmt::join(labels, ", "))))
     return declined(g, out, "install", env.layout.root);
   tx::Transaction t(layout.root_real, "install " + fmt::format("{}", fmt::join(labels, ", ")));

@@ -78,6 +78,8 @@ struct Transfer {
   std::string retry_after;       // this attempt's Retry-After header
   std::string content_range;
   std::string write_error;
+  std::string refused;        // the body ran past its bound: why, and the transfer stops
+  std::uint64_t bound = 0;    // the most body bytes this request takes
   Clock::time_point ready{};  // when the next attempt may start
   bool done = false;
 };
@@ -126,12 +128,25 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
     }
     if ((t->request->range || t->request->suffix) && status == 200) t->response->range_ignored = true;
     if (status == 206) {
+      // A part is what was asked for, whatever the request would take whole (a tail into a file).
+      if (t->request->range) t->bound = std::min(t->bound, t->request->range->second - t->request->range->first + 1);
+      if (t->request->suffix) t->bound = std::min(t->bound, t->request->suffix);
       const auto slash = t->content_range.rfind('/');
       if (slash != std::string::npos)
         t->response->total_size = std::strtoull(t->content_range.c_str() + slash + 1, nullptr, 10);
     }
   }
   if (!good_status(status_of(t->easy))) return bytes;
+  if (bytes > t->bound - std::min(t->bound, t->written)) {
+    // A page or a range that never ends, or a range answered with the whole file: cut here,
+    // not kept in memory (or on disk) without end.
+    t->refused =
+        t->request->range && t->response->range_ignored
+            ? fmt::format("{}: the server ignored the range asked for and sent the whole file", redact(t->request->url))
+            : fmt::format("{}: the answer runs past {} bytes, the most this request takes; cut there",
+                          redact(t->request->url), t->bound);
+    return 0;  // stops the transfer
+  }
   if (t->fd >= 0) {
     std::size_t off = 0;
     while (off < bytes) {
@@ -187,6 +202,24 @@ std::chrono::milliseconds wait_before(const HttpOptions& o, int attempt, const s
   return o.backoff * (1L << std::min(attempt - 1, 8));
 }
 
+// The most body bytes `r` takes.
+std::uint64_t body_bound(const HttpRequest& r) {
+  if (r.max_body) return r.max_body;
+  if (r.range) return r.range->second - r.range->first + 1;
+  if (!r.into.empty()) return k_max_download_bytes;
+  return r.suffix ? r.suffix : k_max_page_bytes;
+}
+
+// A request kept in memory ends within four timeouts, and a second more per 256 KiB of its
+// range: a server that sends a page slowly enough to pass the stall limit still ends. A download
+// into a file has no such end (a large wheel on a slow link), only the stall limit.
+// 0: none.
+long deadline_ms(const HttpOptions& o, const HttpRequest& r, std::uint64_t bound) {
+  if (!r.into.empty()) return 0;
+  return static_cast<long>(4 * o.timeout.count()) +
+         static_cast<long>(std::min<std::uint64_t>(bound >> 18, 1 << 20)) * 1000;
+}
+
 void set_common(const HttpOptions& o, CURL* e, void* share) {
   const auto& c = curl();
   c.easy_setopt(e, CURLOPT_SHARE, share);
@@ -198,8 +231,9 @@ void set_common(const HttpOptions& o, CURL* e, void* share) {
   c.easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
   c.easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");  // gzip and the like for index pages; wheels come as they are
   c.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.timeout.count()));
-  // A stall: under one byte a second for the timeout.
-  c.easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  // A stall: under k_min_bytes_per_second for the timeout (a server trickling a byte a second
+  // is one).
+  c.easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, k_min_bytes_per_second);
   c.easy_setopt(e, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>((o.timeout.count() + 999) / 1000)));
   c.easy_setopt(e, CURLOPT_USERAGENT, "cudafix/0.1.0");
   c.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -274,6 +308,8 @@ void start_attempt(const HttpOptions& o, Transfer& t, void* share, const std::st
     c.easy_setopt(t.easy, CURLOPT_XFERINFODATA, &t);
     c.easy_setopt(t.easy, CURLOPT_NOPROGRESS, 0L);
     c.easy_setopt(t.easy, CURLOPT_PRIVATE, &t);
+    t.bound = body_bound(*t.request);
+    c.easy_setopt(t.easy, CURLOPT_TIMEOUT_MS, deadline_ms(o, *t.request, t.bound));
     if (!t.request->accept.empty()) {
       t.headers = c.slist_append(nullptr, ("Accept: " + t.request->accept).c_str());
       c.easy_setopt(t.easy, CURLOPT_HTTPHEADER, t.headers);
@@ -314,6 +350,7 @@ std::string proxy_refusal(const std::string& url, long status) {
 
 std::string failure_text(const Transfer& t, CURLcode code, long status, long connect_status, const char* curl_error) {
   const std::string url = redact(t.request->url);
+  if (!t.refused.empty()) return t.refused;
   if (!t.write_error.empty()) return fmt::format("{}: cannot write the download: {}", url, t.write_error);
   // The proxy answered CONNECT itself (libcurl's CURLINFO_HTTP_CONNECTCODE), or a 407, which only
   // a proxy sends.
@@ -337,6 +374,20 @@ std::string failure_text(const Transfer& t, CURLcode code, long status, long con
     return fmt::format("{}: HTTP {} (the index wants credentials: in the URL, or in netrc: $NETRC or ~/.netrc)", url,
                        status);
   return fmt::format("{}: HTTP {}", url, status);
+}
+
+// Why an attempt timed out: nothing came, it came too slowly, or it did not end in its time.
+std::string timed_out(const HttpOptions& o, const Transfer& t, curl_off_t got) {
+  const long seconds = static_cast<long>((o.timeout.count() + 999) / 1000);
+  double took = 0;
+  curl().easy_getinfo(t.easy, CURLINFO_TOTAL_TIME, &took);
+  const long deadline = deadline_ms(o, *t.request, t.bound);
+  const std::string url = redact(t.request->url);
+  if (got == 0) return fmt::format("{}: no data for {} s (the timeout)", url, seconds);
+  if (deadline > 0 && took * 1000 >= static_cast<double>(deadline) - 50)
+    return fmt::format("{}: not done in {:.0f} s ({} bytes came; the deadline for this request)", url, took, got);
+  return fmt::format("{}: under {} bytes a second for {} s (the timeout; {} bytes came)", url, k_min_bytes_per_second,
+                     seconds, got);
 }
 
 }  // namespace
@@ -466,15 +517,13 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
         continue;
       }
       t->response->error = failure_text(*t, code, status, connect_status, &errors[index * CURL_ERROR_SIZE]);
-      if (code == CURLE_OPERATION_TIMEDOUT)
-        t->response->error = fmt::format("{}: no data for {} s (the timeout)", redact(t->request->url),
-                                         (options_.timeout.count() + 999) / 1000);
+      if (code == CURLE_OPERATION_TIMEDOUT) t->response->error = timed_out(options_, *t, got);
       // A 2xx body cut short keeps its bytes for the resumed attempt; any other answer starts over.
       if (!good_status(status)) {
         t->written = 0;
         t->response->body.clear();
       }
-      if (t->write_error.empty() && retryable(code, status, connect_status) &&
+      if (t->write_error.empty() && t->refused.empty() && retryable(code, status, connect_status) &&
           t->response->attempts <= options_.retries) {
         t->ready = Clock::now() + wait_before(options_, t->response->attempts, t->retry_after);
         waiting.push_back(t);

@@ -29,14 +29,25 @@
 
 namespace cudafix::installer::source {
 
+// The most body bytes a request keeps: a page (pip has no limit; PyPI's largest are a few MB),
+// and a download written to a file (the largest wheels are a few GB). A range's is its length.
+inline constexpr std::uint64_t k_max_page_bytes = std::uint64_t{64} << 20;
+inline constexpr std::uint64_t k_max_download_bytes = std::uint64_t{64} << 30;
+// Under this rate for the timeout, a transfer is stalled: a server that trickles a byte a
+// second never ends otherwise.
+inline constexpr long k_min_bytes_per_second = 1024;
+
 struct HttpOptions {
-  std::chrono::milliseconds timeout{15000};  // to connect, and the longest stall of a transfer
-  int retries = 5;                           // after the first attempt
-  std::chrono::milliseconds backoff{250};    // the first retry's wait; doubled each time
-  std::string ca_file;                       // $SSL_CERT_FILE
-  std::string ca_dir;                        // $SSL_CERT_DIR
-  std::string netrc_file;                    // $NETRC, else ~/.netrc where it exists
-  std::size_t parallel = 8;                  // transfers at once to one host
+  // To connect, and the longest stall of a transfer (under k_min_bytes_per_second); a request
+  // kept in memory (a page, a range) has four times this in all, and a second more for each
+  // 256 KiB of its range.
+  std::chrono::milliseconds timeout{15000};
+  int retries = 5;                         // after the first attempt
+  std::chrono::milliseconds backoff{250};  // the first retry's wait; doubled each time
+  std::string ca_file;                     // $SSL_CERT_FILE
+  std::string ca_dir;                      // $SSL_CERT_DIR
+  std::string netrc_file;                  // $NETRC, else ~/.netrc where it exists
+  std::size_t parallel = 8;                // transfers at once to one host
   // From the environment: SSL_CERT_FILE, SSL_CERT_DIR, NETRC, HOME.
   [[nodiscard]] static HttpOptions from_environment();
 };
@@ -48,6 +59,9 @@ struct HttpRequest {
   std::optional<std::pair<std::uint64_t, std::uint64_t>> range;
   std::uint64_t suffix = 0;  // the last `suffix` bytes (bytes=-N), when no range is given
   std::string into;          // the file the body is written to (made or truncated); empty: kept in memory
+  // The most body bytes taken (0: a range's length, else k_max_page_bytes in memory and
+  // k_max_download_bytes into a file); a body that runs past it fails, never retried.
+  std::uint64_t max_body = 0;
   // (bytes received, bytes expected or 0) as the transfer goes.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };

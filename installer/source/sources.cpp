@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <map>
 
@@ -67,6 +68,25 @@ std::string keep_in_cache(const SourceSettings& s, const std::string& tmp, const
   return final_path;
 }
 
+// A download in progress writes at least every --http-timeout (the stall limit); one untouched
+// for this long is what a run killed mid-way left.
+constexpr std::int64_t k_leftover_seconds = 3600;
+
+// The partial downloads runs killed mid-way left in .tmp removed (before, they stayed for good);
+// returns the bytes of those left, in progress now, which count toward the cache's size.
+std::uint64_t trim_leftovers(const SourceSettings& s) {
+  std::uint64_t left = 0;
+  const std::int64_t now = ::time(nullptr);
+  std::error_code ec;
+  for (fs::directory_iterator it(wheels_dir(s) + "/.tmp", ec), end; !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (now - st.st_mtime > k_leftover_seconds && ::unlink(it->path().c_str()) == 0) continue;
+    left += static_cast<std::uint64_t>(st.st_size);
+  }
+  return left;
+}
+
 // Oldest-used wheels removed until the cache is under its limit; `keep` stays whatever its age.
 void trim_cache(const SourceSettings& s, const std::vector<std::string>& keep) {
   struct Entry {
@@ -75,7 +95,7 @@ void trim_cache(const SourceSettings& s, const std::vector<std::string>& keep) {
     std::int64_t used = 0;
   };
   std::vector<Entry> entries;
-  std::uint64_t total = 0;
+  std::uint64_t total = trim_leftovers(s);
   std::error_code ec;
   for (fs::directory_iterator it(wheels_dir(s), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();

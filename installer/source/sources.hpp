@@ -9,7 +9,8 @@
 //                                                   synced, renamed into place: never a partial
 //                                                   file under a final name)
 //
-// The cache is kept under its size limit by removing the wheels used longest ago.
+// The cache is kept under its size limit by removing the wheels used longest ago; a partial
+// download untouched for an hour (its run was killed) is removed, the others count toward it.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,23 @@
 namespace cudafix::installer {
 namespace r = cudafix::resolver;
 
-Inflater::Inflater(int fill) {
+InflateBudget::InflateBudget(std::uint64_t bytes, Clock::duration time, InflateBudget* parent)
+    : bytes_(bytes), start_(Clock::now()), deadline_(start_ + time), parent_(parent) {}
+
+bool InflateBudget::spend(std::uint64_t n) {
+  if (spent()) return false;
+  const std::uint64_t now = used_.fetch_add(n, std::memory_order_relaxed) + n;
+  // The clock read at every call: each follows at most a few hundred kilobytes inflated.
+  const bool late = Clock::now() > deadline_;
+  if (late) out_of_time_.store(true, std::memory_order_relaxed);
+  if (now > bytes_ || late || (parent_ && !parent_->spend(n))) {
+    spent_.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+Inflater::Inflater(int fill, InflateBudget* budget) : budget_(budget) {
   if (inflateInit2(&z_, -15) != Z_OK) throw r::Error("inflateInit2 failed");
   if (fill >= 0) {
     std::array<unsigned char, 32768> dict{};
@@ -21,6 +37,12 @@ Inflater::Inflater(int fill) {
 
 Inflater::~Inflater() { inflateEnd(&z_); }
 
+bool Inflater::spend(std::uint64_t n) {
+  produced += n;
+  if (budget_ && !budget_->spend(n)) over_budget = true;
+  return !over_budget;
+}
+
 void Inflater::prime(unsigned char byte, int skip) {
   if (skip) inflatePrime(&z_, 8 - skip, byte >> skip);
 }
@@ -30,17 +52,29 @@ bool Inflater::feed(const unsigned char* in, std::size_t n, std::size_t limit) {
   z_.avail_in = static_cast<uInt>(n);
   while (z_.avail_in > 0 && !ended && out.size() < limit) {
     const std::size_t before = out.size();
+    // While discarding, whole steps whatever `limit` (a span of 100 bytes 1 GB deep is not read
+    // 100 bytes at a time); what they inflate past `limit` is dropped below.
+    const std::size_t step = std::size_t{1} << 18;
+    const std::size_t grown = discard > 0 ? before + step : std::min(limit, before + step);
     // Doubling: growing by the step alone copied what was inflated so far at every step (an
     // object inflated 50 MB from its start spent a second in memcpy).
-    const std::size_t grown = std::min(limit, before + (std::size_t{1} << 18));
     if (grown > out.capacity()) out.reserve(std::max(grown, std::min(limit, 2 * out.capacity())));
     out.resize(grown);
     z_.next_out = reinterpret_cast<unsigned char*>(out.data()) + before;
     z_.avail_out = static_cast<uInt>(out.size() - before);
     const int rc = inflate(&z_, Z_NO_FLUSH);
     out.resize(out.size() - z_.avail_out);
-    produced += out.size() - before;
-    if (rc == Z_STREAM_END) ended = true;
+    if (!spend(out.size() - before)) return false;
+    if (discard > 0) {  // `out` is empty while discarding: each erase moves at most one step's bytes
+      const std::size_t drop = static_cast<std::size_t>(std::min<std::uint64_t>(discard, out.size() - before));
+      out.erase(before, drop);
+      discard -= drop;
+      if (out.size() > limit) out.resize(limit);
+    }
+    if (rc == Z_STREAM_END) {
+      ended = true;
+      ended_at_input_end = z_.avail_in == 0;
+    }
     if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_MEM_ERROR) return false;
     if (rc == Z_BUF_ERROR && out.size() == before) break;
   }
@@ -60,7 +94,7 @@ int Inflater::blocks(const unsigned char* in, std::size_t n, int enough) {
     z_.next_out = sink.data();
     z_.avail_out = sink.size();
     const int rc = inflate(&z_, Z_BLOCK);
-    produced += sink.size() - z_.avail_out;
+    if (!spend(sink.size() - z_.avail_out)) return -1;
     if (rc == Z_STREAM_END) return done + 1;
     if (rc != Z_OK && rc != Z_BUF_ERROR) return -1;
     if ((z_.data_type & 128) && z_.avail_out > 0) ++done;  // stopped at a block's end
@@ -79,7 +113,7 @@ bool Inflater::blocks_until(const unsigned char* in, std::size_t n, std::uint64_
     z_.next_out = sink.data();
     z_.avail_out = sink.size();
     const int rc = inflate(&z_, Z_BLOCK);
-    produced += sink.size() - z_.avail_out;
+    if (!spend(sink.size() - z_.avail_out)) return false;
     if (rc == Z_STREAM_END) {
       ended = true;
       return at() == stop;
@@ -136,16 +170,17 @@ bool could_start_stored(const unsigned char* p, std::size_t n, std::uint64_t bit
 }
 
 // The first bit in [from, to) of `p` (n bytes) where a dynamic-Huffman or a stored block could
-// start and zlib reads three whole blocks from it; nullopt: none.
+// start and zlib reads three whole blocks from it; nullopt: none, or `budget` spent trying.
 std::optional<std::uint64_t> block_start(const unsigned char* p, std::size_t n, std::uint64_t from, std::uint64_t to,
-                                         std::uint64_t& produced) {
+                                         std::uint64_t& produced, InflateBudget* budget) {
   for (std::uint64_t bit = from; bit < to && bit + 64 < n * 8; ++bit) {
     if (!could_start_block(p, n, bit) && !could_start_stored(p, n, bit)) continue;
     const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
-    Inflater probe(0);
+    Inflater probe(0, budget);
     probe.prime(p[bit / 8], static_cast<int>(bit % 8));
     const int whole_blocks = probe.blocks(p + start, n - start, 3);
     produced += probe.produced;
+    if (probe.over_budget) return std::nullopt;
     if (whole_blocks >= 3) return bit;
   }
   return std::nullopt;
@@ -162,7 +197,8 @@ std::size_t position(Inflater& z, const unsigned char* p, std::uint64_t bit) {
 }  // namespace
 
 std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_t want_out, std::uint64_t most_out,
-                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated, bool& too_long) {
+                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated, bool& too_long,
+                                 InflateBudget* budget) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const std::size_t n = s.size();
   const std::uint64_t end = std::uint64_t{n} * 8;
@@ -172,7 +208,7 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
   // Pieces twice as long after a wave that proved nothing (all its starts false, or pieces
   // shorter than the blocks).
   std::uint64_t spacing = piece;
-  while (proved.back().out <= want_out && proved.back().bit < end) {
+  while (proved.back().out <= want_out && proved.back().bit < end && !(budget && budget->spent())) {
     const Boundary at = proved.back();
     // This wave's pieces: from `at`, then from a plausible boundary near every `piece` bytes; the
     // last one found starts the next wave, unless the wave reaches the end of `s`.
@@ -181,7 +217,7 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
       const std::uint64_t nominal = at.bit + (k + 1) * spacing * 8;
       if (nominal >= end) return;
       std::uint64_t here = 0;
-      found[k] = block_start(p, n, nominal, nominal + std::min<std::uint64_t>(spacing, 1 << 18) * 8, here);
+      found[k] = block_start(p, n, nominal, nominal + std::min<std::uint64_t>(spacing, 1 << 18) * 8, here, budget);
       produced += here;
     });
     std::vector<std::uint64_t> starts{at.bit};
@@ -197,12 +233,13 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
     // Each piece's bytes inflated where it ends as it should; UINT64_MAX where it inflates more
     // than the stream holds in all.
     const auto decode = [&](std::size_t k) -> std::optional<std::uint64_t> {
-      Inflater z(starts[k] == 0 ? -1 : 0);
+      Inflater z(starts[k] == 0 ? -1 : 0, budget);
       const std::size_t first = position(z, p, starts[k]);
       const bool last = k + 1 == starts.size();
       const bool ok =
           z.blocks_until(p + first, n - first, last ? end - first * 8 : starts[k + 1] - first * 8, most_out - at.out);
       produced += z.produced;
+      if (z.over_budget) return std::nullopt;
       if (z.produced > most_out - at.out) return UINT64_MAX;
       // A piece before the last ends a block where the next starts; the last ends the stream.
       if (last ? z.ended : ok && !z.ended) return z.produced;
@@ -233,7 +270,7 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
       out.erase(out.begin() + static_cast<std::ptrdiff_t>(k) + 1);
       out[k] = decode(k);
     }
-    if (damaged || too_long) break;
+    if (damaged || too_long || (budget && budget->spent())) break;
     spacing = proved.back().bit == at.bit ? 2 * spacing : piece;
   }
   inflated += produced;
@@ -241,17 +278,17 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
 }
 
 std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uint64_t first, std::uint64_t len,
-                                       std::uint64_t& inflated) {
+                                       std::uint64_t& inflated, InflateBudget* budget) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   if (first < at.out) return std::nullopt;
-  const std::uint64_t want = first - at.out + len;
   const auto decode = [&](int fill) -> std::optional<std::string> {
-    Inflater z(fill);
+    Inflater z(fill, budget);
+    z.discard = first - at.out;  // never held: a block before `first` may inflate to gigabytes
     const std::size_t start = position(z, p, at.bit);
-    const bool fed = start <= s.size() && z.feed(p + start, s.size() - start, want);
+    const bool fed = start <= s.size() && z.feed(p + start, s.size() - start, len);
     inflated += z.produced;
-    if (!fed || z.out.size() < want) return std::nullopt;
-    return z.out.substr(first - at.out, len);
+    if (!fed || z.discard > 0 || z.out.size() < len) return std::nullopt;
+    return std::move(z.out);
   };
   if (at.bit == 0) return decode(-1);
   auto zeros = decode(0x00);
@@ -260,23 +297,28 @@ std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uin
   return zeros;
 }
 
+std::uint64_t window_budget(std::uint64_t window) { return (std::uint64_t{64} << 20) + 32 * window; }
+
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
-                                     const std::function<bool(const WindowDecode&)>& take) {
+                                     const std::function<bool(const WindowDecode&)>& take, InflateBudget* parent) {
   const auto* p = reinterpret_cast<const unsigned char*>(window.data());
   const std::size_t n = window.size();
+  // The time is the parent's (a member's): a window alone has no deadline of its own.
+  InflateBudget budget(window_budget(n), std::chrono::hours(24), parent);
   std::uint64_t produced = 0;
   std::uint64_t from = 0;
-  for (int tried = 0; tried < limit; ++tried) {
-    const auto bit = block_start(p, n, from, std::uint64_t{n} * 8, produced);
+  for (int tried = 0; tried < limit && !budget.spent(); ++tried) {
+    const auto bit = block_start(p, n, from, std::uint64_t{n} * 8, produced, &budget);
     if (!bit) break;
     from = *bit + 1;
-    Inflater zeros(0), ones(0xff);
+    Inflater zeros(0, &budget), ones(0xff, &budget);
     const std::size_t start = position(zeros, p, *bit);
     position(ones, p, *bit);
     const bool fed = zeros.feed(p + start, n - start, 64 << 20) && ones.feed(p + start, n - start, 64 << 20);
     produced += zeros.produced + ones.produced;
     if (!fed) continue;
-    const WindowDecode w{std::move(zeros.out), std::move(ones.out), zeros.ended};
+    const bool exact = zeros.ended_at_input_end;
+    const WindowDecode w{std::move(zeros.out), std::move(ones.out), zeros.ended && exact, zeros.ended && !exact};
     if (take(w)) return produced;
   }
   return produced;

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <zlib.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -18,18 +21,47 @@
 
 namespace cudafix::installer {
 
+// Bytes inflated and time, for one read and for what it is part of (a window's decode, a
+// member's, a wheel's): every Inflater spends from one, and stops once it, or any budget it is
+// part of, is spent. A crafted stream (thousands of plausible block headers, each decoding 16 MiB
+// from a few bits) then costs its budget, not hours.
+class InflateBudget {
+ public:
+  using Clock = std::chrono::steady_clock;
+  InflateBudget(std::uint64_t bytes, Clock::duration time, InflateBudget* parent = nullptr);
+  // Counts `n` bytes inflated; false once this budget or a parent's is spent (bytes or time).
+  bool spend(std::uint64_t n);
+  [[nodiscard]] bool spent() const { return spent_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t bytes() const { return bytes_; }
+  [[nodiscard]] std::uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  [[nodiscard]] bool out_of_time() const { return out_of_time_.load(std::memory_order_relaxed); }
+  [[nodiscard]] double seconds() const { return std::chrono::duration<double>(deadline_ - start_).count(); }
+
+ private:
+  std::uint64_t bytes_;
+  Clock::time_point start_, deadline_;
+  InflateBudget* parent_;
+  std::atomic<std::uint64_t> used_{0};
+  std::atomic<bool> spent_{false}, out_of_time_{false};
+};
+
 // A raw inflate fed in pieces; `out` grows as far as wanted.
 class Inflater {
  public:
-  // `fill` >= 0: a 32 KiB dictionary of that byte stands in for the unknown history.
-  explicit Inflater(int fill = -1);
+  // `fill` >= 0: a 32 KiB dictionary of that byte stands in for the unknown history. `budget`:
+  // what every byte inflated is spent from (none: unbounded but for the limits given).
+  explicit Inflater(int fill = -1, InflateBudget* budget = nullptr);
   ~Inflater();
   Inflater(const Inflater&) = delete;
   Inflater& operator=(const Inflater&) = delete;
   // The bits of `byte` above bit `skip` go in first (a start in the middle of a byte).
   void prime(unsigned char byte, int skip);
-  // Feeds `in`, keeping at most `limit` bytes of output in all. False on damaged data.
+  // Feeds `in`, keeping at most `limit` bytes of output in all (after the first `discard`
+  // dropped; the input of a feed that ended discarding may be inflated past `limit`). False on
+  // damaged data. What it stopped short of is unread().
   bool feed(const unsigned char* in, std::size_t n, std::size_t limit);
+  // Bytes of the last feed's input not inflated yet (it stopped at `limit` or the stream's end).
+  [[nodiscard]] std::size_t unread() const { return z_.avail_in; }
   // Inflates `in` block by block, discarding the output: how many whole blocks it reads before
   // damaged data or the end of `in` (-1: damaged at once).
   int blocks(const unsigned char* in, std::size_t n, int enough);
@@ -39,16 +71,27 @@ class Inflater {
   // the bits `prime` gave, if any.
   bool blocks_until(const unsigned char* in, std::size_t n, std::uint64_t stop, std::uint64_t most = UINT64_MAX);
   std::string out;
+  // Output bytes still to drop before `out` keeps any: a span deep in a block is read without
+  // holding what precedes it (one block of a crafted stream can inflate to gigabytes).
+  std::uint64_t discard = 0;
   bool ended = false;
-  std::uint64_t produced = 0;  // bytes inflated in all, those `blocks` discarded included
+  bool ended_at_input_end = false;  // it ended where its input ended (no bytes left after the final block)
+  bool over_budget = false;         // it stopped because its budget was spent
+  std::uint64_t produced = 0;       // bytes inflated in all, those `blocks` discarded included
 
  private:
+  // Spends what the last inflate call produced; false (and over_budget) once spent.
+  bool spend(std::uint64_t n);
   z_stream z_{};
+  InflateBudget* budget_ = nullptr;
 };
 
 struct WindowDecode {
   std::string zeros, ones;  // the window inflated against either dictionary
-  bool ended = false;       // it reached the stream's end
+  bool ended = false;       // it reached the stream's end exactly at the window's end
+  // Its final block ended before the window did: not a decode of the member's stream, which
+  // ends at the member's end (a stream planted in a stored block's bytes does this).
+  bool ended_early = false;
 };
 
 // A block boundary of a deflate stream, proved: the stream's start, or where the decode from the
@@ -65,21 +108,29 @@ struct Boundary {
 // it, which a dictionary stands in for, so each boundary's `out` is exact. Goes on until a
 // boundary past `want_out` inflated bytes, the stream's end (its last boundary) or the end of
 // `s`. A piece that does not end where the next one starts (a false start there) runs on to the
-// one after; the map stops at damaged data, and sets `too_long` where a piece from a proved
-// boundary inflates past `most_out` bytes in all (what the stream says it holds). Returns the
-// boundaries proved, `from` first; `inflated` counts what it inflated.
+// one after; the map stops at damaged data or a spent `budget`, and sets `too_long` where a piece
+// from a proved boundary inflates past `most_out` bytes in all (what the stream says it holds).
+// Returns the boundaries proved, `from` first; `inflated` counts what it inflated.
 std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_t want_out, std::uint64_t most_out,
-                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated, bool& too_long);
+                                 std::uint64_t piece, unsigned threads, std::uint64_t& inflated, bool& too_long,
+                                 InflateBudget* budget = nullptr);
 
 // The `len` inflated bytes from `first` on, decoded from the proved boundary `at`: from the
 // stream's start exactly, elsewhere against both dictionaries and known only where they agree.
 // nullopt where any of them depends on the bytes before `at`, or the data are damaged.
 std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uint64_t first, std::uint64_t len,
-                                       std::uint64_t& inflated);
+                                       std::uint64_t& inflated, InflateBudget* budget = nullptr);
+
+// What one window's decodes may inflate in all, of a window of `window` compressed bytes: true
+// blocks from a true boundary inflate it a few times over; a run of crafted block headers, each
+// decoding 16 MiB, is cut after a few.
+[[nodiscard]] std::uint64_t window_budget(std::uint64_t window);
 
 // Calls `take` with the window inflated from each plausible block boundary in turn, at most
-// `limit` of them, until `take` returns true. Returns how many bytes it inflated in all.
+// `limit` of them, until `take` returns true, all under a budget of window_budget() bytes that
+// `parent` (if any) pays for too. Returns how many bytes it inflated in all.
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
-                                     const std::function<bool(const WindowDecode&)>& take);
+                                     const std::function<bool(const WindowDecode&)>& take,
+                                     InflateBudget* parent = nullptr);
 
 }  // namespace cudafix::installer

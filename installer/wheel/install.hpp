@@ -126,6 +126,11 @@ struct StagedWheel {
 [[nodiscard]] std::vector<StagedWheel> stage_wheels(
     const std::vector<const ValidatedWheel*>& wheels, const resolver::EnvLayout& layout, txn::Transaction& tx,
     unsigned threads, bool requested, const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
+// Every member of `wheel` inflated and checked as staging checks it (its CRC and size, RECORD's
+// hash), on `threads` threads (0: one per core), nothing written: what `install --dry-run` runs,
+// so that it refuses what the install would. Throws the refusal of the first member in archive
+// order that fails.
+void check_members(const ValidatedWheel& wheel, unsigned threads);
 // The puts of a wheel stage_wheels() staged, planned in `tx`.
 void plan_puts(const StagedWheel& wheel, txn::Transaction& tx);
 

@@ -5,13 +5,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "installer/wheel/deflate_window.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
+#include "resolver/elf/elf_pieces.hpp"
 
 namespace cudafix::installer {
 namespace r = cudafix::resolver;
@@ -52,6 +55,26 @@ bool reads_as_dynamic(const unsigned char* p, std::size_t size) {
     strsz |= tag == 10;
   }
   return ended && strtab && strsz;
+}
+
+// What reading one member may cost: inflating it from its start, a few times over (a map of its
+// stream, its windows, from the start where they fail), and the time that takes at a slow
+// 64 MiB/s, plus a floor for small members; a wheel's members together have ten minutes.
+std::unique_ptr<InflateBudget> member_budget(std::uint64_t size, InflateBudget* wheel) {
+  const std::uint64_t seconds = 60 + size / (std::uint64_t{64} << 20);
+  return std::make_unique<InflateBudget>(4 * size + (std::uint64_t{512} << 20), std::chrono::seconds(seconds), wheel);
+}
+
+// A member whose reading spent its budget (crafted block headers that each decode for long, a
+// stream that never proves a boundary): named, never read on and on.
+r::Error over_budget(const std::string& label, const zip::Entry& m, const InflateBudget& b) {
+  if (b.out_of_time())
+    return r::Error(fmt::format("{}: {}: reading its deflate stream took over {:.0f} s, its budget; not planned from",
+                                label, m.name, b.seconds()));
+  return r::Error(
+      fmt::format("{}: {}: reading its deflate stream inflated over {} bytes, its budget for a member of {} "
+                  "bytes; not planned from",
+                  label, m.name, b.bytes(), m.size));
 }
 
 // Why resolver/elf refused a member, named by the wheel's URL and the member's name.
@@ -126,9 +149,10 @@ struct WindowFind {
 // boundary in turn. A window that ends with the member places what it inflates exactly (from
 // the end back), the segment included; elsewhere the segment is found by what it reads as.
 WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
-                             std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream) {
+                             std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream,
+                             InflateBudget* budget) {
   WindowFind out;
-  out.inflated = decode_from_boundaries(window, 12, [&](const WindowDecode& w) {
+  const auto take = [&](const WindowDecode& w) {
     const std::string& a = w.zeros;
     const std::string& b = w.ones;
     const std::size_t len = std::min(a.size(), b.size());
@@ -136,6 +160,9 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     // (a false start ends early or fails). A later boundary decodes a suffix of the same stream
     // and knows less of it, so where this one does not place the segment, none will.
     const bool genuine = a.size() >= window.size() / 2;
+    // A stream that ends inside the window is not the member's; in a window that ends with the
+    // member, the member's stream ends exactly there. Either is a start in planted bytes.
+    if (w.ended_early || (ends_member && !w.ended)) return false;
     if (ends_member && w.ended && a.size() <= member_size && a.size() == b.size()) {
       const std::uint64_t base = member_size - a.size();
       if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
@@ -179,7 +206,8 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     if (!found || ambiguous) return genuine;
     out.dyn = std::move(found);
     return true;
-  });
+  };
+  out.inflated = decode_from_boundaries(window, 12, take, budget);
   return out;
 }
 
@@ -210,9 +238,11 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
 // bytes at their place in the file, those only the two decodes agree on, or nullopt.
 std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
                                                                     std::uint64_t member_size, std::uint64_t from,
-                                                                    std::uint64_t to, std::uint64_t& inflated) {
+                                                                    std::uint64_t to, std::uint64_t& inflated,
+                                                                    InflateBudget* budget) {
   std::optional<std::pair<std::uint64_t, std::string>> out;
-  inflated += decode_from_boundaries(window, 12, [&](const WindowDecode& w) {
+  const auto take = [&](const WindowDecode& w) {
+    if (w.ended_early) return false;  // a stream planted in the window: not the member's
     // A true boundary's decode that does not reach the stream's end: no later one will.
     if (!w.ended || w.zeros.size() > member_size) return w.zeros.size() >= window.size() / 2;
     const std::uint64_t base = member_size - w.zeros.size();
@@ -221,8 +251,107 @@ std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::s
         w.zeros.compare(from - base, to - from, w.ones, from - base, to - from) == 0)
       out = std::pair{base, w.zeros};
     return true;
-  });
+  };
+  inflated += decode_from_boundaries(window, 12, take, budget);
   return out;
+}
+
+// Bytes [first, last] of the wheel for each range (ReadRanges, each range checked first).
+using Fetch = std::function<std::vector<std::string>(const std::vector<std::pair<std::uint64_t, std::uint64_t>>&)>;
+
+constexpr std::uint64_t k_keep = std::uint64_t{16} << 20;      // inflating from the start keeps the last this many
+constexpr std::uint64_t k_max_kept = std::uint64_t{64} << 20;  // the most read of one member from its start
+
+// A member inflated from its start for the ranges planning reads of it (its dynamic segment, the
+// strings it names, headers that lie deep): only the last k_keep bytes stay in memory as the
+// stream passes (3 MB of deflate data may declare 3 GB, and keeping all it inflated held 4.5 GB),
+// a range that fell out of them is inflated again from the start under the member's budget, and
+// what is asked of it in all is at most k_max_kept. The compressed bytes are fetched a chunk at a
+// time.
+class FromStart {
+ public:
+  FromStart(const zip::Entry& m, const Fetch& fetch, std::uint64_t chunk, InflateBudget* budget,
+            const std::string& label)
+      : m_(m), fetch_(fetch), chunk_(chunk), budget_(budget), label_(label) {}
+  // The `len` bytes at `off` of the member; nullopt where its data end before them. Throws
+  // where it inflates past its declared size, its data are damaged, its budget is spent or more
+  // than k_max_kept is asked of it.
+  std::optional<std::string> bytes(std::uint64_t off, std::uint64_t len) {
+    if (off > m_.size || len > m_.size - off) return std::nullopt;
+    asked_ += len;
+    if (asked_ > k_max_kept)
+      throw r::Error(fmt::format("{}: {}: planning would read over {} bytes of it from its start; not planned from",
+                                 label_, m_.name, k_max_kept));
+    if (len == 0) return std::string();
+    if (m_.method == 0) return fetch_({{m_.data_offset + off, m_.data_offset + off + len - 1}}).front();
+    if (!z_ || off < base_) restart();
+    advance(off + len, off);
+    if (base_ + z_->out.size() < off + len) return std::nullopt;
+    return z_->out.substr(off - base_, len);
+  }
+  std::uint64_t inflated = 0;  // in all, restarts included
+
+ private:
+  void restart() {
+    z_ = std::make_unique<Inflater>(-1, budget_);
+    in_.clear();
+    in_at_ = 0;
+    fetched_ = 0;
+    base_ = 0;
+  }
+  // Inflates until the bytes before `to` are at hand or the data end, keeping those from `keep`.
+  void advance(std::uint64_t to, std::uint64_t keep) {
+    while (base_ + z_->out.size() < to && !z_->ended) {
+      if (in_at_ == in_.size()) {
+        if (fetched_ >= m_.compressed) return;
+        const std::uint64_t take = std::min(chunk_, m_.compressed - fetched_);
+        in_ = fetch_({{m_.data_offset + fetched_, m_.data_offset + fetched_ + take - 1}}).front();
+        fetched_ += take;
+        in_at_ = 0;
+      }
+      const std::uint64_t before = z_->produced;
+      const auto* in = reinterpret_cast<const unsigned char*>(in_.data()) + in_at_;
+      const bool fed = z_->feed(in, in_.size() - in_at_, z_->out.size() + (std::size_t{1} << 20));
+      in_at_ = in_.size() - z_->unread();
+      inflated += z_->produced - before;
+      if (z_->over_budget) throw over_budget(label_, m_, *budget_);
+      if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label_, m_.name));
+      if (base_ + z_->out.size() > m_.size) throw inflates_past_size(label_, m_);
+      // Dropped a window's worth at a time: each byte is moved once at most.
+      if (z_->out.size() > 2 * k_keep) {
+        const std::uint64_t drop = std::min<std::uint64_t>(z_->out.size() - k_keep, keep > base_ ? keep - base_ : 0);
+        z_->out.erase(0, drop);
+        base_ += drop;
+      }
+    }
+  }
+  const zip::Entry& m_;
+  const Fetch& fetch_;
+  std::uint64_t chunk_;
+  InflateBudget* budget_;
+  const std::string& label_;
+  std::unique_ptr<Inflater> z_;
+  std::string in_;             // the compressed chunk being inflated
+  std::size_t in_at_ = 0;      // its bytes inflated so far
+  std::uint64_t fetched_ = 0;  // compressed bytes fetched
+  std::uint64_t base_ = 0;     // where z_->out starts in the member
+  std::uint64_t asked_ = 0;
+};
+
+// An object whose first bytes do not say where its segment lies (its headers lie deep, it is no
+// little-endian ELF64, its PT_DYNAMIC is large), read by resolver/elf from pieces: each range it
+// finds missing is inflated from the start and the object read again, the strings one range a
+// round at most.
+r::ElfRead read_from_start(const std::string& head, FromStart& stream, std::uint64_t size, const std::string& name) {
+  Pieces known{size, {{0, head}}};
+  for (int round = 0; round < 256; ++round) {
+    const auto missing = r::missing_piece(known.view(), name);
+    if (!missing) break;
+    auto got = stream.bytes(missing->first, missing->second);
+    if (!got) break;  // the data end before it: invalid, as the reader says
+    known.v.emplace_back(missing->first, std::move(*got));
+  }
+  return r::read_elf_pieces(known.view(), name);
 }
 
 // Whether a dynamic segment found mid-stream agrees with what is known of the object exactly
@@ -272,7 +401,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
   const std::uint64_t k_whole_member = limits.whole_member, k_head = limits.head, k_window = limits.window,
                       k_chunk = limits.chunk;
   RangedMembers out;
-  const auto fetch = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+  const Fetch fetch = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
     for (const auto& [first, last] : ranges)
       // A range computed from the wheel's own offsets that ends before it starts: they lie.
       if (first > last)
@@ -283,10 +412,16 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
   };
   // Each one's data_offset is set once its local header is read.
   std::vector<zip::Entry> wanted = std::move(members);
+  // Read whole: METADATA, RECORD (up to zip::k_max_metadata), and objects small both ways: a
+  // megabyte of deflate data can declare a gigabyte, which is read as a large object is.
+  const auto whole_one = [&](const zip::Entry& m) {
+    const bool dist = m.name == dist_info + "/METADATA" || m.name == dist_info + "/RECORD";
+    return m.compressed <= k_whole_member && m.size <= (dist ? zip::k_max_metadata : k_whole_member * 16);
+  };
   // Each wanted member's local header with its data (small ones) or its first bytes (objects).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const zip::Entry& m : wanted) {
-    const std::uint64_t length = m.compressed <= k_whole_member ? m.compressed : k_head;
+    const std::uint64_t length = whole_one(m) ? m.compressed : k_head;
     ranges.emplace_back(m.local_offset,
                         std::min(file_size - 1, m.local_offset + 30 + m.raw_name.size() + k_local_slack + length));
   }
@@ -294,8 +429,10 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
   struct Deep {
     zip::Entry* member;
     r::ElfLayout layout;  // dynamic_size 0: read from its start, whole
-    std::string head;     // inflated from the start so far
+    std::string head;     // its first bytes, inflated
+    std::unique_ptr<InflateBudget> budget;
   };
+  InflateBudget wheel_budget(UINT64_MAX, std::chrono::minutes(10));
   std::vector<Deep> deep;
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     zip::Entry& m = wanted[i];
@@ -304,8 +441,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
     if (heads[i].size() >= 30) {
       const auto* h = bytes_of(heads[i]);
       const std::uint64_t data_at = m.local_offset + 30 + (h[26] | (h[27] << 8)) + (h[28] | (h[29] << 8));
-      const std::uint64_t wanted_end = std::min(
-          file_size, data_at + (m.compressed <= k_whole_member ? m.compressed : std::min(m.compressed, k_head)));
+      const std::uint64_t wanted_end =
+          std::min(file_size, data_at + (whole_one(m) ? m.compressed : std::min(m.compressed, k_head)));
       if (m.local_offset + heads[i].size() < wanted_end)
         heads[i] += fetch({{m.local_offset + heads[i].size(), wanted_end - 1}}).front();
     }
@@ -317,13 +454,12 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       inflated = compressed.substr(0, std::min<std::uint64_t>(m.size, compressed.size()));
     } else {
       Inflater z;
-      const bool fed =
-          z.feed(bytes_of(compressed), compressed.size(), m.compressed <= k_whole_member ? m.size : k_head * 4);
+      const bool fed = z.feed(bytes_of(compressed), compressed.size(), whole_one(m) ? m.size : k_head * 4);
       out.inflated += z.produced;
       if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
       inflated = std::move(z.out);
     }
-    if (m.compressed <= k_whole_member) {
+    if (whole_one(m)) {
       ++out.members_whole;
       if (m.name == dist_info + "/METADATA") {
         out.metadata = std::move(inflated);
@@ -336,7 +472,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       continue;
     }
     const Layout layout = layout_of(inflated, m.size, label, m.name, invalid);
-    if (layout.kind != Layout::Kind::not_elf) deep.push_back({&m, layout.elf, std::move(inflated)});
+    if (layout.kind != Layout::Kind::not_elf)
+      deep.push_back({&m, layout.elf, std::move(inflated), member_budget(m.size, &wheel_budget)});
   }
 
   // The dynamic segments: a window of each where the segment should lie, all fetched at once;
@@ -393,13 +530,17 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const Deep& d = deep[window_of[k]];
       const bool ends_member = windows[k].second + 1 == d.member->data_offset + d.member->compressed;
       dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], d.layout.dynamic_size, ends_member, d.member->size,
-                                                d.layout.dynamic_offset, limits.mid_stream);
+                                                d.layout.dynamic_offset, limits.mid_stream, d.budget.get());
     });
   }
   for (const auto& found : dynamic) out.inflated += found.inflated;
   for (std::size_t i = 0; i < deep.size(); ++i) {
     Deep& d = deep[i];
     zip::Entry& m = *d.member;
+    if (d.budget->spent()) throw over_budget(label, m, *d.budget);
+    // A map of the stream has a share of the member's budget: where it runs out (no boundary
+    // proved in crafted bytes), the member is inflated from its start with what is left.
+    InflateBudget map_budget(2 * m.size + (std::uint64_t{128} << 20), std::chrono::hours(24), d.budget.get());
     // Where the whole file is at hand: `len` bytes from `first` on, decoded from the last proved
     // block boundary before them (or one of the few before that, where the bytes depend on what
     // precedes it); nullopt: inflated from the start instead.
@@ -411,7 +552,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const std::string_view stream = whole.substr(m.data_offset, m.compressed);
       while (map.back().out < first + len && map.back().bit < stream.size() * 8) {
         bool too_long = false;
-        const auto more = map_stream(stream, map.back(), first + len, m.size, k_piece, 0, out.inflated, too_long);
+        const auto more =
+            map_stream(stream, map.back(), first + len, m.size, k_piece, 0, out.inflated, too_long, &map_budget);
         if (too_long) throw inflates_past_size(label, m);
         if (more.size() == 1) break;
         map.insert(map.end(), more.begin() + 1, more.end());
@@ -422,43 +564,29 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       auto at =
           std::upper_bound(map.begin(), map.end(), first, [](std::uint64_t v, const Boundary& b) { return v < b.out; });
       for (int tries = 0; tries < 4 && at != map.begin(); ++tries)
-        if (auto got = decode_span(stream, *--at, first, len, out.inflated)) return got;
+        if (auto got = decode_span(stream, *--at, first, len, out.inflated, &map_budget)) return got;
       return std::nullopt;
     };
-    // Inflated from the start, as far as `size` bytes: more compressed bytes fetched as needed.
-    std::uint64_t consumed = 0;
-    std::unique_ptr<Inflater> from_start;
-    const auto grow_to = [&](std::uint64_t size) {
-      if (d.head.size() >= size) return;
-      if (m.method == 0) {
-        d.head += fetch({{m.data_offset + d.head.size(), std::min(m.data_offset + m.size, m.data_offset + size) - 1}})
-                      .front();
-        return;
-      }
-      if (!from_start) {
-        from_start = std::make_unique<Inflater>();
-        d.head.clear();
-      }
-      while (from_start->out.size() < size && !from_start->ended && consumed < m.compressed) {
-        const std::uint64_t take = std::min(k_chunk, m.compressed - consumed);
-        const auto piece = fetch({{m.data_offset + consumed, m.data_offset + consumed + take - 1}}).front();
-        consumed += take;
-        // Each piece inflated whole: the next one starts where this one ends.
-        const std::uint64_t before = from_start->produced;
-        // No more than the member says it holds: a megabyte of deflate data inflates to a gigabyte.
-        const bool fed = from_start->feed(bytes_of(piece), piece.size(), m.size + 1);
-        out.inflated += from_start->produced - before;
-        if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
-        if (from_start->out.size() > m.size) throw inflates_past_size(label, m);
-      }
-      d.head = from_start->out;
+    // The member from its start, where neither a window nor a map of its stream gives a range.
+    FromStart stream(m, fetch, k_chunk, d.budget.get(), label);
+    const auto inflated_by_stream = [&] { out.inflated += std::exchange(stream.inflated, 0); };
+    const auto from_start = [&](std::uint64_t first, std::uint64_t len) {
+      auto got = first + len <= d.head.size() ? std::optional(d.head.substr(first, len)) : stream.bytes(first, len);
+      inflated_by_stream();
+      return got;
     };
     if (d.layout.dynamic_size == 0) {
-      grow_to(m.size);
       ++out.objects_from_start;
-      keep_elf(out, m.name, r::read_elf_memory(d.head.data(), d.head.size(), label + ":" + m.name), label, invalid);
+      const auto elf = read_from_start(d.head, stream, m.size, label + ":" + m.name);
+      inflated_by_stream();
+      keep_elf(out, m.name, elf, label, invalid);
       continue;
     }
+    const auto segment_from_start = [&] {
+      auto got = from_start(d.layout.dynamic_offset, d.layout.dynamic_size);
+      if (!got) throw r::Error(fmt::format("{}: {} ends before its dynamic segment", label, m.name));
+      return std::move(*got);
+    };
     std::string dyn;
     if (dynamic[i].dyn) {
       dyn = *dynamic[i].dyn;
@@ -472,10 +600,7 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       dyn = std::move(*mapped);
       ++out.objects_by_map;
     } else {
-      grow_to(d.layout.dynamic_offset + d.layout.dynamic_size);
-      if (d.head.size() < d.layout.dynamic_offset + d.layout.dynamic_size)
-        throw r::Error(fmt::format("{}: {} ends before its dynamic segment", label, m.name));
-      dyn = d.head.substr(d.layout.dynamic_offset, d.layout.dynamic_size);
+      dyn = segment_from_start();
       ++out.objects_from_start;
     }
     auto strings = strings_needed(dyn, d.layout, m.size);
@@ -490,24 +615,20 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const std::uint64_t end = m.data_offset + m.compressed;
       const std::uint64_t reach = (m.size - strings->first) + (m.size - strings->first) / 1000 + k_window / 4;
       const std::uint64_t first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
-      if (auto t =
-              inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second, out.inflated))
+      if (auto t = inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second,
+                                  out.inflated, d.budget.get()))
         known.v.push_back(std::move(*t));
     };
     if (dynamic[i].dyn && m.method == 8) {
       strings_from_end();
-      if (strings && !have_strings()) {
-        grow_to(strings->second);
-        known.v[0].second = d.head;
-      }
+      if (strings && !have_strings())
+        if (auto got = from_start(strings->first, strings->second - strings->first))
+          known.v.emplace_back(strings->first, std::move(*got));
       if (!strings || !consistent_with(dyn, d.layout, known.view())) {
         // The window's reading does not hold: the segment from the start instead.
         --out.objects_by_window;
         ++out.objects_from_start;
-        grow_to(d.layout.dynamic_offset + d.layout.dynamic_size);
-        if (d.head.size() < d.layout.dynamic_offset + d.layout.dynamic_size)
-          throw r::Error(fmt::format("{}: {} ends before its dynamic segment", label, m.name));
-        dyn = d.head.substr(d.layout.dynamic_offset, d.layout.dynamic_size);
+        dyn = segment_from_start();
         strings = strings_needed(dyn, d.layout, m.size);
         known.v = {{0, d.head}};
       }
@@ -525,9 +646,8 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
                               fetch({{m.data_offset + strings->first, m.data_offset + strings->second - 1}}).front());
       } else if (auto mapped = exactly(strings->first, strings->second - strings->first)) {
         pieces.v.emplace_back(strings->first, std::move(*mapped));
-      } else {
-        grow_to(strings->second);
-        pieces.v[0].second = d.head;
+      } else if (auto got = from_start(strings->first, strings->second - strings->first)) {
+        pieces.v.emplace_back(strings->first, std::move(*got));
       }
     }
     keep_elf(out, m.name, r::read_elf_pieces(pieces.view(), label + ":" + m.name), label, invalid);

@@ -466,4 +466,28 @@ void plan_puts(const StagedWheel& wheel, txn::Transaction& tx) {
   }
 }
 
+void check_members(const ValidatedWheel& wheel, unsigned threads) {
+  const MappedFile file(wheel.path);
+  const zip::Archive archive(file.data(), file.size(), wheel.path);
+  std::vector<std::optional<std::string>> refused(wheel.members.size());
+  r::parallel_for(wheel.members.size(), threads, [&](std::size_t i) {
+    const ZipMember& m = wheel.members[i];
+    // RECORD itself has no hash, and staging writes its own INSTALLER and REQUESTED.
+    for (const char* own : {"/RECORD", "/INSTALLER", "/REQUESTED"})
+      if (m.name == wheel.dist_info + own) return;
+    try {
+      r::DigestStream digest(m.record_algorithm);
+      as_install_refusal([&] {
+        archive.stream(archive.entries()[m.entry], [&](const unsigned char* p, std::size_t n) { digest.update(p, n); });
+      });
+      if (digest.record_digest() != m.record_hash)
+        refuse(wheel.path, m.name, fmt::format("its bytes do not match RECORD's {}", m.record_algorithm));
+    } catch (const r::Error& e) {
+      refused[i] = e.what();
+    }
+  });
+  for (const auto& why : refused)
+    if (why) throw r::Error(*why);
+}
+
 }  // namespace cudafix::installer

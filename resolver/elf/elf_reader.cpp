@@ -14,6 +14,7 @@
 
 #include "resolver/base/cache_file.hpp"
 #include "resolver/elf/elf_class.hpp"
+#include "resolver/elf/elf_pieces.hpp"
 
 namespace cudafix::resolver::inline elf {
 namespace {
@@ -59,7 +60,7 @@ class Image {
   const char* bytes(std::uint64_t offset, std::uint64_t n) {
     if (pieces_) {
       const char* p = pieces_->bytes(offset, n);
-      if (!p && offset <= *size_ && n <= *size_ - offset) missing_ = true;
+      if (!p && offset <= *size_ && n <= *size_ - offset && !missing_) missing_ = std::pair{offset, n};
       return p;
     }
     if (offset <= head_size_ && n <= head_size_ - offset) return head_ + offset;
@@ -75,12 +76,12 @@ class Image {
     return chunks_.back().get();
   }
 
-  // Whether a range inside the file was asked for that no piece holds.
-  [[nodiscard]] bool missing() const { return missing_; }
+  // The first range inside the file asked for that no piece holds.
+  [[nodiscard]] const std::optional<std::pair<std::uint64_t, std::uint64_t>>& missing() const { return missing_; }
 
  private:
   const ElfPieces* pieces_ = nullptr;
-  bool missing_ = false;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> missing_;
   int fd_ = -1;
   const char* head_;
   std::size_t head_size_;
@@ -405,7 +406,7 @@ ElfLayoutRead read_elf_layout(const ElfPieces& object, const std::string& name) 
   Image image(object);
   auto out = by_class<ElfLayoutRead>(image, name,
                                      [&]<class C>(C, unsigned data) { return read_layout<C>(image, data, name); });
-  out.incomplete = out.status == ElfReadStatus::invalid && image.missing();
+  out.incomplete = out.status == ElfReadStatus::invalid && image.missing().has_value();
   return out;
 }
 
@@ -414,6 +415,14 @@ ElfRead read_elf_pieces(const ElfPieces& object, const std::string& name) {
   if (!magic || std::memcmp(magic, ELFMAG, SELFMAG) != 0) return {};
   Image image(object);
   return read_elf(image, name);
+}
+
+std::optional<std::pair<std::uint64_t, std::uint64_t>> missing_piece(const ElfPieces& object, const std::string& name) {
+  const char* magic = object.bytes(0, SELFMAG);
+  if (!magic || std::memcmp(magic, ELFMAG, SELFMAG) != 0) return std::nullopt;
+  Image image(object);
+  if (read_elf(image, name).status != ElfReadStatus::invalid) return std::nullopt;
+  return image.missing();
 }
 
 ElfRead read_elf_memory(const void* data, std::size_t size, const std::string& name) {

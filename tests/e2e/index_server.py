@@ -22,6 +22,10 @@ Faults (each applies to every /files/ request, counted per file):
   redirect     /files/ answers 302 to --redirect-to + the same path
   wrong-types  each file of a JSON page has a "filename" that is a number (a hostile or broken
                index: its page must be refused by name, the other indexes still read)
+  trickle      each project page is sent 2 bytes a second (its Content-Length honest)
+  trickle-ranges  each range answer (206) is sent 2 bytes a second
+  endless      each project page never ends: no Content-Length, bytes sent until the client goes
+  endless-ranges  each range answer (206) never ends the same way
 Every request is appended to LOG as one JSON line: method, path, range, whether an
 Authorization header came, and the Host.
 """
@@ -153,9 +157,30 @@ class Handler(http.server.BaseHTTPRequestHandler):
             ctype = "text/html"
         self.send_response(200)
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_body(body, "trickle" in faults, "endless" in faults)
+
+    def send_body(self, body, trickle, endless):
+        """Headers ended and `body` sent: whole, 2 bytes a second, or never ending."""
+        try:
+            if endless:
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                self.wfile.write(body)
+                junk = b" " * (1 << 20)
+                while True:
+                    self.wfile.write(junk)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if not trickle:
+                self.wfile.write(body)
+                return
+            for k in range(0, len(body), 2):
+                self.wfile.write(body[k:k + 2])
+                self.wfile.flush()
+                time.sleep(1)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def file(self, name):
         path = os.path.join(wheels_dir, os.path.basename(name))
@@ -184,12 +209,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             part = f.read(end - start + 1)
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(len(part)))
         self.send_header("Cache-Control", "max-age=600, public")
         self.send_header("ETag", '"%x-%x"' % (size, int(os.path.getmtime(path))))
         self.send_header("Accept-Ranges", "none" if "no-range" in faults else "bytes")
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            if "trickle-ranges" in faults or "endless-ranges" in faults:
+                return self.send_body(part, "trickle-ranges" in faults, "endless-ranges" in faults)
+        self.send_header("Content-Length", str(len(part)))
         self.end_headers()
         if "slow" in faults:
             time.sleep(30)

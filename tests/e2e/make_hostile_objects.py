@@ -72,10 +72,10 @@ def deflated(data, finish=True):
     return c.compress(data) + c.flush(zlib.Z_FINISH if finish else zlib.Z_SYNC_FLUSH)
 
 
-def wheel(outdir, name, member, data, raw=None, local_extra=b""):
+def wheel(outdir, name, member, data, raw=None, local_extra=b"", version="1.0"):
     """A wheel of `member` (deflated, or `raw` as its compressed bytes) with METADATA, WHEEL and RECORD."""
-    info = f"{name}-1.0.dist-info"
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode()
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
     tag = b"Wheel-Version: 1.0\nGenerator: cudafix-tests\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n"
 
     def row(n, d):
@@ -98,7 +98,7 @@ def wheel(outdir, name, member, data, raw=None, local_extra=b""):
                                0, 0, 0, 0, 0o100755 << 16, at) + n
     cd_at = len(out)
     out += central + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(central), cd_at, 0)
-    path = os.path.join(outdir, f"{name}-1.0-py3-none-linux_x86_64.whl")
+    path = os.path.join(outdir, f"{name}-{version}-py3-none-linux_x86_64.whl")
     with open(path, "wb") as f:
         f.write(out)
     return path
@@ -167,4 +167,5 @@ def main():
     print(json.dumps(made))
 
 
-main()
+if __name__ == "__main__":
+    main()

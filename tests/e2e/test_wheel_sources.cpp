@@ -15,6 +15,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -122,12 +124,13 @@ class WheelSources : public ::testing::Test {
     EXPECT_EQ(run_shell("cp -a " + shell_quote(base_) + " " + shell_quote(v)).exit_code, 0);
     return v;
   }
-  // `cudafix plan fix --json ARGS` on `venv`, its wheel cache under `t`.
+  // `cudafix plan fix --json ARGS` on `venv`, its wheel cache under `t`. `wrap`: a command the
+  // run is handed to (timeout_and_rss's).
   static Planned plan_fix(const TempDir& t, const std::string& venv, const std::string& args,
-                          const std::string& env = "") {
+                          const std::string& env = "", const std::string& wrap = "") {
     const std::string err = t.path() + "/plan.err";
     const auto r = run_shell(
-        "env -u VIRTUAL_ENV -u PIP_FIND_LINKS -u PIP_INDEX_URL -u UV_INDEX_URL CUDAFIX_CACHE_DIR=" +
+        wrap + " env -u VIRTUAL_ENV -u PIP_FIND_LINKS -u PIP_INDEX_URL -u UV_INDEX_URL CUDAFIX_CACHE_DIR=" +
         shell_quote(t.path() + "/cache") + " " + env + " " + shell_quote(test::k_bin) + " plan fix --json --venv " +
         shell_quote(venv) + test::k_no_cache + " --ld-library-path '' " + args + " 2>" + shell_quote(err));
     Planned p;
@@ -137,6 +140,32 @@ class WheelSources : public ::testing::Test {
     p.doc = json::parse(r.out, nullptr, false);
     EXPECT_FALSE(p.doc.is_discarded()) << r.out << p.err;
     return p;
+  }
+  // What a run wrapped by timeout_and_rss() took: its exit code (-9: killed at the limit), its
+  // peak RSS (the child's own rusage: a limit on address space would stop the sanitizer build,
+  // which reserves terabytes) and its seconds.
+  struct Cost {
+    int exit_code = -1;
+    long max_rss_kb = -1;
+    double seconds = -1;
+  };
+  // A wrapper for plan_fix: the run killed after `limit_s` seconds, its cost written to `stats`.
+  static std::string timeout_and_rss(const std::string& stats, int limit_s) {
+    return test::k_python + " -c " +
+           shell_quote(
+               "import resource, subprocess, sys, time\n"
+               "start = time.time()\n"
+               "p = subprocess.run(sys.argv[2:])\n"
+               "open(sys.argv[1], 'w').write('%d %d %.1f' % (p.returncode, "
+               "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, time.time() - start))\n"
+               "sys.exit(p.returncode)\n") +
+           " " + shell_quote(stats) + " timeout -s KILL " + std::to_string(limit_s);
+  }
+  static Cost cost_of(const std::string& stats) {
+    Cost c;
+    std::istringstream in(resolver::try_read_file(stats).value_or(""));
+    in >> c.exit_code >> c.max_rss_kb >> c.seconds;
+    return c;
   }
   // The files in cudafix's wheel cache under `t`, in-progress downloads included.
   static std::vector<std::string> cached(const TempDir& t) {
@@ -267,6 +296,59 @@ TEST_F(WheelSources, TheIndexAndTheWheelFolderCanComeFromCudafixToml) {
   EXPECT_THAT(bad.err, HasSubstr(v + "/cudafix.toml:3: unknown key 'index' in [sources]"));
 }
 
+// A FIFO named like the wanted wheel in a --find-links folder, or in the folder a venv's
+// cudafix.toml names, is refused by name at once (before, the plan blocked in its open for good);
+// a sparse 3 GiB cudafix.toml is refused, not read whole (before, 3 GB of memory). Each run is
+// killed at 20 s.
+TEST_F(WheelSources, AFifoNamedLikeAWheelOrAHugeSettingsFileIsRefusedAtOnce) {
+  TempDir t;
+  const auto v = broken_venv(t);
+  const std::string folder = t.path() + "/wheels";
+  fs::create_directories(folder);
+  const std::string fifo = folder + "/nvidia_cudnn_cu12-9.10.2.21-py3-none-any.whl";
+  ASSERT_EQ(run_shell("mkfifo " + shell_quote(fifo)).exit_code, 0);
+  const std::string stats = t.path() + "/stats";
+  for (const bool from_toml : {false, true}) {
+    if (from_toml) test::write_file(v + "/cudafix.toml", "[sources]\nfind_links = [\"" + folder + "\"]\n");
+    const auto p = plan_fix(t, v, from_toml ? "--no-index" : "--no-index --find-links " + shell_quote(folder), "",
+                            timeout_and_rss(stats, 20));
+    const Cost cost = cost_of(stats);
+    EXPECT_GE(cost.exit_code, 0) << from_toml << ": killed at 20 s\n" << p.err;
+    EXPECT_THAT(p.out + p.err, HasSubstr(fifo + ": not a regular file (a FIFO, a device or a folder)")) << from_toml;
+  }
+  ASSERT_EQ(run_shell("truncate -s 3G " + shell_quote(v + "/cudafix.toml")).exit_code, 0);
+  const auto r = run_shell(timeout_and_rss(stats, 20) + " env -u VIRTUAL_ENV " + shell_quote(test::k_bin) +
+                           " doctor --venv " + shell_quote(v) + test::k_no_cache + " 2>&1");
+  const Cost cost = cost_of(stats);
+  EXPECT_EQ(cost.exit_code, 2) << r.out.substr(0, 2000);
+  EXPECT_LT(cost.max_rss_kb, 200 * 1024) << "peak RSS " << cost.max_rss_kb << " KB";
+  EXPECT_THAT(r.out, HasSubstr(v + "/cudafix.toml: over 4 MiB, too large for a settings file"));
+}
+
+// Pip's words where a run left something behind or a setting names nothing: a partial download
+// that a killed run left in the cache's .tmp an hour ago is removed by the next plan (before, it
+// stayed for good; one written now, another run's live download, stays), and a $PIP_FIND_LINKS
+// folder that does not exist is a warning, the plan made from the index all the same (before,
+// exit 2).
+TEST_F(WheelSources, KilledDownloadsLeftoversAreTrimmedAndAMissingPipFindLinksIsAWarning) {
+  TempDir t;
+  IndexServer server(wheels_, t.path(), "");
+  const std::string tmp = t.path() + "/cache/wheels/.tmp";
+  fs::create_directories(tmp);
+  ASSERT_EQ(
+      run_shell("truncate -s 5M " + shell_quote(tmp + "/download-killed") + " && touch -d '2 hours ago' " +
+                shell_quote(tmp + "/download-killed") + " && truncate -s 1M " + shell_quote(tmp + "/download-live"))
+          .exit_code,
+      0);
+  const auto p = plan_fix(t, broken_venv(t), "--index-url " + server.url() + "/simple",
+                          "PIP_FIND_LINKS=" + shell_quote(t.path() + "/no-such-folder"));
+  ASSERT_NO_FATAL_FAILURE(expect_reinstall_from_index(p, "JSON"));
+  EXPECT_THAT(p.err,
+              HasSubstr("$PIP_FIND_LINKS names " + t.path() + "/no-such-folder, which is not a folder; ignored"));
+  EXPECT_FALSE(fs::exists(tmp + "/download-killed"));
+  EXPECT_TRUE(fs::exists(tmp + "/download-live"));
+}
+
 TEST_F(WheelSources, ServerErrorsAreRetriedAndRetryAfterHonoured) {
   for (const std::string fault : {"500x2", "429"}) {
     TempDir t;
@@ -290,7 +372,9 @@ TEST_F(WheelSources, AWrongHashOrAStalledServerKeepsNothingAndSaysWhy) {
     TempDir t;
     IndexServer server(wheels_, t.path(), "--fault wrong-hash");
     const auto p = plan_fix(t, broken_venv(t), "--index-url " + server.url() + "/simple");
-    EXPECT_EQ(p.exit_code, 0);
+    // The plan is written, but it cannot be applied: not 0 (before, "a safe order found").
+    EXPECT_EQ(p.exit_code, 2);
+    EXPECT_THAT(p.err, HasSubstr("no wheel for nvidia-cudnn-cu12 9.10.2.21 from the sources asked"));
     EXPECT_TRUE(p.doc["steps"][0]["wheel"].is_null());
     ASSERT_EQ(p.doc["source_problems"].size(), 1U) << p.doc.dump(1);
     const std::string why = p.doc["source_problems"][0];
@@ -309,6 +393,31 @@ TEST_F(WheelSources, AWrongHashOrAStalledServerKeepsNothingAndSaysWhy) {
                 HasSubstr("no data for 1 s (the timeout) (after 2 attempts)"));
     EXPECT_EQ(server.file_requests(), 2U);
     EXPECT_TRUE(cached(t).empty());
+  }
+}
+
+// A server that trickles (2 bytes a second: under the stall limit of one byte a second that
+// was the only one, so a plan ran for good) or never ends its answer (kept in memory without
+// limit), for a project page or for the ranges of a wheel read by range: each request fails
+// within its bounds, saying which, and the plan ends (each run killed at 60 s).
+TEST_F(WheelSources, TricklingOrEndlessAnswersFailWithinTheirBoundsAndSayWhy) {
+  for (const std::string fault : {"trickle", "trickle-ranges", "endless", "endless-ranges"}) {
+    TempDir t;
+    IndexServer server(wheels_, t.path(), "--fault " + fault);
+    const std::string stats = t.path() + "/stats";
+    const auto p = plan_fix(t, broken_venv(t), "--index-url " + server.url() + "/simple --http-timeout 3 --retries 0",
+                            "", timeout_and_rss(stats, 60));
+    const Cost cost = cost_of(stats);
+    EXPECT_GE(cost.exit_code, 0) << fault << ": killed at 60 s\n" << p.err;
+    EXPECT_LT(cost.seconds, 30) << fault;
+    EXPECT_LT(cost.max_rss_kb, 400 * 1024) << fault;
+    if (p.doc.is_discarded()) continue;
+    ASSERT_EQ(p.doc["source_problems"].size(), 1U) << fault << p.doc.dump(1);
+    const std::string why = p.doc["source_problems"][0];
+    EXPECT_THAT(
+        why, HasSubstr(fault.starts_with("trickle") ? "under 1024 bytes a second for 3 s (the timeout" : "runs past"))
+        << fault;
+    EXPECT_THAT(why, HasSubstr(server.url() + (fault.ends_with("ranges") ? "/files/" : "/simple/"))) << fault;
   }
 }
 
@@ -337,7 +446,7 @@ TEST_F(WheelSources, AWheelWhoseObjectLiesAboutItsLayoutIsRefusedByNameAndNothin
     const std::string url = server.url() + "/files/" + fs::path(c["wheel"].get<std::string>()).filename().string();
     const auto p = plan_fix(t, v, "--index-url " + server.url() + "/simple");
     EXPECT_LT(p.exit_code, 128) << name << ": killed by a signal\n" << p.err;
-    EXPECT_EQ(p.exit_code, 0) << name << p.err;
+    EXPECT_EQ(p.exit_code, 2) << name << p.err;  // the plan's wheel refused: it cannot be applied
     ASSERT_EQ(p.doc["source_problems"].size(), 1U) << name << p.doc.dump(1);
     const std::string why = p.doc["source_problems"][0];
     EXPECT_THAT(why, HasSubstr(url + ": nvidia/cudnn/lib/libcudnn.so.9 is not a valid ELF object")) << name;
@@ -471,7 +580,7 @@ TEST_F(WheelSources, AnExtraIndexAnsweringWrongTypedJsonIsRefusedByNameAndTheGoo
   // The broken index alone: its page refused, naming its URL and the field; no wheel, no crash.
   TempDir c;
   const auto alone = plan_fix(c, broken_venv(c), "--index-url " + bad.url() + "/simple");
-  EXPECT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_EQ(alone.exit_code, 2) << alone.err;  // the plan's wheel could not be had
   EXPECT_THAT(alone.doc.dump() + alone.err,
               HasSubstr(bad.url() + "/simple/nvidia-cudnn-cu12/: file 1's \\\"filename\\\" "
                                     "is a number, not a string"));
@@ -489,7 +598,7 @@ TEST_F(WheelSources, ADeeplyNestedPipCacheEntryIsNamedAsDamagedNotACrash) {
   test::write_file(entry, "cc=4,\x81\xa4vary" + std::string(1'000'000, '\x91') + "\xc0");
   const test::Canaries canaries(t.path() + "/canaries");
   const auto p = plan_fix(t, v, "--offline", "PIP_CACHE_DIR=" + shell_quote(pip_cache) + " UV_CACHE_DIR=/nonexistent");
-  EXPECT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(p.exit_code, 2) << p.err;  // no cache had the plan's wheel
   EXPECT_THAT(p.doc["source_problems"].dump(),
               HasSubstr(entry + ": a damaged pip cache entry (arrays or maps nested deeper than 32"));
   EXPECT_EQ(canaries.changes(), "");
@@ -661,6 +770,92 @@ TEST_F(RangePlan, AServerThatIgnoresRangeGivesTheWholeWheelAndThePlanSaysSo) {
   ASSERT_TRUE(w["file"].is_string());
   EXPECT_EQ(sha256(w["file"]), sha256(big_wheel_));
   EXPECT_EQ(server.file_requests(), 2U) << "the cut whole file, then the whole file again, kept";
+}
+
+// tests/e2e/make_hostile_streams.py's attacks on the windows a plan inflates from a guessed block
+// boundary, planned from a --find-links folder and by range from an index, each run killed at
+// 60 s: runs of crafted block headers after the stream's end, each decoding 16 MiB (before: each
+// window tried every one of them, minutes and hundreds of gigabytes inflated), and a complete
+// stream of its own planted in a stored block where the last window starts, holding a false
+// dynamic segment (before: the plan read NEEDED libevil.so.1 and a RUNPATH from it). Each is
+// read as the loader reads the object, or refused by name, within its budget.
+TEST_F(WheelSources, CraftedDeflateStreamsArePlannedWithinABudgetAndNeverFromAPlantedSegment) {
+  TempDir gen;
+  const auto made =
+      run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_hostile_streams.py") + " " +
+                shell_quote(gen.path()));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto cases = json::parse(made.out);
+  ASSERT_EQ(cases.size(), 2U);
+  for (const auto& c : cases) {
+    for (const bool by_range : {false, true}) {
+      const std::string name = c["case"].get<std::string>() + (by_range ? " (by range)" : " (--find-links)");
+      TempDir t;
+      IndexServer server(c["dir"], t.path(), "");
+      const std::string stats = t.path() + "/stats";
+      const auto p = plan_fix(t, broken_venv(t),
+                              by_range ? "--index-url " + server.url() + "/simple"
+                                       : "--find-links " + shell_quote(c["dir"].get<std::string>()),
+                              "", timeout_and_rss(stats, 60));
+      const Cost cost = cost_of(stats);
+      EXPECT_GE(cost.exit_code, 0) << name << ": killed at 60 s\n" << p.err;
+      EXPECT_LT(cost.seconds, 30) << name;
+      EXPECT_LT(cost.max_rss_kb, 1024 * 1024) << name;
+      if (p.doc.is_discarded()) continue;
+      ASSERT_FALSE(p.doc["steps"].empty()) << name << p.doc.dump(1);
+      const auto& w = p.doc["steps"][0]["wheel"];
+      if (w.is_object()) {
+        ASSERT_EQ(w["objects"].size(), 1U) << name << w.dump(1);
+        const auto& o = w["objects"][0];
+        EXPECT_EQ(o["soname"], "libcudnn.so.9") << name;
+        EXPECT_EQ(o["needed"], json::array({"libc.so.6"})) << name << ": a planted segment read";
+        EXPECT_TRUE(o["runpath"].is_null()) << name << o.dump();
+      } else {
+        // Refused by name: the wheel and the member, and the budget it ran out of.
+        ASSERT_EQ(p.doc["source_problems"].size(), 1U) << name << p.doc.dump(1);
+        const std::string why = p.doc["source_problems"][0];
+        EXPECT_THAT(why, HasSubstr(c["member"].get<std::string>() + ": reading its deflate stream")) << name;
+        EXPECT_THAT(why, HasSubstr("budget")) << name;
+      }
+    }
+  }
+}
+
+// Objects of a few megabytes of deflate data declaring gigabytes (tests/e2e/make_huge_objects.py):
+// a segment halfway through 3 GiB, program headers at the end of 3 GiB (read from the start), and
+// 900 MiB from under 1 MiB deflated (small enough to be read whole). Planning each, from
+// --find-links and by range, holds at most 256 MB (the window decodes of a segment, 2 x 64 MiB,
+// and what the run needs besides); before, it kept what it inflated from the start (4.5 GB for
+// 3 GiB) and a small member whole.
+TEST_F(WheelSources, AnObjectDeclaringGigabytesIsPlannedInBoundedMemory) {
+  TempDir gen;
+  const auto made = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_huge_objects.py") +
+                              " " + shell_quote(gen.path()));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  for (const auto& c : json::parse(made.out)) {
+    if (c["case"] == "overrun") continue;  // DeclaredSizeOverrun...
+    for (const bool by_range : {false, true}) {
+      const std::string name = c["case"].get<std::string>() + (by_range ? " (by range)" : " (--find-links)");
+      TempDir t;
+      IndexServer server(c["dir"], t.path(), "");
+      const std::string stats = t.path() + "/stats";
+      const auto p = plan_fix(t, broken_venv(t),
+                              by_range ? "--index-url " + server.url() + "/simple"
+                                       : "--find-links " + shell_quote(c["dir"].get<std::string>()),
+                              "", timeout_and_rss(stats, 120));
+      const Cost cost = cost_of(stats);
+      EXPECT_GE(cost.exit_code, 0) << name << ": killed at 120 s\n" << p.err;
+      EXPECT_LT(cost.max_rss_kb, 256 * 1024) << name << ": peak RSS " << cost.max_rss_kb << " KB";
+      std::cout << name << ": peak RSS " << cost.max_rss_kb << " KB, " << cost.seconds << " s\n";
+      if (p.doc.is_discarded()) continue;
+      ASSERT_FALSE(p.doc["steps"].empty()) << name << p.doc.dump(1);
+      const auto& w = p.doc["steps"][0]["wheel"];
+      ASSERT_TRUE(w.is_object()) << name << p.doc.dump(1);
+      ASSERT_EQ(w["objects"].size(), 1U) << name << w.dump(1);
+      EXPECT_EQ(w["objects"][0]["soname"], "libcudnn.so.9") << name;
+      EXPECT_EQ(w["objects"][0]["needed"], json::array({"libc.so.6"})) << name;
+    }
+  }
 }
 
 // A TCP port free on 127.0.0.1 now (bound and released: the server started next takes it).

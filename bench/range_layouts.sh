@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What `plan fix` reads by range of an index's wheel, for three layouts of its large object
+# (tests/e2e/make_big_object.py: code-like .rodata, then PT_DYNAMIC, then .data): the segment near
+# the end (CUDA libraries: a small .data), in the middle (gcc's layout with a large .data), and
+# early (a small .rodata). For each: the bytes read against the wheel's size, the requests the
+# index saw for the plan, the seconds, and the plan's peak RSS (/usr/bin/time -v). The venv is the
+# e2e tests' broken one (pip's uninstall of the cu13 cuDNN deleted the cu12 dist's library).
+#   bench/range_layouts.sh [CUDAFIX (build/cudafix)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(realpath "${1:-build/cudafix}")
+fx=build/tests/fixtures/verify
+tmp=$(mktemp -d)
+trap 'kill "${server:-0}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+mk() { python3 tests/e2e/make_wheel.py "$@"; }
+mkdir -p "$tmp/base"
+w1=$(mk "$tmp/base" nvidia-cuda-runtime-cu12 12.8.90 "nvidia/cuda_runtime/lib/libcudart.so.12=$fx/cu12/libcudart.so.12")
+w2=$(mk "$tmp/base" nvidia-cudnn-cu12 9.10.2.21 "nvidia/cudnn/lib/libcudnn.so.9=$fx/cudnn/v91400/libcudnn.so.9")
+w3=$(mk "$tmp/base" nvidia-cudnn-cu13 9.19.0.56 "nvidia/cudnn/lib/libcudnn.so.9=$fx/cudnn/v91900/libcudnn.so.9")
+w4=$(mk "$tmp/base" torch12like 2.7.0 "torch/lib/libtorch_cuda.so=$fx/torch12/libtorch_cuda.so" \
+  --requires 'nvidia-cudnn-cu12==9.10.2.21')
+python3 -m venv "$tmp/venv"
+"$tmp/venv/bin/python3" -m pip install -q --no-index --no-deps "$w1" "$w2" "$w3" "$w4"
+"$tmp/venv/bin/python3" -m pip uninstall -q -y nvidia-cudnn-cu13
+printf '%-8s %10s %10s %8s %9s %6s %8s\n' layout read wheel fraction requests secs "RSS MB"
+for layout in "end 24 0.5" "middle 12 12" "early 0.5 24"; do
+  set -- $layout
+  dir="$tmp/$1"
+  mkdir -p "$dir/objects"
+  python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn.so.9" libcudnn.so.9 "$2" "$3" >/dev/null
+  wheel=$(mk "$dir" nvidia-cudnn-cu12 9.10.2.21 "nvidia/cudnn/lib/libcudnn.so.9=$dir/objects/libcudnn.so.9" --deflate)
+  rm -rf "$dir/objects"
+  python3 tests/e2e/index_server.py "$dir" "$dir/log.jsonl" >"$dir/port" 2>/dev/null &
+  server=$!
+  for _ in $(seq 50); do [ -s "$dir/port" ] && break; sleep 0.1; done
+  start=$(date +%s.%N)
+  env -u VIRTUAL_ENV -u PIP_FIND_LINKS CUDAFIX_CACHE_DIR="$dir/cache" /usr/bin/time -v "$bin" plan fix --json \
+    --venv "$tmp/venv" --ld-so-cache /dev/null --ld-library-path '' --index-url "http://127.0.0.1:$(cat "$dir/port")/simple" \
+    >"$dir/plan.json" 2>"$dir/time" || true
+  secs=$(echo "$(date +%s.%N) - $start" | bc)
+  kill "$server"
+  python3 - "$1" "$dir/plan.json" "$dir/log.jsonl" "$dir/time" "$secs" <<'EOF'
+import json, re, sys
+name, plan, log, timing, secs = sys.argv[1:]
+w = json.load(open(plan))["steps"][0]["wheel"] or {}
+r = w.get("read") or {"bytes": 0, "of": 1}
+requests = sum(1 for line in open(log) if json.loads(line)["path"].startswith("/files/"))
+rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(timing).read()).group(1)) // 1024
+print(f"{name:<8} {r['bytes']:>10} {r['of']:>10} {100 * r['bytes'] / r['of']:>7.2f}% {requests:>9} {float(secs):>6.1f} {rss:>8}")
+EOF
+done
