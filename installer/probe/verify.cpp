@@ -173,9 +173,9 @@ void describe_family(const r::Environment& env, const r::Knowledge& knowledge, s
       family.insert(g.loaded_by);
       for (const auto& s : g.sonames_for(std::nullopt)) family.insert(s);
     }
+  for (auto& f : loaded) f.family = family.count(f.soname) > 0;
   add_unmapped_members(env, knowledge, loaded);
   for (auto& f : loaded) {
-    f.family = family.count(f.soname) > 0;
     if (!f.path) continue;
     const std::string real = r::real_path_of(*f.path);
     if (const auto* o = env.object(real)) {

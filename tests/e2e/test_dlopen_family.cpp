@@ -170,6 +170,17 @@ TEST(DlopenFamily, VerifyShowsTheEngineTheRealLoaderMappedFromTheOtherBuild) {
   ASSERT_FALSE(graph.is_null());
   EXPECT_EQ(graph["dist"], "nvidia-cudnn-cu13");
   EXPECT_EQ(graph["version"], "9.19.0.56");
+  // With no other copy on the library path, the graph library's dlopen keeps nothing: the member
+  // is named from the model, as not in the process.
+  const auto alone = cudafix("verify --ld-library-path " + shell_quote(k_fake_cuda), venv);
+  EXPECT_EQ(alone.exit_code, 1);
+  json unmapped;
+  for (const auto& f : alone.doc["loaded"])
+    if (f["soname"] == "libcudnn_engines_precompiled.so.9") unmapped = f;
+  ASSERT_FALSE(unmapped.is_null()) << alone.doc["loaded"].dump(1);
+  EXPECT_TRUE(unmapped["path"].is_null());
+  EXPECT_EQ(unmapped["family"], true);
+  EXPECT_FALSE(unmapped["model"].is_null()) << unmapped.dump();
   const std::string text = text_of("verify --ld-library-path " + path, venv);
   EXPECT_THAT(text, HasSubstr("loaded from the cuDNN family"));
   EXPECT_THAT(text, HasSubstr(k_host + "/libcudnn_engines_precompiled.so.9.14.0 (outside the environment, release "
