@@ -332,8 +332,9 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
   const auto wanted = r::wheels_wanted(env, knowledge, opts);
   installer::WheelReadCost cost;
   auto found = installer::source::find_wheels(folders, opts.supported_tags, &wanted, &cost);
-  for (const auto& diag : found.diagnostics)
-    if (!g.quiet) std::cerr << fmt::format("cudafix: warning: {}\n", printable(diag.to_string(), k_line_limit));
+  // A wanted wheel a folder holds but that was refused (a damaged zip, a member inflating past its
+  // size) is a source problem as an index's is: in the plan, not only on standard error.
+  for (const auto& diag : found.diagnostics) out.source_problems.push_back(diag.to_string());
   opts.wheels = std::move(found.wheels);
   const auto t0 = std::chrono::steady_clock::now();
   out.plan = plan_with_sources(g, env, knowledge, opts, out.source_problems);

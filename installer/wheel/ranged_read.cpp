@@ -143,6 +143,8 @@ struct WindowFind {
   std::uint64_t inflated = 0;
   // A window inflated to the member's end: its bytes, at their place in the file.
   std::optional<std::pair<std::uint64_t, std::string>> tail;
+  // A decode that ended exactly with the member inflated more than the member declares.
+  bool overrun = false;
 };
 
 // The dynamic segment in a window of compressed bytes: inflated from each plausible block
@@ -163,7 +165,13 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     // A stream that ends inside the window is not the member's; in a window that ends with the
     // member, the member's stream ends exactly there. Either is a start in planted bytes.
     if (w.ended_early || (ends_member && !w.ended)) return false;
-    if (ends_member && w.ended && a.size() <= member_size && a.size() == b.size()) {
+    // The member's stream holds more than it declares: counted back from its end, every place
+    // would be off by what it holds past its size (install refuses the member).
+    if (ends_member && w.ended && a.size() > member_size) {
+      out.overrun = true;
+      return true;
+    }
+    if (ends_member && w.ended && a.size() == b.size()) {
       const std::uint64_t base = member_size - a.size();
       if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
       // Known only where both decodes agree: bytes copied from before the window differ.
@@ -239,10 +247,11 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
 std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
                                                                     std::uint64_t member_size, std::uint64_t from,
                                                                     std::uint64_t to, std::uint64_t& inflated,
-                                                                    InflateBudget* budget) {
+                                                                    InflateBudget* budget, bool& overrun) {
   std::optional<std::pair<std::uint64_t, std::string>> out;
   const auto take = [&](const WindowDecode& w) {
-    if (w.ended_early) return false;  // a stream planted in the window: not the member's
+    if (w.ended_early) return false;                              // a stream planted in the window: not the member's
+    if (w.ended && w.zeros.size() > member_size) overrun = true;  // more than it declares
     // A true boundary's decode that does not reach the stream's end: no later one will.
     if (!w.ended || w.zeros.size() > member_size) return w.zeros.size() >= window.size() / 2;
     const std::uint64_t base = member_size - w.zeros.size();
@@ -454,9 +463,11 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       inflated = compressed.substr(0, std::min<std::uint64_t>(m.size, compressed.size()));
     } else {
       Inflater z;
-      const bool fed = z.feed(bytes_of(compressed), compressed.size(), whole_one(m) ? m.size : k_head * 4);
+      // A whole one up to a byte past its size: one that holds more is not what install takes.
+      const bool fed = z.feed(bytes_of(compressed), compressed.size(), whole_one(m) ? m.size + 1 : k_head * 4);
       out.inflated += z.produced;
       if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
+      if (z.out.size() > m.size) throw inflates_past_size(label, m);
       inflated = std::move(z.out);
     }
     if (whole_one(m)) {
@@ -533,7 +544,10 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
                                                 d.layout.dynamic_offset, limits.mid_stream, d.budget.get());
     });
   }
-  for (const auto& found : dynamic) out.inflated += found.inflated;
+  for (std::size_t i = 0; i < deep.size(); ++i) {
+    out.inflated += dynamic[i].inflated;
+    if (dynamic[i].overrun) throw inflates_past_size(label, *deep[i].member);
+  }
   for (std::size_t i = 0; i < deep.size(); ++i) {
     Deep& d = deep[i];
     zip::Entry& m = *d.member;
@@ -615,9 +629,11 @@ RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_
       const std::uint64_t end = m.data_offset + m.compressed;
       const std::uint64_t reach = (m.size - strings->first) + (m.size - strings->first) / 1000 + k_window / 4;
       const std::uint64_t first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
-      if (auto t = inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second,
-                                  out.inflated, d.budget.get()))
-        known.v.push_back(std::move(*t));
+      bool overrun = false;
+      auto t = inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second, out.inflated,
+                              d.budget.get(), overrun);
+      if (overrun) throw inflates_past_size(label, m);
+      if (t) known.v.push_back(std::move(*t));
     };
     if (dynamic[i].dyn && m.method == 8) {
       strings_from_end();

@@ -12,7 +12,8 @@
                  declared end.
 Each is OUTDIR/<case>/ holding one wheel, nvidia-cudnn-cu12 9.10.2.21, whose
 nvidia/cudnn/lib/libcudnn.so.9 is the object (SONAME libcudnn.so.9, NEEDED libc.so.6 alone).
-usage: make_huge_objects.py OUTDIR  -> a JSON list of {"case", "dir", "wheel", "member", "declared"}
+usage: make_huge_objects.py OUTDIR [CASE...]  -> a JSON list of {"case", "dir", "wheel", "member", "declared"}
+(all cases where none is named)
 """
 import base64
 import hashlib
@@ -115,10 +116,13 @@ def wheel(folder, obj):
 
 
 def main():
-    outdir = sys.argv[1]
+    outdir, only = sys.argv[1], set(sys.argv[2:])
     made = []
 
-    def add(case, obj):
+    def add(case, make):
+        if only and case not in only:
+            return
+        obj = make()
         folder = os.path.join(outdir, case)
         os.makedirs(folder, exist_ok=True)
         made.append({"case": case, "dir": folder, "wheel": wheel(folder, obj), "member": MEMBER,
@@ -128,21 +132,20 @@ def main():
     size = 3 << 30
     dyn_at = size // 2
     ehdr, phdrs = headers(size, dyn_at)
-    add("segment_mid", Object(size, {**common, 0: ehdr + phdrs, dyn_at: segment()}, 256 << 10))
+    add("segment_mid", lambda: Object(size, {**common, 0: ehdr + phdrs, dyn_at: segment()}, 256 << 10))
     late = size - (64 << 10)
-    ehdr, phdrs = headers(size, dyn_at, phoff=late)
-    add("headers_late", Object(size, {**common, 0: ehdr, late: phdrs, dyn_at: segment()}, 256 << 10))
-    size = 900 << 20
-    dyn_at = size - (1 << 20)
-    ehdr, phdrs = headers(size, dyn_at)
-    add("small_whole", Object(size, {**common, 0: ehdr + phdrs, dyn_at: segment()}, 64 << 10))
-    size = 6 << 20
-    dyn_at = size - (1 << 20)
-    ehdr, phdrs = headers(size, dyn_at)
+    ehdr2, phdrs2 = headers(size, dyn_at, phoff=late)
+    add("headers_late", lambda: Object(size, {**common, 0: ehdr2, late: phdrs2, dyn_at: segment()}, 256 << 10))
+    small, small_dyn = 900 << 20, (900 << 20) - (1 << 20)
+    ehdr3, phdrs3 = headers(small, small_dyn)
+    add("small_whole", lambda: Object(small, {**common, 0: ehdr3 + phdrs3, small_dyn: segment()}, 64 << 10))
+    over, over_dyn = 6 << 20, (6 << 20) - (1 << 20)
+    ehdr4, phdrs4 = headers(over, over_dyn)
     # What the stream holds past the declared size: the last MiB again, its segment false.
     tail = bytearray(1 << 20)
     tail[0:128] = segment("libevil.so.1")
-    add("overrun", Object(size, {**common, 0: ehdr + phdrs, dyn_at: segment()}, 1 << 20, extra=bytes(tail)))
+    add("overrun", lambda: Object(over, {**common, 0: ehdr4 + phdrs4, over_dyn: segment()}, 1 << 20,
+                                  extra=bytes(tail)))
     print(json.dumps(made))
 
 

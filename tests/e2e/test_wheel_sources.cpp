@@ -858,6 +858,35 @@ TEST_F(WheelSources, AnObjectDeclaringGigabytesIsPlannedInBoundedMemory) {
   }
 }
 
+// An object whose deflate stream holds a MiB more than its entry declares, the extra MiB its
+// tail again with a false segment (NEEDED libevil.so.1): counted back from the member's end, the
+// window read the false one (install refuses the member). Planning refuses it too, from
+// --find-links and by range, naming the wheel and the member.
+TEST_F(WheelSources, AStreamInflatingPastItsDeclaredSizeIsRefusedByPlanning) {
+  TempDir gen;
+  const auto made = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_huge_objects.py") +
+                              " " + shell_quote(gen.path()) + " overrun");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto c = json::parse(made.out).at(0);
+  for (const bool by_range : {false, true}) {
+    const std::string name = by_range ? "by range" : "--find-links";
+    TempDir t;
+    IndexServer server(c["dir"], t.path(), "");
+    const auto p = plan_fix(t, broken_venv(t),
+                            by_range ? "--index-url " + server.url() + "/simple"
+                                     : "--find-links " + shell_quote(c["dir"].get<std::string>()));
+    ASSERT_FALSE(p.doc.is_discarded()) << name;
+    EXPECT_EQ(p.exit_code, 2) << name << ": the plan's wheel could not be had";
+    ASSERT_EQ(p.doc["source_problems"].size(), 1U) << name << p.err << p.doc["steps"].dump(1);
+    const std::string why = p.doc["source_problems"][0];
+    EXPECT_THAT(why, HasSubstr("nvidia_cudnn_cu12-9.10.2.21")) << name;
+    EXPECT_THAT(why,
+                HasSubstr(c["member"].get<std::string>() + " inflates to more than the 6291456 bytes its entry says"))
+        << name;
+    EXPECT_THAT(p.doc.dump(), Not(HasSubstr("libevil.so.1"))) << name;
+  }
+}
+
 // A TCP port free on 127.0.0.1 now (bound and released: the server started next takes it).
 std::string free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
