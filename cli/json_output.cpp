@@ -480,6 +480,17 @@ std::string explain_json(const rules::Rule& rule) {
   return w.take();
 }
 
+std::string version_json(const std::string& version) {
+  JsonWriter w;
+  w.begin_object();
+  w.key("schema").value(1);
+  w.key("command").value("version");
+  w.key("venv").null();
+  w.key("version").value(version);
+  w.end_object();
+  return w.take();
+}
+
 std::string error_json(const std::string& command, const std::string& message, int exit_code) {
   JsonWriter w;
   w.begin_object();

@@ -48,6 +48,9 @@ namespace cudafix::cli {
 // `cudafix explain RULE --json`: {"schema":1,"command":"explain","venv":null,"rule":ID,"severity",
 // "depth","summary","document":MARKDOWN}.
 [[nodiscard]] std::string explain_json(const rules::Rule& rule);
+// `cudafix --json --version` and `cudafix version --json`: {"schema":1,"command":"version",
+// "venv":null,"version":X}.
+[[nodiscard]] std::string version_json(const std::string& version);
 // A command line or a command that could not run: {"schema":1,"command":C|null,"venv":null,
 // "error":MESSAGE,"exit":N}, `command` empty where the words typed name none.
 [[nodiscard]] std::string error_json(const std::string& command, const std::string& message, int exit_code);

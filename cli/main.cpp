@@ -54,6 +54,13 @@ void show_common_options(CLI::App& app, CLI::App* command, std::vector<std::stri
   });
 }
 
+// `cudafix --version`, `-V` and `cudafix version`: "cudafix X", or under --json
+// {"schema":1,"command":"version","venv":null,"version":X} (docs/json.md).
+int print_version(bool json, std::ostream& out) {
+  out << (json ? cudafix::cli::version_json(CUDAFIX_VERSION) : std::string("cudafix " CUDAFIX_VERSION)) << '\n';
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -200,6 +207,10 @@ int main(int argc, char** argv) {
   std::optional<std::string> demo_dir;
   auto* demo = app.add_subcommand("demo", "build a broken example environment and walk the workflow on it");
   demo->add_option("DIR", demo_dir, "where to build it (default: a new folder under $TMPDIR)");
+  auto* version = app.add_subcommand("version", "print cudafix's version (as --version)");
+  std::vector<std::string> help_words;
+  auto* help = app.add_subcommand("help", "print the help of cudafix or of a command (as --help)");
+  help->add_option("COMMAND", help_words, "the command (`cudafix help plan fix`)");
   {
     // Each command's --help lists the common options it honours beside its own.
     const std::vector<std::string> environment = {"--venv",  "--python",  "--json",  "--color",
@@ -223,6 +234,7 @@ int main(int argc, char** argv) {
     show_common_options(app, rules_cmd, {"--venv", "--python", "--json", "--color", "--rules"});
     show_common_options(app, explain, {"--json"});
     show_common_options(app, demo, {"--json", "--color", "--quiet", "--verbose"});
+    show_common_options(app, version, {"--json"});
   }
   if (argc == 1) {  // `cudafix` alone: what there is to run, as uv says it (a usage error)
     std::cerr << short_help(app);
@@ -242,6 +254,7 @@ int main(int argc, char** argv) {
   mat->add_option("--python", mat_python);
 
   const ParsedCommandLine parsed = parse_command_line(app, argc, argv);
+  if (parsed.version) return print_version(parsed.json, std::cout);
   if (!parsed.run) return parsed.exit_code == 0 ? 0 : report_failure(parsed, std::cout, std::cerr);
   g.color = color == "always" ? ColorMode::always : color == "never" ? ColorMode::never : ColorMode::auto_;
   if (llp->count()) g.ld_library_path = ld_library_path;
@@ -266,6 +279,16 @@ int main(int argc, char** argv) {
     if (rules_cmd->parsed()) return run_rules(g, std::cout);
     if (explain->parsed()) return run_explain(g, explain_id, std::cout);
     if (demo->parsed()) return run_demo(g, demo_dir, std::cout);
+    if (version->parsed()) return print_version(g.json, std::cout);
+    if (help->parsed()) {
+      const HelpPage page = help_page(app, help_words);
+      if (!page.error.empty())
+        return report_failure(
+            ParsedCommandLine{.exit_code = k_exit_usage, .error = page.error, .command = "help", .json = g.json},
+            std::cout, std::cerr);
+      std::cout << page.text;
+      return 0;
+    }
     if (remove->parsed()) return run_remove(g, remove_opts, std::cout);
     if (history->parsed()) return run_history(g, std::cout);
     if (apply->parsed()) return run_apply(g, apply_opts, std::cout);

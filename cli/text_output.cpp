@@ -651,8 +651,8 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
                                 rep.warnings == 1 ? "" : "s", rep.infos);
   if (env.layout.externally_managed && (rep.errors || rep.warnings))
     out += st.dim(
-        fmt::format("{} is externally managed ({}, PEP 668): pip changes it only with --break-system-packages, and the "
-                    "system's own packages are repaired by its package manager\n",
+        fmt::format("{} is externally managed ({}, PEP 668): the system's own packages are repaired by its package "
+                    "manager, the rest in a venv that sees them; pip changes it only with --break-system-packages\n",
                     shown(env, env.layout.root), shown(env, *env.layout.externally_managed)));
   if (rep.hashed_files)
     out += fmt::format("hashed {} files ({:.2f} GB) against their RECORD\n", rep.hashed_files,

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -56,13 +57,14 @@ const CLI::Option* option_at(CLI::App& at, const std::string& name) {
   return nullptr;
 }
 
-// The command below `app` whose option `name` is, for "an option of doctor" (none: null).
-CLI::App* command_with_option(CLI::App& app, const std::string& name) {
+// Every command below `app` that takes option `name`, by its path ("plan fix"), in --help's order.
+void commands_with_option(CLI::App& app, const std::string& name, const std::string& above,
+                          std::vector<std::string>& out) {
   for (CLI::App* sub : commands_of(app)) {
-    if (sub->get_option_no_throw(name)) return sub;
-    if (CLI::App* deeper = command_with_option(*sub, name)) return deeper;
+    const std::string path = above.empty() ? sub->get_name() : above + " " + sub->get_name();
+    if (sub->get_option_no_throw(name)) out.push_back(path);
+    commands_with_option(*sub, name, path, out);
   }
-  return nullptr;
 }
 
 // Any option of `app` or of a command below it, by the name CLI11's messages give it.
@@ -89,14 +91,20 @@ std::string command_path(const std::vector<CLI::App*>& path) {
   return out;
 }
 
-std::string unknown_option_text(CLI::App& root, CLI::App& at, const std::string& name) {
-  if (CLI::App* owner = command_with_option(root, name); owner && owner != &at) {
-    std::string where = owner->get_name();
-    for (CLI::App* up = owner->get_parent(); up && up->get_parent(); up = up->get_parent())
-      where = up->get_name() + " " + where;
-    return fmt::format("{} is an option of `cudafix {}`: give it after the command", name, where);
-  }
-  return fmt::format("unknown option '{}'", name);
+// `name`, which `at` (`path` the commands to it) does not take, said as what it is: an option of
+// other commands (`cudafix doctor -y`: "-y is not an option of `cudafix doctor`; it is an option of
+// remove, install, ..."), or, typed before a command, one to give after it.
+std::string unknown_option_text(CLI::App& root, CLI::App& at, const std::vector<CLI::App*>& path,
+                                const std::string& name) {
+  std::vector<std::string> owners;
+  commands_with_option(root, name, "", owners);
+  if (owners.empty()) return fmt::format("unknown option '{}'", name);
+  const std::string owner_names =
+      owners.size() == 1 ? fmt::format("`cudafix {}`", owners.front()) : fmt::format("{}", fmt::join(owners, ", "));
+  if (!listed_commands(at).empty())  // before the command that takes it
+    return fmt::format("{} is an option of {}: give it after the command", name, owner_names);
+  return fmt::format("{} is not an option of `cudafix {}`; it is an option of {}", name, command_path(path),
+                     owner_names);
 }
 
 // What a pip or uv user types that is no cudafix command, and the cudafix command that does it.
@@ -110,7 +118,6 @@ constexpr OtherToolsWord k_other_tools_words[] = {
     {"show", "`cudafix scan` (every dist and its files) or `cudafix why SONAME` (who needs a library, who has it)"},
     {"inspect", "`cudafix scan --json` (the model: dists, files, libraries, resolutions)"},
     {"check", "`cudafix doctor` (every way the environment is broken, unmet requirements included)"},
-    {"help", "`cudafix --help` (and `cudafix COMMAND --help`)"},
 };
 
 // `word`, no command of `at` (`path` the commands above it), in plain words with "did you
@@ -167,7 +174,7 @@ Walk walk_command_line(CLI::App& root, int argc, const char* const* argv) {
     if (arg.starts_with("--") && arg.size() > 2) {
       const std::string name(arg.substr(0, arg.find('=')));
       const CLI::Option* opt = option_at(*at, name);
-      if (!opt) return problem(unknown_option_text(root, *at, name));
+      if (!opt) return problem(unknown_option_text(root, *at, w.commands, name));
       if (name.size() == arg.size() && takes_value(*opt) && !skip_values(*opt, i)) return needs_value(name);
       continue;
     }
@@ -176,7 +183,7 @@ Walk walk_command_line(CLI::App& root, int argc, const char* const* argv) {
       for (std::size_t k = 1; k < arg.size(); ++k) {
         const std::string name = fmt::format("-{}", arg[k]);
         const CLI::Option* opt = option_at(*at, name);
-        if (!opt) return problem(unknown_option_text(root, *at, name));
+        if (!opt) return problem(unknown_option_text(root, *at, w.commands, name));
         if (!takes_value(*opt)) continue;
         if (k + 1 == arg.size() && !skip_values(*opt, i)) return needs_value(name);
         break;
@@ -424,7 +431,10 @@ ParsedCommandLine parse_command_line(CLI::App& app, int argc, const char* const*
     app.parse(argc, argv);
     p.run = true;
     return p;
-  } catch (const CLI::Success& e) {  // --help, --version
+  } catch (const CLI::CallForVersion&) {
+    p.version = true;
+    return p;
+  } catch (const CLI::Success& e) {  // --help
     p.exit_code = app.exit(e);
     return p;
   } catch (const CLI::ParseError& e) {
@@ -435,6 +445,24 @@ ParsedCommandLine parse_command_line(CLI::App& app, int argc, const char* const*
     p.exit_code = k_exit_usage;
     return p;
   }
+}
+
+HelpPage help_page(CLI::App& root, const std::vector<std::string>& words) {
+  CLI::App* at = &root;
+  std::vector<CLI::App*> path;
+  std::string usage_name = root.get_name();  // as --help's usage line names it: argv[0], then the commands
+  for (const std::string& word : words) {
+    const auto names = listed_commands(*at);
+    CLI::App* sub = std::ranges::find(names, word) != names.end() ? command_named(*at, word) : nullptr;
+    if (!sub && names.empty())
+      return {"", fmt::format("`cudafix {}` has no commands ('{}' given)", command_path(path), word)};
+    if (!sub) return {"", unknown_command_text(*at, path, word, names)};
+    path.push_back(sub);
+    at = sub;
+    usage_name += " " + word;
+  }
+  // The formatter itself: App::help would show the help of the command parsed, `help` itself.
+  return {at->get_formatter()->make_help(at, usage_name, CLI::AppFormatMode::Normal), ""};
 }
 
 int report_failure(bool as_json, const std::string& command, const std::string& message, int exit_code,

@@ -82,29 +82,49 @@ void check_rule_names(const DoctorOptions& options) {
         throw r::Error(fmt::format("unknown rule '{}'; the rules are: {}", id, fmt::join(rule_ids(), ", ")));
 }
 
-// PEP 668: pip refuses to change an externally managed environment. A reinstall of a dist the
-// system's package manager installed is that package manager's; any other pip command says the
-// flag that makes pip go ahead, so that the command shown is one that runs.
+// PEP 668: pip refuses to change an externally managed environment, and Debian and the PEP point
+// to the system's package or a venv, never to --break-system-packages first. A reinstall of a dist
+// the system's package manager installed is that package manager's (dpkg's file lists tell which
+// package); any other pip command runs in a venv that sees the system's packages
+// (--system-site-packages), so that what the system's dists need is had without writing beneath
+// the prefix; a requirement of a system package names that package, whose distribution is the
+// one to provide it.
 void adapt_to_externally_managed(const r::Environment& env, std::vector<Finding>& found) {
-  constexpr std::string_view pip_install = "pip install ";
-  std::vector<std::string> reinstalled;
-  auto folder_of = [&](const std::string& dir_name) -> std::string {
+  constexpr std::string_view pip = "pip ";
+  const auto dist_named = [&](const std::string& dir_name) -> const r::DistInfo* {
     for (const auto& d : env.dists)
-      if (d.dir_name == dir_name) return d.site_dir + "/" + d.dir_name;
-    return "";
+      if (d.dir_name == dir_name) return &d;
+    return nullptr;
   };
+  const auto folder_of = [&](const std::string& dir_name) -> std::string {
+    const r::DistInfo* d = dist_named(dir_name);
+    return d ? d->site_dir + "/" + d->dir_name : "";
+  };
+  std::vector<std::string> folders;  // the dists reinstalled and those whose requirement is missing
   for (const auto& f : found)
-    if (f.remedy && f.remedy->action == "reinstall" && f.remedy->dists.size() == 1)
-      if (auto folder = folder_of(f.remedy->dists.front()); !folder.empty()) reinstalled.push_back(std::move(folder));
-  const auto owners = r::debian_owners(env.layout.root, reinstalled);
+    if (f.remedy && f.remedy->command.starts_with(pip))
+      for (const auto& d : f.remedy->action == "reinstall" ? f.remedy->dists : f.dists)
+        if (auto folder = folder_of(d); !folder.empty()) folders.push_back(std::move(folder));
+  const auto owners = r::debian_owners(env.layout.root, folders);
+  const auto owner_of = [&](const std::string& dir_name) -> const std::string* {
+    const auto it = owners.find(folder_of(dir_name));
+    return it == owners.end() ? nullptr : &it->second;
+  };
   for (auto& f : found) {
-    if (!f.remedy || !f.remedy->command.starts_with(pip_install)) continue;
+    if (!f.remedy || !f.remedy->command.starts_with(pip)) continue;
     if (f.remedy->action == "reinstall" && f.remedy->dists.size() == 1)
-      if (auto it = owners.find(folder_of(f.remedy->dists.front())); it != owners.end()) {
-        f.remedy->command = fmt::format("apt install --reinstall {}", it->second);
+      if (const std::string* package = owner_of(f.remedy->dists.front())) {
+        f.remedy->command = fmt::format("apt install --reinstall {}", *package);
         continue;
       }
-    f.remedy->command.insert(pip_install.size(), "--break-system-packages ");
+    if (f.remedy->action == "install" && f.dists.size() == 1 && f.remedy->dists.size() == 1)
+      if (const std::string* package = owner_of(f.dists.front()))
+        f.evidence.push_back(fmt::format(
+            "{} is the system's (dpkg: {}): the distribution's package of {} (apt search {}) serves every user, "
+            "a venv that sees the system's packages one project",
+            r::dist_label(*dist_named(f.dists.front())), *package, f.remedy->dists.front(), f.remedy->dists.front()));
+    f.remedy->command = fmt::format("{}/bin/python3 -m venv --system-site-packages .venv && .venv/bin/{}",
+                                    env.layout.root, f.remedy->command);
   }
 }
 

@@ -23,7 +23,7 @@ _cudafix() {
     words=("${COMP_WORDS[@]}")
     cword=$COMP_CWORD
   }
-  local commands="scan why doctor verify plan rules explain remove install apply fix history rollback snapshot guard demo"
+  local commands="scan why doctor verify plan rules explain remove install apply fix history rollback snapshot guard demo version help"
   local global="--help --version --venv --python --json --lock-timeout --color --quiet --verbose --ld-library-path
     --ld-so-cache --threads --timings --no-cache --find-links --python-platform --python-version --index-url --extra-index-url --no-index --offline
     --http-timeout --retries --rules"
@@ -67,6 +67,7 @@ _cudafix() {
       own="--allow-break --keep --no-verify --break-system-packages --" ;;
     explain) [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words rules)" -- "$cur")); return; } ;;
     demo) [[ $cur != -* ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
+    help) [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$commands" -- "$cur")); return; } ;;
   esac
   COMPREPLY=($(compgen -W "$own $global" -- "$cur"))
 }

@@ -184,6 +184,30 @@ TEST_F(CliErrors, AMissingOrUnknownCommandOrArgumentIsOneDocument) {
   expect_error("-p", "", "-p needs a value");
   expect_error("--select shared-path doctor", "",
                "--select is an option of `cudafix doctor`: give it after the command");
+  expect_error("help frob", "help", "unknown command 'frob'; the commands are: scan, why, doctor");
+  expect_error("help plan frob", "help", "unknown command 'frob' of 'plan'");
+}
+
+// An option given after a command that does not take it is named as that, with the commands that
+// take it (every one of them), never as one to "give after the command" it was given after.
+TEST_F(CliErrors, AnOptionOfOtherCommandsGivenToOneIsNamedWithTheCommandsThatTakeIt) {
+  const std::string takers = "it is an option of remove, install, apply, fix, rollback, snapshot";
+  for (const std::string args : {"doctor -y", "doctor --yes", "doctor -qy", "scan -y --venv /x"}) {
+    const std::string command = args.substr(0, args.find(' '));
+    const std::string typed = args.find("--yes") != std::string::npos ? "--yes" : "-y";
+    expect_error(args, command, typed + " is not an option of `cudafix " + command + "`; " + takers);
+    EXPECT_THAT(cudafix(args).err, Not(HasSubstr("give it after the command"))) << args;
+  }
+  expect_error("plan fix -y", "plan fix", "-y is not an option of `cudafix plan fix`; " + takers);
+  expect_error("doctor --dry-run", "doctor",
+               "--dry-run is not an option of `cudafix doctor`; it is an option of remove, install, fix, rollback");
+  expect_error("scan --break-system-packages", "scan",
+               "it is an option of remove, install, apply, fix, rollback, snapshot, guard");
+  // One command takes it: that command named as a command line.
+  expect_error("scan --verify-hashes", "scan",
+               "--verify-hashes is not an option of `cudafix scan`; it is an option of `cudafix doctor`");
+  // Before the command, where it belongs is said.
+  expect_error("-y remove alpha", "", "-y is an option of " + takers.substr(19) + ": give it after the command");
 }
 
 TEST_F(CliErrors, EachCommandsOwnFailuresAreOneDocument) {

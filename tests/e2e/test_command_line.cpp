@@ -50,7 +50,7 @@ TEST(HelpAndNames, CudafixAlonePrintsTheCommandsAndExits2AsUvDoes) {
   EXPECT_EQ(r.out, "") << "uv writes this help to standard error";
   EXPECT_THAT(r.err, HasSubstr("Usage: cudafix [OPTIONS] COMMAND"));
   for (const char* c : {"scan", "why", "doctor", "verify", "plan", "rules", "explain", "remove", "install", "apply",
-                        "fix", "history", "rollback", "snapshot", "demo"})
+                        "fix", "history", "rollback", "snapshot", "demo", "version", "help"})
     EXPECT_THAT(r.err, HasSubstr(std::string("\n  ") + c + " ")) << c;
   EXPECT_THAT(r.err, Not(HasSubstr("materialize")));
   EXPECT_THAT(r.err, Not(HasSubstr("__complete")));
@@ -64,6 +64,37 @@ TEST(HelpAndNames, DashCapitalVIsTheVersionAsInPipAndUv) {
   EXPECT_EQ(v.out, version.out);
 }
 
+// `cudafix help` and `cudafix version`, as pip and uv have them: the same words as --help and
+// --version, and under --json the version as a document.
+TEST(HelpAndNames, HelpAndVersionAreCommandsAsInPip) {
+  const auto help = cudafix("help"), dash_help = cudafix("--help");
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_THAT(help.out, HasSubstr("Subcommands:"));
+  EXPECT_EQ(help.out, dash_help.out);
+  for (const std::string command : {"plan fix", "doctor", "plan", "guard", "version"}) {
+    const auto of = cudafix("help " + command), own = cudafix(command + " --help");
+    EXPECT_EQ(of.exit_code, 0) << command << ": " << of.err;
+    EXPECT_THAT(of.out, HasSubstr("cudafix " + command + " [OPTIONS]")) << command;
+    EXPECT_EQ(of.out, own.out) << command;
+  }
+  const auto unknown = cudafix("help frobnicate");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown command 'frobnicate'"));
+  EXPECT_EQ(cudafix("help materialize").exit_code, 2) << "a hidden command has no help page";
+  EXPECT_THAT(cudafix("help uninstall").err, HasSubstr("did you mean `cudafix remove`"));
+
+  const auto version = cudafix("version"), dash_version = cudafix("--version");
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_THAT(version.out, ::testing::StartsWith("cudafix "));
+  EXPECT_EQ(version.out, dash_version.out);
+  const std::string number = version.out.substr(8, version.out.size() - 9);
+  for (const std::string args : {"--json --version", "--json -V", "version --json", "--version --json"}) {
+    const auto r = cudafix(args);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    EXPECT_EQ(r.out, R"({"schema":1,"command":"version","venv":null,"version":")" + number + "\"}\n") << args;
+  }
+}
+
 TEST(HelpAndNames, PipsWordsNameTheCudafixCommandThatDoesIt) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> words = {
       {"uninstall torch", {"cudafix has no 'uninstall'", "`cudafix remove`", "`cudafix plan remove`"}},
@@ -72,7 +103,6 @@ TEST(HelpAndNames, PipsWordsNameTheCudafixCommandThatDoesIt) {
       {"show torch", {"cudafix has no 'show'", "`cudafix scan`", "`cudafix why SONAME`"}},
       {"check", {"cudafix has no 'check'", "`cudafix doctor`"}},
       {"inspect", {"cudafix has no 'inspect'", "`cudafix scan --json`"}},
-      {"help", {"cudafix has no 'help'", "`cudafix --help`"}},
       // Placed after a global option and its value, the word is still the one blamed.
       {"--color never uninstall torch", {"cudafix has no 'uninstall'"}},
   };
@@ -318,6 +348,8 @@ TEST_F(Names, BashCompletesCommandsOptionsRuleIdsAndTheEnvironmentsDists) {
   EXPECT_THAT(bash_complete({bin, "dr"}), ElementsAre());
   EXPECT_THAT(bash_complete({bin, "do"}), ElementsAre("doctor"));
   EXPECT_THAT(bash_complete({bin, "ro"}), ElementsAre("rollback"));
+  EXPECT_THAT(bash_complete({bin, "ve"}), ElementsAre("verify", "version"));
+  EXPECT_THAT(bash_complete({bin, "help", "pl"}), ElementsAre("plan"));
   EXPECT_THAT(bash_complete({bin, "fix", "--dr"}), ElementsAre("--dry-run"));
   EXPECT_THAT(bash_complete({bin, "remove", "--dr"}), ElementsAre("--dry-run"));
   EXPECT_THAT(bash_complete({bin, "plan", "fix", "--off"}), ElementsAre("--offline"));

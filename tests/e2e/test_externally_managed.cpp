@@ -1,7 +1,8 @@
 // An interpreter prefix the system's package manager owns (PEP 668's EXTERNALLY-MANAGED), as
 // Debian's /usr is: a system root made by the test, with a dpkg database that owns one dist and
-// not the other. doctor's next commands are ones that run there (apt for the system's own
-// package, pip with --break-system-packages for the rest), and every command that changes the
+// not the other. doctor's next commands are ones the system's owner accepts (apt for the system's
+// own package, pip in a venv that sees the system's packages for the rest, never
+// --break-system-packages), and every command that changes the
 // environment refuses as pip and uv refuse, unless given --break-system-packages (or
 // PIP_BREAK_SYSTEM_PACKAGES, as pip reads it); dry runs and read-only commands are no change.
 #include <gmock/gmock.h>
@@ -68,13 +69,60 @@ TEST_F(ExternallyManaged, DoctorsNextCommandsAreOnesThatRunThere) {
   EXPECT_EQ(d.doc["externally_managed"], usr_ + "/lib/python3.11/EXTERNALLY-MANAGED") << d.out;
   EXPECT_EQ(remedy_of(d.doc, "foo-1.0.dist-info"), "apt install --reinstall python3-foo") << d.out;
   EXPECT_EQ(remedy_of(d.doc, "bar-2.0.dist-info"),
-            "pip install --break-system-packages --force-reinstall --no-deps bar==2.0")
+            usr_ +
+                "/bin/python3 -m venv --system-site-packages .venv && .venv/bin/pip install --force-reinstall "
+                "--no-deps bar==2.0")
       << d.out;
   const auto text = run_shell(shell_quote(k_bin) + " doctor --color never --venv " + shell_quote(usr_) + k_no_cache);
   EXPECT_THAT(text.out, HasSubstr(usr_ + " is externally managed (" + usr_ +
-                                  "/lib/python3.11/EXTERNALLY-MANAGED, PEP 668): pip changes it only with "
-                                  "--break-system-packages"));
+                                  "/lib/python3.11/EXTERNALLY-MANAGED, PEP 668): the system's own packages are "
+                                  "repaired by its package manager, the rest in a venv that sees them"));
   EXPECT_THAT(text.out, HasSubstr("next: apt install --reinstall python3-foo"));
+  EXPECT_THAT(text.out, Not(HasSubstr("next: pip"))) << "pip would refuse it there";
+}
+
+// A requirement of the system's own package that is not installed (Debian's PyGObject needs
+// pycairo, which apt's python3-cairo gives): the package is named, with the way to the
+// distribution's, and the step shown is pip in a venv that sees the system's packages, never
+// pip with --break-system-packages.
+TEST_F(ExternallyManaged, AMissingRequirementOfTheSystemsPackageNamesItAndAVenv) {
+  const std::string metadata = site_ + "/foo-1.0.dist-info/METADATA";
+  write_file(metadata, "Metadata-Version: 2.1\nName: foo\nVersion: 1.0\nRequires-Dist: baz>=1.16\n");
+  const auto d = cudafix_json("doctor --venv " + shell_quote(usr_) + k_no_cache);
+  EXPECT_EQ(d.exit_code, 1) << d.out;
+  const auto unmet = fires(d.doc, "unsatisfied-requirement");
+  ASSERT_EQ(unmet.size(), 1u) << d.out;
+  EXPECT_EQ(unmet[0]["remedy"]["command"],
+            usr_ + "/bin/python3 -m venv --system-site-packages .venv && .venv/bin/pip install 'baz>=1.16'");
+  EXPECT_THAT(unmet[0]["evidence"].dump(),
+              HasSubstr("foo 1.0 is the system's (dpkg: python3-foo): the distribution's package of baz"));
+  EXPECT_THAT(d.out, Not(HasSubstr("--break-system-packages ")));
+  // bar is pip's: nothing names a system package for what it requires.
+  write_file(metadata, "Metadata-Version: 2.1\nName: foo\nVersion: 1.0\n");
+  write_file(site_ + "/bar-2.0.dist-info/METADATA",
+             "Metadata-Version: 2.1\nName: bar\nVersion: 2.0\nRequires-Dist: baz\n");
+  const auto b = cudafix_json("doctor --venv " + shell_quote(usr_) + k_no_cache);
+  const auto of_bar = fires(b.doc, "unsatisfied-requirement");
+  ASSERT_EQ(of_bar.size(), 1u) << b.out;
+  EXPECT_THAT(of_bar[0]["evidence"].dump(), Not(HasSubstr("dpkg"))) << b.out;
+  EXPECT_THAT(of_bar[0]["remedy"]["command"].get<std::string>(), HasSubstr(".venv/bin/pip install 'baz'")) << b.out;
+}
+
+// This machine's own /usr, read only: where it is externally managed, no next step doctor gives
+// there is pip's with --break-system-packages.
+TEST(ExternallyManagedHost, NoRemedyOnTheHostsUsrBreaksTheSystemsPackages) {
+  bool marked = false;
+  for (const auto& e : std::filesystem::directory_iterator("/usr/lib"))
+    if (e.path().filename().string().starts_with("python3.") &&
+        std::filesystem::exists(e.path() / "EXTERNALLY-MANAGED"))
+      marked = true;
+  if (!marked) GTEST_SKIP() << "/usr is not externally managed here";
+  const auto d = cudafix_json("doctor --venv /usr" + std::string(k_no_cache));
+  ASSERT_FALSE(d.doc.is_discarded()) << d.out;
+  for (const auto& f : d.doc["findings"])
+    if (f["remedy"].is_object()) {
+      EXPECT_THAT(f["remedy"]["command"].get<std::string>(), Not(HasSubstr("--break-system-packages"))) << f.dump();
+    }
 }
 
 TEST_F(ExternallyManaged, AVenvAndAPrefixWithoutTheMarkerKeepPipsPlainCommand) {
