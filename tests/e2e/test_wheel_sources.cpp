@@ -632,7 +632,10 @@ TEST_F(WheelSources, OfOneDistForSeveralMachinesThePlanTakesTheUsableWheelOfTheM
   EXPECT_TRUE(fs::exists(test::site_packages(v) + "/nvidia/cudnn/lib/libcudnn.so.9")) << fixed.out;
 
   const auto none = plan_fix(t, broken_venv_at(t, "again"), "--no-index --find-links " + shell_quote(arm_only));
-  EXPECT_EQ(none.exit_code, 0) << none.out << none.err;
+  // No usable wheel of what the plan needs: the plan says so and exits 2, as pip's "could not find
+  // a version that satisfies the requirement" fails, naming the wheel it could not use.
+  EXPECT_EQ(none.exit_code, 2) << none.out << none.err;
+  EXPECT_THAT(none.doc["source_problems"].dump(), HasSubstr("manylinux_2_17_aarch64.whl: not usable here"));
   EXPECT_TRUE(none.doc["steps"].empty() || !none.doc["steps"][0]["wheel"].is_object()) << none.doc.dump(1);
   EXPECT_THAT(none.doc["needs"].dump(), HasSubstr("nvidia-cudnn-cu12")) << none.doc.dump(1);
   EXPECT_THAT(none.err, HasSubstr("not usable here: its tag (py3-none-manylinux_2_17_aarch64) is none this "
