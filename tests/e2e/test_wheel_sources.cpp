@@ -848,7 +848,9 @@ TEST_F(WheelSources, AnObjectDeclaringGigabytesIsPlannedInBoundedMemory) {
                               "", timeout_and_rss(stats, 120));
       const Cost cost = cost_of(stats);
       EXPECT_GE(cost.exit_code, 0) << name << ": killed at 120 s\n" << p.err;
-      EXPECT_LT(cost.max_rss_kb, 256 * 1024) << name << ": peak RSS " << cost.max_rss_kb << " KB";
+      // 1 GiB: main's binary took 1.3 to 9.5 GB here; this one 16-218 MB, and up to 550 MB under
+      // the sanitizers (their shadow and quarantine count in the RSS).
+      EXPECT_LT(cost.max_rss_kb, 1024 * 1024) << name << ": peak RSS " << cost.max_rss_kb << " KB";
       std::cout << name << ": peak RSS " << cost.max_rss_kb << " KB, " << cost.seconds << " s\n";
       if (p.doc.is_discarded()) continue;
       ASSERT_FALSE(p.doc["steps"].empty()) << name << p.doc.dump(1);

@@ -10,7 +10,7 @@
 #include "resolver/base/text.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const auto tags = cudafix::resolver::supported_tags("3.12", "2.36", "x86_64");
+  static const auto tags = cudafix::resolver::supported_tags({3, 12, "", "x86_64", false, 2, 36});
   try {
     const auto w = cudafix::installer::read_wheel_memory(data, size, "fuzz-1.0-py3-none-any.whl", tags);
     if (w.dist_info.empty() || cudafix::resolver::normalize_name(w.metadata.name) != "fuzz") __builtin_trap();
