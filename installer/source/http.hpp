@@ -117,6 +117,8 @@ inline constexpr std::string_view k_redacted = "***";
 // `url` with its password taken out ("https://bob:***@host/..."), as pip shows URLs; a user name
 // given alone may be a token and is taken out whole ("https://***@host/..."). A URL cudafix shows.
 [[nodiscard]] std::string redact(std::string_view url);
+// The URL without its user information ("http://u:p@proxy:3128" -> "http://proxy:3128").
+[[nodiscard]] std::string without_userinfo(std::string_view url);
 // A redacted URL (a plan's) made fit to send: the user name and password of the first of `urls`
 // on the same scheme, host and port (and user name, where the redacted URL kept one) put back;
 // where none matches, the placeholder taken out (then netrc may give the password).
