@@ -95,9 +95,22 @@ int Inflater::blocks(const unsigned char* in, std::size_t n, int enough) {
     z_.avail_out = sink.size();
     const int rc = inflate(&z_, Z_BLOCK);
     if (!spend(sink.size() - z_.avail_out)) return -1;
-    if (rc == Z_STREAM_END) return done + 1;
+    if (rc == Z_STREAM_END) {
+      ended = true;
+      ended_at_input_end = z_.avail_in == 0;
+      return done + 1;
+    }
     if (rc != Z_OK && rc != Z_BUF_ERROR) return -1;
-    if ((z_.data_type & 128) && z_.avail_out > 0) ++done;  // stopped at a block's end
+    if ((z_.data_type & 128) && z_.avail_out > 0) {  // stopped at a block's end
+      ++done;
+      // The final block's: zlib says the stream ended only on the next call, which may have no
+      // input left to make.
+      if (z_.data_type & 64) {
+        ended = true;
+        ended_at_input_end = z_.avail_in == 0;
+        return done;
+      }
+    }
   }
   return done;
 }
@@ -170,9 +183,11 @@ bool could_start_stored(const unsigned char* p, std::size_t n, std::uint64_t bit
 }
 
 // The first bit in [from, to) of `p` (n bytes) where a dynamic-Huffman or a stored block could
-// start and zlib reads three whole blocks from it; nullopt: none, or `budget` spent trying.
+// start and zlib reads three whole blocks from it, or (`at_end`: `p` ends where the stream must)
+// reads on without an error to a final block that ends exactly at the end of `p`; nullopt: none,
+// or `budget` spent trying.
 std::optional<std::uint64_t> block_start(const unsigned char* p, std::size_t n, std::uint64_t from, std::uint64_t to,
-                                         std::uint64_t& produced, InflateBudget* budget) {
+                                         std::uint64_t& produced, InflateBudget* budget, bool at_end = false) {
   for (std::uint64_t bit = from; bit < to && bit + 64 < n * 8; ++bit) {
     if (!could_start_block(p, n, bit) && !could_start_stored(p, n, bit)) continue;
     const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
@@ -181,7 +196,7 @@ std::optional<std::uint64_t> block_start(const unsigned char* p, std::size_t n, 
     const int whole_blocks = probe.blocks(p + start, n - start, 3);
     produced += probe.produced;
     if (probe.over_budget) return std::nullopt;
-    if (whole_blocks >= 3) return bit;
+    if (whole_blocks >= 3 || (at_end && probe.ended_at_input_end)) return bit;
   }
   return std::nullopt;
 }
@@ -300,7 +315,8 @@ std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uin
 std::uint64_t window_budget(std::uint64_t window) { return (std::uint64_t{64} << 20) + 32 * window; }
 
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
-                                     const std::function<bool(const WindowDecode&)>& take, InflateBudget* parent) {
+                                     const std::function<bool(const WindowDecode&)>& take, InflateBudget* parent,
+                                     bool ends_stream) {
   const auto* p = reinterpret_cast<const unsigned char*>(window.data());
   const std::size_t n = window.size();
   // The time is the parent's (a member's): a window alone has no deadline of its own.
@@ -308,7 +324,7 @@ std::uint64_t decode_from_boundaries(const std::string& window, int limit,
   std::uint64_t produced = 0;
   std::uint64_t from = 0;
   for (int tried = 0; tried < limit && !budget.spent(); ++tried) {
-    const auto bit = block_start(p, n, from, std::uint64_t{n} * 8, produced, &budget);
+    const auto bit = block_start(p, n, from, std::uint64_t{n} * 8, produced, &budget, ends_stream);
     if (!bit) break;
     from = *bit + 1;
     Inflater zeros(0, &budget), ones(0xff, &budget);
@@ -318,7 +334,7 @@ std::uint64_t decode_from_boundaries(const std::string& window, int limit,
     produced += zeros.produced + ones.produced;
     if (!fed) continue;
     const bool exact = zeros.ended_at_input_end;
-    const WindowDecode w{std::move(zeros.out), std::move(ones.out), zeros.ended && exact, zeros.ended && !exact};
+    const WindowDecode w{std::move(zeros.out), std::move(ones.out), zeros.ended && exact, zeros.ended && !exact, *bit};
     if (take(w)) return produced;
   }
   return produced;

@@ -92,6 +92,7 @@ struct WindowDecode {
   // Its final block ended before the window did: not a decode of the member's stream, which
   // ends at the member's end (a stream planted in a stored block's bytes does this).
   bool ended_early = false;
+  std::uint64_t bit = 0;  // where in the window the decode started
 };
 
 // A block boundary of a deflate stream, proved: the stream's start, or where the decode from the
@@ -128,9 +129,12 @@ std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uin
 
 // Calls `take` with the window inflated from each plausible block boundary in turn, at most
 // `limit` of them, until `take` returns true, all under a budget of window_budget() bytes that
-// `parent` (if any) pays for too. Returns how many bytes it inflated in all.
+// `parent` (if any) pays for too. `ends_stream`: the window ends where the member's stream must
+// end, and a start from which zlib reads on to a final block ending exactly there counts as a
+// boundary though fewer than three blocks follow it (a short window at a member's end holds one
+// or two of its 20-30 KB blocks). Returns how many bytes it inflated in all.
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
                                      const std::function<bool(const WindowDecode&)>& take,
-                                     InflateBudget* parent = nullptr);
+                                     InflateBudget* parent = nullptr, bool ends_stream = false);
 
 }  // namespace cudafix::installer
