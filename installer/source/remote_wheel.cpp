@@ -32,12 +32,27 @@ struct Known {
   std::string bytes;
 };
 
-// Bytes [first, last] of the wheel, each range one request, all at once (or from `known`).
-std::vector<std::string> fetch(HttpClient& http, const std::string& url,
-                               const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+// Ranges merged where they overlap or lie at most `gap` bytes apart: the requests made for them.
+Ranges coalesced(Ranges ranges, std::uint64_t gap) {
+  std::sort(ranges.begin(), ranges.end());
+  Ranges out;
+  for (const auto& [first, last] : ranges) {
+    if (!out.empty() && (first <= out.back().second || first - out.back().second - 1 <= gap))
+      out.back().second = std::max(out.back().second, last);
+    else
+      out.emplace_back(first, last);
+  }
+  return out;
+}
+
+// Bytes [first, last] of the wheel for each range (or from `known`), all at once: ranges near
+// each other (`gap`) one request, each checked to be as long as asked.
+std::vector<std::string> fetch(HttpClient& http, const std::string& url, const Ranges& ranges, std::uint64_t gap,
                                const Known& known = {}) {
   std::vector<std::string> out(ranges.size());
-  std::vector<HttpRequest> requests;
+  Ranges wanted;
   std::vector<std::size_t> asked;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     const auto [first, last] = ranges[i];
@@ -48,20 +63,31 @@ std::vector<std::string> fetch(HttpClient& http, const std::string& url,
       out[i] = known.bytes.substr(first - known.at, last - first + 1);
       continue;
     }
+    wanted.push_back(ranges[i]);
+    asked.push_back(i);
+  }
+  const Ranges merged = coalesced(wanted, gap);
+  std::vector<HttpRequest> requests;
+  for (const auto& range : merged) {
     HttpRequest req;
     req.url = url;
-    req.range = ranges[i];
+    req.range = range;
     requests.push_back(std::move(req));
-    asked.push_back(i);
   }
   auto answers = http.perform(requests);
   for (std::size_t k = 0; k < answers.size(); ++k) {
-    const std::size_t i = asked[k];
     if (!answers[k].ok()) throw r::Error(answers[k].error);
-    if (answers[k].range_ignored || answers[k].body.size() != ranges[i].second - ranges[i].first + 1)
+    if (answers[k].range_ignored || answers[k].body.size() != merged[k].second - merged[k].first + 1)
       throw r::Error(fmt::format("{}: the server sent {} bytes for the range {}-{}", redact(url),
-                                 answers[k].body.size(), ranges[i].first, ranges[i].second));
-    out[i] = std::move(answers[k].body);
+                                 answers[k].body.size(), merged[k].first, merged[k].second));
+  }
+  for (const std::size_t i : asked) {
+    const auto [first, last] = ranges[i];
+    const auto k =
+        static_cast<std::size_t>(std::upper_bound(merged.begin(), merged.end(), first,
+                                                  [](std::uint64_t v, const auto& m) { return v < m.first; }) -
+                                 merged.begin() - 1);
+    out[i] = answers[k].body.substr(first - merged[k].first, last - first + 1);
   }
   return out;
 }
@@ -79,7 +105,7 @@ std::vector<zip::Entry> central_directory(HttpClient& http, const std::string& u
   if (end.cd_offset >= tail_start) {
     cd = tail.substr(end.cd_offset - tail_start, end.cd_size);
   } else {
-    cd = fetch(http, url, {{end.cd_offset, tail_start - 1}}).front() + tail.substr(0, end.end_at - tail_start);
+    cd = fetch(http, url, {{end.cd_offset, tail_start - 1}}, 0).front() + tail.substr(0, end.end_at - tail_start);
     cd.resize(end.cd_size);
   }
   std::vector<zip::Entry> out;
@@ -110,7 +136,18 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   }
   out.size = tail_answer.total_size;
   const std::string tail = r::try_read_file(temporary_file).value_or("");
-  if (tail.size() >= out.size) {  // a small wheel: the first request brought all of it
+  if (tail.size() < out.size && out.size <= limits.whole_wheel) {
+    // A small wheel: fetched whole, as apply will need it, rather than read by range.
+    HttpRequest whole;
+    whole.url = url;
+    whole.range = std::pair<std::uint64_t, std::uint64_t>{0, out.size - 1};
+    whole.into = temporary_file;
+    const auto answer = http.get(whole);
+    if (!answer.ok()) throw r::Error(answer.error);
+    if (answer.bytes != out.size)
+      throw r::Error(fmt::format("{}: the server sent {} bytes of a wheel of {}", redact(url), answer.bytes, out.size));
+  }
+  if (tail.size() >= out.size || out.size <= limits.whole_wheel) {  // a small wheel: all of it is here
     out.downloaded = temporary_file;
     out.whole_because_small = true;
     out.fetched = http.bytes_received() - before;
@@ -130,7 +167,7 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
       wanted.push_back(std::move(e));
   const Known end_of_file{out.size - tail.size(), tail};
   const auto read = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
-    return fetch(http, url, ranges, end_of_file);
+    return fetch(http, url, ranges, limits.gap, end_of_file);
   };
   auto got =
       read_members_by_ranges(read, out.size, std::move(wanted), dist_info, redact(url), limits, InvalidElf::refuse);

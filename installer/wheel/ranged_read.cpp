@@ -138,11 +138,20 @@ struct Pieces {
   [[nodiscard]] const char* span(std::uint64_t off, std::uint64_t len) const { return view().bytes(off, len); }
 };
 
+// Where a member's deflate stream is known to give a place of the object: a proved block
+// boundary (`compressed` bytes into the member's data) before which `raw` bytes inflate. Two of
+// them give the deflate ratio of the bytes between (installer/wheel/ranged_read.hpp, step 2).
+struct Anchor {
+  std::uint64_t compressed = 0, raw = 0;
+};
+
 struct WindowFind {
   std::optional<std::string> dyn;
   std::uint64_t inflated = 0;
-  // A window inflated to the member's end: its bytes, at their place in the file.
+  // A window inflated to the member's end: its bytes known exactly, at their place in the file,
+  // and where in the window (bytes) the decode started, `raw` the place in the object there.
   std::optional<std::pair<std::uint64_t, std::string>> tail;
+  std::optional<Anchor> start;
   // A decode that ended exactly with the member inflated more than the member declares.
   bool overrun = false;
 };
@@ -173,16 +182,27 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     }
     if (ends_member && w.ended && a.size() == b.size()) {
       const std::uint64_t base = member_size - a.size();
+      // The tail known exactly: from past the last byte the two decodes disagree on. Kept for
+      // the strings at the object's end, and as an anchor of the deflate ratio.
+      const auto keep_tail = [&] {
+        std::size_t agreed = a.size();
+        while (agreed > 0 && a[agreed - 1] == b[agreed - 1]) --agreed;
+        out.tail = std::pair{base + agreed, a.substr(agreed)};
+        out.start = Anchor{w.bit / 8, base};
+      };
+      if (genuine && !out.start) keep_tail();
       if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
       // Known only where both decodes agree: bytes copied from before the window differ.
-      if (a.compare(dyn_offset - base, dyn_size, b, dyn_offset - base, dyn_size) != 0) return genuine;
+      // Known only where both decodes agree: bytes copied from before the window differ. By
+      // HTTP (mid_stream) they are taken as the zeros they almost always are, as mid-stream
+      // below: runs of zeros in .dynamic copied from runs of zeros before the window (a 32 KiB
+      // window at a Debian library's end knows a fifth of its 600 bytes), and the segment checked
+      // against what is known of the object exactly (consistent_with).
+      if (!mid_stream && a.compare(dyn_offset - base, dyn_size, b, dyn_offset - base, dyn_size) != 0) return genuine;
       std::string dyn = a.substr(dyn_offset - base, dyn_size);
       if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return genuine;
       out.dyn = std::move(dyn);
-      // The tail known exactly: from past the last byte the two decodes disagree on.
-      std::size_t agreed = a.size();
-      while (agreed > 0 && a[agreed - 1] == b[agreed - 1]) --agreed;
-      out.tail = std::pair{base + agreed, a.substr(agreed)};
+      keep_tail();
       return true;
     }
     if (!mid_stream) return genuine;  // a place told by what the bytes read as is not exact
@@ -215,7 +235,7 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     out.dyn = std::move(found);
     return true;
   };
-  out.inflated = decode_from_boundaries(window, 12, take, budget);
+  out.inflated = decode_from_boundaries(window, 12, take, budget, ends_member);
   return out;
 }
 
@@ -261,7 +281,7 @@ std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::s
       out = std::pair{base, w.zeros};
     return true;
   };
-  inflated += decode_from_boundaries(window, 12, take, budget);
+  inflated += decode_from_boundaries(window, 12, take, budget, true);
   return out;
 }
 
@@ -279,9 +299,10 @@ constexpr std::uint64_t k_max_kept = std::uint64_t{64} << 20;  // the most read 
 // time.
 class FromStart {
  public:
+  // `seed`: the member's first compressed bytes, fetched already (with its headers).
   FromStart(const zip::Entry& m, const Fetch& fetch, std::uint64_t chunk, InflateBudget* budget,
-            const std::string& label)
-      : m_(m), fetch_(fetch), chunk_(chunk), budget_(budget), label_(label) {}
+            const std::string& label, std::string seed = {})
+      : m_(m), fetch_(fetch), chunk_(chunk), budget_(budget), label_(label), seed_(std::move(seed)) {}
   // The `len` bytes at `off` of the member; nullopt where its data end before them. Throws
   // where it inflates past its declared size, its data are damaged, its budget is spent or more
   // than k_max_kept is asked of it.
@@ -303,17 +324,29 @@ class FromStart {
  private:
   void restart() {
     z_ = std::make_unique<Inflater>(-1, budget_);
-    in_.clear();
+    in_ = seed_.substr(0, std::min<std::uint64_t>(seed_.size(), m_.compressed));
     in_at_ = 0;
-    fetched_ = 0;
+    fetched_ = in_.size();
     base_ = 0;
+  }
+  // How much to fetch next to inflate up to `to`: what the ratio so far says it takes, and a
+  // quarter more, between 16 KiB and a chunk (a string table 200 KB in is not fetched by the MiB).
+  [[nodiscard]] std::uint64_t next_take(std::uint64_t to) const {
+    const std::uint64_t have = base_ + z_->out.size();
+    std::uint64_t want = chunk_;
+    if (have > 0 && to > have && fetched_ > 0)
+      want = static_cast<std::uint64_t>(static_cast<double>(to - have) * static_cast<double>(fetched_) /
+                                        static_cast<double>(have) * 1.25) +
+             4096;
+    return std::min(
+        {std::max<std::uint64_t>(want, std::min<std::uint64_t>(chunk_, 16 * 1024)), chunk_, m_.compressed - fetched_});
   }
   // Inflates until the bytes before `to` are at hand or the data end, keeping those from `keep`.
   void advance(std::uint64_t to, std::uint64_t keep) {
     while (base_ + z_->out.size() < to && !z_->ended) {
       if (in_at_ == in_.size()) {
         if (fetched_ >= m_.compressed) return;
-        const std::uint64_t take = std::min(chunk_, m_.compressed - fetched_);
+        const std::uint64_t take = next_take(to);
         in_ = fetch_({{m_.data_offset + fetched_, m_.data_offset + fetched_ + take - 1}}).front();
         fetched_ += take;
         in_at_ = 0;
@@ -345,6 +378,7 @@ class FromStart {
   std::uint64_t fetched_ = 0;  // compressed bytes fetched
   std::uint64_t base_ = 0;     // where z_->out starts in the member
   std::uint64_t asked_ = 0;
+  std::string seed_;
 };
 
 // An object whose first bytes do not say where its segment lies (its headers lie deep, it is no
@@ -402,273 +436,570 @@ bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::Elf
   return true;
 }
 
+using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
+
+// A large object read by ranges: what is known of it, as the rounds of reading add to it.
+struct Deep {
+  zip::Entry* member = nullptr;
+  r::ElfLayout layout;          // dynamic_size 0: read from its start, whole
+  std::string head;             // its first bytes, inflated
+  std::string head_compressed;  // the compressed bytes they came from
+  Anchor head_end;              // where the head's inflate stopped
+  std::unique_ptr<InflateBudget> budget;
+  std::uint64_t end_first = 0;  // the member's compressed bytes from here to its end are at hand
+  std::string end_bytes;        //   (a window that ends with it, grown backwards)
+  std::uint64_t mid_first = 0;  // and from here on, a window around where the segment should lie
+  std::string mid_bytes;
+  std::optional<Anchor> end_start;                            // the first proved boundary in them
+  std::optional<std::pair<std::uint64_t, std::string>> tail;  // the object's end, known exactly
+  std::optional<std::string> dyn;                             // its dynamic segment, found by a window
+  bool overrun = false;        // a decode that ended with the member inflated more than it declares
+  std::uint64_t inflated = 0;  // by its window decodes
+  [[nodiscard]] bool segment_in_head() const { return head.size() >= layout.dynamic_offset + layout.dynamic_size; }
+  [[nodiscard]] std::uint64_t end() const { return member->data_offset + member->compressed; }
+};
+
+// One round's window of a member: one that ends with it (the bytes at hand grown back to
+// `first`), or one around where its segment should lie.
+struct Ask {
+  std::size_t deep = 0;
+  bool at_end = false;
+  std::uint64_t first = 0, last = 0;
+};
+
+// read_members_by_ranges, in rounds of ranges fetched at once: the members' heads (and the ends
+// of the large ones), then windows where the segments should lie, wider ones where they were not,
+// then each object's segment and strings from what is at hand, a map of its stream or its start.
+class RangeReader {
+ public:
+  RangeReader(const ReadRanges& read, std::uint64_t file_size, const std::string& dist_info, const std::string& label,
+              const RangeLimits& limits, InvalidElf invalid, std::string_view whole)
+      : read_(read),
+        file_size_(file_size),
+        dist_info_(dist_info),
+        label_(label),
+        limits_(limits),
+        invalid_(invalid),
+        whole_(whole) {}
+
+  RangedMembers run(std::vector<zip::Entry> members) {
+    wanted_ = std::move(members);
+    first_round();
+    for (const int pass : {1, 2, 3}) window_pass(pass);
+    for (const Deep& d : deep_)
+      if (d.overrun) throw inflates_past_size(label_, *d.member);
+    prefetch_strings();
+    for (Deep& d : deep_) finish(d);
+    return std::move(out_);
+  }
+
+  [[nodiscard]] std::uint64_t estimate(const Deep& d, std::uint64_t raw) const;
+  // Whether the strings [first, second) are read from a window at the end (NVIDIA's libraries
+  // keep .dynstr last) rather than from the start (gcc puts it near the start): where reaching
+  // back there costs less.
+  [[nodiscard]] bool strings_at_end(const Deep& d, const std::pair<std::uint64_t, std::uint64_t>& strings) const {
+    const zip::Entry& m = *d.member;
+    return m.method == 8 && m.size - strings.first <= 8 * limits_.window &&
+           d.end() - estimate(d, strings.first) <= estimate(d, strings.second) - m.data_offset;
+  }
+  [[nodiscard]] std::optional<std::uint64_t> estimate_from_end(const Deep& d, std::uint64_t raw) const;
+  // Bytes [first, last] of the wheel for each range, each checked first and counted.
+  std::vector<std::string> fetch(const Ranges& ranges) {
+    for (const auto& [first, last] : ranges)
+      // A range computed from the wheel's own offsets that ends before it starts: they lie.
+      if (first > last)
+        throw r::Error(fmt::format("{}: its zip structures name bytes {}-{}, past its end", label_, first, last));
+    auto got = read_(ranges);
+    for (const auto& bytes : got) out_.read += bytes.size();
+    return got;
+  }
+
+ private:
+  // Read whole: METADATA, RECORD (up to zip::k_max_metadata), and objects small both ways: a
+  // megabyte of deflate data can declare a gigabyte, which is read as a large object is. An
+  // object over `whole_object` is read by its head and windows: a library of 300 KB deflated
+  // needs a few tens of kilobytes of it.
+  [[nodiscard]] bool whole_one(const zip::Entry& m) const {
+    const bool dist = m.name == dist_info_ + "/METADATA" || m.name == dist_info_ + "/RECORD";
+    const std::uint64_t most = dist ? limits_.whole_member : std::min(limits_.whole_member, limits_.whole_object);
+    return m.compressed <= most && m.size <= (dist ? zip::k_max_metadata : limits_.whole_member * 16);
+  }
+  // Where a member's data should end, from the central directory alone (its local header's extra
+  // field is not known yet: a few bytes, allowed for by k_local_slack).
+  [[nodiscard]] static std::uint64_t data_end_guess(const zip::Entry& m) {
+    return m.local_offset + 30 + m.raw_name.size() + m.compressed;
+  }
+  [[nodiscard]] std::uint64_t first_end_window() const { return limits_.window / 64; }
+
+  void first_round();
+  void take_head(zip::Entry& m, std::string& head);
+  void take_end(Deep& d, std::uint64_t first, std::string bytes);
+  void decode_end(Deep& d);
+  [[nodiscard]] std::optional<Ask> window_for(const Deep& d, int pass) const;
+  void window_pass(int pass);
+  void prefetch_strings();
+  void finish(Deep& d);
+
+  const ReadRanges& read_;
+  std::uint64_t file_size_;
+  const std::string& dist_info_;
+  const std::string& label_;
+  const RangeLimits& limits_;
+  InvalidElf invalid_;
+  std::string_view whole_;
+  RangedMembers out_;
+  std::vector<zip::Entry> wanted_;  // each one's data_offset set once its local header is read
+  std::vector<Deep> deep_;
+  InflateBudget wheel_budget_{UINT64_MAX, std::chrono::minutes(10)};
+};
+
+// The first round: each wanted member's local header with its data (small ones) or its first
+// bytes (objects), and the last bytes of each large object, all fetched at once.
+void RangeReader::first_round() {
+  Ranges ranges;
+  for (const zip::Entry& m : wanted_) {
+    const std::uint64_t length = whole_one(m) ? m.compressed : limits_.head;
+    ranges.emplace_back(m.local_offset,
+                        std::min(file_size_ - 1, m.local_offset + 30 + m.raw_name.size() + k_local_slack + length));
+  }
+  std::vector<std::size_t> end_of(wanted_.size(), SIZE_MAX);
+  for (std::size_t i = 0; i < wanted_.size(); ++i) {
+    const zip::Entry& m = wanted_[i];
+    if (whole_one(m) || m.method != 8 || m.name == dist_info_ + "/METADATA" || m.name == dist_info_ + "/RECORD")
+      continue;
+    const std::uint64_t end = data_end_guess(m);
+    const std::uint64_t first = end > first_end_window() ? std::max(m.local_offset, end - first_end_window()) : 0;
+    end_of[i] = ranges.size();
+    ranges.emplace_back(first, std::min(file_size_ - 1, end + k_local_slack - 1));
+  }
+  auto got = fetch(ranges);
+  for (std::size_t i = 0; i < wanted_.size(); ++i) {
+    const std::size_t deep_before = deep_.size();
+    take_head(wanted_[i], got[i]);
+    if (deep_.size() > deep_before && end_of[i] != SIZE_MAX)
+      take_end(deep_.back(), ranges[end_of[i]].first, std::move(got[end_of[i]]));
+  }
+  r::parallel_for(deep_.size(), 0, [&](std::size_t i) { decode_end(deep_[i]); });
+  for (Deep& d : deep_) out_.inflated += std::exchange(d.inflated, 0);
+}
+
+// A member's local header and first bytes (`head`, fetched from its local header on): a small
+// member read whole, or an object's headers, which say where its dynamic segment lies.
+void RangeReader::take_head(zip::Entry& m, std::string& head) {
+  // A local header whose name and extra field are longer than the slack allowed for (the extra
+  // field is the local header's own, up to 64 KiB): the rest fetched.
+  if (head.size() >= 30) {
+    const auto* h = bytes_of(head);
+    const std::uint64_t data_at = m.local_offset + 30 + (h[26] | (h[27] << 8)) + (h[28] | (h[29] << 8));
+    const std::uint64_t wanted_end =
+        std::min(file_size_, data_at + (whole_one(m) ? m.compressed : std::min(m.compressed, limits_.head)));
+    if (m.local_offset + head.size() < wanted_end)
+      head += fetch({{m.local_offset + head.size(), wanted_end - 1}}).front();
+  }
+  m.data_offset = data_start(m, head, label_);
+  std::string compressed = head.substr(std::min<std::size_t>(head.size(), m.data_offset - m.local_offset));
+  if (!whole_one(m)) compressed.resize(std::min<std::uint64_t>(compressed.size(), m.compressed));
+  std::string inflated;
+  Anchor head_end;
+  if (m.method == 0) {
+    inflated = compressed.substr(0, std::min<std::uint64_t>(m.size, compressed.size()));
+  } else {
+    Inflater z;
+    // A whole one up to a byte past its size: one that holds more is not what install takes.
+    const bool fed = z.feed(bytes_of(compressed), compressed.size(), whole_one(m) ? m.size + 1 : limits_.head * 16);
+    out_.inflated += z.produced;
+    if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label_, m.name));
+    if (z.out.size() > m.size) throw inflates_past_size(label_, m);
+    inflated = std::move(z.out);
+    head_end = {compressed.size() - z.unread(), inflated.size()};
+  }
+  if (whole_one(m)) {
+    ++out_.members_whole;
+    if (m.name == dist_info_ + "/METADATA") {
+      out_.metadata = std::move(inflated);
+    } else if (m.name == dist_info_ + "/RECORD") {
+      out_.record = std::move(inflated);
+    } else {
+      keep_elf(out_, m.name, r::read_elf_memory(inflated.data(), inflated.size(), label_ + ":" + m.name), label_,
+               invalid_);
+    }
+    return;
+  }
+  const Layout layout = layout_of(inflated, m.size, label_, m.name, invalid_);
+  if (layout.kind == Layout::Kind::not_elf) return;
+  Deep d;
+  d.member = &m;
+  d.layout = layout.elf;
+  d.head = std::move(inflated);
+  d.head_compressed = std::move(compressed);
+  d.head_end = head_end;
+  d.budget = member_budget(m.size, &wheel_budget_);
+  d.end_first = d.end();
+  deep_.push_back(std::move(d));
+}
+
+// The last bytes of an object's member, fetched from `first` on with a slack past where its
+// data should end: those of its data kept, the rest fetched where its header's extra field was
+// longer than the slack.
+void RangeReader::take_end(Deep& d, std::uint64_t first, std::string bytes) {
+  const std::uint64_t begin = std::max(first, d.member->data_offset), end = d.end();
+  if (begin >= end || begin - first > bytes.size()) return;
+  if (first + bytes.size() < end) bytes += fetch({{first + bytes.size(), end - 1}}).front();
+  d.end_bytes = bytes.substr(begin - first, end - begin);
+  d.end_first = begin;
+}
+
+// The window at hand that ends with the member, decoded: its segment where it lies there, and
+// what the object's end is exactly (its strings, where they lie last, and an anchor of the ratio).
+void RangeReader::decode_end(Deep& d) {
+  const zip::Entry& m = *d.member;
+  if (d.end_bytes.empty() || m.method != 8 || d.layout.dynamic_size == 0 || d.dyn) return;
+  auto found = dynamic_in_window(d.end_bytes, d.layout.dynamic_size, true, m.size, d.layout.dynamic_offset,
+                                 limits_.mid_stream, d.budget.get());
+  d.overrun |= found.overrun;
+  if (found.start) d.end_start = Anchor{d.end_first - m.data_offset + found.start->compressed, found.start->raw};
+  if (found.tail) d.tail = std::move(found.tail);
+  if (!d.segment_in_head() && found.dyn) d.dyn = std::move(found.dyn);
+  d.inflated += found.inflated;  // added to out_ after the decodes, which run side by side
+}
+
+// Where in the wheel the object's byte `raw` should lie deflated: between the two proved places
+// around it (the end of the head, the first boundary of the window at its end; else the
+// member's start and end), at the deflate ratio measured between them. The bytes before a
+// segment deflate unlike those after it (code before, .data and tables after), so a window at
+// the end that starts past the segment makes the estimate from the bytes before it alone.
+std::uint64_t RangeReader::estimate(const Deep& d, std::uint64_t raw) const {
+  const zip::Entry& m = *d.member;
+  Anchor lo{0, 0}, hi{m.compressed, m.size};
+  if (d.head_end.raw <= raw && d.head_end.compressed <= m.compressed) lo = d.head_end;
+  if (d.end_start && d.end_start->raw >= raw && d.end_start->raw > lo.raw && d.end_start->compressed >= lo.compressed)
+    hi = *d.end_start;
+  if (hi.raw <= lo.raw || hi.compressed < lo.compressed) return m.data_offset;
+  const double ratio = static_cast<double>(hi.compressed - lo.compressed) / static_cast<double>(hi.raw - lo.raw);
+  const auto at = lo.compressed + static_cast<std::uint64_t>(ratio * static_cast<double>(raw - lo.raw));
+  return m.data_offset + std::min(at, m.compressed);
+}
+
+// Where the object's byte `raw` should lie were the bytes from it to the end deflated as those
+// the window at the end inflated; nullopt where that window starts before it.
+std::optional<std::uint64_t> RangeReader::estimate_from_end(const Deep& d, std::uint64_t raw) const {
+  const zip::Entry& m = *d.member;
+  if (!d.end_start || d.end_start->raw <= raw || d.end_start->raw >= m.size || d.end_start->compressed > m.compressed)
+    return std::nullopt;
+  const double ratio =
+      static_cast<double>(m.compressed - d.end_start->compressed) / static_cast<double>(m.size - d.end_start->raw);
+  const auto back = static_cast<std::uint64_t>(ratio * static_cast<double>(m.size - raw));
+  return m.data_offset + (back < m.compressed ? m.compressed - back : 0);
+}
+
+// This pass's window for an object's segment, or none: the segment is known, or lies in the
+// head, or this pass has no window for it. Pass 1: around the estimate; pass 2: from the
+// estimate to the other (estimate_from_end) where they differ, else wider; pass 3: wider, where
+// pass 2 was the span between the estimates.
+std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
+  const zip::Entry& m = *d.member;
+  if (m.method != 8 || d.layout.dynamic_size == 0 || d.dyn || d.segment_in_head()) return std::nullopt;
+  const std::uint64_t end = d.end(), k_window = limits_.window;
+  const std::uint64_t after = m.size - d.layout.dynamic_offset;  // bytes from the segment to the end
+  // A window that ends with the member, reaching back `reach` bytes: only what is not at hand.
+  const auto at_end = [&](std::uint64_t reach) -> std::optional<Ask> {
+    const std::uint64_t first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
+    if (first >= d.end_first) return std::nullopt;
+    return Ask{0, true, first, d.end_first - 1};
+  };
+  // What follows the segment deflates to at most about its own size: a window that ends with
+  // the member and reaches that far back holds it.
+  const std::uint64_t beyond = after + after / 1000 + k_window / 4;
+  if (!limits_.mid_stream) {
+    // Only exact places: a window that ends with the member, near the end, or where the segment
+    // lies in its second half and inflating from there to the end, twice, costs less than from
+    // the start (by a map of the stream, on every core, where the whole file is at hand).
+    if (pass == 3) return std::nullopt;
+    if (after <= 4 * k_window) return at_end(pass == 1 ? k_window / 4 : beyond);
+    const std::uint64_t from_start =
+        whole_.empty() ? d.layout.dynamic_offset : d.layout.dynamic_offset / r::thread_count(0);
+    if (pass == 1 || 2 * after >= from_start) return std::nullopt;
+    return at_end(beyond);
+  }
+  // Around the estimates: a block boundary (blocks deflate to 20-30 KB) must come before the
+  // segment and three whole blocks after it. Where reaching back from the end to there costs no
+  // more, the window at the end grows instead (its places are exact).
+  const std::uint64_t window = k_window / 8, lead = 3 * window / 8;
+  const std::uint64_t estimate_at = estimate(d, d.layout.dynamic_offset);
+  const auto around = [&](std::uint64_t low, std::uint64_t high) -> std::optional<Ask> {
+    const std::uint64_t first = std::max(m.data_offset, low > lead ? low - lead : 0);
+    const std::uint64_t last = std::min(end - 1, std::max(first, high > lead ? high - lead : 0) + window - 1);
+    if (first < d.end_first && d.end_first - first <= last - first + 1) return at_end(end - first);
+    return Ask{0, false, first, last};
+  };
+  if (pass == 1) return around(estimate_at, estimate_at);
+  // The bytes after the segment (.data) may deflate as those at the end do rather than as those
+  // before it: Python 3.11's segment lies 157 KB past the first estimate, 145 KB before the
+  // second. The window from one to the other, at most four windows wide, grows pass 1's.
+  const auto other = estimate_from_end(d, d.layout.dynamic_offset);
+  const bool span = other && std::max(*other, estimate_at) - std::min(*other, estimate_at) > lead;
+  if (pass == 2 && span) {
+    const std::uint64_t low = std::min(*other, estimate_at);
+    return around(low, std::min(std::max(*other, estimate_at), low + 3 * window));
+  }
+  if (pass == 3 && !span) return std::nullopt;
+  if (after <= 4 * k_window) return at_end(beyond);
+  // A wider one mostly before the estimate (a block boundary must come first), wider with the
+  // member (cuDNN 9.19's runtime_compiled library, 16 MB deflated: 2.3 MB early, where .lrodata
+  // after the segment deflates to 0.88 and the code before it to 0.42).
+  const std::uint64_t wide = std::clamp<std::uint64_t>(m.compressed / 4, 2 * k_window, 8 * k_window);
+  const std::uint64_t first = std::max(m.data_offset, estimate_at > 3 * wide / 4 ? estimate_at - 3 * wide / 4 : 0);
+  return Ask{0, false, first, std::min(end - 1, first + wide - 1)};
+}
+
+// One round of windows for the segments not found yet, fetched at once (only the bytes not at
+// hand: a window at the end grows back, one around an estimate grows either way) and decoded
+// side by side.
+void RangeReader::window_pass(int pass) {
+  std::vector<Ask> asks;
+  for (std::size_t i = 0; i < deep_.size(); ++i)
+    if (auto a = window_for(deep_[i], pass)) {
+      a->deep = i;
+      asks.push_back(*a);
+    }
+  if (asks.empty()) return;
+  Ranges ranges;
+  // Of each ask, the ranges fetched before and after the window around the estimate at hand,
+  // where it lies inside (SIZE_MAX: none).
+  std::vector<std::pair<std::size_t, std::size_t>> pieces(asks.size(), {SIZE_MAX, SIZE_MAX});
+  for (std::size_t k = 0; k < asks.size(); ++k) {
+    const Ask& a = asks[k];
+    Deep& d = deep_[a.deep];
+    const std::uint64_t last = a.at_end ? d.end_first - 1 : a.last;
+    if (d.mid_bytes.empty() || d.mid_first < a.first || d.mid_first + d.mid_bytes.size() > last + 1) {
+      d.mid_bytes.clear();  // none inside: the window fetched whole
+      d.mid_first = a.first;
+    }
+    if (a.first < d.mid_first) {
+      pieces[k].first = ranges.size();
+      ranges.emplace_back(a.first, d.mid_first - 1);
+    }
+    if (last + 1 > d.mid_first + d.mid_bytes.size()) {
+      pieces[k].second = ranges.size();
+      ranges.emplace_back(d.mid_first + d.mid_bytes.size(), last);
+    }
+  }
+  auto bytes = fetch(ranges);
+  for (std::size_t k = 0; k < asks.size(); ++k) {
+    Deep& d = deep_[asks[k].deep];
+    if (pieces[k].first != SIZE_MAX) d.mid_bytes = std::move(bytes[pieces[k].first]) + d.mid_bytes;
+    if (pieces[k].second != SIZE_MAX) d.mid_bytes += bytes[pieces[k].second];
+    d.mid_first = asks[k].first;
+    if (!asks[k].at_end) continue;
+    d.end_bytes = std::exchange(d.mid_bytes, std::string()) + d.end_bytes;
+    d.end_first = asks[k].first;
+  }
+  r::parallel_for(asks.size(), 0, [&](std::size_t k) {
+    Deep& d = deep_[asks[k].deep];
+    if (asks[k].at_end) return decode_end(d);
+    auto found = dynamic_in_window(d.mid_bytes, d.layout.dynamic_size, false, d.member->size, d.layout.dynamic_offset,
+                                   limits_.mid_stream, d.budget.get());
+    d.inflated += found.inflated;
+    if (found.dyn) d.dyn = std::move(found.dyn);
+  });
+  for (Deep& d : deep_) out_.inflated += std::exchange(d.inflated, 0);
+}
+
+// The strings of each object whose segment is known that lie past its head and are read from
+// its start: the compressed bytes up to where they should end fetched for all at once, after
+// the head's (what inflating from the start then reads first, as the head's bytes).
+void RangeReader::prefetch_strings() {
+  Ranges ranges;
+  std::vector<Deep*> of;
+  for (Deep& d : deep_) {
+    const zip::Entry& m = *d.member;
+    if (m.method != 8 || d.layout.dynamic_size == 0 || (!d.dyn && !d.segment_in_head())) continue;
+    const auto strings = strings_needed(d.dyn ? *d.dyn : d.head.substr(d.layout.dynamic_offset, d.layout.dynamic_size),
+                                        d.layout, m.size);
+    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings) || d.head_end.raw == 0) continue;
+    // At the head's deflate ratio (.dynsym and .dynstr, which it mostly holds), a quarter more.
+    const double ratio = static_cast<double>(d.head_end.compressed) / static_cast<double>(d.head_end.raw);
+    const auto reach = static_cast<std::uint64_t>(static_cast<double>(strings->second - d.head_end.raw) * ratio * 1.25);
+    const std::uint64_t have = m.data_offset + d.head_compressed.size();
+    const std::uint64_t want = std::min({d.end(), have + reach + 4096, have + limits_.chunk});
+    if (want <= have) continue;
+    ranges.emplace_back(have, want - 1);
+    of.push_back(&d);
+  }
+  if (ranges.empty()) return;
+  auto bytes = fetch(ranges);
+  for (std::size_t k = 0; k < of.size(); ++k) of[k]->head_compressed += bytes[k];
+}
+
+// The ranges of one object that no window gave: placed exactly by a map of its deflate stream
+// where the whole file is at hand, else inflated from its start (from the head's compressed
+// bytes on), and the strings from a window at its end.
+class MemberRanges {
+ public:
+  MemberRanges(RangeReader& reader, Deep& d, RangedMembers& out, const RangeLimits& limits, std::string_view whole,
+               const std::string& label)
+      : reader_(reader),
+        d_(d),
+        m_(*d.member),
+        out_(out),
+        limits_(limits),
+        whole_(whole),
+        label_(label),
+        map_budget_(2 * m_.size + (std::uint64_t{128} << 20), std::chrono::hours(24), d.budget.get()),
+        fetch_([this](const Ranges& r) { return reader_.fetch(r); }),
+        stream_(m_, fetch_, limits.chunk, d.budget.get(), label, d.head_compressed) {}
+
+  // Where the whole file is at hand: `len` bytes from `first` on, decoded from the last proved
+  // block boundary before them (or one of the few before that, where the bytes depend on what
+  // precedes it); nullopt: inflated from the start instead. A map of the stream has a share of
+  // the member's budget: where it runs out (no boundary proved in crafted bytes), the member is
+  // inflated from its start with what is left.
+  std::optional<std::string> exactly(std::uint64_t first, std::uint64_t len) {
+    if (whole_.empty() || m_.method != 8 || first + len <= d_.head.size() ||
+        m_.data_offset + m_.compressed > whole_.size())
+      return std::nullopt;
+    const std::string_view stream = whole_.substr(m_.data_offset, m_.compressed);
+    while (map_.back().out < first + len && map_.back().bit < stream.size() * 8) {
+      bool too_long = false;
+      const auto more =
+          map_stream(stream, map_.back(), first + len, m_.size, k_piece, 0, out_.inflated, too_long, &map_budget_);
+      if (too_long) throw inflates_past_size(label_, m_);
+      if (more.size() == 1) break;
+      map_.insert(map_.end(), more.begin() + 1, more.end());
+    }
+    const std::uint64_t covered = std::min<std::uint64_t>(stream.size(), map_.back().bit / 8 + k_piece);
+    out_.read += covered > mapped_to_ ? covered - mapped_to_ : 0;
+    mapped_to_ = std::max(mapped_to_, covered);
+    auto at =
+        std::upper_bound(map_.begin(), map_.end(), first, [](std::uint64_t v, const Boundary& b) { return v < b.out; });
+    for (int tries = 0; tries < 4 && at != map_.begin(); ++tries)
+      if (auto got = decode_span(stream, *--at, first, len, out_.inflated, &map_budget_)) return got;
+    return std::nullopt;
+  }
+  // The member from its start, where neither a window nor a map of its stream gives a range.
+  std::optional<std::string> from_start(std::uint64_t first, std::uint64_t len) {
+    auto got = first + len <= d_.head.size() ? std::optional(d_.head.substr(first, len)) : stream_.bytes(first, len);
+    out_.inflated += std::exchange(stream_.inflated, 0);
+    return got;
+  }
+  std::string segment_from_start() {
+    auto got = from_start(d_.layout.dynamic_offset, d_.layout.dynamic_size);
+    if (!got) throw r::Error(fmt::format("{}: {} ends before its dynamic segment", label_, m_.name));
+    return std::move(*got);
+  }
+  // The object whose headers say nothing of its segment, read from its start.
+  r::ElfRead read_whole() {
+    auto elf = read_from_start(d_.head, stream_, m_.size, label_ + ":" + m_.name);
+    out_.inflated += std::exchange(stream_.inflated, 0);
+    return elf;
+  }
+  // The strings [first, second) near the end (NVIDIA's libraries keep .dynstr last): the window
+  // at the member's end grown back to them, inflated to the end; where reaching back there costs
+  // less than inflating up to them from the start (gcc puts .dynstr near the start).
+  void strings_from_end(const std::pair<std::uint64_t, std::uint64_t>& strings, Pieces& known) {
+    if (known.span(strings.first, strings.second - strings.first) || !reader_.strings_at_end(d_, strings)) return;
+    const std::uint64_t end = d_.end();
+    const std::uint64_t reach = (m_.size - strings.first) + (m_.size - strings.first) / 1000 + limits_.window / 4;
+    const std::uint64_t first = end > reach ? std::max(m_.data_offset, end - reach) : m_.data_offset;
+    if (first < d_.end_first) {
+      d_.end_bytes = reader_.fetch({{first, d_.end_first - 1}}).front() + d_.end_bytes;
+      d_.end_first = first;
+    }
+    bool overrun = false;
+    auto t =
+        inflate_to_end(d_.end_bytes, m_.size, strings.first, strings.second, out_.inflated, d_.budget.get(), overrun);
+    if (overrun) throw inflates_past_size(label_, m_);
+    if (t) known.v.push_back(std::move(*t));
+  }
+
+ private:
+  RangeReader& reader_;
+  Deep& d_;
+  const zip::Entry& m_;
+  RangedMembers& out_;
+  const RangeLimits& limits_;
+  std::string_view whole_;
+  const std::string& label_;
+  InflateBudget map_budget_;
+  std::vector<Boundary> map_{{0, 0}};
+  std::uint64_t mapped_to_ = 0;  // compressed bytes the map covers
+  Fetch fetch_;
+  FromStart stream_;
+};
+
+// An object's segment and strings from what the windows gave, else as MemberRanges finds them,
+// read by resolver/elf from those pieces alone.
+void RangeReader::finish(Deep& d) {
+  zip::Entry& m = *d.member;
+  if (d.budget->spent()) throw over_budget(label_, m, *d.budget);
+  MemberRanges ranges(*this, d, out_, limits_, whole_, label_);
+  if (d.layout.dynamic_size == 0) {
+    ++out_.objects_from_start;
+    keep_elf(out_, m.name, ranges.read_whole(), label_, invalid_);
+    return;
+  }
+  std::string dyn;
+  if (d.dyn) {
+    dyn = *d.dyn;
+    ++out_.objects_by_window;
+  } else if (m.method == 0) {
+    dyn = fetch({{m.data_offset + d.layout.dynamic_offset,
+                  m.data_offset + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
+              .front();
+    ++out_.objects_by_window;  // a stored member: the segment read where it lies
+  } else if (auto mapped = ranges.exactly(d.layout.dynamic_offset, d.layout.dynamic_size)) {
+    dyn = std::move(*mapped);
+    ++out_.objects_by_map;
+  } else {
+    dyn = ranges.segment_from_start();
+    ++out_.objects_from_start;
+  }
+  auto strings = strings_needed(dyn, d.layout, m.size);
+  // What is known of the object exactly: its first bytes, and the window that reached its end.
+  Pieces known{m.size, {{0, d.head}}};
+  if (d.tail) known.v.push_back(*d.tail);
+  if (d.dyn && m.method == 8) {
+    if (strings) ranges.strings_from_end(*strings, known);
+    if (strings && !known.span(strings->first, strings->second - strings->first))
+      if (auto got = ranges.from_start(strings->first, strings->second - strings->first))
+        known.v.emplace_back(strings->first, std::move(*got));
+    if (!strings || !consistent_with(dyn, d.layout, known.view())) {
+      // The window's reading does not hold: the segment from the start instead.
+      --out_.objects_by_window;
+      ++out_.objects_from_start;
+      dyn = ranges.segment_from_start();
+      strings = strings_needed(dyn, d.layout, m.size);
+      known.v = {{0, d.head}};
+    }
+  }
+  // The pieces the loader reads, where they lie in the object. Without the strings (DT_STRTAB
+  // in no segment, or past the member's end) the reader says what is wrong, as the loader would.
+  Pieces pieces{m.size, {{0, d.head}, {d.layout.dynamic_offset, dyn}}};
+  if (strings) {
+    const std::uint64_t len = strings->second - strings->first;
+    ranges.strings_from_end(*strings, known);
+    if (const char* str = known.span(strings->first, len)) {
+      pieces.v.emplace_back(strings->first, std::string(str, len));
+    } else if (m.method == 0) {
+      pieces.v.emplace_back(strings->first,
+                            fetch({{m.data_offset + strings->first, m.data_offset + strings->second - 1}}).front());
+    } else if (auto mapped = ranges.exactly(strings->first, len)) {
+      pieces.v.emplace_back(strings->first, std::move(*mapped));
+    } else if (auto got = ranges.from_start(strings->first, len)) {
+      pieces.v.emplace_back(strings->first, std::move(*got));
+    }
+  }
+  d.end_bytes = std::string();
+  d.mid_bytes = std::string();
+  keep_elf(out_, m.name, r::read_elf_pieces(pieces.view(), label_ + ":" + m.name), label_, invalid_);
+}
+
 }  // namespace
 
 RangedMembers read_members_by_ranges(const ReadRanges& read, std::uint64_t file_size, std::vector<zip::Entry> members,
                                      const std::string& dist_info, const std::string& label, const RangeLimits& limits,
                                      InvalidElf invalid, std::string_view whole) {
-  const std::uint64_t k_whole_member = limits.whole_member, k_head = limits.head, k_window = limits.window,
-                      k_chunk = limits.chunk;
-  RangedMembers out;
-  const Fetch fetch = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
-    for (const auto& [first, last] : ranges)
-      // A range computed from the wheel's own offsets that ends before it starts: they lie.
-      if (first > last)
-        throw r::Error(fmt::format("{}: its zip structures name bytes {}-{}, past its end", label, first, last));
-    auto got = read(ranges);
-    for (const auto& bytes : got) out.read += bytes.size();
-    return got;
-  };
-  // Each one's data_offset is set once its local header is read.
-  std::vector<zip::Entry> wanted = std::move(members);
-  // Read whole: METADATA, RECORD (up to zip::k_max_metadata), and objects small both ways: a
-  // megabyte of deflate data can declare a gigabyte, which is read as a large object is.
-  const auto whole_one = [&](const zip::Entry& m) {
-    const bool dist = m.name == dist_info + "/METADATA" || m.name == dist_info + "/RECORD";
-    return m.compressed <= k_whole_member && m.size <= (dist ? zip::k_max_metadata : k_whole_member * 16);
-  };
-  // Each wanted member's local header with its data (small ones) or its first bytes (objects).
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  for (const zip::Entry& m : wanted) {
-    const std::uint64_t length = whole_one(m) ? m.compressed : k_head;
-    ranges.emplace_back(m.local_offset,
-                        std::min(file_size - 1, m.local_offset + 30 + m.raw_name.size() + k_local_slack + length));
-  }
-  auto heads = fetch(ranges);
-  struct Deep {
-    zip::Entry* member;
-    r::ElfLayout layout;  // dynamic_size 0: read from its start, whole
-    std::string head;     // its first bytes, inflated
-    std::unique_ptr<InflateBudget> budget;
-  };
-  InflateBudget wheel_budget(UINT64_MAX, std::chrono::minutes(10));
-  std::vector<Deep> deep;
-  for (std::size_t i = 0; i < wanted.size(); ++i) {
-    zip::Entry& m = wanted[i];
-    // A local header whose name and extra field are longer than the slack allowed for (the
-    // extra field is the local header's own, up to 64 KiB): the rest fetched.
-    if (heads[i].size() >= 30) {
-      const auto* h = bytes_of(heads[i]);
-      const std::uint64_t data_at = m.local_offset + 30 + (h[26] | (h[27] << 8)) + (h[28] | (h[29] << 8));
-      const std::uint64_t wanted_end =
-          std::min(file_size, data_at + (whole_one(m) ? m.compressed : std::min(m.compressed, k_head)));
-      if (m.local_offset + heads[i].size() < wanted_end)
-        heads[i] += fetch({{m.local_offset + heads[i].size(), wanted_end - 1}}).front();
-    }
-    m.data_offset = data_start(m, heads[i], label);
-    const std::string compressed =
-        heads[i].substr(std::min<std::size_t>(heads[i].size(), m.data_offset - m.local_offset));
-    std::string inflated;
-    if (m.method == 0) {
-      inflated = compressed.substr(0, std::min<std::uint64_t>(m.size, compressed.size()));
-    } else {
-      Inflater z;
-      // A whole one up to a byte past its size: one that holds more is not what install takes.
-      const bool fed = z.feed(bytes_of(compressed), compressed.size(), whole_one(m) ? m.size + 1 : k_head * 4);
-      out.inflated += z.produced;
-      if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label, m.name));
-      if (z.out.size() > m.size) throw inflates_past_size(label, m);
-      inflated = std::move(z.out);
-    }
-    if (whole_one(m)) {
-      ++out.members_whole;
-      if (m.name == dist_info + "/METADATA") {
-        out.metadata = std::move(inflated);
-      } else if (m.name == dist_info + "/RECORD") {
-        out.record = std::move(inflated);
-      } else {
-        keep_elf(out, m.name, r::read_elf_memory(inflated.data(), inflated.size(), label + ":" + m.name), label,
-                 invalid);
-      }
-      continue;
-    }
-    const Layout layout = layout_of(inflated, m.size, label, m.name, invalid);
-    if (layout.kind != Layout::Kind::not_elf)
-      deep.push_back({&m, layout.elf, std::move(inflated), member_budget(m.size, &wheel_budget)});
-  }
-
-  // The dynamic segments: a window of each where the segment should lie, all fetched at once;
-  // a wider one where the first did not hold it.
-  std::vector<WindowFind> dynamic(deep.size());
-  for (const int pass : {1, 2}) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> windows;
-    std::vector<std::size_t> window_of;
-    for (std::size_t i = 0; i < deep.size(); ++i) {
-      const Deep& d = deep[i];
-      const zip::Entry& m = *d.member;
-      if (m.method != 8 || d.layout.dynamic_size == 0 || dynamic[i].dyn) continue;
-      // The headers' bytes reach the segment already (a small object, or one whose data follow it).
-      if (d.head.size() >= d.layout.dynamic_offset + d.layout.dynamic_size) continue;
-      const std::uint64_t end = m.data_offset + m.compressed;
-      const std::uint64_t after = m.size - d.layout.dynamic_offset;  // bytes from the segment to the end
-      std::uint64_t first = 0, last = end - 1;
-      if (after <= 4 * k_window) {
-        // Near the end (CUDA libraries: .data is small): what follows the segment deflates to
-        // at most about its own size, so a window that ends with the member and reaches that
-        // far back holds it; first a short one, as .data, .got and the tables after them deflate
-        // well (cuDNN 9.19's engines_precompiled: 2.2 MB after its segment, 115 KB deflated).
-        const std::uint64_t reach = pass == 1 ? k_window / 4 : after + after / 1000 + k_window / 4;
-        first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
-      } else if (!limits.mid_stream) {
-        // Only exact places: a window that ends with the member, where the segment lies in its
-        // second half and inflating from there to the end, twice, costs less than from the start
-        // (by a map of the stream, on every core, where the whole file is at hand).
-        const std::uint64_t from_start =
-            whole.empty() ? d.layout.dynamic_offset : d.layout.dynamic_offset / r::thread_count(0);
-        if (pass == 1 || 2 * after >= from_start) continue;
-        const std::uint64_t reach = after + after / 1000 + k_window / 4;
-        first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
-      } else {
-        // Elsewhere: where the segment would fall were the member evenly packed; first a window
-        // around that place (the estimate misses both ways: cuDNN 9.19's heuristic library by
-        // 104 KB late), then a wider one mostly before it (a block boundary must come first),
-        // wider with the member (its runtime_compiled library, 16 MB deflated: 2.3 MB early,
-        // where .lrodata after the segment deflates to 0.88 and the code before it to 0.42).
-        const std::uint64_t window =
-            pass == 1 ? k_window / 2 : std::clamp<std::uint64_t>(m.compressed / 4, 2 * k_window, 8 * k_window);
-        const double at = static_cast<double>(d.layout.dynamic_offset) / static_cast<double>(m.size);
-        const auto estimate = m.data_offset + static_cast<std::uint64_t>(at * static_cast<double>(m.compressed));
-        const std::uint64_t lead = pass == 1 ? window / 2 : 3 * window / 4;
-        first = std::max(m.data_offset, estimate > lead ? estimate - lead : 0);
-        last = std::min(end - 1, first + window - 1);
-      }
-      windows.emplace_back(first, last);
-      window_of.push_back(i);
-    }
-    if (windows.empty()) break;
-    const auto window_bytes = fetch(windows);
-    r::parallel_for(window_of.size(), 0, [&](std::size_t k) {
-      const Deep& d = deep[window_of[k]];
-      const bool ends_member = windows[k].second + 1 == d.member->data_offset + d.member->compressed;
-      dynamic[window_of[k]] = dynamic_in_window(window_bytes[k], d.layout.dynamic_size, ends_member, d.member->size,
-                                                d.layout.dynamic_offset, limits.mid_stream, d.budget.get());
-    });
-  }
-  for (std::size_t i = 0; i < deep.size(); ++i) {
-    out.inflated += dynamic[i].inflated;
-    if (dynamic[i].overrun) throw inflates_past_size(label, *deep[i].member);
-  }
-  for (std::size_t i = 0; i < deep.size(); ++i) {
-    Deep& d = deep[i];
-    zip::Entry& m = *d.member;
-    if (d.budget->spent()) throw over_budget(label, m, *d.budget);
-    // A map of the stream has a share of the member's budget: where it runs out (no boundary
-    // proved in crafted bytes), the member is inflated from its start with what is left.
-    InflateBudget map_budget(2 * m.size + (std::uint64_t{128} << 20), std::chrono::hours(24), d.budget.get());
-    // Where the whole file is at hand: `len` bytes from `first` on, decoded from the last proved
-    // block boundary before them (or one of the few before that, where the bytes depend on what
-    // precedes it); nullopt: inflated from the start instead.
-    std::vector<Boundary> map{{0, 0}};
-    std::uint64_t mapped_to = 0;  // compressed bytes the map covers
-    const auto exactly = [&](std::uint64_t first, std::uint64_t len) -> std::optional<std::string> {
-      if (whole.empty() || m.method != 8 || first + len <= d.head.size() || m.data_offset + m.compressed > whole.size())
-        return std::nullopt;
-      const std::string_view stream = whole.substr(m.data_offset, m.compressed);
-      while (map.back().out < first + len && map.back().bit < stream.size() * 8) {
-        bool too_long = false;
-        const auto more =
-            map_stream(stream, map.back(), first + len, m.size, k_piece, 0, out.inflated, too_long, &map_budget);
-        if (too_long) throw inflates_past_size(label, m);
-        if (more.size() == 1) break;
-        map.insert(map.end(), more.begin() + 1, more.end());
-      }
-      const std::uint64_t covered = std::min<std::uint64_t>(stream.size(), map.back().bit / 8 + k_piece);
-      out.read += covered > mapped_to ? covered - mapped_to : 0;
-      mapped_to = std::max(mapped_to, covered);
-      auto at =
-          std::upper_bound(map.begin(), map.end(), first, [](std::uint64_t v, const Boundary& b) { return v < b.out; });
-      for (int tries = 0; tries < 4 && at != map.begin(); ++tries)
-        if (auto got = decode_span(stream, *--at, first, len, out.inflated, &map_budget)) return got;
-      return std::nullopt;
-    };
-    // The member from its start, where neither a window nor a map of its stream gives a range.
-    FromStart stream(m, fetch, k_chunk, d.budget.get(), label);
-    const auto inflated_by_stream = [&] { out.inflated += std::exchange(stream.inflated, 0); };
-    const auto from_start = [&](std::uint64_t first, std::uint64_t len) {
-      auto got = first + len <= d.head.size() ? std::optional(d.head.substr(first, len)) : stream.bytes(first, len);
-      inflated_by_stream();
-      return got;
-    };
-    if (d.layout.dynamic_size == 0) {
-      ++out.objects_from_start;
-      const auto elf = read_from_start(d.head, stream, m.size, label + ":" + m.name);
-      inflated_by_stream();
-      keep_elf(out, m.name, elf, label, invalid);
-      continue;
-    }
-    const auto segment_from_start = [&] {
-      auto got = from_start(d.layout.dynamic_offset, d.layout.dynamic_size);
-      if (!got) throw r::Error(fmt::format("{}: {} ends before its dynamic segment", label, m.name));
-      return std::move(*got);
-    };
-    std::string dyn;
-    if (dynamic[i].dyn) {
-      dyn = *dynamic[i].dyn;
-      ++out.objects_by_window;
-    } else if (m.method == 0) {
-      dyn = fetch({{m.data_offset + d.layout.dynamic_offset,
-                    m.data_offset + d.layout.dynamic_offset + d.layout.dynamic_size - 1}})
-                .front();
-      ++out.objects_by_window;  // a stored member: the segment read where it lies
-    } else if (auto mapped = exactly(d.layout.dynamic_offset, d.layout.dynamic_size)) {
-      dyn = std::move(*mapped);
-      ++out.objects_by_map;
-    } else {
-      dyn = segment_from_start();
-      ++out.objects_from_start;
-    }
-    auto strings = strings_needed(dyn, d.layout, m.size);
-    // What is known of the object exactly: its first bytes, and the window that reached its end.
-    Pieces known{m.size, {}};
-    known.v.emplace_back(0, d.head);
-    if (dynamic[i].tail) known.v.push_back(*dynamic[i].tail);
-    const auto have_strings = [&] { return strings && known.span(strings->first, strings->second - strings->first); };
-    // The strings near the end (NVIDIA's libraries keep .dynstr last): a window to the end.
-    const auto strings_from_end = [&] {
-      if (!strings || have_strings() || m.method != 8 || m.size - strings->first > 8 * k_window) return;
-      const std::uint64_t end = m.data_offset + m.compressed;
-      const std::uint64_t reach = (m.size - strings->first) + (m.size - strings->first) / 1000 + k_window / 4;
-      const std::uint64_t first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
-      bool overrun = false;
-      auto t = inflate_to_end(fetch({{first, end - 1}}).front(), m.size, strings->first, strings->second, out.inflated,
-                              d.budget.get(), overrun);
-      if (overrun) throw inflates_past_size(label, m);
-      if (t) known.v.push_back(std::move(*t));
-    };
-    if (dynamic[i].dyn && m.method == 8) {
-      strings_from_end();
-      if (strings && !have_strings())
-        if (auto got = from_start(strings->first, strings->second - strings->first))
-          known.v.emplace_back(strings->first, std::move(*got));
-      if (!strings || !consistent_with(dyn, d.layout, known.view())) {
-        // The window's reading does not hold: the segment from the start instead.
-        --out.objects_by_window;
-        ++out.objects_from_start;
-        dyn = segment_from_start();
-        strings = strings_needed(dyn, d.layout, m.size);
-        known.v = {{0, d.head}};
-      }
-    }
-    // The pieces the loader reads, where they lie in the object, read by resolver/elf from
-    // those alone. Without the strings (DT_STRTAB in no segment, or past the member's end) the
-    // reader says what is wrong, as the loader would refuse it.
-    Pieces pieces{m.size, {{0, d.head}, {d.layout.dynamic_offset, dyn}}};
-    if (strings) {
-      strings_from_end();
-      if (const char* str = known.span(strings->first, strings->second - strings->first)) {
-        pieces.v.emplace_back(strings->first, std::string(str, strings->second - strings->first));
-      } else if (m.method == 0) {
-        pieces.v.emplace_back(strings->first,
-                              fetch({{m.data_offset + strings->first, m.data_offset + strings->second - 1}}).front());
-      } else if (auto mapped = exactly(strings->first, strings->second - strings->first)) {
-        pieces.v.emplace_back(strings->first, std::move(*mapped));
-      } else if (auto got = from_start(strings->first, strings->second - strings->first)) {
-        pieces.v.emplace_back(strings->first, std::move(*got));
-      }
-    }
-    keep_elf(out, m.name, r::read_elf_pieces(pieces.view(), label + ":" + m.name), label, invalid);
-  }
-  return out;
+  return RangeReader(read, file_size, dist_info, label, limits, invalid, whole).run(std::move(members));
 }
 
 }  // namespace cudafix::installer

@@ -37,11 +37,18 @@ namespace cudafix::installer {
 // How much is read at a time. The defaults suit CUDA wheels; small ones (the fuzz target)
 // take every path with a wheel of a few kilobytes.
 struct RangeLimits {
-  std::uint64_t tail = 64 * 1024;        // by HTTP, the first request: the end of the file
-  std::uint64_t whole_member = 1 << 20;  // members up to this (compressed) are read whole
-  std::uint64_t head = 64 * 1024;        // of a larger object: its headers
-  std::uint64_t window = 1 << 20;        // a window of compressed bytes around PT_DYNAMIC
-  std::uint64_t chunk = 1 << 20;         // inflating from the start: read this much at a time
+  std::uint64_t tail = 24 * 1024;          // by HTTP, the first request: the end of the file
+  std::uint64_t whole_wheel = 64 * 1024;   // by HTTP, a wheel up to this is fetched whole
+  std::uint64_t whole_member = 1 << 20;    // METADATA and RECORD up to this (compressed) are read whole
+  std::uint64_t whole_object = 64 * 1024;  // and objects up to this (and whole_member)
+  std::uint64_t head = 8 * 1024;           // of a larger object: its headers
+  // Windows of compressed bytes: the first at an object's end is window / 64, the first around
+  // where PT_DYNAMIC should lie window / 8, the wider ones after them 2 to 8 windows.
+  std::uint64_t window = 1 << 20;
+  std::uint64_t chunk = 1 << 20;  // inflating from the start: read at most this much at a time
+  // By HTTP: ranges of one round this close to each other are fetched as one request (the bytes
+  // between read too), so that one plan makes few requests.
+  std::uint64_t gap = 64 * 1024;
   // A dynamic segment found mid-stream by what its bytes read as, checked against what is known
   // of the object, is taken (by HTTP, where each byte costs; a crafted object can plant a false
   // one there, which `apply` then finds from the downloaded file); false: only segments whose

@@ -47,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     s::RangeLimits small;
     small.tail = 512;
+    small.whole_wheel = 1024;
     small.whole_member = 1024;
     small.head = 512;
     small.window = 4096;

@@ -48,6 +48,7 @@ Picked picked_from(const std::string& path) {
 RangeLimits small_limits() {
   RangeLimits l;
   l.tail = 512;
+  l.whole_wheel = 1024;
   l.whole_member = 1024;
   l.head = 512;
   l.window = 4096;
