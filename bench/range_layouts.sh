@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 bin=$(realpath "${1:-build/cudafix}")
 fx=build/tests/fixtures/verify
 tmp=$(mktemp -d)
-trap 'kill "${server:-0}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap 'kill "${server:-0}" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 mk() { python3 tests/e2e/make_wheel.py "$@"; }
 mkdir -p "$tmp/base"
 w1=$(mk "$tmp/base" nvidia-cuda-runtime-cu12 12.8.90 "nvidia/cuda_runtime/lib/libcudart.so.12=$fx/cu12/libcudart.so.12")
@@ -23,12 +23,33 @@ python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/python3" -m pip install -q --no-index --no-deps "$w1" "$w2" "$w3" "$w4"
 "$tmp/venv/bin/python3" -m pip uninstall -q -y nvidia-cudnn-cu13
 printf '%-8s %10s %10s %8s %9s %6s %8s\n' layout read wheel fraction requests secs "RSS MB"
-for layout in "end 24 0.5" "middle 12 12" "early 0.5 24"; do
-  set -- $layout
-  dir="$tmp/$1"
+sys=/usr/lib/x86_64-linux-gnu
+lib=nvidia/cudnn/lib
+# Each layout's members, ARCNAME=SOURCE (the big objects made here), of a wheel of
+# nvidia-cudnn-cu12, which the venv wants.
+members() {
+  case "$1" in
+  end | middle | early)
+    set -- $layout
+    python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn.so.9" libcudnn.so.9 "$2" "$3" >/dev/null
+    echo "$lib/libcudnn.so.9=$dir/objects/libcudnn.so.9" ;;
+  # Real objects gcc built, .dynamic after .text, .rodata and .eh_frame: z3 (23 MB, 19 MB of
+  # code, .dynamic 14 KB before the end) and Python 3.11 (7.7 MB, 1.1 MB of .data after it).
+  gcc) echo "$lib/libcudnn.so.9=$fx/cudnn/v91400/libcudnn.so.9 $lib/libz3.so.4=$sys/libz3.so.4" \
+    "$lib/libpython3.11.so.1.0=$sys/libpython3.11.so.1.0" ;;
+  # Common Debian libraries, 0.7 to 4.7 MB each (issue 54's test wheel read 74%, then 10%).
+  debian)
+    echo "$lib/libcudnn.so.9=$fx/cudnn/v91400/libcudnn.so.9"
+    for l in libcurl.so.4 libarchive.so.13 libssl.so.3 libxml2.so.2 libcrypto.so.3 libstdc++.so.6; do
+      echo "$lib/$l=$sys/$l"
+    done ;;
+  esac
+}
+for layout in "end 24 0.5" "middle 12 12" "early 0.5 24" gcc debian; do
+  name=${layout%% *}
+  dir="$tmp/$name"
   mkdir -p "$dir/objects"
-  python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn.so.9" libcudnn.so.9 "$2" "$3" >/dev/null
-  wheel=$(mk "$dir" nvidia-cudnn-cu12 9.10.2.21 "nvidia/cudnn/lib/libcudnn.so.9=$dir/objects/libcudnn.so.9" --deflate)
+  wheel=$(mk "$dir" nvidia-cudnn-cu12 9.10.2.21 $(members "$name") --deflate)
   rm -rf "$dir/objects"
   python3 tests/e2e/index_server.py "$dir" "$dir/log.jsonl" >"$dir/port" 2>/dev/null &
   server=$!
@@ -39,7 +60,7 @@ for layout in "end 24 0.5" "middle 12 12" "early 0.5 24"; do
     >"$dir/plan.json" 2>"$dir/time" || true
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   kill "$server"
-  python3 - "$1" "$dir/plan.json" "$dir/log.jsonl" "$dir/time" "$secs" <<'EOF'
+  python3 - "$name" "$dir/plan.json" "$dir/log.jsonl" "$dir/time" "$secs" <<'EOF'
 import json, re, sys
 name, plan, log, timing, secs = sys.argv[1:]
 w = json.load(open(plan))["steps"][0]["wheel"] or {}
