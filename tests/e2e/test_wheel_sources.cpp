@@ -698,6 +698,25 @@ class RangePlan : public WheelSources {
     EXPECT_EQ(run_shell("cp -a " + shell_quote(big_base_) + " " + shell_quote(v)).exit_code, 0);
     return v;
   }
+  // The plan by range of the wheel in `dir`, served by the tests' index) against the plan from the
+  // whole wheel (--find-links): the same objects. Returns the step's wheel and the requests for it.
+  struct RangeRead {
+    std::uint64_t bytes = 0, of = 0;
+    std::size_t requests = 0;
+  };
+  static RangeRead plan_by_range_as_whole(const TempDir& t, const std::string& venv, const std::string& dir) {
+    const auto whole = plan_fix(t, venv, "--find-links " + shell_quote(dir));
+    EXPECT_EQ(whole.exit_code, 0) << whole.err;
+    IndexServer server(dir, t.path(), "");
+    const auto p = plan_fix(t, venv, "--index-url " + server.url() + "/simple");
+    EXPECT_EQ(p.exit_code, 0) << p.err;
+    const auto& w = p.doc["steps"][0]["wheel"];
+    EXPECT_THAT(w["source"].get<std::string>(), HasSubstr("read by range")) << w.dump(1);
+    EXPECT_EQ(w["objects"], whole.doc["steps"][0]["wheel"]["objects"])
+        << "what the whole wheel says, object for object";
+    EXPECT_EQ(p.doc["steps"][0]["writes"], whole.doc["steps"][0]["writes"]);
+    return {w["read"]["bytes"].get<std::uint64_t>(), w["read"]["of"].get<std::uint64_t>(), server.file_requests()};
+  }
   static inline std::string big_, big_wheel_, big_base_;
 };
 
@@ -773,6 +792,54 @@ TEST_F(RangePlan, AServerThatIgnoresRangeGivesTheWholeWheelAndThePlanSaysSo) {
   ASSERT_TRUE(w["file"].is_string());
   EXPECT_EQ(sha256(w["file"]), sha256(big_wheel_));
   EXPECT_EQ(server.file_requests(), 2U) << "the cut whole file, then the whole file again, kept";
+}
+
+// A wheel of twelve small objects and, after them, a large one whose segment lies in the middle
+// (make_big_object.py: 6 MB of .rodata, the segment, 6 MB of .data): the plan by range reads
+// under 5% of it (4.4%; main: 15.1%, a 64 KiB tail and head and a 512 KiB window of 4.7 MB) in at most
+// 5 requests (3; main: 15, one a member; the small members lie side by side and are one request).
+TEST_F(RangePlan, AWheelOfALargeObjectAndManySmallOnesIsReadByRangeFromUnder5PercentInFewRequests) {
+  TempDir t;
+  const std::string dir = t.path() + "/wheels", objects = t.path() + "/objects";
+  fs::create_directories(dir);
+  fs::create_directories(objects);
+  const std::string make = test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_big_object.py") + " ";
+  ASSERT_EQ(run_shell(make + shell_quote(objects + "/libcudnn.so.9") + " libcudnn.so.9 6 6 2>&1").exit_code, 0);
+  std::string members;
+  for (int k = 0; k < 12; ++k) {
+    const std::string name = "libcudnn_part" + std::to_string(k) + ".so.9";
+    ASSERT_EQ(run_shell(make + shell_quote(objects + "/" + name) + " " + name + " 0.001 0.001 2>&1").exit_code, 0);
+    members += " nvidia/cudnn/lib/" + name + "=" + objects + "/" + name;
+  }
+  members += " nvidia/cudnn/lib/libcudnn.so.9=" + objects + "/libcudnn.so.9";  // last: the members' order
+  test::make_wheel(dir, "nvidia-cudnn-cu12 9.10.2.21" + members + " --deflate");
+  const auto read = plan_by_range_as_whole(t, big_venv(t), dir);
+  EXPECT_LT(read.bytes * 100, read.of * 5) << read.bytes << " of " << read.of << " bytes read";
+  EXPECT_LE(read.requests, 5U);
+  std::cout << "read " << read.bytes << " of " << read.of << " bytes in " << read.requests << " requests\n";
+}
+
+// Libraries gcc built, as Debian ships them (.dynstr near the start, .dynamic a few KB before the
+// end after .text, .rodata and .eh_frame): read by their heads and windows at their ends, not
+// whole: under 35% of a wheel of libstdc++, libcurl, libssl and libcrypto (26% here; main read
+// 112% of it: those under 1 MiB deflated whole, the others inflated from a window reaching back
+// to their strings, then from their start).
+TEST_F(RangePlan, AWheelOfDebiansLibrariesIsReadByRangeNotWhole) {
+  TempDir t;
+  const std::string dir = t.path() + "/wheels", lib = "/usr/lib/x86_64-linux-gnu/";
+  fs::create_directories(dir);
+  std::string members = " nvidia/cudnn/lib/libcudnn.so.9=" + test::k_fixtures + "/verify/cudnn/v91400/libcudnn.so.9";
+  int found = 0;
+  for (const std::string name : {"libstdc++.so.6", "libcurl.so.4", "libssl.so.3", "libcrypto.so.3"}) {
+    if (!fs::is_regular_file(lib + name)) continue;
+    members += " nvidia/cudnn/lib/" + name + "=" + lib + name;
+    ++found;
+  }
+  if (found < 2) GTEST_SKIP() << "Debian's libstdc++, libcurl, libssl, libcrypto not found under " << lib;
+  test::make_wheel(dir, "nvidia-cudnn-cu12 9.10.2.21" + members + " --deflate");
+  const auto read = plan_by_range_as_whole(t, big_venv(t), dir);
+  EXPECT_LT(read.bytes * 100, read.of * 35) << read.bytes << " of " << read.of << " bytes read";
+  std::cout << "read " << read.bytes << " of " << read.of << " bytes in " << read.requests << " requests\n";
 }
 
 // tests/e2e/make_hostile_streams.py's attacks on the windows a plan inflates from a guessed block
