@@ -1,24 +1,33 @@
 // Reading what the planner needs of a wheel by byte ranges rather than whole: METADATA, RECORD
 // and the dynamic section of each shared object, a few hundred kilobytes of a 350 MB wheel. The
 // ranges come from wherever the wheel is: a mapped file (installer/wheel/read.hpp) or HTTP range
-// requests to an index (installer/source/remote_wheel.hpp). For each member asked for:
+// requests to an index (installer/source/remote_wheel.hpp). In rounds, each one's ranges
+// fetched at once (by HTTP, those near each other as one request); for each member asked for:
 //   1. its local header with its data (a small member: METADATA, RECORD, an object under
-//      `whole_member` compressed) or with its first `head` bytes (a larger object: its ELF
+//      `whole_object` compressed) or with its first `head` bytes (a larger object: its ELF
 //      header and program headers, which say where PT_DYNAMIC lies and which segments map the
-//      dynamic strings);
+//      dynamic strings), and the last window/64 of each larger object: inflated from a block
+//      boundary to the member's end, its bytes are placed exactly, counted back from the end
+//      (gcc puts .dynamic a few KB before the end, NVIDIA's libraries .dynstr last);
 //   2. the dynamic segment itself, deep in the deflate stream (80% of the bytes of a CUDA
-//      library precede it): a window of the compressed member around where the segment should
-//      be, inflated from a deflate block boundary found in it (installer/wheel/deflate_window).
-//      The 32 KiB before the window are unknown, so the window is inflated twice, against a
-//      dictionary of zeros and one of 0xff: only bytes both agree on are known, and the dynamic
-//      segment is taken only where it is known whole and reads as one (its size, valid tags,
-//      DT_STRTAB and DT_STRSZ, DT_NULL last), and agrees with what is known of the object
-//      exactly (its first bytes, a window inflated to its end). A window that ends with the
-//      member places it exactly (counted back from the end); elsewhere its place is told by
-//      what it reads as, which RangeLimits::mid_stream allows or not. Where no window holds it,
-//      the member is inflated from its start up to the segment instead, and counted;
-//   3. the strings the segment names (SONAME, NEEDED, RPATH, RUNPATH), and the object read by
-//      resolver/elf as the loader reads it, from those pieces alone.
+//      library precede it): a window of the compressed member where the segment should be,
+//      inflated from a deflate block boundary found in it (installer/wheel/deflate_window).
+//      Where it should be is told by the places proved so far (the head's end, the first
+//      boundary of the window at the end) and the deflate ratio measured between them, and
+//      by the ratio of the end's bytes where those after the segment deflate otherwise; a
+//      window there, wider ones after it, or the window at the end grown back to it where
+//      that costs no more. The 32 KiB before a window are unknown, so it is inflated twice,
+//      against a dictionary of zeros and one of 0xff: only bytes both agree on are known, and
+//      the dynamic segment is taken where it reads as one (its size, valid tags, DT_STRTAB
+//      and DT_STRSZ, DT_NULL last) and agrees with what is known of the object exactly (its
+//      first bytes, a window inflated to its end). A window that ends with the member places
+//      it exactly; elsewhere its place is told by what it reads as, which
+//      RangeLimits::mid_stream allows or not. Where no window holds it, the member is
+//      inflated from its start up to the segment instead, and counted;
+//   3. the strings the segment names (SONAME, NEEDED, RPATH, RUNPATH), from the bytes at hand,
+//      the window at the end grown back to them, or inflated from the start (all objects'
+//      fetched at once), and the object read by resolver/elf as the loader reads it, from
+//      those pieces alone.
 #pragma once
 
 #include <cstdint>
