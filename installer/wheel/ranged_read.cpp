@@ -152,6 +152,9 @@ struct WindowFind {
   // and where in the window (bytes) the decode started, `raw` the place in the object there.
   std::optional<std::pair<std::uint64_t, std::string>> tail;
   std::optional<Anchor> start;
+  // That decode whole, against either dictionary, its first byte at `end_base` in the object.
+  std::string end_zeros, end_ones;
+  std::uint64_t end_base = 0;
   // A decode that ended exactly with the member inflated more than the member declares.
   bool overrun = false;
 };
@@ -189,6 +192,9 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
         while (agreed > 0 && a[agreed - 1] == b[agreed - 1]) --agreed;
         out.tail = std::pair{base + agreed, a.substr(agreed)};
         out.start = Anchor{w.bit / 8, base};
+        out.end_zeros = a;
+        out.end_ones = b;
+        out.end_base = base;
       };
       if (genuine && !out.start) keep_tail();
       if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
@@ -453,8 +459,9 @@ struct Deep {
   std::optional<Anchor> end_start;                            // the first proved boundary in them
   std::optional<std::pair<std::uint64_t, std::string>> tail;  // the object's end, known exactly
   std::optional<std::string> dyn;                             // its dynamic segment, found by a window
-  bool overrun = false;        // a decode that ended with the member inflated more than it declares
-  std::uint64_t inflated = 0;  // by its window decodes
+  bool overrun = false;          // a decode that ended with the member inflated more than it declares
+  bool end_unconfirmed = false;  // the window at the end placed a segment no section table confirms
+  std::uint64_t inflated = 0;    // by its window decodes
   [[nodiscard]] bool segment_in_head() const { return head.size() >= layout.dynamic_offset + layout.dynamic_size; }
   [[nodiscard]] std::uint64_t end() const { return member->data_offset + member->compressed; }
 };
@@ -516,12 +523,14 @@ class RangeReader {
 
  private:
   // Read whole: METADATA, RECORD (up to zip::k_max_metadata), and objects small both ways: a
-  // megabyte of deflate data can declare a gigabyte, which is read as a large object is. An
-  // object over `whole_object` is read by its head and windows: a library of 300 KB deflated
-  // needs a few tens of kilobytes of it.
+  // megabyte of deflate data can declare a gigabyte, which is read as a large object is. By
+  // HTTP an object over `whole_object` is read by its head and windows: a library of 300 KB
+  // deflated needs a few tens of kilobytes of it (where the file is at hand, inflating it whole
+  // also tells a stream that holds more than it declares).
   [[nodiscard]] bool whole_one(const zip::Entry& m) const {
     const bool dist = m.name == dist_info_ + "/METADATA" || m.name == dist_info_ + "/RECORD";
-    const std::uint64_t most = dist ? limits_.whole_member : std::min(limits_.whole_member, limits_.whole_object);
+    const std::uint64_t most =
+        dist || !limits_.mid_stream ? limits_.whole_member : std::min(limits_.whole_member, limits_.whole_object);
     return m.compressed <= most && m.size <= (dist ? zip::k_max_metadata : limits_.whole_member * 16);
   }
   // Where a member's data should end, from the central directory alone (its local header's extra
@@ -529,12 +538,18 @@ class RangeReader {
   [[nodiscard]] static std::uint64_t data_end_guess(const zip::Entry& m) {
     return m.local_offset + 30 + m.raw_name.size() + m.compressed;
   }
-  [[nodiscard]] std::uint64_t first_end_window() const { return limits_.window / 64; }
+  // The first window at a large object's end: a short one by HTTP, where each byte costs; where
+  // the whole file is at hand, a quarter window, which also finds a stream that inflates past
+  // the member's declared size by inflating more than that from there.
+  [[nodiscard]] std::uint64_t first_end_window() const {
+    return limits_.mid_stream ? limits_.window / 64 : limits_.window / 4;
+  }
 
   void first_round();
   void take_head(zip::Entry& m, std::string& head);
   void take_end(Deep& d, std::uint64_t first, std::string bytes);
   void decode_end(Deep& d);
+  [[nodiscard]] bool section_table_agrees(const Deep& d, const WindowFind& end) const;
   [[nodiscard]] std::optional<Ask> window_for(const Deep& d, int pass) const;
   void window_pass(int pass);
   void prefetch_strings();
@@ -659,8 +674,40 @@ void RangeReader::decode_end(Deep& d) {
   d.overrun |= found.overrun;
   if (found.start) d.end_start = Anchor{d.end_first - m.data_offset + found.start->compressed, found.start->raw};
   if (found.tail) d.tail = std::move(found.tail);
-  if (!d.segment_in_head() && found.dyn) d.dyn = std::move(found.dyn);
+  // Counted back from the end, a place is exact only where the stream ends at the member's
+  // declared size: a stream that holds more (install refuses it) would put a segment planted
+  // in what it holds past that where the real one lies. The section header table the object
+  // ends with, found where its ELF header says and naming the segment's place, confirms it; a
+  // quarter window confirms it as before (a stream holding more inflates more than the member
+  // from there), or is fetched in pass 1.
+  d.end_unconfirmed = found.dyn && !section_table_agrees(d, found) && d.end_bytes.size() < limits_.window / 4 &&
+                      d.end_first > m.data_offset;
+  if (!d.segment_in_head() && found.dyn && !d.end_unconfirmed) d.dyn = std::move(found.dyn);
   d.inflated += found.inflated;  // added to out_ after the decodes, which run side by side
+}
+
+// Whether the object's end, as the window at the end inflated it, holds the section header
+// table where its ELF header says (the last bytes gcc's and NVIDIA's objects hold): its first
+// entry null, and an SHT_DYNAMIC entry at the place and of the size of PT_DYNAMIC. Bytes the two
+// decodes disagree on are taken as zeros by HTTP (mid_stream), as the segment's are; elsewhere
+// they fail it.
+bool RangeReader::section_table_agrees(const Deep& d, const WindowFind& end) const {
+  if (d.head.size() < 64 || end.end_zeros.empty() || end.end_zeros.size() != end.end_ones.size()) return false;
+  const auto* h = bytes_of(d.head);
+  const std::uint64_t shoff = u64(h + 0x28), entsize = h[0x3a] | (h[0x3b] << 8), count = h[0x3c] | (h[0x3d] << 8);
+  const std::uint64_t size = d.member->size;
+  if (entsize != 64 || count == 0 || shoff > size || count * 64 > size - shoff || shoff < end.end_base) return false;
+  const std::size_t at = shoff - end.end_base;
+  if (at + count * 64 > end.end_zeros.size()) return false;
+  if (!limits_.mid_stream && end.end_zeros.compare(at, count * 64, end.end_ones, at, count * 64) != 0) return false;
+  const auto* table = bytes_of(end.end_zeros) + at;
+  if (std::any_of(table, table + 64, [](unsigned char c) { return c != 0; })) return false;
+  for (std::uint64_t k = 1; k < count; ++k) {
+    const auto* e = table + k * 64;
+    if (u32(e + 4) == 6 && u64(e + 0x18) == d.layout.dynamic_offset && u64(e + 0x20) == d.layout.dynamic_size)
+      return true;
+  }
+  return false;
 }
 
 // Where in the wheel the object's byte `raw` should lie deflated: between the two proved places
@@ -732,7 +779,7 @@ std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
     if (first < d.end_first && d.end_first - first <= last - first + 1) return at_end(end - first);
     return Ask{0, false, first, last};
   };
-  if (pass == 1) return around(estimate_at, estimate_at);
+  if (pass == 1) return d.end_unconfirmed ? at_end(k_window / 4) : around(estimate_at, estimate_at);
   // The bytes after the segment (.data) may deflate as those at the end do rather than as those
   // before it: Python 3.11's segment lies 157 KB past the first estimate, 145 KB before the
   // second. The window from one to the other, at most four windows wide, grows pass 1's.
