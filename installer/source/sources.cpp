@@ -124,14 +124,14 @@ void trim_cache(const SourceSettings& s, const std::vector<std::string>& keep) {
 // Marks a cached wheel used now (the trim removes the least recently used first).
 void touch(const std::string& path) { ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
 
-struct Candidate {
+}  // namespace
+
+struct WheelSources::Candidate {
   IndexFile file;
   std::string index;  // the index URL (redacted) or the cache it came from
   std::string format;
   const CachedWheel* cached = nullptr;  // offline: the user's cache entry
 };
-
-}  // namespace
 
 std::string WheelSources::keep_download(const std::string& tmp, const IndexFile& file, std::string& problem) {
   try {
@@ -180,86 +180,179 @@ Obtained WheelSources::download(const std::string& url, const std::string& sha25
 
 WheelSources::WheelSources(SourceSettings settings) : settings_(std::move(settings)), http_(settings_.http) {}
 
+void WheelSources::candidates_from_caches(CacheScan& user, Candidates& candidates, Looked& looked) {
+  for (const auto& d : settings_.pip_caches) {
+    auto scan = scan_pip_cache(d);
+    user.wheels.insert(user.wheels.end(), scan.wheels.begin(), scan.wheels.end());
+    user.problems.insert(user.problems.end(), scan.problems.begin(), scan.problems.end());
+  }
+  for (const auto& d : settings_.uv_caches) {
+    auto scan = scan_uv_cache(d);
+    user.wheels.insert(user.wheels.end(), scan.wheels.begin(), scan.wheels.end());
+    user.problems.insert(user.problems.end(), scan.problems.begin(), scan.problems.end());
+  }
+  for (const auto& p : user.problems)
+    if (std::find(cache_problems_.begin(), cache_problems_.end(), p) == cache_problems_.end())
+      cache_problems_.push_back(p);
+  // cudafix's own cache: every wheel it kept, by its file name.
+  std::error_code ec;
+  for (fs::directory_iterator it(wheels_dir(settings_), ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().starts_with(".")) continue;
+    std::error_code inner;
+    for (fs::directory_iterator f(it->path(), inner), fend; !inner && f != fend; f.increment(inner)) {
+      CachedWheel w;
+      w.filename = f->path().filename().string();
+      w.path = f->path().string();
+      w.origin = "cudafix cache " + wheels_dir(settings_);
+      w.kind = CachedWheel::Kind::kept;
+      user.wheels.push_back(std::move(w));
+    }
+  }
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    for (const auto& w : user.wheels) {
+      Candidate c;
+      c.file.filename = w.filename;
+      c.file.url = w.path;
+      c.index = w.origin;
+      c.cached = &w;
+      candidates[i].push_back(std::move(c));
+    }
+    looked[i].push_back(
+        fmt::format("{} cached wheels ({})", user.wheels.size(), settings_.offline ? "offline" : "no index"));
+  }
+}
+
+void WheelSources::candidates_from_indexes(const std::vector<Wanted>& wanted, Candidates& candidates, Looked& looked) {
+  std::vector<HttpRequest> pages;
+  std::vector<std::pair<std::size_t, std::string>> whose;  // wanted index, index URL
+  for (std::size_t i = 0; i < wanted.size(); ++i)
+    for (const auto& index : settings_.index_urls) {
+      HttpRequest req;
+      req.url = project_url(index, wanted[i].name);
+      req.accept = k_simple_accept;
+      pages.push_back(std::move(req));
+      whose.emplace_back(i, index);
+    }
+  const auto answers = http_.perform(pages);
+  for (std::size_t k = 0; k < answers.size(); ++k) {
+    const auto& [i, index] = whose[k];
+    const auto& a = answers[k];
+    if (!a.ok()) {
+      looked[i].push_back(a.status == 404 ? fmt::format("{}: not on the index", redact(pages[k].url)) : a.error);
+      continue;
+    }
+    try {
+      const auto page = parse_project_page(a.body, a.content_type, pages[k].url);
+      looked[i].push_back(fmt::format("{} ({}, {} files)", redact(pages[k].url),
+                                      page.format == "json" ? "JSON" : "HTML", page.files.size()));
+      for (const auto& f : page.files) candidates[i].push_back(Candidate{f, redact(index), page.format, nullptr});
+    } catch (const r::Error& e) {
+      looked[i].push_back(e.what());
+    }
+  }
+}
+
+bool WheelSources::from_cache(const Candidate& c, Obtained& o) {
+  if (c.cached) {
+    o.origin = c.index;
+    try {
+      if (c.cached->kind == CachedWheel::Kind::kept) {
+        o.file = c.cached->path;
+      } else {
+        const std::string tmp = temporary_file(settings_);
+        write_wheel_file(*c.cached, tmp);
+        o.file = keep_in_cache(settings_, tmp, r::sha256_of_file(tmp, r::DigestForm::hex), c.file.filename);
+      }
+      touch(o.file);
+      ++stats_.cache_hits;
+    } catch (const r::Error& e) {
+      o.problem = e.what();
+    }
+    return true;
+  }
+  o.origin = fmt::format("{} ({})", c.index, c.format == "json" ? "JSON" : "HTML");
+  if (c.file.sha256.empty()) return false;
+  const std::string have = cached_path(settings_, c.file.sha256, c.file.filename);
+  if (::access(have.c_str(), R_OK) != 0) return false;
+  o.file = have;
+  touch(have);
+  ++stats_.cache_hits;
+  return true;
+}
+
+bool WheelSources::by_range(const Candidate& c, Obtained& o) {
+  if (!settings_.by_range || c.file.sha256.empty()) return false;
+  const std::string tmp = temporary_file(settings_);
+  try {
+    auto read =
+        read_remote_wheel(http_, Picked{c.file, *r::parse_wheel_name(c.file.filename)}, settings_.supported_tags, tmp);
+    if (read.wheel) {
+      ::unlink(tmp.c_str());
+      o.remote = std::move(read.wheel);
+      o.origin += fmt::format(", read by range: {} of {} bytes", read.fetched, read.size);
+      if (read.objects_from_start)
+        o.origin += fmt::format(" ({} of {} large objects inflated from their start to their dynamic segment)",
+                                read.objects_from_start, read.objects_from_start + read.objects_by_window);
+      return true;
+    }
+    // The whole file came, and is kept as a download.
+    o.origin += read.whole_because_small ? ", downloaded whole (smaller than a read by range)"
+                                         : ", downloaded whole (the server ignores Range)";
+    o.file = keep_download(tmp, c.file, o.problem);
+    o.downloaded = !o.file.empty();
+  } catch (const r::Error& e) {
+    ::unlink(tmp.c_str());
+    o.problem = e.what();
+  }
+  return true;
+}
+
+void WheelSources::download_all(std::vector<HttpRequest>& downloads, const std::vector<std::size_t>& download_of,
+                                const std::vector<const Candidate*>& picked, std::vector<Obtained>& out) {
+  if (downloads.empty()) return;
+  // One total for the bar: each download's expected size as the server states it.
+  std::vector<std::uint64_t> now(downloads.size(), 0), total(downloads.size(), 0);
+  if (settings_.progress)
+    for (std::size_t k = 0; k < downloads.size(); ++k)
+      downloads[k].progress = [&, k](std::uint64_t got, std::uint64_t of) {
+        now[k] = got;
+        total[k] = of;
+        std::uint64_t a = 0, b = 0;
+        for (std::size_t j = 0; j < now.size(); ++j) {
+          a += now[j];
+          b += total[j];
+        }
+        settings_.progress(a, b);
+      };
+  const auto got = http_.perform(downloads);
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const std::size_t i = download_of[k];
+    const std::string& tmp = downloads[k].into;
+    if (!got[k].ok()) {
+      ::unlink(tmp.c_str());
+      out[i].problem = got[k].error;
+      continue;
+    }
+    ++stats_.downloads;
+    out[i].file = keep_download(tmp, picked[i]->file, out[i].problem);
+    out[i].downloaded = !out[i].file.empty();
+  }
+}
+
 std::vector<Obtained> WheelSources::obtain(const std::vector<Wanted>& wanted) {
   std::vector<Obtained> out(wanted.size());
-  std::vector<std::vector<Candidate>> candidates(wanted.size());
-  std::vector<std::vector<std::string>> looked(wanted.size());
-  CacheScan user;
-  if (settings_.offline || settings_.index_urls.empty()) {
-    for (const auto& d : settings_.pip_caches) {
-      auto scan = scan_pip_cache(d);
-      user.wheels.insert(user.wheels.end(), scan.wheels.begin(), scan.wheels.end());
-      user.problems.insert(user.problems.end(), scan.problems.begin(), scan.problems.end());
-    }
-    for (const auto& d : settings_.uv_caches) {
-      auto scan = scan_uv_cache(d);
-      user.wheels.insert(user.wheels.end(), scan.wheels.begin(), scan.wheels.end());
-      user.problems.insert(user.problems.end(), scan.problems.begin(), scan.problems.end());
-    }
-    for (const auto& p : user.problems)
-      if (std::find(cache_problems_.begin(), cache_problems_.end(), p) == cache_problems_.end())
-        cache_problems_.push_back(p);
-    // cudafix's own cache: every wheel it kept, by its file name.
-    std::error_code ec;
-    for (fs::directory_iterator it(wheels_dir(settings_), ec), end; !ec && it != end; it.increment(ec)) {
-      if (it->path().filename().string().starts_with(".")) continue;
-      std::error_code inner;
-      for (fs::directory_iterator f(it->path(), inner), fend; !inner && f != fend; f.increment(inner)) {
-        CachedWheel w;
-        w.filename = f->path().filename().string();
-        w.path = f->path().string();
-        w.origin = "cudafix cache " + wheels_dir(settings_);
-        w.kind = CachedWheel::Kind::kept;
-        user.wheels.push_back(std::move(w));
-      }
-    }
-    for (std::size_t i = 0; i < wanted.size(); ++i) {
-      for (const auto& w : user.wheels) {
-        Candidate c;
-        c.file.filename = w.filename;
-        c.file.url = w.path;
-        c.index = w.origin;
-        c.cached = &w;
-        candidates[i].push_back(std::move(c));
-      }
-      looked[i].push_back(
-          fmt::format("{} cached wheels ({})", user.wheels.size(), settings_.offline ? "offline" : "no index"));
-    }
-  }
-  if (!settings_.offline && !settings_.index_urls.empty()) {
-    std::vector<HttpRequest> pages;
-    std::vector<std::pair<std::size_t, std::string>> whose;  // wanted index, index URL
-    for (std::size_t i = 0; i < wanted.size(); ++i)
-      for (const auto& index : settings_.index_urls) {
-        HttpRequest req;
-        req.url = project_url(index, wanted[i].name);
-        req.accept = k_simple_accept;
-        pages.push_back(std::move(req));
-        whose.emplace_back(i, index);
-      }
-    const auto answers = http_.perform(pages);
-    for (std::size_t k = 0; k < answers.size(); ++k) {
-      const auto& [i, index] = whose[k];
-      const auto& a = answers[k];
-      if (!a.ok()) {
-        looked[i].push_back(a.status == 404 ? fmt::format("{}: not on the index", redact(pages[k].url)) : a.error);
-        continue;
-      }
-      try {
-        const auto page = parse_project_page(a.body, a.content_type, pages[k].url);
-        looked[i].push_back(fmt::format("{} ({}, {} files)", redact(pages[k].url),
-                                        page.format == "json" ? "JSON" : "HTML", page.files.size()));
-        for (const auto& f : page.files) candidates[i].push_back(Candidate{f, redact(index), page.format, nullptr});
-      } catch (const r::Error& e) {
-        looked[i].push_back(e.what());
-      }
-    }
-  }
-
+  Candidates candidates(wanted.size());
+  Looked looked(wanted.size());
+  CacheScan user;  // the candidates point into it
+  const bool use_index = !settings_.offline && !settings_.index_urls.empty();
+  if (use_index)
+    candidates_from_indexes(wanted, candidates, looked);
+  else
+    candidates_from_caches(user, candidates, looked);
   // The pick for each, then the downloads of those not cached already, all at once.
   std::vector<HttpRequest> downloads;
   std::vector<std::size_t> download_of;
-  std::vector<std::optional<Candidate>> picked(wanted.size());
+  std::vector<const Candidate*> picked(wanted.size(), nullptr);
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     const auto accepts = r::SpecifierSet::parse(wanted[i].accepts);
     if (!accepts) {
@@ -278,96 +371,15 @@ std::vector<Obtained> WheelSources::obtain(const std::vector<Wanted>& wanted) {
       continue;
     }
     for (const auto& c : candidates[i])
-      if (c.file.url == pick->file.url && c.file.filename == pick->file.filename) picked[i] = c;
-    const Candidate& c = *picked[i];
-    if (c.cached) {
-      out[i].origin = c.index;
-      try {
-        if (c.cached->kind == CachedWheel::Kind::kept) {
-          out[i].file = c.cached->path;
-        } else {
-          const std::string tmp = temporary_file(settings_);
-          write_wheel_file(*c.cached, tmp);
-          out[i].file = keep_in_cache(settings_, tmp, r::sha256_of_file(tmp, r::DigestForm::hex), c.file.filename);
-        }
-        touch(out[i].file);
-        ++stats_.cache_hits;
-      } catch (const r::Error& e) {
-        out[i].problem = e.what();
-      }
-      continue;
-    }
-    out[i].origin = fmt::format("{} ({})", c.index, c.format == "json" ? "JSON" : "HTML");
-    if (!c.file.sha256.empty()) {
-      const std::string have = cached_path(settings_, c.file.sha256, c.file.filename);
-      if (::access(have.c_str(), R_OK) == 0) {
-        out[i].file = have;
-        touch(have);
-        ++stats_.cache_hits;
-        continue;
-      }
-    }
-    if (settings_.by_range && !c.file.sha256.empty()) {
-      const std::string tmp = temporary_file(settings_);
-      try {
-        auto read = read_remote_wheel(http_, Picked{c.file, *r::parse_wheel_name(c.file.filename)},
-                                      settings_.supported_tags, tmp);
-        if (read.wheel) {
-          ::unlink(tmp.c_str());
-          out[i].remote = std::move(read.wheel);
-          out[i].origin += fmt::format(", read by range: {} of {} bytes", read.fetched, read.size);
-          if (read.objects_from_start)
-            out[i].origin += fmt::format(" ({} of {} large objects inflated from their start to their dynamic segment)",
-                                         read.objects_from_start, read.objects_from_start + read.objects_by_window);
-          continue;
-        }
-        // The whole file came, and is kept as a download.
-        out[i].origin += read.whole_because_small ? ", downloaded whole (smaller than a read by range)"
-                                                  : ", downloaded whole (the server ignores Range)";
-        out[i].file = keep_download(tmp, c.file, out[i].problem);
-        out[i].downloaded = !out[i].file.empty();
-      } catch (const r::Error& e) {
-        ::unlink(tmp.c_str());
-        out[i].problem = e.what();
-      }
-      continue;
-    }
+      if (c.file.url == pick->file.url && c.file.filename == pick->file.filename) picked[i] = &c;
+    if (from_cache(*picked[i], out[i]) || by_range(*picked[i], out[i])) continue;
     HttpRequest req;
-    req.url = c.file.url;
+    req.url = picked[i]->file.url;
     req.into = temporary_file(settings_);
     downloads.push_back(std::move(req));
     download_of.push_back(i);
   }
-  if (!downloads.empty()) {
-    // One total for the bar: each download's expected size as the server states it.
-    std::vector<std::uint64_t> now(downloads.size(), 0), total(downloads.size(), 0);
-    if (settings_.progress)
-      for (std::size_t k = 0; k < downloads.size(); ++k)
-        downloads[k].progress = [&, k](std::uint64_t got, std::uint64_t of) {
-          now[k] = got;
-          total[k] = of;
-          std::uint64_t a = 0, b = 0;
-          for (std::size_t j = 0; j < now.size(); ++j) {
-            a += now[j];
-            b += total[j];
-          }
-          settings_.progress(a, b);
-        };
-    const auto got = http_.perform(downloads);
-    for (std::size_t k = 0; k < got.size(); ++k) {
-      const std::size_t i = download_of[k];
-      const Candidate& c = *picked[i];
-      const std::string& tmp = downloads[k].into;
-      if (!got[k].ok()) {
-        ::unlink(tmp.c_str());
-        out[i].problem = got[k].error;
-        continue;
-      }
-      ++stats_.downloads;
-      out[i].file = keep_download(tmp, c.file, out[i].problem);
-      out[i].downloaded = !out[i].file.empty();
-    }
-  }
+  download_all(downloads, download_of, picked, out);
   stats_.bytes_received = http_.bytes_received();
   std::vector<std::string> keep;
   for (const auto& o : out)

@@ -21,6 +21,7 @@
 
 #include "installer/source/http.hpp"
 #include "installer/source/index.hpp"
+#include "installer/source/user_caches.hpp"
 #include "resolver/plan/wheel.hpp"
 
 namespace cudafix::installer::source {
@@ -82,6 +83,25 @@ class WheelSources {
   // A finished download checked against the index's hash and renamed into the cache; empty
   // (and `problem` set) when it does not match.
   std::string keep_download(const std::string& tmp, const IndexFile& file, std::string& problem);
+
+  // obtain()'s steps. A wheel file a source offers (sources.cpp), each wanted one's in turn, and
+  // what was looked in for it (said when none fits).
+  struct Candidate;
+  using Candidates = std::vector<std::vector<Candidate>>;
+  using Looked = std::vector<std::vector<std::string>>;
+  // Offline or without an index: every wheel in the user's caches and cudafix's, kept in `user`.
+  void candidates_from_caches(CacheScan& user, Candidates& candidates, Looked& looked);
+  // Every file of each wanted dist's page on each index, the pages fetched at once.
+  void candidates_from_indexes(const std::vector<Wanted>& wanted, Candidates& candidates, Looked& looked);
+  // The picked wheel from the user's cache (copied into cudafix's) or cudafix's own: true where
+  // it was one of those.
+  bool from_cache(const Candidate& c, Obtained& o);
+  // The picked wheel read by range from its index (or fetched whole, small or where the server
+  // ignores Range): false where it is to be downloaded instead.
+  bool by_range(const Candidate& c, Obtained& o);
+  // The downloads, at once, with one progress total; each kept against its index's hash.
+  void download_all(std::vector<HttpRequest>& downloads, const std::vector<std::size_t>& download_of,
+                    const std::vector<const Candidate*>& picked, std::vector<Obtained>& out);
 };
 
 // The index URL and the extra ones, as one place (the command line, the environment, the
