@@ -415,30 +415,106 @@ HttpClient::~HttpClient() {
   if (share_) curl().share_cleanup(static_cast<CURLSH*>(share_));
 }
 
-std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& requests) {
-  if (canned_) {
-    auto answers = canned_(requests);
-    answers.resize(requests.size());  // a request the transport did not answer has no status
-    for (auto& a : answers) {
-      received_ += a.bytes;
-      if (a.status == 0 && a.error.empty()) a.error = "no answer";
-    }
-    return answers;
+namespace {
+
+// A transfer's handles released and its file closed: it is done.
+void finish_transfer(Transfer& t) {
+  const auto& c = curl();
+  t.done = true;
+  if (t.fd >= 0) ::close(t.fd);
+  t.fd = -1;
+  c.easy_cleanup(t.easy);
+  c.slist_free_all(t.headers);
+  t.easy = nullptr;
+  t.headers = nullptr;
+}
+
+// What came of one attempt of `t` (`got` bytes, curl's `code` and `error` text): its answer
+// kept, or the attempt retried (back in `waiting`, after its backoff) or given up.
+void take_result(const HttpOptions& o, Transfer& t, CURLcode code, curl_off_t got, const char* error,
+                 std::vector<Transfer*>& waiting) {
+  const auto& c = curl();
+  const long status = status_of(t.easy);
+  long connect_status = 0;
+  c.easy_getinfo(t.easy, CURLINFO_HTTP_CONNECTCODE, &connect_status);
+  t.response->status = connect_status >= 300 ? connect_status : status;
+  char* ct = nullptr;
+  c.easy_getinfo(t.easy, CURLINFO_CONTENT_TYPE, &ct);
+  t.response->content_type = ct ? ct : "";
+  char* eff = nullptr;
+  c.easy_getinfo(t.easy, CURLINFO_EFFECTIVE_URL, &eff);
+  t.response->final_url = redact(eff ? eff : t.request->url);
+  if (code == CURLE_OK && good_status(status) && t.write_error.empty()) {
+    t.response->bytes = t.written;
+    t.response->error.clear();
+    finish_transfer(t);
+    return;
   }
+  t.response->error = failure_text(t, code, status, connect_status, error);
+  if (code == CURLE_OPERATION_TIMEDOUT) t.response->error = timed_out(o, t, got);
+  // A 2xx body cut short keeps its bytes for the resumed attempt; any other answer starts over.
+  if (!good_status(status)) {
+    t.written = 0;
+    t.response->body.clear();
+  }
+  if (t.write_error.empty() && t.refused.empty() && retryable(code, status, connect_status) &&
+      t.response->attempts <= o.retries) {
+    t.ready = Clock::now() + wait_before(o, t.response->attempts, t.retry_after);
+    waiting.push_back(&t);
+  } else {
+    if (t.response->attempts > 1) t.response->error += fmt::format(" (after {} attempts)", t.response->attempts);
+    finish_transfer(t);
+  }
+}
+
+// Until a running transfer may move or the first waiting one is due: at most 200 ms.
+void wait_for_work(CURLM* multi, std::size_t running, const std::vector<Transfer*>& waiting) {
+  auto wait = std::chrono::milliseconds(running > 0 ? 200 : 50);
+  if (!waiting.empty()) {
+    const auto soonest = (*std::min_element(waiting.begin(), waiting.end(), [](const Transfer* a, const Transfer* b) {
+                           return a->ready < b->ready;
+                         }))->ready;
+    wait = std::min(wait, std::max(std::chrono::milliseconds(0),
+                                   std::chrono::duration_cast<std::chrono::milliseconds>(soonest - Clock::now())));
+  }
+  if (running > 0)
+    curl().multi_poll(multi, nullptr, 0, static_cast<int>(wait.count()), nullptr);
+  else
+    std::this_thread::sleep_for(wait);
+}
+
+}  // namespace
+
+std::vector<HttpResponse> HttpClient::perform_canned(const std::vector<HttpRequest>& requests) {
+  auto answers = canned_(requests);
+  answers.resize(requests.size());  // a request the transport did not answer has no status
+  for (auto& a : answers) {
+    received_ += a.bytes;
+    if (a.status == 0 && a.error.empty()) a.error = "no answer";
+  }
+  return answers;
+}
+
+void HttpClient::open_handles() {
   const auto& c = curl();
   if (!netrc_) {  // a netrc over 1 MiB is no login list
     netrc_ = options_.netrc_file.empty() ? std::string() : r::try_read_file(options_.netrc_file, 1U << 20).value_or("");
   }
-  if (!share_) {
-    CURLSH* s = c.share_init();
-    c.share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
-    c.share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
-    share_ = s;
-    CURLM* m = c.multi_init();
-    c.multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.parallel));
-    c.multi_setopt(m, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
-    multi_ = m;
-  }
+  if (share_) return;
+  CURLSH* s = c.share_init();
+  c.share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+  c.share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  share_ = s;
+  CURLM* m = c.multi_init();
+  c.multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(options_.parallel));
+  c.multi_setopt(m, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
+  multi_ = m;
+}
+
+std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& requests) {
+  if (canned_) return perform_canned(requests);
+  const auto& c = curl();
+  open_handles();
   auto* multi = static_cast<CURLM*>(multi_);
   std::vector<HttpResponse> responses(requests.size());
   std::vector<Transfer> transfers(requests.size());  // never resized: the handles point into it
@@ -460,15 +536,6 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
     waiting.push_back(&t);
   }
   std::size_t running = 0;
-  const auto finish = [&](Transfer& t) {
-    t.done = true;
-    if (t.fd >= 0) ::close(t.fd);
-    t.fd = -1;
-    c.easy_cleanup(t.easy);
-    c.slist_free_all(t.headers);
-    t.easy = nullptr;
-    t.headers = nullptr;
-  };
   while (!waiting.empty() || running > 0) {
     const auto now = Clock::now();
     for (auto it = waiting.begin(); it != waiting.end();) {
@@ -478,9 +545,8 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
         continue;
       }
       start_attempt(options_, t, share_, *netrc_);
-      const std::size_t index = t.index;
-      c.easy_setopt(t.easy, CURLOPT_ERRORBUFFER, &errors[index * CURL_ERROR_SIZE]);
-      errors[index * CURL_ERROR_SIZE] = 0;
+      c.easy_setopt(t.easy, CURLOPT_ERRORBUFFER, &errors[t.index * CURL_ERROR_SIZE]);
+      errors[t.index * CURL_ERROR_SIZE] = 0;
       c.multi_add(multi, t.easy);
       ++running;
       it = waiting.erase(it);
@@ -492,61 +558,14 @@ std::vector<HttpResponse> HttpClient::perform(const std::vector<HttpRequest>& re
       if (msg->msg != CURLMSG_DONE) continue;
       Transfer* t = nullptr;
       c.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
-      const CURLcode code = msg->data.result;
       c.multi_remove(multi, t->easy);
       --running;
       curl_off_t got = 0;
       c.easy_getinfo(t->easy, CURLINFO_SIZE_DOWNLOAD_T, &got);
       received_ += static_cast<std::uint64_t>(got);
-      const long status = status_of(t->easy);
-      long connect_status = 0;
-      c.easy_getinfo(t->easy, CURLINFO_HTTP_CONNECTCODE, &connect_status);
-      t->response->status = connect_status >= 300 ? connect_status : status;
-      char* ct = nullptr;
-      c.easy_getinfo(t->easy, CURLINFO_CONTENT_TYPE, &ct);
-      t->response->content_type = ct ? ct : "";
-      char* eff = nullptr;
-      c.easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &eff);
-      t->response->final_url = redact(eff ? eff : t->request->url);
-      const std::size_t index = t->index;
-      const bool ok = code == CURLE_OK && good_status(status) && t->write_error.empty();
-      if (ok) {
-        t->response->bytes = t->written;
-        t->response->error.clear();
-        finish(*t);
-        continue;
-      }
-      t->response->error = failure_text(*t, code, status, connect_status, &errors[index * CURL_ERROR_SIZE]);
-      if (code == CURLE_OPERATION_TIMEDOUT) t->response->error = timed_out(options_, *t, got);
-      // A 2xx body cut short keeps its bytes for the resumed attempt; any other answer starts over.
-      if (!good_status(status)) {
-        t->written = 0;
-        t->response->body.clear();
-      }
-      if (t->write_error.empty() && t->refused.empty() && retryable(code, status, connect_status) &&
-          t->response->attempts <= options_.retries) {
-        t->ready = Clock::now() + wait_before(options_, t->response->attempts, t->retry_after);
-        waiting.push_back(t);
-      } else {
-        if (t->response->attempts > 1) t->response->error += fmt::format(" (after {} attempts)", t->response->attempts);
-        finish(*t);
-      }
+      take_result(options_, *t, msg->data.result, got, &errors[t->index * CURL_ERROR_SIZE], waiting);
     }
-    if (running > 0 || !waiting.empty()) {
-      auto wait = std::chrono::milliseconds(running > 0 ? 200 : 50);
-      if (!waiting.empty()) {
-        const auto soonest =
-            (*std::min_element(waiting.begin(), waiting.end(), [](const Transfer* a, const Transfer* b) {
-              return a->ready < b->ready;
-            }))->ready;
-        wait = std::min(wait, std::max(std::chrono::milliseconds(0),
-                                       std::chrono::duration_cast<std::chrono::milliseconds>(soonest - Clock::now())));
-      }
-      if (running > 0)
-        c.multi_poll(multi, nullptr, 0, static_cast<int>(wait.count()), nullptr);
-      else
-        std::this_thread::sleep_for(wait);
-    }
+    if (running > 0 || !waiting.empty()) wait_for_work(multi, running, waiting);
   }
   return responses;
 }

@@ -106,6 +106,10 @@ class HttpClient {
  private:
   HttpOptions options_;
   HttpTransport canned_;
+  // The canned transport's answers, counted as received.
+  std::vector<HttpResponse> perform_canned(const std::vector<HttpRequest>& requests);
+  // The netrc read and the share and multi handles made, at the first perform().
+  void open_handles();
   void* share_ = nullptr;  // CURLSH: DNS and TLS sessions across perform() calls
   void* multi_ = nullptr;  // CURLM: connections across perform() calls
   std::uint64_t received_ = 0;
