@@ -207,12 +207,11 @@ void check_usable(const ValidatedWheel& w, const std::vector<std::string>& suppo
                        python_version));
 }
 
-ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, const std::string& path) {
-  const zip::Archive archive = as_install_refusal([&] { return zip::Archive(d, size, path); });
-  ValidatedWheel w;
-  w.path = path;
-  w.size = size;
-  w.unpacked = archive.unpacked();
+namespace {
+
+// The archive's files (its folder entries install nothing).
+std::vector<ZipMember> members_of(const zip::Archive& archive) {
+  std::vector<ZipMember> out;
   for (std::size_t i = 0; i < archive.entries().size(); ++i) {
     const zip::Entry& e = archive.entries()[i];
     if (e.folder) continue;
@@ -225,10 +224,13 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
     m.size = e.size;
     m.data_offset = e.data_offset;
     m.executable = e.executable();
-    w.members.push_back(std::move(m));
+    out.push_back(std::move(m));
   }
+  return out;
+}
 
-  // The wheel's own rules.
+// The one .dist-info folder, and the name and version its name gives.
+void take_dist_info(ValidatedWheel& w, const std::string& path) {
   std::set<std::string> infos;
   for (const auto& m : w.members) {
     const auto top = m.name.substr(0, m.name.find('/'));
@@ -242,13 +244,14 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
   if (dash == std::string::npos) refuse(path, w.dist_info, "its name has no version");
   w.name = stem.substr(0, dash);
   w.version = stem.substr(dash + 1);
-  const std::string data_prefix = stem + ".data/";
-  std::map<std::string, const ZipMember*> by_name;
-  // Where each member lands, by scheme: the root, .data/purelib and .data/platlib are one
-  // site-packages in the environments cudafix writes, so `a/x` and `.data/purelib/a/x` collide.
+}
+
+// Where each member lands, by scheme: the root, .data/purelib and .data/platlib are one
+// site-packages in the environments cudafix writes, so `a/x` and `.data/purelib/a/x` collide.
+std::map<std::string, const ZipMember*> targets_of(const ValidatedWheel& w, const std::string& path) {
+  const std::string data_prefix = w.name + "-" + w.version + ".data/";
   std::map<std::string, const ZipMember*> by_target;
   for (const auto& m : w.members) {
-    by_name[m.name] = &m;
     const auto top = m.name.substr(0, m.name.find('/'));
     if (top.ends_with(".data") && top + "/" != data_prefix) refuse(path, m.name, "a .data folder of another dist");
     std::string key = "site/" + m.name;
@@ -267,13 +270,83 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
     if (const auto [it, fresh] = by_target.emplace(key, &m); !fresh)
       refuse(path, m.name, fmt::format("it would write the file {} writes too", it->second->name));
   }
+  return by_target;
+}
+
+// Each console or GUI script: a callable named, a name that is a file of its own in bin/, and
+// no .data/scripts/ file or folder of that name.
+void check_scripts(const ValidatedWheel& w, const std::map<std::string, const ZipMember*>& by_target,
+                   const std::string& path) {
+  for (const auto& entry : script_entries(w.entry_points)) {
+    const std::string& name = entry.name;
+    const std::string ep = w.dist_info + "/entry_points.txt";
+    if (const auto why = entry_point_problem(entry); !why.empty())
+      refuse(path, ep, fmt::format("the entry point '{} = {}' {}", zip::shown(name), zip::shown(entry.value), why));
+    if (const auto why = bad_script_name(name); !why.empty())
+      refuse(path, ep, fmt::format("a script named '{}' ({})", zip::shown(name), why));
+    if (const auto why = r::protected_file("bin/" + name); !why.empty())
+      refuse(path, ep, fmt::format("a script named '{}' would replace {}", name, why));
+    // A .data/scripts/ file of that name, or a folder (`.data/scripts/NAME/x`): the script's file
+    // and the folder cannot both be bin/NAME.
+    const std::string file = "scripts/" + name, folder = file + "/";
+    auto in_scripts = by_target.find(file);
+    if (in_scripts == by_target.end()) in_scripts = by_target.lower_bound(folder);
+    if (in_scripts != by_target.end() && (in_scripts->first == file || in_scripts->first.starts_with(folder)))
+      refuse(path, ep,
+             fmt::format("a script named '{}', which the wheel's .data/scripts/ holds too ({})", name,
+                         in_scripts->second->name));
+  }
+}
+
+// RECORD lists every member with a hash, and nothing else; a size, where it gives one, is the
+// member's. Each member takes its hash from it.
+void check_record(ValidatedWheel& w, const zip::Archive& archive, const std::string& record_text,
+                  const std::string& path) {
+  const auto record = parse_wheel_record(record_text, path);
+  std::set<std::string> names;
+  for (auto& m : w.members) {
+    names.insert(m.name);
+    // RECORD's signatures (RECORD.jws, RECORD.p7s) sign RECORD, so it cannot hash them: they are
+    // installed unchecked, as pip and pypa/installer install them, and the installed RECORD
+    // lists them with their hashes, as every file installed, so that an uninstall removes them.
+    if (m.name == w.dist_info + "/RECORD" || m.name == w.dist_info + "/RECORD.jws" ||
+        m.name == w.dist_info + "/RECORD.p7s")
+      continue;
+    const auto it = record.find(m.name);
+    if (it == record.end()) refuse(path, m.name, "not listed in RECORD");
+    if (it->second.hash.empty()) refuse(path, m.name, "RECORD gives it no hash");
+    if (it->second.size && *it->second.size != m.size)
+      refuse(path, m.name, fmt::format("RECORD says {} bytes, the archive {}", *it->second.size, m.size));
+    m.record_algorithm = it->second.algorithm;
+    m.record_hash = it->second.hash;
+  }
+  // A row may name a folder entry of the archive (`pkg/`), which installs nothing.
+  for (const zip::Entry& e : archive.entries())
+    if (e.folder) names.insert(e.name + "/");
+  for (const auto& [name, e] : record)
+    if (!names.count(name)) refuse(path, name, "listed in RECORD but not in the archive");
+}
+
+}  // namespace
+
+ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, const std::string& path) {
+  const zip::Archive archive = as_install_refusal([&] { return zip::Archive(d, size, path); });
+  ValidatedWheel w;
+  w.path = path;
+  w.size = size;
+  w.unpacked = archive.unpacked();
+  w.members = members_of(archive);
+  take_dist_info(w, path);
+  const auto by_target = targets_of(w, path);
   const auto text_of = [&](const std::string& member) -> std::optional<std::string> {
     const zip::Entry* e = archive.find(w.dist_info + "/" + member);
     if (!e) return std::nullopt;
     return as_install_refusal([&] { return archive.read(*e, zip::k_max_metadata); });
   };
   for (const char* required : {"METADATA", "WHEEL", "RECORD"})
-    if (!by_name.count(w.dist_info + "/" + required)) refuse(path, w.dist_info, fmt::format("no {}", required));
+    if (std::none_of(w.members.begin(), w.members.end(),
+                     [&](const ZipMember& m) { return m.name == w.dist_info + "/" + required; }))
+      refuse(path, w.dist_info, fmt::format("no {}", required));
   // METADATA is pip's to read, not the installer's, but for its Name: the spelling pip list
   // shows, which is how every command names the dist to a user.
   if (const auto* md = archive.find(w.dist_info + "/METADATA"); md->size > zip::k_max_metadata)
@@ -295,48 +368,8 @@ ValidatedWheel validate_wheel_bytes(const unsigned char* d, std::size_t size, co
   for (auto line : r::split(*wheel_text, '\n'))
     if (line.starts_with("Tag:")) w.tags.emplace_back(r::trim(line.substr(4)));
   w.entry_points = text_of("entry_points.txt").value_or("");
-  for (const auto& entry : script_entries(w.entry_points)) {
-    const std::string& name = entry.name;
-    const std::string ep = w.dist_info + "/entry_points.txt";
-    if (const auto why = entry_point_problem(entry); !why.empty())
-      refuse(path, ep, fmt::format("the entry point '{} = {}' {}", zip::shown(name), zip::shown(entry.value), why));
-    if (const auto why = bad_script_name(name); !why.empty())
-      refuse(path, ep, fmt::format("a script named '{}' ({})", zip::shown(name), why));
-    if (const auto why = r::protected_file("bin/" + name); !why.empty())
-      refuse(path, ep, fmt::format("a script named '{}' would replace {}", name, why));
-    // A .data/scripts/ file of that name, or a folder (`.data/scripts/NAME/x`): the script's file
-    // and the folder cannot both be bin/NAME.
-    const std::string file = "scripts/" + name, folder = file + "/";
-    auto in_scripts = by_target.find(file);
-    if (in_scripts == by_target.end()) in_scripts = by_target.lower_bound(folder);
-    if (in_scripts != by_target.end() && (in_scripts->first == file || in_scripts->first.starts_with(folder)))
-      refuse(path, ep,
-             fmt::format("a script named '{}', which the wheel's .data/scripts/ holds too ({})", name,
-                         in_scripts->second->name));
-  }
-  // RECORD lists every member with a hash, and nothing else; a size, where it gives one, is the member's.
-  const auto record = parse_wheel_record(*text_of("RECORD"), path);
-  for (auto& m : w.members) {
-    // RECORD's signatures (RECORD.jws, RECORD.p7s) sign RECORD, so it cannot hash them: they are
-    // installed unchecked, as pip and pypa/installer install them, and the installed RECORD
-    // lists them with their hashes, as every file installed, so that an uninstall removes them.
-    if (m.name == w.dist_info + "/RECORD" || m.name == w.dist_info + "/RECORD.jws" ||
-        m.name == w.dist_info + "/RECORD.p7s")
-      continue;
-    const auto it = record.find(m.name);
-    if (it == record.end()) refuse(path, m.name, "not listed in RECORD");
-    if (it->second.hash.empty()) refuse(path, m.name, "RECORD gives it no hash");
-    if (it->second.size && *it->second.size != m.size)
-      refuse(path, m.name, fmt::format("RECORD says {} bytes, the archive {}", *it->second.size, m.size));
-    m.record_algorithm = it->second.algorithm;
-    m.record_hash = it->second.hash;
-  }
-  // A row may name a folder entry of the archive (`pkg/`), which installs nothing.
-  std::set<std::string> folders;
-  for (const zip::Entry& e : archive.entries())
-    if (e.folder) folders.insert(e.name + "/");
-  for (const auto& [name, e] : record)
-    if (!by_name.count(name) && !folders.count(name)) refuse(path, name, "listed in RECORD but not in the archive");
+  check_scripts(w, by_target, path);
+  check_record(w, archive, *text_of("RECORD"), path);
   return w;
 }
 
