@@ -420,17 +420,16 @@ std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge
   return w.take();
 }
 
-std::string findings_left_json(const r::Environment& env, const r::Knowledge& knowledge, const rules::DoctorReport& rep,
-                               const NextStep& next) {
-  Doc d(env, knowledge);
-  d.w.begin_array();
+void write_findings_left(JsonWriter& w, const r::Environment& env, const r::Knowledge& knowledge,
+                         const rules::DoctorReport& rep, const NextStep& next) {
+  Doc d(env, knowledge, w);
+  w.begin_array();
   for (const auto& f : rep.findings) {
     if (f.severity == rules::Severity::info) continue;
     finding_fields(d, f);
-    d.w.key("next_step").value(next(f)).end_object();
+    w.key("next_step").value(next(f)).end_object();
   }
-  d.w.end_array();
-  return d.w.take();
+  w.end_array();
 }
 
 std::string rules_json(const std::optional<std::string>& venv,

@@ -163,10 +163,8 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   tx::plan_removal_ops(env, del, t);
   show_progress(g, t, "removing");
   t.carry_out();
-  nlohmann::ordered_json j;
-  j["removed"] = labels;
-  j["deleted"] = del.files.size();
-  j["kept"] = del.kept.size();
+  JsonFields j;
+  j.set("removed", labels).set("deleted", del.files.size()).set("kept", del.kept.size());
   return report_done(g, out, "remove", env.layout.root, t,
                      fmt::format("removed {}: {} files moved aside, {} kept that another dist lists",
                                  fmt::join(labels, ", "), del.files.size(), del.kept.size()),
@@ -286,10 +284,11 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
         fmt::format("restored snapshot '{}'{}: {} files put back, {} moved aside, {} unchanged", *o.snapshot,
                     printable(scope_text(check.scope)), check.restore, check.remove, check.unchanged),
         keep,
-        {{"snapshot", *o.snapshot},
-         {"restored", check.restore},
-         {"removed", check.remove},
-         {"unchanged", check.unchanged}});
+        JsonFields()
+            .set("snapshot", *o.snapshot)
+            .set("restored", check.restore)
+            .set("removed", check.remove)
+            .set("unchanged", check.unchanged));
   }
   const auto all = tx::transactions(root);
   const tx::JournalRead* target = nullptr;
@@ -364,7 +363,7 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
   show_progress(g, t, "rolling back");
   t.carry_out();
   return report_done(g, out, "rollback", venv, t, fmt::format("rolled back {} ({})", target->id, target->command), keep,
-                     {{"rolled_back", target->id}, {"taken_aside", taken_aside}});
+                     JsonFields().set("rolled_back", target->id).set("taken_aside", taken_aside));
 }
 
 int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out) {
@@ -530,9 +529,10 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
                                            : checks.unverified ? "; not verified: " + checks.unverified_why
                                                                : ", each verified on the GPU");
   report_done(g, out, "apply", env.layout.root, t, text_out, keep,
-              {{"steps", said},
-               {"verified", !o.no_verify && !checks.unverified},
-               {"verification", verification_json(env, checks)}});
+              JsonFields()
+                  .set("steps", said)
+                  .set("verified", !o.no_verify && !checks.unverified)
+                  .set("verification", [&](JsonWriter& w) { write_verification(w, env, checks); }));
   return checks.unverified ? 4 : 0;
 }
 
@@ -615,10 +615,11 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
                           : checks.unverified ? "; not verified: " + checks.unverified_why
                                               : ", verified on the GPU"),
               keep,
-              {{"installed", labels},
-               {"files", files},
-               {"verified", !o.no_verify && !checks.unverified},
-               {"verification", verification_json(env, checks)}});
+              JsonFields()
+                  .set("installed", labels)
+                  .set("files", files)
+                  .set("verified", !o.no_verify && !checks.unverified)
+                  .set("verification", [&](JsonWriter& w) { write_verification(w, env, checks); }));
   return checks.unverified ? 4 : 0;
 }
 
