@@ -232,7 +232,8 @@ std::string fix_summary(const FixRun& run, std::size_t steps, const Health& afte
 // replayed), each step verified; then the environment scanned and judged again.
 int carry_out(FixRun& run, const Retention& keep) {
   auto& [g, o, out, env, knowledge, settings, planned, before, clock, st, doc] = run;
-  const auto apply = apply_options(g, env);
+  auto apply = apply_options(g, env);
+  apply.carry_out_progress = [&g] { return progress_bar(g, "fixing", "changes"); };
   const PreparedPlan prepared = installer::apply::prepare_plan(
       env, knowledge, r::plan_file_of(env, planned.plan, planned.fingerprint, planned.tags, planned.source_problems),
       "the plan", "another tool changed it while fix planned: run `cudafix fix` again", apply);
@@ -244,19 +245,11 @@ int carry_out(FixRun& run, const Retention& keep) {
 
   clock.lap("confirm");
   tx::Transaction t(env.layout.root_real, "fix");
-  // The baseline probe runs beside the staging: the driver's initialisation costs as much.
-  const auto verify_options = verify_steps_options(g, !o.no_verify);
-  auto baseline = o.no_verify ? std::future<installer::apply::EarlyBaseline>{}
-                              : installer::apply::start_baseline(env.layout, knowledge, prepared, verify_options);
-  installer::apply::stage_plan(env, prepared, t, apply);
-  clock.lap("stage");
-  show_progress(g, t, "fixing");
   StepChecks checks;
-  checks.skip = o.no_verify;
-  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_options, checks, &baseline);
-  clock.lap("baseline probe");
-  if (const auto rc = carry_out_verified(g, out, "fix", env, t, check, checks)) return *rc;
-  clock.lap("steps and their checks");
+  const auto done =
+      installer::apply::carry_out_plan(env, knowledge, prepared, t, apply, verify_steps_options(g, !o.no_verify),
+                                       !o.no_verify, checks, [&clock](const char* phase) { clock.lap(phase); });
+  if (done.failed) return verification_failed(g, out, "fix", env, t, *done.failed, checks);
 
   // The caches answer only for folders and objects whose stamps are the ones kept, and keep
   // nothing written within their settle time: the files just renamed into place (other inodes,

@@ -77,7 +77,7 @@ void probe_summary_json(JsonWriter& w, const std::optional<pr::VerifyReport>& p,
 
 // guard's document (docs/json.md), its keys set as guard learns their values and written once,
 // where it ends, through one writer: plan remove's document for the uninstall included.
-void write_document(std::ostream& out, const JsonFields& doc) {
+void write_guard_document(std::ostream& out, const JsonFields& doc) {
   JsonWriter w;
   w.begin_object();
   doc.write(w);
@@ -146,7 +146,7 @@ int show_refusal(const GlobalOptions& g, JsonFields& j, const r::Environment& en
   j.set("refused", why).set_null("snapshot").set_null("snapshot_scope").set_null("exit_code");
   j.set("worse", [](JsonWriter& w) { w.begin_array().end_array(); }).set("undone", false);
   if (g.json)
-    write_document(out, j);
+    write_guard_document(out, j);
   else
     std::cerr << plan_remove_text(env, *uninstall.plan, style_for(g)) << printable_lines(why) << '\n';
   return 1;
@@ -286,7 +286,7 @@ int show_guard_outcome(const GlobalOptions& g, JsonFields& j, const gd::Outcome&
   j.set("seconds", clock.seconds()).set("phases", [&clock](JsonWriter& w) { clock.write_phases(w); });
   if (g.timings) std::cerr << clock.timings_text();
   if (g.json)
-    write_document(out, j);
+    write_guard_document(out, j);
   else if (!g.quiet || rc != code)
     std::cerr << printable_lines(text) << '\n';
   return rc;

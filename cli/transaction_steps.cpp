@@ -1,10 +1,7 @@
 // What the commands that change an environment share (cli/transaction_steps.hpp): the
-// confirmation, the retention of backups, the progress bar, the one-file-system check, the
-// commit's report, installer/apply's options from the command line's, and the verification's
-// rendering.
-#include <fcntl.h>
+// confirmation, the retention of backups, the progress bar, the commit's report, installer/apply's options from the
+// command line's, and the verification's rendering.
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -50,50 +47,17 @@ void show_progress(const GlobalOptions& g, tx::Transaction& t, const char* what)
   t.on_progress(progress_bar(g, what, "changes"));
 }
 
-namespace {
-
-// The mount a path is on: its device and, where name_to_handle_at answers, its mount id, which
-// tells two bind mounts of one file system apart as rename does (-1 where it does not answer).
-struct Mount {
-  int id = -1;
-  dev_t dev = 0;
-};
-std::optional<Mount> mount_of(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  // A file_handle ends in a flexible array: room for the largest handle, aligned as one.
-  alignas(file_handle) unsigned char room[sizeof(file_handle) + MAX_HANDLE_SZ] = {};
-  auto* handle = reinterpret_cast<file_handle*>(room);
-  handle->handle_bytes = MAX_HANDLE_SZ;
-  Mount m;
-  m.dev = st.st_dev;
-  if (::name_to_handle_at(AT_FDCWD, path.c_str(), handle, &m.id, 0) != 0) m.id = -1;
-  return m;
+void write_document(std::ostream& out, const std::string& command, const std::string& venv,
+                    const std::function<void(JsonWriter&)>& write_keys) {
+  JsonWriter w;
+  w.begin_object().key("schema").value(1).key("command").value(command).key("venv").value(venv);
+  write_keys(w);
+  w.end_object();
+  out << w.str() << '\n';
 }
 
-}  // namespace
-
-void check_one_file_system(const r::EnvLayout& layout) {
-  // Where the transaction's backups and staging go (.cudafix/ is made in the root when absent).
-  const std::string state = layout.root_real + "/.cudafix";
-  const std::string held = ::access(state.c_str(), F_OK) == 0 ? state : layout.root_real;
-  const auto home = mount_of(held);
-  if (!home) return;
-  for (const auto& site : layout.sites) {
-    if (!r::is_within(site.real, layout.root_real)) continue;  // a system site: cudafix does not change it
-    const auto there = mount_of(site.real);
-    if (!there) continue;
-    const bool apart = there->dev != home->dev || (there->id >= 0 && home->id >= 0 && there->id != home->id);
-    if (apart)
-      throw r::Error(
-          fmt::format("refused: {} and {} are on different file systems (a bind mount?): cudafix moves files "
-                      "by rename within one file system; nothing was changed",
-                      site.path, held));
-  }
-}
-
-nlohmann::ordered_json document_start(const std::string& command, const std::string& venv) {
-  return {{"schema", 1}, {"command", command}, {"venv", venv}};
+void write_document(std::ostream& out, const std::string& command, const std::string& venv, const JsonFields& keys) {
+  write_document(out, command, venv, [&keys](JsonWriter& w) { keys.write(w); });
 }
 
 int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const std::string& venv,
@@ -240,21 +204,16 @@ void write_verification(JsonWriter& w, const r::Environment& env, const StepChec
   w.end_array().end_object();
 }
 
-std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out, const std::string& command,
-                                      const r::Environment& env, tx::Transaction& t,
-                                      const std::function<void(std::size_t)>& check, const StepChecks& checks) {
-  const auto failed = installer::apply::carry_out_verified(t, check, checks);
-  if (!failed) return std::nullopt;
-  if (g.json) {
-    JsonWriter w;
-    w.begin_object().key("schema").value(1).key("command").value(command).key("venv").value(env.layout.root);
-    w.key("transaction").value(t.id()).key("undone").value(true).key("error").value(*failed).key("exit").value(1);
-    w.key("verification");
-    write_verification(w, env, checks);
-    w.end_object();
-    out << w.str() << '\n';
-  }
-  std::cerr << fmt::format("cudafix: {}\n", printable_lines(*failed));
+int verification_failed(const GlobalOptions& g, std::ostream& out, const std::string& command,
+                        const r::Environment& env, const tx::Transaction& t, const std::string& failed,
+                        const StepChecks& checks) {
+  if (g.json)
+    write_document(out, command, env.layout.root, [&](JsonWriter& w) {
+      w.key("transaction").value(t.id()).key("undone").value(true).key("error").value(failed).key("exit").value(1);
+      w.key("verification");
+      write_verification(w, env, checks);
+    });
+  std::cerr << fmt::format("cudafix: {}\n", printable_lines(failed));
   return 1;
 }
 

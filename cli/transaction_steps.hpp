@@ -6,7 +6,6 @@
 #pragma once
 
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -43,16 +42,14 @@ using installer::apply::StepChecks;
 // The environment's layout, refusing a bare site folder (cudafix changes a venv or a prefix).
 using installer::apply::writable;
 
-// Refuses, before anything changes, an environment whose site folders are on another mount than
-// the root's .cudafix: every change is a rename into .cudafix/tx/<id>/, which the kernel refuses
-// across file systems and bind mounts (EXDEV).
-void check_one_file_system(const resolver::EnvLayout& layout);
+using installer::txn::check_one_file_system;
 
 // A write command's document as docs/json.md orders every one: {"schema":1,"command":C,
-// "venv":ROOT, ...}, the command's own keys after these in the order they are added (an
-// ordered_json: nlohmann::json would sort them). For the documents of a few plain values; those
-// that hold a rendered document (a plan, the verification) are written by one JsonWriter.
-[[nodiscard]] nlohmann::ordered_json document_start(const std::string& command, const std::string& venv);
+// "venv":ROOT, ...}, the command's own keys after these (`keys`, or what `write_keys` writes into
+// the open object), on one line of `out`.
+void write_document(std::ostream& out, const std::string& command, const std::string& venv, const JsonFields& keys);
+void write_document(std::ostream& out, const std::string& command, const std::string& venv,
+                    const std::function<void(JsonWriter&)>& write_keys);
 
 // What a committed transaction says: `text`, or under --json {"schema","command","venv",
 // "transaction":ID,"ops":N}, the command's own `keys` in their order, and what was pruned
@@ -73,12 +70,11 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
 // (null where the steps were not verified, --no-verify).
 void write_verification(JsonWriter& w, const resolver::Environment& env, const StepChecks& checks);
 
-// A transaction carried out with the verification after each step (installer/apply): exit 1
-// (every change undone, and said) when a verification failed; any other failure is thrown on.
-[[nodiscard]] std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
-                                                    const std::string& command, const resolver::Environment& env,
-                                                    installer::txn::Transaction& t,
-                                                    const std::function<void(std::size_t)>& check,
-                                                    const StepChecks& checks);
+// What a write command says when a step's verification failed (installer/apply undid every
+// change): the failure on standard error, and under --json a document with the transaction, the
+// error and the verification. Returns the exit code, 1.
+int verification_failed(const GlobalOptions& g, std::ostream& out, const std::string& command,
+                        const resolver::Environment& env, const installer::txn::Transaction& t,
+                        const std::string& failed, const StepChecks& checks);
 
 }  // namespace cudafix::cli
