@@ -252,64 +252,9 @@ installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g, 
 
 namespace {
 
-// The plan, made again with the wheels the sources had for each step that had none at hand,
-// until no step wants one they can give (three rounds at most).
-r::FixPlan plan_with_sources(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
-                             r::FixOptions& opts, std::vector<std::string>& problems) {
-  r::FixPlan plan = r::plan_fix(env, knowledge, opts);
-  auto settings = wheel_source_settings(g, env, opts.supported_tags);
-  if (settings.index_urls.empty() && !settings.offline) return plan;
-  if (settings.cache_dir.empty())
-    throw r::Error("no cache folder for downloaded wheels: set CUDAFIX_CACHE_DIR or HOME");
-  settings.by_range = true;  // a plan needs a wheel's RECORD and dynamic sections, not all its bytes
-  installer::source::WheelSources sources(std::move(settings));
-  std::set<std::string> asked;
-  for (int round = 0; round < 3; ++round) {
-    std::vector<installer::source::Wanted> wanted;
-    for (const auto& st : plan.steps)
-      if (st.action != r::StepAction::remove && !st.wheel && asked.insert(st.name + " " + st.accepts).second)
-        wanted.push_back({st.name, st.accepts});
-    if (wanted.empty()) break;
-    const auto got = sources.obtain(wanted);
-    bool added = false;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      if (got[i].remote) {
-        auto wheel = std::move(*got[i].remote);
-        wheel.source = got[i].origin;
-        opts.wheels.push_back(std::move(wheel));
-        added = true;
-        continue;
-      }
-      if (got[i].file.empty()) {
-        problems.push_back(got[i].problem);
-        continue;
-      }
-      try {
-        auto wheel = installer::read_wheel(got[i].file, opts.supported_tags);
-        wheel.source = got[i].origin;
-        opts.wheels.push_back(std::move(wheel));
-        added = true;
-      } catch (const r::Error& e) {
-        problems.push_back(fmt::format("{} (from {}): {}", got[i].file, got[i].origin, e.what()));
-      }
-    }
-    if (!added) break;
-    plan = r::plan_fix(env, knowledge, opts);
-  }
-  problems.insert(problems.end(), sources.cache_problems().begin(), sources.cache_problems().end());
-  return plan;
-}
-
-}  // namespace
-
-PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
-                         std::optional<int> cuda_major, bool pip_find_links_env) {
-  PlannedFix out;
-  r::FixOptions& opts = out.options;
-  opts.cuda_major = cuda_major;
-  opts.threads = g.threads;
-  opts.supported_tags = environment_tags(g, env).tags;
-  opts.python_version = requires_python_version(g, env);
+// The folders of wheels a plan reads: --find-links, else (where `pip_find_links_env`) those
+// $PIP_FIND_LINKS names, else the configuration's.
+std::vector<std::string> find_links_folders(const GlobalOptions& g, bool pip_find_links_env) {
   std::vector<std::string> folders = g.find_links;
   // split() returns views: the string they point into must outlive the loop.
   const std::string pip_find_links = env_var("PIP_FIND_LINKS").value_or("");
@@ -326,39 +271,35 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
       }
     }
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
-  // Only the wheels of dists the plan installs or reinstalls are read: which those are does not
-  // depend on the wheels.
-  const auto listing = std::chrono::steady_clock::now();
-  const auto wanted = r::wheels_wanted(env, knowledge, opts);
-  installer::WheelReadCost cost;
-  auto found = installer::source::find_wheels(folders, opts.supported_tags, &wanted, &cost);
-  // A wanted wheel a folder holds but that was refused (a damaged zip, a member inflating past its
-  // size) is a source problem as an index's is: in the plan, not only on standard error.
-  for (const auto& diag : found.diagnostics) out.source_problems.push_back(diag.to_string());
-  opts.wheels = std::move(found.wheels);
-  const auto t0 = std::chrono::steady_clock::now();
-  out.plan = plan_with_sources(g, env, knowledge, opts, out.source_problems);
+  return folders;
+}
+
+}  // namespace
+
+PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
+                         std::optional<int> cuda_major, bool pip_find_links_env) {
+  installer::apply::FixPlanRequest request;
+  request.cuda_major = cuda_major;
+  request.threads = g.threads;
+  request.supported_tags = environment_tags(g, env).tags;
+  request.python_version = requires_python_version(g, env);
+  request.find_links = find_links_folders(g, pip_find_links_env);
+  request.source_settings = [&] { return wheel_source_settings(g, env, request.supported_tags); };
+  PlannedFix out = installer::apply::make_fix_plan(env, knowledge, request);
   for (const auto& problem : out.source_problems)
     if (!g.quiet) std::cerr << fmt::format("cudafix: warning: {}\n", printable(problem, k_line_limit));
-  const auto t1 = std::chrono::steady_clock::now();
-  out.fingerprint = r::fingerprint_of(env, out.plan);
   if (g.timings) {
+    const auto& c = out.cost;
     print_timings(env);
     std::cerr << fmt::format(
         "{:>22}: {:7.1f} ms ({} wheels read for {} dists the plan wants: {} bytes of their "
         "members read, {} inflated, {} hashed; {} objects placed by a map of their stream decoded on every "
         "core, {} inflated from their start)\n",
-        "find-links wheels", std::chrono::duration<double, std::milli>(t0 - listing).count(),
-        opts.wheels.size() + found.diagnostics.size(), wanted.size(), cost.read, cost.inflated, cost.hashed,
-        cost.objects_by_map, cost.objects_from_start);
-    std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "plan",
-                             std::chrono::duration<double, std::milli>(t1 - t0).count(), "fingerprint",
-                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());
+        "find-links wheels", c.find_links_ms, c.wheels_read, c.dists_wanted, c.read.read, c.read.inflated,
+        c.read.hashed, c.read.objects_by_map, c.read.objects_from_start);
+    std::cerr << fmt::format("{:>22}: {:7.1f} ms\n{:>22}: {:7.1f} ms\n", "plan", c.plan_ms, "fingerprint",
+                             c.fingerprint_ms);
   }
-  // The tags a needed wheel may carry here: the most specific ones of each kind.
-  for (const auto& t : opts.supported_tags)
-    if (out.tags.size() < 3 || t.ends_with("-any")) out.tags.push_back(t);
-  out.document = plan_fix_json(env, knowledge, out.plan, out.fingerprint, out.tags, out.source_problems);
   return out;
 }
 
@@ -367,13 +308,17 @@ int run_plan_fix(const GlobalOptions& options, const PlanFixCliOptions& p, std::
   const GlobalOptions g = with_configured_sources(options, located.config);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located));
   const PlannedFix planned = make_fix_plan(g, env, knowledge, p.cuda_major, p.pip_find_links_env);
+  // The plan document, as `apply` reads it back (-o) and --json shows it.
+  const std::string document = p.output || g.json ? plan_fix_json(env, knowledge, planned.plan, planned.fingerprint,
+                                                                  planned.tags, planned.source_problems)
+                                                  : std::string();
   if (p.output) {
     r::AtomicFile f(*p.output, r::FileMode::like_any_file);
-    f.write(planned.document + "\n");
+    f.write(document + "\n");
     f.commit();
   }
   if (g.json)
-    out << planned.document << '\n';
+    out << document << '\n';
   else if (!g.quiet || !planned.plan.ok())
     out << plan_fix_text(env, planned.plan, style_for(g));
   if (!planned.plan.ok()) return 1;

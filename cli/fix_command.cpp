@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/json_writer.hpp"
 #include "cli/phase_clock.hpp"
 #include "cli/session.hpp"
 #include "cli/text_output.hpp"
@@ -46,8 +46,9 @@ Health health_of(const GlobalOptions& g, const r::Environment& env, const r::Kno
   return h;
 }
 
-nlohmann::ordered_json health_json(const Health& h) {
-  return {{"errors", h.errors}, {"warnings", h.warnings}, {"error_rules", h.error_rules}};
+void health_json(JsonWriter& w, const Health& h) {
+  w.begin_object().key("errors").value(h.errors).key("warnings").value(h.warnings);
+  w.key("error_rules").strings(h.error_rules).end_object();
 }
 
 std::string health_text(const Health& h) {
@@ -56,14 +57,38 @@ std::string health_text(const Health& h) {
   return s + fmt::format(", {} {}", h.warnings, h.warnings == 1 ? "warning" : "warnings");
 }
 
-// The cuDNN the last verification loaded: its version and the file, as the loader named it.
-nlohmann::ordered_json cudnn_loaded(const StepChecks& checks) {
-  if (!checks.last || checks.unverified) return nullptr;
-  nlohmann::ordered_json j{{"version", nullptr}, {"path", nullptr}};
-  if (checks.last->cudnn_version) j["version"] = *checks.last->cudnn_version;
+// The cuDNN the last verification loaded: its version and the file, as the loader named it; not
+// known where no verification ran.
+struct CudnnLoaded {
+  bool known = false;
+  std::optional<long long> version;
+  std::optional<std::string> path;
+};
+
+CudnnLoaded cudnn_loaded(const StepChecks& checks) {
+  if (!checks.last || checks.unverified) return {};
+  CudnnLoaded c{true, checks.last->cudnn_version, std::nullopt};
   for (const auto& f : checks.last->loaded)
-    if (f.soname.starts_with("libcudnn.so") && f.path) j["path"] = r::real_path_of(*f.path);
-  return j;
+    if (f.soname.starts_with("libcudnn.so") && f.path) c.path = r::real_path_of(*f.path);
+  return c;
+}
+
+void cudnn_json(JsonWriter& w, const CudnnLoaded& c) {
+  if (!c.known) {
+    w.null();
+    return;
+  }
+  w.begin_object().key("version");
+  if (c.version)
+    w.value(static_cast<std::int64_t>(*c.version));
+  else
+    w.null();
+  w.key("path");
+  if (c.path)
+    w.value(*c.path);
+  else
+    w.null();
+  w.end_object();
 }
 
 // What to do about a finding fix leaves: its remedy's command, but for those fix has just tried,
@@ -95,6 +120,160 @@ std::string indented(const std::string& text, std::size_t by) {
   return out;
 }
 
+// One run of fix: what it read and planned, and its document, whose keys are set as the run
+// learns their values and written once, where it ends, through one JsonWriter (the plan rendered
+// into it).
+struct FixRun {
+  const GlobalOptions& g;
+  const FixCliOptions& o;
+  std::ostream& out;
+  const r::Environment& env;
+  const r::Knowledge& knowledge;
+  const std::map<std::string, rules::RuleSettings>& settings;
+  const PlannedFix& planned;
+  const Health& before;
+  PhaseClock& clock;
+  Style st;
+  JsonFields doc;
+
+  // The document's keys after its plan, the run's timings, and the exit code.
+  JsonFields& times() {
+    doc.set("seconds", clock.seconds()).set("phases", [this](JsonWriter& w) { clock.write_phases(w); });
+    if (g.timings) std::cerr << clock.timings_text();
+    return doc;
+  }
+  // Where fix ends before changing anything: the document or `text`; returns `rc`.
+  int finish(int rc, const std::string& text) {
+    times();
+    if (g.json) {
+      JsonWriter w;
+      w.begin_object().key("schema").value(1).key("command").value("fix").key("venv").value(env.layout.root);
+      doc.write(w);
+      w.end_object();
+      out << w.str() << '\n';
+    } else if (!g.quiet || rc != 0) {
+      out << text;
+    }
+    return rc;
+  }
+  void left(const r::Environment& of, const rules::DoctorReport& report, NextStep next) {
+    doc.set("left", [&of, &report, next = std::move(next), this](JsonWriter& w) {
+      write_findings_left(w, of, knowledge, report, next);
+    });
+  }
+};
+
+// Where fix ends without changing anything: no safe plan, nothing to do, a wheel no source has,
+// a dry run. None: the plan is to be carried out.
+std::optional<int> answer_without_change(FixRun& run, const std::string& shown) {
+  auto& [g, o, out, env, knowledge, settings, planned, before, clock, st, doc] = run;
+  if (!planned.plan.ok()) return run.finish(1, shown + "nothing was changed: no safe plan (above)\n");
+  if (planned.plan.steps.empty()) {
+    doc.set("after", [&before](JsonWriter& w) { health_json(w, before); });
+    const auto next = next_step_after_fix(env, {});
+    run.left(env, before.report, next);
+    const int found = before.errors + before.warnings;
+    if (found == 0)
+      return run.finish(
+          0, fmt::format("nothing to do: {} needs no step (doctor: {})\n", env.layout.root, health_text(before)));
+    // Not "nothing to do": doctor's findings are there, and none of them is fix's to repair.
+    return run.finish(0,
+                      fmt::format("fix has no step for {} (doctor: {}); {}:\n{}", env.layout.root, health_text(before),
+                                  found == 1 ? std::string("it does not repair this finding")
+                                             : fmt::format("it repairs none of these {} findings", found),
+                                  findings_left_text(before.report, next, st)));
+  }
+  if (!planned.plan.needs.empty()) {
+    std::vector<std::string> names;
+    for (const auto& n : planned.plan.needs) names.push_back(n.name + " " + n.version);
+    doc.set("error", fmt::format("no wheel for {}", fmt::join(names, ", "))).set("exit", 2);
+    return run.finish(2, shown + fmt::format("nothing was changed: no wheel for {} in the sources given (--find-links "
+                                             "DIR, --index-url URL, or the pip and uv caches with --offline)\n",
+                                             fmt::join(names, ", ")));
+  }
+  if (o.dry_run) {
+    // The plan is judged on a simulated model that doctor's file rules cannot read, so which
+    // findings its steps leave is known only once they have run.
+    doc.set_null("left");
+    const std::string findings =
+        before.errors + before.warnings == 0
+            ? ""
+            : fmt::format("doctor finds {} now; fix names the findings its steps leave once it has carried them out\n",
+                          health_text(before));
+    return run.finish(0, shown + findings + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
+  }
+  return std::nullopt;
+}
+
+// What fix says once its steps are carried out: doctor before and after, what is left, the
+// verification.
+std::string fix_summary(const FixRun& run, std::size_t steps, const Health& after, const NextStep& next,
+                        const StepChecks& checks, const CudnnLoaded& cudnn) {
+  const auto& env = run.env;
+  std::string summary = fmt::format("fixed {}: {} {}\n", env.layout.root, steps, steps == 1 ? "step" : "steps");
+  summary += fmt::format("  before: {}\n  after:  {}\n", health_text(run.before), health_text(after));
+  if (const int left = after.errors + after.warnings; left > 0)
+    // Without colour: the summary goes out through printable_lines, which would escape it.
+    summary += fmt::format("  left: {} that fix does not repair:\n{}",
+                           count_of(static_cast<std::size_t>(left), "finding", "findings"),
+                           indented(findings_left_text(after.report, next, Style{false, run.st.verbose}), 4));
+  if (run.o.no_verify)
+    summary += "  not verified (--no-verify)\n";
+  else if (checks.unverified)
+    summary += fmt::format("  not verified: {}; run `cudafix verify` on a GPU node\n", checks.unverified_why);
+  else
+    summary += fmt::format("  verified on the GPU after each step; cuDNN {} loaded from {}\n",
+                           cudnn.version ? fmt::format("{}", *cudnn.version) : "?",
+                           cudnn.path ? env.display(*cudnn.path) : "?");
+  return summary + fmt::format("  took {:.2f} s", run.clock.seconds());
+}
+
+// The plan carried out as `apply` carries out a saved plan (the same typed value, bound and
+// replayed), each step verified; then the environment scanned and judged again.
+int carry_out(FixRun& run, const Retention& keep) {
+  auto& [g, o, out, env, knowledge, settings, planned, before, clock, st, doc] = run;
+  auto apply = apply_options(g, env);
+  apply.carry_out_progress = [&g] { return progress_bar(g, "fixing", "changes"); };
+  const PreparedPlan prepared = installer::apply::prepare_plan(
+      env, knowledge, r::plan_file_of(env, planned.plan, planned.fingerprint, planned.tags, planned.source_problems),
+      "the plan", "another tool changed it while fix planned: run `cudafix fix` again", apply);
+  clock.lap("bind");
+  const auto said = prepared.labels();
+  check_one_file_system(env.layout);
+  if (!confirmed(g, fmt::format("carry out these {} steps", said.size())))
+    return declined(g, out, "fix", env.layout.root);
+
+  clock.lap("confirm");
+  tx::Transaction t(env.layout.root_real, "fix");
+  StepChecks checks;
+  const auto done =
+      installer::apply::carry_out_plan(env, knowledge, prepared, t, apply, verify_steps_options(g, !o.no_verify),
+                                       !o.no_verify, checks, [&clock](const char* phase) { clock.lap(phase); });
+  if (done.failed) return verification_failed(g, out, "fix", env, t, *done.failed, checks);
+
+  // The caches answer only for folders and objects whose stamps are the ones kept, and keep
+  // nothing written within their settle time: the files just renamed into place (other inodes,
+  // new ctimes) are read from the disk, the tens of thousands the steps left alone are not.
+  const r::Environment now = r::scan_environment(env.layout, scan_options(g));
+  clock.lap("rescan");
+  const Health after = health_of(g, now, knowledge, settings);
+  clock.lap("doctor after");
+  const CudnnLoaded cudnn = cudnn_loaded(checks);
+  std::set<std::string> written;
+  for (const auto& p : prepared.steps)
+    if (p.step.action != r::StepAction::remove) written.insert(r::normalize_name(p.step.name));
+  const auto next = next_step_after_fix(now, std::move(written));
+  const std::string summary = fix_summary(run, said.size(), after, next, checks, cudnn);
+  doc.set("changed", true).set("steps", said).set("after", [&after](JsonWriter& w) { health_json(w, after); });
+  run.left(now, after.report, next);
+  doc.set("verified", !o.no_verify && !checks.unverified)
+      .set("cudnn", [&cudnn](JsonWriter& w) { cudnn_json(w, cudnn); })
+      .set("verification", [&now, &checks](JsonWriter& w) { write_verification(w, now, checks); });
+  clock.lap("finish");
+  report_done(g, out, "fix", env.layout.root, t, summary, keep, run.times());
+  return checks.unverified ? 4 : 0;
+}
+
 }  // namespace
 
 int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& out) {
@@ -113,135 +292,20 @@ int run_fix(const GlobalOptions& options, const FixCliOptions& o, std::ostream& 
   clock.lap("doctor");
   const PlannedFix planned = make_fix_plan(g, env, knowledge, o.cuda_major);
   clock.lap("plan");
-  const Style st = style_for(g);
-  nlohmann::ordered_json j = document_start("fix", env.layout.root);
-  // The documents cli/ wrote already go into fix's as they are: the plan's is a serialisation
-  // for -o and --json, never read back here.
-  RawJson raw{{"plan", planned.document}};
-  j["plan"] = nullptr;  // its place among the keys; raw's text is written there
-  j["dry_run"] = o.dry_run;
-  j["changed"] = false;
-  j["before"] = health_json(before);
-  const auto finish = [&](int rc, const std::string& text) {
-    j["seconds"] = clock.seconds();
-    j["phases"] = clock.phases();
-    if (g.timings) std::cerr << clock.timings_text();
-    if (g.json)
-      out << dump_with(j, raw) << '\n';
-    else if (!g.quiet || rc != 0)
-      out << text;
-    return rc;
-  };
-  if (!planned.plan.ok())
-    return finish(1, plan_fix_text(env, planned.plan, st) + "nothing was changed: no safe plan (above)\n");
-  if (planned.plan.steps.empty()) {
-    j["after"] = j["before"];
-    const auto next = next_step_after_fix(env, {});
-    j["left"] = nullptr;
-    raw["left"] = findings_left_json(env, knowledge, before.report, next);
-    const int found = before.errors + before.warnings;
-    if (found == 0)
-      return finish(
-          0, fmt::format("nothing to do: {} needs no step (doctor: {})\n", env.layout.root, health_text(before)));
-    // Not "nothing to do": doctor's findings are there, and none of them is fix's to repair.
-    return finish(0, fmt::format("fix has no step for {} (doctor: {}); {}:\n{}", env.layout.root, health_text(before),
-                                 found == 1 ? std::string("it does not repair this finding")
-                                            : fmt::format("it repairs none of these {} findings", found),
-                                 findings_left_text(before.report, next, st)));
-  }
-  const std::string shown = plan_fix_text(env, planned.plan, st);
-  if (!planned.plan.needs.empty()) {
-    std::vector<std::string> names;
-    for (const auto& n : planned.plan.needs) names.push_back(n.name + " " + n.version);
-    j["error"] = fmt::format("no wheel for {}", fmt::join(names, ", "));
-    j["exit"] = 2;
-    return finish(2, shown + fmt::format("nothing was changed: no wheel for {} in the sources given (--find-links "
-                                         "DIR, --index-url URL, or the pip and uv caches with --offline)\n",
-                                         fmt::join(names, ", ")));
-  }
-  if (o.dry_run) {
-    // The plan is judged on a simulated model that doctor's file rules cannot read, so which
-    // findings its steps leave is known only once they have run.
-    j["left"] = nullptr;
-    const std::string findings =
-        before.errors + before.warnings == 0
-            ? ""
-            : fmt::format("doctor finds {} now; fix names the findings its steps leave once it has carried them out\n",
-                          health_text(before));
-    return finish(0, shown + findings + "dry run: nothing was changed (run without --dry-run to carry it out)\n");
-  }
+  FixRun run{g, o, out, env, knowledge, settings, planned, before, clock, style_for(g), {}};
+  run.doc
+      .set("plan",
+           [&](JsonWriter& w) {
+             write_plan_fix(w, env, knowledge, planned.plan, planned.fingerprint, planned.tags,
+                            planned.source_problems);
+           })
+      .set("dry_run", o.dry_run)
+      .set("changed", false)
+      .set("before", [&before](JsonWriter& w) { health_json(w, before); });
+  const std::string shown = plan_fix_text(env, planned.plan, run.st);
+  if (const auto rc = answer_without_change(run, shown)) return *rc;
   if (!g.json && !g.quiet) out << shown << std::flush;
-  // Carried out as `apply` carries out a saved plan: the same typed value, bound and replayed.
-  const auto apply = apply_options(g, env);
-  const PreparedPlan prepared = installer::apply::prepare_plan(
-      env, knowledge, r::plan_file_of(env, planned.plan, planned.fingerprint, planned.tags, planned.source_problems),
-      "the plan", "another tool changed it while fix planned: run `cudafix fix` again", apply);
-  clock.lap("bind");
-  const auto said = prepared.labels();
-  check_one_file_system(env.layout);
-  if (!confirmed(g, fmt::format("carry out these {} steps", said.size())))
-    return declined(g, out, "fix", env.layout.root);
-
-  clock.lap("confirm");
-  tx::Transaction t(env.layout.root_real, "fix");
-  // The baseline probe runs beside the staging: the driver's initialisation costs as much.
-  const auto verify_options = verify_steps_options(g, !o.no_verify);
-  auto baseline = o.no_verify ? std::future<installer::apply::EarlyBaseline>{}
-                              : installer::apply::start_baseline(env.layout, knowledge, prepared, verify_options);
-  installer::apply::stage_plan(env, prepared, t, apply);
-  clock.lap("stage");
-  show_progress(g, t, "fixing");
-  StepChecks checks;
-  checks.skip = o.no_verify;
-  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_options, checks, &baseline);
-  clock.lap("baseline probe");
-  if (const auto rc = carry_out_verified(g, out, "fix", env, t, check, checks)) return *rc;
-  clock.lap("steps and their checks");
-
-  // The caches answer only for folders and objects whose stamps are the ones kept, and keep
-  // nothing written within their settle time: the files just renamed into place (other inodes,
-  // new ctimes) are read from the disk, the tens of thousands the steps left alone are not.
-  const r::Environment now = r::scan_environment(env.layout, scan_options(g));
-  clock.lap("rescan");
-  const Health after = health_of(g, now, knowledge, settings);
-  clock.lap("doctor after");
-  const nlohmann::ordered_json cudnn = cudnn_loaded(checks);
-  const bool verified = !o.no_verify && !checks.unverified;
-  std::set<std::string> written;
-  for (const auto& p : prepared.steps)
-    if (p.step.action != r::StepAction::remove) written.insert(r::normalize_name(p.step.name));
-  const auto next = next_step_after_fix(now, std::move(written));
-  std::string summary =
-      fmt::format("fixed {}: {} {}\n", env.layout.root, said.size(), said.size() == 1 ? "step" : "steps");
-  summary += fmt::format("  before: {}\n  after:  {}\n", health_text(before), health_text(after));
-  if (const int left = after.errors + after.warnings; left > 0)
-    // Without colour: the summary goes out through printable_lines, which would escape it.
-    summary += fmt::format("  left: {} that fix does not repair:\n{}",
-                           count_of(static_cast<std::size_t>(left), "finding", "findings"),
-                           indented(findings_left_text(after.report, next, Style{false, st.verbose}), 4));
-  if (o.no_verify)
-    summary += "  not verified (--no-verify)\n";
-  else if (checks.unverified)
-    summary += fmt::format("  not verified: {}; run `cudafix verify` on a GPU node\n", checks.unverified_why);
-  else
-    summary += fmt::format("  verified on the GPU after each step; cuDNN {} loaded from {}\n",
-                           cudnn["version"].is_null() ? "?" : cudnn["version"].dump(),
-                           cudnn["path"].is_null() ? "?" : env.display(cudnn["path"].get<std::string>()));
-  summary += fmt::format("  took {:.2f} s", clock.seconds());
-  j["changed"] = true;
-  j["steps"] = said;
-  j["after"] = health_json(after);
-  j["left"] = nullptr;
-  raw["left"] = findings_left_json(now, knowledge, after.report, next);
-  j["verified"] = verified;
-  j["cudnn"] = cudnn;
-  j["verification"] = verification_json(now, checks);
-  clock.lap("finish");
-  j["seconds"] = clock.seconds();
-  j["phases"] = clock.phases();
-  if (g.timings) std::cerr << clock.timings_text();
-  report_done(g, out, "fix", env.layout.root, t, summary, keep, j, raw);
-  return checks.unverified ? 4 : 0;
+  return carry_out(run, keep);
 }
 
 }  // namespace cudafix::cli

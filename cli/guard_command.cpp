@@ -11,7 +11,6 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "cli/commands.hpp"
 #include "cli/held_command.hpp"
 #include "cli/json_output.hpp"
+#include "cli/json_writer.hpp"
 #include "cli/phase_clock.hpp"
 #include "cli/printable.hpp"
 #include "cli/session.hpp"
@@ -38,37 +38,64 @@ namespace r = cudafix::resolver;
 namespace tx = installer::txn;
 namespace pr = installer::probe;
 namespace gd = installer::guard;
-// Its keys in the order written: schema, command and venv first (docs/json.md).
-using json = nlohmann::ordered_json;
 
 namespace {
 
-json worse_json(const std::vector<gd::Worse>& worse) {
-  json a = json::array();
-  for (const auto& w : worse) a.push_back({{"kind", w.kind}, {"what", w.what}, {"message", w.message}});
-  return a;
+void worse_json(JsonWriter& w, const std::vector<gd::Worse>& worse) {
+  w.begin_array();
+  for (const auto& x : worse)
+    w.begin_object().key("kind").value(x.kind).key("what").value(x.what).key("message").value(x.message).end_object();
+  w.end_array();
 }
 
-json claimed_json(const std::vector<gd::Claimed>& list) {
-  json a = json::array();
+void claimed_json(JsonWriter& w, const std::vector<gd::Claimed>& list) {
+  w.begin_array();
   for (const auto& c : list) {
-    json e{{"path", c.path}, {"what", c.what}, {"writer", c.writer}};
-    if (!c.found.empty()) e["found"] = c.found;
-    a.push_back(e);
+    w.begin_object().key("path").value(c.path).key("what").value(c.what).key("writer").value(c.writer);
+    if (!c.found.empty()) w.key("found").value(c.found);
+    w.end_object();
   }
-  return a;
+  w.end_array();
 }
 
-json probe_summary_json(const std::optional<pr::VerifyReport>& p, const std::string& why_not) {
-  if (!p) return {{"ran", false}, {"why_not", why_not}};
-  json passed = json::array();
+void probe_summary_json(JsonWriter& w, const std::optional<pr::VerifyReport>& p, const std::string& why_not) {
+  if (!p) {
+    w.begin_object().key("ran").value(false).key("why_not").value(why_not).end_object();
+    return;
+  }
+  w.begin_object().key("ran").value(true).key("outcome").value(pr::to_string(p->verdict.outcome));
+  w.key("message").value(p->verdict.message).key("stages_passed").begin_array();
   for (const auto& s : p->records.stages)
-    if (s.ok) passed.push_back(pr::stage_label(s));
-  return {{"ran", true},
-          {"outcome", pr::to_string(p->verdict.outcome)},
-          {"message", p->verdict.message},
-          {"stages_passed", passed},
-          {"cudnn_version", p->cudnn_version ? json(*p->cudnn_version) : json()}};
+    if (s.ok) w.value(pr::stage_label(s));
+  w.end_array().key("cudnn_version");
+  if (p->cudnn_version)
+    w.value(static_cast<std::int64_t>(*p->cudnn_version));
+  else
+    w.null();
+  w.end_object();
+}
+
+// guard's document (docs/json.md), its keys set as guard learns their values and written once,
+// where it ends, through one writer: plan remove's document for the uninstall included.
+void write_guard_document(std::ostream& out, const JsonFields& doc) {
+  JsonWriter w;
+  w.begin_object();
+  doc.write(w);
+  w.end_object();
+  out << w.str() << '\n';
+}
+
+// What guard read the command as, when an uninstall: "uninstall" (plan remove's document as its
+// "plan", where cudafix planned it).
+void uninstall_json(JsonWriter& w, const r::Environment& env, const r::Knowledge& knowledge,
+                    const gd::UninstallRead& u) {
+  w.begin_object().key("tool").value(u.tool).key("dists").strings(u.names).key("skipped").strings(u.skipped);
+  w.key("problems").strings(u.problems).key("safe").value(!u.plan || u.plan->safe()).key("plan");
+  if (u.plan)
+    write_plan_remove(w, env, knowledge, *u.plan);
+  else
+    w.null();
+  w.end_object();
 }
 
 // Doctor's judgement, as installer/guard/ asks for it (rules/ is not its to include).
@@ -105,9 +132,8 @@ std::string paths_text(const std::string& root, const std::vector<gd::Claimed>& 
 
 // guard's refusal of an uninstall plan remove judges to break something: plan remove's findings
 // and the owner-counted alternative.
-int show_refusal(const GlobalOptions& g, json& j, const std::function<std::string()>& document,
-                 const r::Environment& env, const gd::UninstallRead& uninstall, const std::string& shown,
-                 std::ostream& out) {
+int show_refusal(const GlobalOptions& g, JsonFields& j, const r::Environment& env, const gd::UninstallRead& uninstall,
+                 const std::string& shown, std::ostream& out) {
   const std::string names = fmt::format("{}", fmt::join(uninstall.names, " "));
   const std::string alternative =
       uninstall.plan->safe_with_cudafix()
@@ -117,14 +143,10 @@ int show_refusal(const GlobalOptions& g, json& j, const std::function<std::strin
       "refused: `{}` would break what is listed above; it was not run and nothing was changed. {}; "
       "--allow-break runs it anyway, under a snapshot",
       shown, alternative);
-  j["refused"] = why;
-  j["snapshot"] = nullptr;
-  j["snapshot_scope"] = nullptr;
-  j["exit_code"] = nullptr;
-  j["worse"] = json::array();
-  j["undone"] = false;
+  j.set("refused", why).set_null("snapshot").set_null("snapshot_scope").set_null("exit_code");
+  j.set("worse", [](JsonWriter& w) { w.begin_array().end_array(); }).set("undone", false);
   if (g.json)
-    out << document() << '\n';
+    write_guard_document(out, j);
   else
     std::cerr << plan_remove_text(env, *uninstall.plan, style_for(g)) << printable_lines(why) << '\n';
   return 1;
@@ -138,27 +160,42 @@ int run_held(HeldCommand& command, const std::string& program) {
   return command.wait();
 }
 
-// The outcome, as JSON or text; the exit code: the command's where nothing of its doing got
-// worse, else 1.
-int show_guard_outcome(const GlobalOptions& g, json& j, const std::function<std::string()>& document,
-                       const gd::Outcome& result, const std::string& shown, int code, const std::string& name,
-                       const std::string& root, PhaseClock& clock, std::ostream& out) {
-  j["after_probe"] = probe_summary_json(result.after_probe, result.after_probe_why_not);
-  j["probed_after"] = result.after_probe.has_value();
-  j["after"] = {{"errors", result.after.errors}, {"warnings", result.after.warnings}};
-  j["worse"] = worse_json(result.worse);
-  j["still_worse"] = worse_json(result.still_worse);
-  json ours = json::array();
-  for (const auto& c : result.ours) ours.push_back({{"path", c.path}, {"what", c.what}});
-  j["changes"] = {
-      {"command", ours}, {"others", claimed_json(result.others)}, {"overlap", claimed_json(result.overlap)}};
+// What the command did and what guard did about it, as the document's keys after "exit_code".
+void outcome_fields(JsonFields& j, const gd::Outcome& result, const std::string& name) {
+  j.set("after_probe",
+        [&result](JsonWriter& w) { probe_summary_json(w, result.after_probe, result.after_probe_why_not); });
+  j.set("probed_after", result.after_probe.has_value());
+  j.set("after", [&result](JsonWriter& w) {
+    w.begin_object().key("errors").value(result.after.errors).key("warnings").value(result.after.warnings);
+    w.end_object();
+  });
+  j.set("worse", [&result](JsonWriter& w) { worse_json(w, result.worse); });
+  j.set("still_worse", [&result](JsonWriter& w) { worse_json(w, result.still_worse); });
+  j.set("changes", [&result](JsonWriter& w) {
+    w.begin_object().key("command").begin_array();
+    for (const auto& c : result.ours) w.begin_object().key("path").value(c.path).key("what").value(c.what).end_object();
+    w.end_array().key("others");
+    claimed_json(w, result.others);
+    w.key("overlap");
+    claimed_json(w, result.overlap);
+    w.end_object();
+  });
   static constexpr const char* k_verdicts[] = {"nothing_worse", "kept",    "undone",       "not_ours",
                                                "overlap",       "altered", "snapshot_gone"};
-  j["verdict"] = k_verdicts[static_cast<int>(result.verdict)];
-  j["undone"] = result.verdict == gd::Verdict::undone;
-  j["kept"] = result.snapshot_kept;
-  j["snapshot_gone"] = result.snapshot_gone;
-  if (!result.transaction.empty()) j["transaction"] = result.transaction;
+  j.set("verdict", k_verdicts[static_cast<int>(result.verdict)]);
+  j.set("undone", result.verdict == gd::Verdict::undone);
+  j.set("kept", result.snapshot_kept);
+  j.set("snapshot_gone", result.snapshot_gone);
+  if (!result.transaction.empty()) j.set("transaction", result.transaction);
+  if (result.verdict == gd::Verdict::altered)
+    j.set("error",
+          fmt::format("snapshot '{}' was altered (written in place): {}", name, fmt::join(result.altered, ", ")));
+}
+
+// The outcome in words, and the exit code: the command's where nothing of its doing got worse,
+// else 1.
+std::pair<std::string, int> outcome_text(const gd::Outcome& result, const std::string& shown, int code,
+                                         const std::string& name, const std::string& root) {
   std::string broke;
   for (const auto& w : result.worse)
     broke += fmt::format("\n  {}[{}]: {}", w.kind == "doctor" ? "error" : w.kind, w.what, w.message);
@@ -228,8 +265,6 @@ int show_guard_outcome(const GlobalOptions& g, json& j, const std::function<std:
           "cudafix guard: `{}` exited {} and broke:{}\nit could NOT be undone: the command wrote these "
           "files of snapshot '{}' in place: {}",
           shown, code, broke, name, fmt::join(result.altered, ", "));
-      j["error"] =
-          fmt::format("snapshot '{}' was altered (written in place): {}", name, fmt::join(result.altered, ", "));
       break;
     case gd::Verdict::snapshot_gone:
       text = fmt::format(
@@ -238,15 +273,69 @@ int show_guard_outcome(const GlobalOptions& g, json& j, const std::function<std:
           shown, code, broke, name, root);
       break;
   }
+  return {text, rc};
+}
+
+// The outcome, as JSON or text; the exit code (outcome_text's).
+int show_guard_outcome(const GlobalOptions& g, JsonFields& j, const gd::Outcome& result, const std::string& shown,
+                       int code, const std::string& name, const std::string& root, PhaseClock& clock,
+                       std::ostream& out) {
+  outcome_fields(j, result, name);
+  const auto [text, rc] = outcome_text(result, shown, code, name, root);
   clock.lap("finish");
-  j["seconds"] = clock.seconds();
-  j["phases"] = clock.phases();
+  j.set("seconds", clock.seconds()).set("phases", [&clock](JsonWriter& w) { clock.write_phases(w); });
   if (g.timings) std::cerr << clock.timings_text();
   if (g.json)
-    out << document() << '\n';
+    write_guard_document(out, j);
   else if (!g.quiet || rc != code)
     std::cerr << printable_lines(text) << '\n';
   return rc;
+}
+
+// The snapshot taken before the command, or an Error saying the command was not run.
+const tx::SnapshotInfo& snapshot_before(gd::GuardedCommand& guarded, HeldCommand& command,
+                                        const std::optional<gd::UninstallRead>& uninstall, const r::Environment& env,
+                                        const std::string& shown) {
+  try {
+    return guarded.take_snapshot(uninstall);
+  } catch (const r::Error& e) {
+    command.abandon();
+    throw r::Error(fmt::format("guard cannot snapshot {}: {}; `{}` was not run and nothing was changed",
+                               env.layout.root, e.what(), shown));
+  }
+}
+
+// installer/guard/'s settings from the command line's and the environment's configuration.
+gd::Settings guard_settings(const GlobalOptions& g, const GuardCliOptions& o, const Retention& keep) {
+  gd::Settings gs;
+  gs.command = o.command;
+  gs.probe = o.no_verify ? "" : probe_path();
+  gs.threads = g.threads;
+  gs.keep = o.keep;
+  gs.retention_root = keep.root;
+  gs.retention_count = keep.count;
+  return gs;
+}
+
+// The environment before the command: doctor's counts and the baseline probe.
+void before_json(JsonWriter& w, const gd::GuardedCommand& guarded) {
+  w.begin_object().key("errors").value(guarded.before().errors).key("warnings").value(guarded.before().warnings);
+  w.key("probe");
+  probe_summary_json(w, guarded.before_probe(), guarded.probe_why_not());
+  w.end_object();
+}
+
+// What guard says once its snapshot is taken, before the command runs (`beside`: with the
+// baseline probe still running, beside the command).
+std::string snapshot_taken_text(const gd::GuardedCommand& guarded, const tx::SnapshotInfo& snap, bool beside,
+                                const std::string& shown) {
+  return fmt::format("cudafix guard: snapshot '{}' taken ({} files{}); doctor: {}; probe: {}; running `{}`", snap.name,
+                     snap.files, printable(scope_text(snap.scope)),
+                     count_of(static_cast<std::size_t>(guarded.before().errors), "error", "errors"),
+                     beside                   ? std::string("running beside it (it deletes no library)")
+                     : guarded.before_probe() ? std::string(pr::to_string(guarded.before_probe()->verdict.outcome))
+                                              : "not run, " + guarded.probe_why_not(),
+                     shown);
 }
 
 }  // namespace
@@ -276,80 +365,47 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
   } catch (const r::Error& e) {
     throw r::Error(fmt::format("guard cannot snapshot {}: {}; `{}` was not run", env.layout.root, e.what(), shown));
   }
-  json j{{"schema", 1}, {"command", "guard"}, {"venv", env.layout.root}, {"run", o.command}};
+  JsonFields j;
+  j.set("schema", 1).set("command", "guard").set("venv", env.layout.root).set("run", o.command);
 
   // Before: an uninstall cudafix can read is judged as plan remove judges it.
-  j["uninstall"] = nullptr;
-  // plan remove's document for the uninstall, spliced in as `uninstall.plan` when the document is
-  // written (document()): written once as JSON text, never parsed back.
-  std::optional<std::string> plan_text;
-  const auto document = [&] {
-    if (!plan_text || !j["uninstall"].is_object()) return j.dump();
-    return dump_with(j, {{"uninstall", dump_with(j["uninstall"], {{"plan", *plan_text}})}});
-  };
+  j.set_null("uninstall");
   const auto uninstall = gd::read_uninstall(env, knowledge, o.command, g.threads);
   if (uninstall) {
-    json u{{"tool", uninstall->tool},
-           {"dists", uninstall->names},
-           {"skipped", uninstall->skipped},
-           {"problems", uninstall->problems},
-           {"safe", !uninstall->plan || uninstall->plan->safe()},
-           {"plan", nullptr}};
-    if (uninstall->plan) plan_text = plan_remove_json(env, knowledge, *uninstall->plan);
-    j["uninstall"] = u;
+    j.set("uninstall", [&](JsonWriter& w) { uninstall_json(w, env, knowledge, *uninstall); });
     if (uninstall->refused(o.allow_break)) {
       command.abandon();
-      return show_refusal(g, j, document, env, *uninstall, shown, out);
+      return show_refusal(g, j, env, *uninstall, shown, out);
     }
   }
-  j["refused"] = nullptr;
+  j.set_null("refused");
   lap("check");
 
-  gd::Settings gs;
-  gs.command = o.command;
-  gs.probe = o.no_verify ? "" : probe_path();
-  gs.threads = g.threads;
-  gs.keep = o.keep;
-  gs.retention_root = keep.root;
-  gs.retention_count = keep.count;
   const auto rescan = [&] { return r::scan_environment(env.layout, scan_options(g, r::ScanDepth::full, true)); };
-  gd::GuardedCommand guarded(env, knowledge, doctor_judge(g, knowledge, settings), gs, {lap, rescan});
+  gd::GuardedCommand guarded(env, knowledge, doctor_judge(g, knowledge, settings), guard_settings(g, o, keep),
+                             {lap, rescan});
   guarded.start_baseline();
-  const tx::SnapshotInfo* snap = nullptr;
-  try {
-    snap = &guarded.take_snapshot(uninstall);
-  } catch (const r::Error& e) {
-    command.abandon();
-    throw r::Error(fmt::format("guard cannot snapshot {}: {}; `{}` was not run and nothing was changed",
-                               env.layout.root, e.what(), shown));
-  }
-  const std::string name = snap->name;
-  const auto record_before = [&] {
-    j["before"] = {{"errors", guarded.before().errors},
-                   {"warnings", guarded.before().warnings},
-                   {"probe", probe_summary_json(guarded.before_probe(), guarded.probe_why_not())}};
-  };
-  j["snapshot"] = name;
-  j["snapshot_scope"] = snap->scope ? json(*snap->scope) : json();
-  j["before"] = nullptr;  // its place in the document
+  const tx::SnapshotInfo& snap = snapshot_before(guarded, command, uninstall, env, shown);
+  const std::string name = snap.name;
+  const auto record_before = [&] { j.set("before", [&guarded](JsonWriter& w) { before_json(w, guarded); }); };
+  j.set("snapshot", name);
+  if (snap.scope)
+    j.set("snapshot_scope", *snap.scope);
+  else
+    j.set_null("snapshot_scope");
+  j.set_null("before");  // its place in the document
   const bool probe_beside_command = guarded.probe_beside_command();
   if (!probe_beside_command) {
     guarded.finish_baseline();
     record_before();
   }
-  say(fmt::format("cudafix guard: snapshot '{}' taken ({} files{}); doctor: {}; probe: {}; running `{}`", name,
-                  snap->files, printable(scope_text(snap->scope)),
-                  count_of(static_cast<std::size_t>(guarded.before().errors), "error", "errors"),
-                  probe_beside_command     ? std::string("running beside it (it deletes no library)")
-                  : guarded.before_probe() ? std::string(pr::to_string(guarded.before_probe()->verdict.outcome))
-                                           : "not run, " + guarded.probe_why_not(),
-                  shown));
+  say(snapshot_taken_text(guarded, snap, probe_beside_command, shown));
 
   // The command, with the lock released.
   lock.reset();
   const int code = run_held(command, o.command[0]);
   tx::test_pause("guard-ran");  // the tests' seam: the command has ended, the lock is not held
-  j["exit_code"] = code;
+  j.set("exit_code", code);
   lap("command");
 
   gd::Outcome result;
@@ -370,7 +426,7 @@ int run_guard(const GlobalOptions& g, const GuardCliOptions& o, std::ostream& ou
                     "restores the environment as it was before it",
                     e.what(), shown, code, name, name));
   }
-  return show_guard_outcome(g, j, document, result, shown, code, name, root, clock, out);
+  return show_guard_outcome(g, j, result, shown, code, name, root, clock, out);
 }
 
 std::vector<std::string> killed_guard_notices(const std::string& root) { return gd::killed_guard_notices(root); }

@@ -19,9 +19,19 @@ namespace r = cudafix::resolver;
 
 class Doc {
  public:
-  Doc(const r::Environment& env, const r::Knowledge& knowledge) : env_(env), knowledge_(knowledge) {}
+  // A document of its own (take it from `w`), or one written into `into`, the writer of the
+  // document that holds it.
+  Doc(const r::Environment& env, const r::Knowledge& knowledge) : w(own_), env_(env), knowledge_(knowledge) {}
+  Doc(const r::Environment& env, const r::Knowledge& knowledge, JsonWriter& into)
+      : w(into), env_(env), knowledge_(knowledge) {}
+  Doc(const Doc&) = delete;
+  Doc& operator=(const Doc&) = delete;
 
-  JsonWriter w;
+ private:
+  JsonWriter own_;
+
+ public:
+  JsonWriter& w;
 
   void header(const char* command) {
     w.begin_object();

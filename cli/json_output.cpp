@@ -232,6 +232,121 @@ void optional_string(JsonWriter& w, const char* key, const std::optional<std::st
 
 }  // namespace
 
+namespace {
+
+// Each stage the probe ran (its device, result, time and code), then those it did not run.
+void stages_json(JsonWriter& w, const p::VerifyReport& rep) {
+  w.key("stages").begin_array();
+  for (const auto& s : rep.records.stages) {
+    w.begin_object().key("stage").value(s.stage).key("device");
+    if (s.device)
+      w.value(*s.device);
+    else
+      w.null();
+    w.key("ok").value(s.ended && s.ok).key("returned").value(s.ended);
+    w.key("ms").raw(fmt::format("{:.3f}", s.ms));
+    optional_number(w, "code", s.code);
+    optional_string(w, "name", p::code_name(s));
+    w.key("detail").value(s.detail).end_object();
+  }
+  for (const auto& s : rep.skipped)
+    w.begin_object().key("stage").value(s.stage).key("skipped").value(true).key("detail").value(s.why).end_object();
+  w.end_array();
+}
+
+// Each device the probe saw, and the stage it failed at.
+void devices_json(JsonWriter& w, const p::VerifyReport& rep) {
+  w.key("devices").begin_array();
+  for (const auto& dev : rep.records.devices) {
+    const auto* failed = p::failed_stage_of(rep.records, dev.ordinal);
+    w.begin_object()
+        .key("ordinal")
+        .value(dev.ordinal)
+        .key("name")
+        .value(dev.name)
+        .key("compute_capability")
+        .value(dev.compute_capability)
+        .key("uuid")
+        .value(dev.uuid)
+        .key("pci_bus_id")
+        .value(dev.pci)
+        .key("ok")
+        .value(failed == nullptr);
+    optional_string(w, "failed_stage",
+                    failed ? std::optional<std::string>(p::stage_label(*failed)) : std::optional<std::string>());
+    w.end_object();
+  }
+  w.end_array();
+}
+
+// Every file the probe's process mapped, beside the model's prediction for its soname.
+void loaded_json(Doc& d, const p::VerifyReport& rep) {
+  auto& w = d.w;
+  w.key("loaded").begin_array();
+  for (const auto& f : rep.loaded) {
+    w.begin_object().key("soname").value(f.soname).key("path");
+    if (f.path)
+      d.path(r::real_path_of(*f.path));
+    else
+      w.null();
+    w.key("predicted");
+    if (f.predicted)
+      d.path(*f.predicted);
+    else
+      w.null();
+    w.key("basis").value(f.basis).key("match");
+    if (f.predicted)
+      w.value(f.match);
+    else
+      w.null();
+    w.key("family").value(f.family);
+    optional_string(w, "dist", f.dist.empty() ? std::nullopt : std::optional<std::string>(f.dist));
+    optional_string(w, "version", f.version.empty() ? std::nullopt : std::optional<std::string>(f.version));
+    optional_string(w, "model", f.model.empty() ? std::nullopt : std::optional<std::string>(f.model));
+    w.end_object();
+  }
+  w.end_array();
+}
+
+// What was compared, and which causes the diagnosis found likely.
+void checks_json(JsonWriter& w, const p::VerifyReport& rep) {
+  w.key("checks").begin_array();
+  for (const auto& c : rep.checks) {
+    w.begin_object().key("check").value(c.check).key("ok").value(c.ok).key("detail").value(c.detail);
+    optional_string(w, "expected", c.ok || c.expected.empty() ? std::nullopt : std::optional<std::string>(c.expected));
+    optional_string(w, "found", c.ok || c.expected.empty() ? std::nullopt : std::optional<std::string>(c.found));
+    w.end_object();
+  }
+  w.end_array();
+  w.key("diagnosis").begin_array();
+  for (const auto& e : rep.diagnosis)
+    w.begin_object()
+        .key("cause")
+        .value(e.cause)
+        .key("check")
+        .value(e.check)
+        .key("result")
+        .value(e.result)
+        .key("likely")
+        .value(e.likely)
+        .end_object();
+  w.end_array();
+}
+
+// How the probe's process ran and ended.
+void probe_run_json(JsonWriter& w, const p::VerifyReport& rep) {
+  w.key("probe").begin_object();
+  w.key("ms").raw(fmt::format("{:.1f}", rep.run.ms));
+  w.key("timed_out").value(rep.run.timed_out).key("reaped").value(rep.run.reaped);
+  optional_number(w, "exit_code", rep.run.exit_code ? std::optional<long long>(*rep.run.exit_code) : std::nullopt);
+  optional_string(w, "signal",
+                  rep.run.signal ? std::optional<std::string>(p::signal_name(*rep.run.signal)) : std::nullopt);
+  w.key("stderr").value(rep.run.errors);
+  w.end_object();
+}
+
+}  // namespace
+
 std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge, const p::VerifyReport& rep) {
   Doc d(env, knowledge);
   auto& w = d.w;
@@ -263,97 +378,11 @@ std::string verify_json(const r::Environment& env, const r::Knowledge& knowledge
     w.null();
   optional_number(w, "nccl_version", rep.nccl_version);
   optional_string(w, "cuda_visible_devices", rep.visible_devices);
-  w.key("stages").begin_array();
-  for (const auto& s : rep.records.stages) {
-    w.begin_object().key("stage").value(s.stage).key("device");
-    if (s.device)
-      w.value(*s.device);
-    else
-      w.null();
-    w.key("ok").value(s.ended && s.ok).key("returned").value(s.ended);
-    w.key("ms").raw(fmt::format("{:.3f}", s.ms));
-    optional_number(w, "code", s.code);
-    optional_string(w, "name", p::code_name(s));
-    w.key("detail").value(s.detail).end_object();
-  }
-  for (const auto& s : rep.skipped)
-    w.begin_object().key("stage").value(s.stage).key("skipped").value(true).key("detail").value(s.why).end_object();
-  w.end_array();
-  w.key("devices").begin_array();
-  for (const auto& dev : rep.records.devices) {
-    const auto* failed = p::failed_stage_of(rep.records, dev.ordinal);
-    w.begin_object()
-        .key("ordinal")
-        .value(dev.ordinal)
-        .key("name")
-        .value(dev.name)
-        .key("compute_capability")
-        .value(dev.compute_capability)
-        .key("uuid")
-        .value(dev.uuid)
-        .key("pci_bus_id")
-        .value(dev.pci)
-        .key("ok")
-        .value(failed == nullptr);
-    optional_string(w, "failed_stage",
-                    failed ? std::optional<std::string>(p::stage_label(*failed)) : std::optional<std::string>());
-    w.end_object();
-  }
-  w.end_array();
-
-  w.key("loaded").begin_array();
-  for (const auto& f : rep.loaded) {
-    w.begin_object().key("soname").value(f.soname).key("path");
-    if (f.path)
-      d.path(r::real_path_of(*f.path));
-    else
-      w.null();
-    w.key("predicted");
-    if (f.predicted)
-      d.path(*f.predicted);
-    else
-      w.null();
-    w.key("basis").value(f.basis).key("match");
-    if (f.predicted)
-      w.value(f.match);
-    else
-      w.null();
-    w.key("family").value(f.family);
-    optional_string(w, "dist", f.dist.empty() ? std::nullopt : std::optional<std::string>(f.dist));
-    optional_string(w, "version", f.version.empty() ? std::nullopt : std::optional<std::string>(f.version));
-    optional_string(w, "model", f.model.empty() ? std::nullopt : std::optional<std::string>(f.model));
-    w.end_object();
-  }
-  w.end_array();
-  w.key("checks").begin_array();
-  for (const auto& c : rep.checks) {
-    w.begin_object().key("check").value(c.check).key("ok").value(c.ok).key("detail").value(c.detail);
-    optional_string(w, "expected", c.ok || c.expected.empty() ? std::nullopt : std::optional<std::string>(c.expected));
-    optional_string(w, "found", c.ok || c.expected.empty() ? std::nullopt : std::optional<std::string>(c.found));
-    w.end_object();
-  }
-  w.end_array();
-  w.key("diagnosis").begin_array();
-  for (const auto& e : rep.diagnosis)
-    w.begin_object()
-        .key("cause")
-        .value(e.cause)
-        .key("check")
-        .value(e.check)
-        .key("result")
-        .value(e.result)
-        .key("likely")
-        .value(e.likely)
-        .end_object();
-  w.end_array();
-  w.key("probe").begin_object();
-  w.key("ms").raw(fmt::format("{:.1f}", rep.run.ms));
-  w.key("timed_out").value(rep.run.timed_out).key("reaped").value(rep.run.reaped);
-  optional_number(w, "exit_code", rep.run.exit_code ? std::optional<long long>(*rep.run.exit_code) : std::nullopt);
-  optional_string(w, "signal",
-                  rep.run.signal ? std::optional<std::string>(p::signal_name(*rep.run.signal)) : std::nullopt);
-  w.key("stderr").value(rep.run.errors);
-  w.end_object();
+  stages_json(w, rep);
+  devices_json(w, rep);
+  loaded_json(d, rep);
+  checks_json(w, rep);
+  probe_run_json(w, rep);
   w.end_object();
   return w.take();
 }
@@ -420,17 +449,16 @@ std::string doctor_json(const r::Environment& env, const r::Knowledge& knowledge
   return w.take();
 }
 
-std::string findings_left_json(const r::Environment& env, const r::Knowledge& knowledge, const rules::DoctorReport& rep,
-                               const NextStep& next) {
-  Doc d(env, knowledge);
-  d.w.begin_array();
+void write_findings_left(JsonWriter& w, const r::Environment& env, const r::Knowledge& knowledge,
+                         const rules::DoctorReport& rep, const NextStep& next) {
+  Doc d(env, knowledge, w);
+  w.begin_array();
   for (const auto& f : rep.findings) {
     if (f.severity == rules::Severity::info) continue;
     finding_fields(d, f);
-    d.w.key("next_step").value(next(f)).end_object();
+    w.key("next_step").value(next(f)).end_object();
   }
-  d.w.end_array();
-  return d.w.take();
+  w.end_array();
 }
 
 std::string rules_json(const std::optional<std::string>& venv,

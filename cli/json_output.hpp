@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/json_writer.hpp"
 #include "cli/text_output.hpp"
 #include "installer/probe/verify.hpp"
 #include "resolver/env/environment.hpp"
@@ -32,15 +33,23 @@ namespace cudafix::cli {
                                       const rules::DoctorReport& report,
                                       const std::vector<std::string>& recovered = {});
 // What `fix` leaves (its "left"): the errors and warnings of `report`, each as doctor's document
-// has it plus "next_step" (`next` of it: the one findings_left_text shows), as one JSON array.
-[[nodiscard]] std::string findings_left_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
-                                             const rules::DoctorReport& report, const NextStep& next);
+// has it plus "next_step" (`next` of it: the one findings_left_text shows), as one JSON array
+// written into `w`, the writer of fix's document.
+void write_findings_left(JsonWriter& w, const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                         const rules::DoctorReport& report, const NextStep& next);
+// The plan documents, as they go out on their own (plan_*_json) or written whole into `w`, as the
+// value of a key of the document that holds them (guard's uninstall, fix's plan).
 [[nodiscard]] std::string plan_remove_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                            const resolver::RemovalPlan& plan);
+void write_plan_remove(JsonWriter& w, const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                       const resolver::RemovalPlan& plan);
 [[nodiscard]] std::string plan_fix_json(const resolver::Environment& env, const resolver::Knowledge& knowledge,
                                         const resolver::FixPlan& plan, const resolver::Fingerprint& fingerprint,
                                         const std::vector<std::string>& need_tags,
                                         const std::vector<std::string>& source_problems = {});
+void write_plan_fix(JsonWriter& w, const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                    const resolver::FixPlan& plan, const resolver::Fingerprint& fingerprint,
+                    const std::vector<std::string>& need_tags, const std::vector<std::string>& source_problems = {});
 // `cudafix rules --json`: {"schema":1,"command":"rules","venv":ROOT|null,"rules":[{"id","severity",
 // "configured_severity":S|null,"enabled","depth","summary"}]}, in the registry's order.
 [[nodiscard]] std::string rules_json(const std::optional<std::string>& venv,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -152,6 +153,21 @@ JsonWriter& JsonWriter::value(bool v) {
   return *this;
 }
 
+JsonWriter& JsonWriter::value(double v) {
+  if (!std::isfinite(v)) return null();
+  before_value();
+  const std::size_t start = out_.size();
+  fmt::format_to(std::back_inserter(out_), "{}", v);
+  if (out_.find_first_of(".e", start) == std::string::npos) out_ += ".0";
+  return *this;
+}
+
+JsonWriter& JsonWriter::strings(const std::vector<std::string>& list) {
+  begin_array();
+  for (const auto& s : list) value(s);
+  return end_array();
+}
+
 JsonWriter& JsonWriter::null() {
   before_value();
   out_ += "null";
@@ -162,6 +178,23 @@ JsonWriter& JsonWriter::raw(std::string_view json) {
   before_value();
   out_.append(json);
   return *this;
+}
+
+JsonFields& JsonFields::set(std::string_view key, Value value) {
+  for (auto& [k, v] : fields_)
+    if (k == key) {
+      v = std::move(value);
+      return *this;
+    }
+  fields_.emplace_back(std::string(key), std::move(value));
+  return *this;
+}
+
+void JsonFields::write(JsonWriter& w) const {
+  for (const auto& [k, v] : fields_) {
+    w.key(k);
+    v(w);
+  }
 }
 
 }  // namespace cudafix::cli

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace cudafix::cli {
@@ -28,7 +31,12 @@ class JsonWriter {
   JsonWriter& value(std::uint64_t v);
   JsonWriter& value(int v) { return value(static_cast<std::int64_t>(v)); }
   JsonWriter& value(bool v);
+  // As nlohmann's dump() and Python write a double: the shortest text that reads back the same, a
+  // whole number with ".0", and NaN or an infinity (which JSON has no word for) as null.
+  JsonWriter& value(double v);
   JsonWriter& null();
+  // An array of strings.
+  JsonWriter& strings(const std::vector<std::string>& list);
   // Text already valid JSON (a value produced by another writer).
   JsonWriter& raw(std::string_view json);
 
@@ -48,6 +56,34 @@ class JsonWriter {
   };
   std::vector<Open> open_;
   bool after_key_ = false;
+};
+
+// A document whose keys are known before their values: a command that learns its answers out of
+// order (fix, guard) sets each key where it learns it, in the order the document lists them (a key
+// set again keeps its place, as in an ordered map), and every value is written through the one
+// writer the document goes out through, renderers of whole documents (a plan) included.
+class JsonFields {
+ public:
+  using Value = std::function<void(JsonWriter&)>;
+  JsonFields& set(std::string_view key, Value value);
+  JsonFields& set_null(std::string_view key) {
+    return set(key, [](JsonWriter& w) { w.null(); });
+  }
+  template <class T>
+  requires(!std::is_invocable_v<T, JsonWriter&>) JsonFields& set(std::string_view key, T value) {
+    return set(key, [v = std::move(value)](JsonWriter& w) { write_value(w, v); });
+  }
+  // Each key and its value, into the object `w` has open.
+  void write(JsonWriter& w) const;
+
+ private:
+  static void write_value(JsonWriter& w, const std::vector<std::string>& v) { w.strings(v); }
+  static void write_value(JsonWriter& w, const std::string& v) { w.value(v); }
+  template <class T>
+  static void write_value(JsonWriter& w, const T& v) {
+    w.value(v);
+  }
+  std::vector<std::pair<std::string, Value>> fields_;
 };
 
 }  // namespace cudafix::cli

@@ -74,8 +74,9 @@ void left_json(Doc& d, const r::Environment& env, const std::vector<r::LeftBehin
 
 }  // namespace
 
-std::string plan_remove_json(const r::Environment& env, const r::Knowledge& knowledge, const r::RemovalPlan& plan) {
-  Doc d(env, knowledge);
+void write_plan_remove(JsonWriter& into, const r::Environment& env, const r::Knowledge& knowledge,
+                       const r::RemovalPlan& plan) {
+  Doc d(env, knowledge, into);
   auto& w = d.w;
   d.header("plan remove");
   w.key("removing");
@@ -118,21 +119,26 @@ std::string plan_remove_json(const r::Environment& env, const r::Knowledge& know
   w.key("left_with_missing_files");
   left_json(d, env, plan.pip.left, false);
   w.end_object();
+}
+
+std::string plan_remove_json(const r::Environment& env, const r::Knowledge& knowledge, const r::RemovalPlan& plan) {
+  JsonWriter w;
+  write_plan_remove(w, env, knowledge, plan);
   return w.take();
 }
 
-std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowledge, const r::FixPlan& plan,
-                          const r::Fingerprint& fp, const std::vector<std::string>& need_tags,
-                          const std::vector<std::string>& source_problems) {
-  Doc d(env, knowledge);
-  auto& w = d.w;
-  d.header("plan fix");
-  w.key("ok").value(plan.ok()).key("problem");
-  if (plan.ok())
+namespace {
+
+void optional_or_null(JsonWriter& w, const std::string& s) {
+  if (s.empty())
     w.null();
   else
-    w.value(plan.problem);
-  w.key("fingerprint").begin_object().key("digest").value(fp.digest).key("records").begin_array();
+    w.value(s);
+}
+
+// What the plan was made against: each RECORD's digest and each touched file's stamp.
+void fingerprint_json(JsonWriter& w, const r::Fingerprint& fp) {
+  w.begin_object().key("digest").value(fp.digest).key("records").begin_array();
   for (const auto& [dist, sha] : fp.records)
     w.begin_object().key("dist").value(dist).key("sha256").value(sha).end_object();
   w.end_array().key("files").begin_array();
@@ -142,7 +148,11 @@ std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowled
     w.key("mtime_ns").value(static_cast<std::int64_t>(f.mtime_ns)).end_object();
   }
   w.end_array().end_object();
-  w.key("target").begin_object().key("cuda_major");
+}
+
+// The CUDA major the plan repairs towards, and the consumers' evidence for it.
+void target_json(JsonWriter& w, const r::Environment& env, const r::FixPlan& plan) {
+  w.begin_object().key("cuda_major");
   if (plan.target)
     w.value(*plan.target);
   else
@@ -157,66 +167,78 @@ std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowled
     w.key("cuda_major").value(e.major).key("why").value(e.why).end_object();
   }
   w.end_array().end_object();
-  w.key("steps").begin_array();
-  for (const auto& st : plan.steps) {
-    w.begin_object().key("action").value(r::to_string(st.action)).key("dist");
-    if (st.dist >= 0)
-      w.value(env.dists[static_cast<std::size_t>(st.dist)].dir_name);
-    else
-      w.null();
-    w.key("name").value(st.name).key("version").value(st.version).key("wheel");
-    if (st.wheel) {
-      w.begin_object().key("file");
-      if (st.wheel->file.empty())
-        w.null();
-      else
-        w.value(st.wheel->file);
-      w.key("sha256").value(st.wheel->sha256).key("source").value(st.wheel->source).key("url");
-      if (st.wheel->url.empty())
-        w.null();
-      else
-        w.value(st.wheel->url);
-      w.key("objects").begin_array();
-      for (const auto& [path, elf] : st.wheel->elf) {
-        w.begin_object().key("path").value(path).key("soname");
-        if (elf.soname)
-          w.value(*elf.soname);
-        else
-          w.null();
-        w.key("needed");
-        d.strings(elf.needed);
-        w.key("rpath");
-        if (elf.rpath)
-          w.value(*elf.rpath);
-        else
-          w.null();
-        w.key("runpath");
-        if (elf.runpath)
-          w.value(*elf.runpath);
-        else
-          w.null();
-        w.end_object();
-      }
-      w.end_array().key("read");
-      if (st.wheel->size)
-        w.begin_object().key("bytes").value(st.wheel->bytes_read).key("of").value(st.wheel->size).end_object();
-      else
-        w.null();
-      w.end_object();
-    } else {
-      w.null();
-    }
-    w.key("why").value(st.why).key("simulated").value(st.simulated);
-    w.key("deletes");
-    d.paths(st.deletes);
-    w.key("keeps");
-    d.paths(st.keeps);
-    w.key("writes");
-    d.paths(st.writes);
-    w.key("after_step").begin_object().key("ok").value(st.ok).key("worse");
-    breaks_json(d, env, st.worse);
-    w.end_object().end_object();
+}
+
+// A step's wheel: where it comes from, its objects' dynamic sections, how much of it was read.
+void wheel_json(Doc& d, const r::Wheel& wheel) {
+  auto& w = d.w;
+  w.begin_object().key("file");
+  optional_or_null(w, wheel.file);
+  w.key("sha256").value(wheel.sha256).key("source").value(wheel.source).key("url");
+  optional_or_null(w, wheel.url);
+  w.key("objects").begin_array();
+  for (const auto& [path, elf] : wheel.elf) {
+    w.begin_object().key("path").value(path).key("soname");
+    d.optional_string(elf.soname);
+    w.key("needed");
+    d.strings(elf.needed);
+    w.key("rpath");
+    d.optional_string(elf.rpath);
+    w.key("runpath");
+    d.optional_string(elf.runpath);
+    w.end_object();
   }
+  w.end_array().key("read");
+  if (wheel.size)
+    w.begin_object().key("bytes").value(wheel.bytes_read).key("of").value(wheel.size).end_object();
+  else
+    w.null();
+  w.end_object();
+}
+
+void step_json(Doc& d, const r::Environment& env, const r::Step& st) {
+  auto& w = d.w;
+  w.begin_object().key("action").value(r::to_string(st.action)).key("dist");
+  if (st.dist >= 0)
+    w.value(env.dists[static_cast<std::size_t>(st.dist)].dir_name);
+  else
+    w.null();
+  w.key("name").value(st.name).key("version").value(st.version).key("wheel");
+  if (st.wheel)
+    wheel_json(d, *st.wheel);
+  else
+    w.null();
+  w.key("why").value(st.why).key("simulated").value(st.simulated);
+  w.key("deletes");
+  d.paths(st.deletes);
+  w.key("keeps");
+  d.paths(st.keeps);
+  w.key("writes");
+  d.paths(st.writes);
+  w.key("after_step").begin_object().key("ok").value(st.ok).key("worse");
+  breaks_json(d, env, st.worse);
+  w.end_object().end_object();
+}
+
+}  // namespace
+
+void write_plan_fix(JsonWriter& into, const r::Environment& env, const r::Knowledge& knowledge, const r::FixPlan& plan,
+                    const r::Fingerprint& fp, const std::vector<std::string>& need_tags,
+                    const std::vector<std::string>& source_problems) {
+  Doc d(env, knowledge, into);
+  auto& w = d.w;
+  d.header("plan fix");
+  w.key("ok").value(plan.ok()).key("problem");
+  if (plan.ok())
+    w.null();
+  else
+    w.value(plan.problem);
+  w.key("fingerprint");
+  fingerprint_json(w, fp);
+  w.key("target");
+  target_json(w, env, plan);
+  w.key("steps").begin_array();
+  for (const auto& st : plan.steps) step_json(d, env, st);
   w.end_array().key("needs").begin_array();
   for (const auto& n : plan.needs) {
     w.begin_object().key("name").value(n.name).key("version").value(n.version).key("tags");
@@ -235,6 +257,13 @@ std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowled
   w.end_array().key("source_problems");
   d.strings(source_problems);
   w.end_object();
+}
+
+std::string plan_fix_json(const r::Environment& env, const r::Knowledge& knowledge, const r::FixPlan& plan,
+                          const r::Fingerprint& fp, const std::vector<std::string>& need_tags,
+                          const std::vector<std::string>& source_problems) {
+  JsonWriter w;
+  write_plan_fix(w, env, knowledge, plan, fp, need_tags, source_problems);
   return w.take();
 }
 

@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/text_output.hpp"
+#include "installer/apply/fix_plan.hpp"
 #include "installer/source/sources.hpp"
 #include "resolver/env/environment.hpp"
 #include "resolver/env/interpreter_tags.hpp"
@@ -105,18 +106,10 @@ void say_waiting(const std::string& what);
 // (nullptr: bytes, shown as MB or GB). A total of 0 shows no bar.
 [[nodiscard]] std::function<void(std::uint64_t, std::uint64_t)> progress_bar(const GlobalOptions& g, const char* what,
                                                                              const char* unit = nullptr);
-// The repair plan `plan fix` prints and `fix` carries out: the wheels of --find-links (else
-// $PIP_FIND_LINKS where `pip_find_links_env`), then those the index or the caches have for steps
-// still lacking one; warnings about unreadable wheels and sources on stderr. The plan's steps
-// point into options.wheels, which a move of the whole keeps in place.
-struct PlannedFix {
-  resolver::FixOptions options;
-  resolver::FixPlan plan;
-  resolver::Fingerprint fingerprint;
-  std::vector<std::string> tags;  // the tags a needed wheel may carry here
-  std::vector<std::string> source_problems;
-  std::string document;  // the plan document (JSON), as `plan fix -o` writes it
-};
+// The repair plan `plan fix` prints and `fix` carries out (installer/apply/fix_plan.hpp), from
+// the wheels of --find-links (else $PIP_FIND_LINKS where `pip_find_links_env`) and the sources the
+// options name; warnings about unreadable wheels and sources, and --timings, on stderr.
+using installer::apply::PlannedFix;
 [[nodiscard]] PlannedFix make_fix_plan(const GlobalOptions& g, const resolver::Environment& env,
                                        const resolver::Knowledge& knowledge, std::optional<int> cuda_major,
                                        bool pip_find_links_env = true);

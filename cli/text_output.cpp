@@ -665,7 +665,7 @@ std::string doctor_text(const r::Environment& env, const rules::DoctorReport& re
 }
 
 std::string findings_left_text(const rules::DoctorReport& report, const NextStep& next, const Style& st) {
-  // Errors and warnings only, as findings_left_json has them, -v or not.
+  // Errors and warnings only, as write_findings_left writes them, -v or not.
   rules::DoctorReport left = report;
   std::erase_if(left.findings, [](const rules::Finding& f) { return f.severity == rules::Severity::info; });
   std::string out;

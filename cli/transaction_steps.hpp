@@ -6,14 +6,13 @@
 #pragma once
 
 #include <functional>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/json_writer.hpp"
 #include "cli/session.hpp"
 #include "installer/apply/plan_apply.hpp"
 #include "installer/txn/transaction.hpp"
@@ -43,31 +42,21 @@ using installer::apply::StepChecks;
 // The environment's layout, refusing a bare site folder (cudafix changes a venv or a prefix).
 using installer::apply::writable;
 
-// Refuses, before anything changes, an environment whose site folders are on another mount than
-// the root's .cudafix: every change is a rename into .cudafix/tx/<id>/, which the kernel refuses
-// across file systems and bind mounts (EXDEV).
-void check_one_file_system(const resolver::EnvLayout& layout);
+using installer::txn::check_one_file_system;
 
 // A write command's document as docs/json.md orders every one: {"schema":1,"command":C,
-// "venv":ROOT, ...}, the command's own keys after these in the order they are added (an
-// ordered_json: nlohmann::json would sort them).
-[[nodiscard]] nlohmann::ordered_json document_start(const std::string& command, const std::string& venv);
+// "venv":ROOT, ...}, the command's own keys after these (`keys`, or what `write_keys` writes into
+// the open object), on one line of `out`.
+void write_document(std::ostream& out, const std::string& command, const std::string& venv, const JsonFields& keys);
+void write_document(std::ostream& out, const std::string& command, const std::string& venv,
+                    const std::function<void(JsonWriter&)>& write_keys);
 
-// Documents cli/ has already written as JSON text (the plan document, doctor's findings), by the
-// key whose value they are: spliced in as they are rather than parsed back.
-using RawJson = std::map<std::string, std::string>;
-// `doc` as dump() writes it, but for each top-level key of `raw`, whose value is raw's text.
-// (A nlohmann::json document, whose keys are sorted, keeps them sorted.)
-[[nodiscard]] std::string dump_with(const nlohmann::ordered_json& doc, const RawJson& raw);
-[[nodiscard]] std::string dump_with(const nlohmann::json& doc, const RawJson& raw);
-
-// What a committed transaction says: `text`, or under --json document_start's keys, the
-// transaction's id and ops, `extra`'s keys in their order (its own schema, command and venv
-// left out; `raw`'s values in place of theirs) and what was pruned; then the backups beyond
-// [transactions] keep are removed. Returns 0.
+// What a committed transaction says: `text`, or under --json {"schema","command","venv",
+// "transaction":ID,"ops":N}, the command's own `keys` in their order, and what was pruned
+// ("pruned","pruned_bytes"); then the backups beyond [transactions] keep are removed. Returns 0.
 int report_done(const GlobalOptions& g, std::ostream& out, const std::string& command, const std::string& venv,
                 const installer::txn::Transaction& t, const std::string& text, const Retention& keep,
-                const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(), const RawJson& raw = {});
+                const JsonFields& keys = {});
 
 // What installer/apply takes from the command line: the threads, the wheel sources a step's
 // wheel is downloaded from (--offline, the indexes, the cache), the progress bar of each wheel.
@@ -77,15 +66,15 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
 // standard error unless -q or --json.
 [[nodiscard]] installer::apply::VerifyStepsOptions verify_steps_options(const GlobalOptions& g, bool verify);
 
-// The baseline and each step's result, as fix, apply and install report them under "verification".
-[[nodiscard]] nlohmann::ordered_json verification_json(const resolver::Environment& env, const StepChecks& checks);
+// The baseline and each step's result, as fix, apply and install report them under "verification"
+// (null where the steps were not verified, --no-verify).
+void write_verification(JsonWriter& w, const resolver::Environment& env, const StepChecks& checks);
 
-// A transaction carried out with the verification after each step (installer/apply): exit 1
-// (every change undone, and said) when a verification failed; any other failure is thrown on.
-[[nodiscard]] std::optional<int> carry_out_verified(const GlobalOptions& g, std::ostream& out,
-                                                    const std::string& command, const resolver::Environment& env,
-                                                    installer::txn::Transaction& t,
-                                                    const std::function<void(std::size_t)>& check,
-                                                    const StepChecks& checks);
+// What a write command says when a step's verification failed (installer/apply undid every
+// change): the failure on standard error, and under --json a document with the transaction, the
+// error and the verification. Returns the exit code, 1.
+int verification_failed(const GlobalOptions& g, std::ostream& out, const std::string& command,
+                        const resolver::Environment& env, const installer::txn::Transaction& t,
+                        const std::string& failed, const StepChecks& checks);
 
 }  // namespace cudafix::cli

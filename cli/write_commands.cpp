@@ -9,7 +9,6 @@
 #include <ctime>
 #include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "cli/commands.hpp"
@@ -97,12 +96,12 @@ namespace {
 // A --dry-run's answer, in pip's words ("Would remove ..."): what the command would change, and
 // that nothing was; the exit code the command would give where it goes ahead.
 int report_dry_run(const GlobalOptions& g, std::ostream& out, const std::string& command, const r::EnvLayout& layout,
-                   const std::string& text, const nlohmann::ordered_json& facts) {
+                   const std::string& text, const JsonFields& facts) {
   if (g.json) {
-    auto j = document_start(command, layout.root);
-    j["dry_run"] = true;
-    j.update(facts);
-    out << j.dump() << '\n';
+    write_document(out, command, layout.root, [&facts](JsonWriter& w) {
+      w.key("dry_run").value(true);
+      facts.write(w);
+    });
   } else if (!g.quiet) {
     out << printable_lines(text) << "\ndry run: nothing was changed (run without --dry-run to carry it out)\n";
   }
@@ -151,8 +150,9 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
       for (const auto& f : del.files) text += "\n  " + env.display(f);
     else if (!del.files.empty())
       text += " (-v lists them)";
-    return report_dry_run(g, out, "remove", layout, text,
-                          {{"removed", labels}, {"deleted", del.files.size()}, {"kept", del.kept.size()}});
+    return report_dry_run(
+        g, out, "remove", layout, text,
+        JsonFields().set("removed", labels).set("deleted", del.files.size()).set("kept", del.kept.size()));
   }
   if (!confirmed(g, fmt::format("remove {} ({} files, keeping {} another dist lists)", fmt::join(labels, ", "),
                                 del.files.size(), del.kept.size())))
@@ -163,15 +163,39 @@ int run_remove(const GlobalOptions& g, const RemoveCliOptions& o, std::ostream& 
   tx::plan_removal_ops(env, del, t);
   show_progress(g, t, "removing");
   t.carry_out();
-  nlohmann::ordered_json j;
-  j["removed"] = labels;
-  j["deleted"] = del.files.size();
-  j["kept"] = del.kept.size();
+  JsonFields j;
+  j.set("removed", labels).set("deleted", del.files.size()).set("kept", del.kept.size());
   return report_done(g, out, "remove", env.layout.root, t,
                      fmt::format("removed {}: {} files moved aside, {} kept that another dist lists",
                                  fmt::join(labels, ", "), del.files.size(), del.kept.size()),
                      keep, j);
 }
+
+namespace {
+
+void or_null(JsonWriter& w, const std::optional<std::size_t>& n) {
+  if (n)
+    w.value(*n);
+  else
+    w.null();
+}
+
+// `history --json`'s transactions, each with the bytes its backups hold (`held`, in the same order).
+void transactions_json(JsonWriter& w, const std::vector<tx::JournalRead>& all, const std::vector<std::uint64_t>& held) {
+  w.begin_array();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& t = all[i];
+    w.begin_object().key("id").value(t.id).key("time").value(t.time).key("command").value(t.command).key("steps");
+    or_null(w, t.steps);
+    w.key("files");
+    or_null(w, t.files);
+    w.key("ops").value(t.ops.size()).key("result").value(state_name(t)).key("backup_bytes").value(held[i]);
+    w.end_object();
+  }
+  w.end_array();
+}
+
+}  // namespace
 
 int run_history(const GlobalOptions& g, std::ostream& out) {
   const Located located = locate(g);
@@ -179,23 +203,13 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
   const auto all = tx::transactions(located.layout.root_real, &distrusted);
   if (!g.json && !g.quiet)
     for (const auto& why : distrusted) std::cerr << "cudafix: not shown, not trusted: " << why << '\n';
-  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  std::vector<std::uint64_t> helds;
   std::uint64_t total = 0;
   std::string text;
   for (const auto& t : all) {
     const auto held = tx::bytes_held(tx::tx_root(located.layout.root_real) + "/" + t.id);
+    helds.push_back(held);
     total += held;
-    const auto or_null = [](const std::optional<std::size_t>& n) {
-      return n ? nlohmann::ordered_json(*n) : nlohmann::ordered_json();
-    };
-    list.push_back({{"id", t.id},
-                    {"time", t.time},
-                    {"command", t.command},
-                    {"steps", or_null(t.steps)},
-                    {"files", or_null(t.files)},
-                    {"ops", t.ops.size()},
-                    {"result", state_name(t)},
-                    {"backup_bytes", held}});
     // A journal written before steps and files were recorded says only its ops (renames).
     const std::string size = t.steps && t.files ? fmt::format("{}, {}", count_of(*t.steps, "step", "steps"),
                                                               count_of(*t.files, "file", "files"))
@@ -205,22 +219,23 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
   }
   // Backups a killed prune left are on disk too: counted and named until the next command that
   // takes the lock removes them.
-  nlohmann::ordered_json leftovers = nlohmann::ordered_json::array();
-  for (const auto& l : tx::prune_leftovers(located.layout.root_real)) {
+  const auto leftovers = tx::prune_leftovers(located.layout.root_real);
+  for (const auto& l : leftovers) {
     total += l.bytes;
-    leftovers.push_back({{"id", l.id}, {"backup_bytes", l.bytes}});
     text += fmt::format(
         "{}  pruned, but a killed prune left {:.1f} MB of it, which the next command that changes "
         "the environment removes\n",
         printable(l.id), static_cast<double>(l.bytes) / 1e6);
   }
   if (g.json) {
-    auto doc = document_start("history", located.layout.root);
-    doc["transactions"] = list;
-    doc["prune_leftovers"] = leftovers;
-    doc["distrusted"] = distrusted;
-    doc["backup_bytes"] = total;
-    out << doc.dump() << '\n';
+    write_document(out, "history", located.layout.root, [&](JsonWriter& w) {
+      w.key("transactions");
+      transactions_json(w, all, helds);
+      w.key("prune_leftovers").begin_array();
+      for (const auto& l : leftovers)
+        w.begin_object().key("id").value(l.id).key("backup_bytes").value(l.bytes).end_object();
+      w.end_array().key("distrusted").strings(distrusted).key("backup_bytes").value(total);
+    });
   } else if (!g.quiet) {
     out << (text.empty() ? "no transactions\n" : text);
     if (!text.empty())
@@ -230,68 +245,62 @@ int run_history(const GlobalOptions& g, std::ostream& out) {
   return 0;
 }
 
-int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out) {
-  Located located = locate(g, Access::write);
-  if (!o.dry_run) refuse_externally_managed(located.layout, g);
-  const Retention keep = retention(located);
+namespace {
+
+// `rollback --snapshot NAME`: the snapshot's files put back, refused where it was altered since.
+int rollback_snapshot(const GlobalOptions& g, const RollbackCliOptions& o, Located located, const Retention& keep,
+                      std::ostream& out) {
   const std::string root = located.layout.root_real;
-  const std::string venv = located.layout.root;  // as the documents name it
-  tx::EnvLock lock(root, lock_wait(g), say_waiting);
-  check_one_file_system(located.layout);
-  if (const auto listed = r::records_listing_protected(located.layout); !listed.empty())
-    throw r::Error(
-        fmt::format("refused: a dist's RECORD lists cudafix's own state or the venv's files, so a wheel "
-                    "may have written them and cudafix trusts none of its history: {}; nothing was changed",
-                    fmt::join(listed, "; ")));
-  if (o.snapshot) {
-    const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
-    writable(env);
-    tx::Transaction t(root, "rollback --snapshot " + *o.snapshot);
-    const auto check = tx::plan_restore(env, *o.snapshot, t);
-    if (!check.altered.empty()) {
-      t.abandon();
-      const std::string why = fmt::format(
-          "refused: snapshot '{}' was altered since it was taken (a tool wrote these files in place, or they were "
-          "deleted from it): {}; nothing was changed",
-          *o.snapshot, fmt::join(check.altered, ", "));
-      if (g.json) {
-        auto doc = document_start("rollback", env.layout.root);
-        doc["refused"] = why;
-        doc["altered"] = check.altered;
-        out << doc.dump() << '\n';
-      } else {
-        out << printable_lines(why) << '\n';
-      }
-      return 1;
+  const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
+  writable(env);
+  tx::Transaction t(root, "rollback --snapshot " + *o.snapshot);
+  const auto check = tx::plan_restore(env, *o.snapshot, t);
+  if (!check.altered.empty()) {
+    t.abandon();
+    const std::string why = fmt::format(
+        "refused: snapshot '{}' was altered since it was taken (a tool wrote these files in place, or they were "
+        "deleted from it): {}; nothing was changed",
+        *o.snapshot, fmt::join(check.altered, ", "));
+    if (g.json) {
+      write_document(out, "rollback", env.layout.root, JsonFields().set("refused", why).set("altered", check.altered));
+    } else {
+      out << printable_lines(why) << '\n';
     }
-    if (o.dry_run) {
-      t.abandon();
-      return report_dry_run(
-          g, out, "rollback", located.layout,
-          fmt::format("Would restore snapshot '{}'{}: {} files put back, {} moved aside, {} unchanged", *o.snapshot,
-                      printable(scope_text(check.scope)), check.restore, check.remove, check.unchanged),
-          {{"snapshot", *o.snapshot},
-           {"restored", check.restore},
-           {"removed", check.remove},
-           {"unchanged", check.unchanged}});
-    }
-    if (!confirmed(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
-                                  check.remove)))
-      return declined(g, out, "rollback", env.layout.root);
-    show_progress(g, t, "restoring");
-    t.carry_out();
-    forget_guard(root, *o.snapshot);  // a killed guard's notice ends once its snapshot is restored
-    return report_done(
-        g, out, "rollback", env.layout.root, t,
-        fmt::format("restored snapshot '{}'{}: {} files put back, {} moved aside, {} unchanged", *o.snapshot,
-                    printable(scope_text(check.scope)), check.restore, check.remove, check.unchanged),
-        keep,
-        {{"snapshot", *o.snapshot},
-         {"restored", check.restore},
-         {"removed", check.remove},
-         {"unchanged", check.unchanged}});
+    return 1;
   }
-  const auto all = tx::transactions(root);
+  if (o.dry_run) {
+    t.abandon();
+    return report_dry_run(
+        g, out, "rollback", located.layout,
+        fmt::format("Would restore snapshot '{}'{}: {} files put back, {} moved aside, {} unchanged", *o.snapshot,
+                    printable(scope_text(check.scope)), check.restore, check.remove, check.unchanged),
+        JsonFields()
+            .set("snapshot", *o.snapshot)
+            .set("restored", check.restore)
+            .set("removed", check.remove)
+            .set("unchanged", check.unchanged));
+  }
+  if (!confirmed(g, fmt::format("restore snapshot '{}' ({} files back, {} moved aside)", *o.snapshot, check.restore,
+                                check.remove)))
+    return declined(g, out, "rollback", env.layout.root);
+  show_progress(g, t, "restoring");
+  t.carry_out();
+  forget_guard(root, *o.snapshot);  // a killed guard's notice ends once its snapshot is restored
+  return report_done(
+      g, out, "rollback", env.layout.root, t,
+      fmt::format("restored snapshot '{}'{}: {} files put back, {} moved aside, {} unchanged", *o.snapshot,
+                  printable(scope_text(check.scope)), check.restore, check.remove, check.unchanged),
+      keep,
+      JsonFields()
+          .set("snapshot", *o.snapshot)
+          .set("restored", check.restore)
+          .set("removed", check.remove)
+          .set("unchanged", check.unchanged));
+}
+
+// The transaction a rollback undoes: the one named, else the newest change in effect.
+const tx::JournalRead& rollback_target(const std::vector<tx::JournalRead>& all, const RollbackCliOptions& o,
+                                       const std::string& root, const Retention& keep) {
   const tx::JournalRead* target = nullptr;
   // How deep in a chain of rollbacks each transaction is: 0 a change, 1 its rollback, 2 the
   // rollback of that (a redo), ... An even depth is a change in effect once committed.
@@ -330,6 +339,27 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
   if (target->state != tx::TxState::committed || target->rolled_back_by)
     throw r::Error(fmt::format("transaction {} is {}: only a committed one not rolled back can be", target->id,
                                state_name(*target)));
+  return *target;
+}
+
+}  // namespace
+
+int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostream& out) {
+  Located located = locate(g, Access::write);
+  if (!o.dry_run) refuse_externally_managed(located.layout, g);
+  const Retention keep = retention(located);
+  const std::string root = located.layout.root_real;
+  const std::string venv = located.layout.root;  // as the documents name it
+  tx::EnvLock lock(root, lock_wait(g), say_waiting);
+  check_one_file_system(located.layout);
+  if (const auto listed = r::records_listing_protected(located.layout); !listed.empty())
+    throw r::Error(
+        fmt::format("refused: a dist's RECORD lists cudafix's own state or the venv's files, so a wheel "
+                    "may have written them and cudafix trusts none of its history: {}; nothing was changed",
+                    fmt::join(listed, "; ")));
+  if (o.snapshot) return rollback_snapshot(g, o, std::move(located), keep, out);
+  const auto all = tx::transactions(root);
+  const tx::JournalRead* target = &rollback_target(all, o, root, keep);
   tx::Transaction t(root, "rollback " + target->id);
   const auto changed = tx::plan_rollback(*target, t, o.force, tx::rollback_owners(located.layout, *target));
   const auto taken_aside =
@@ -338,12 +368,12 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
     t.abandon();
     const std::string why = changed_since_text(g, std::move(located), *target, changed);
     if (g.json) {
-      nlohmann::ordered_json paths = nlohmann::ordered_json::array();
-      for (const auto& c : changed) paths.push_back({{"path", c.path}, {"what", c.what}, {"kept", c.kept}});
-      auto doc = document_start("rollback", venv);
-      doc["refused"] = why;
-      doc["changed"] = paths;
-      out << doc.dump() << '\n';
+      write_document(out, "rollback", venv, JsonFields().set("refused", why).set("changed", [&changed](JsonWriter& w) {
+        w.begin_array();
+        for (const auto& c : changed)
+          w.begin_object().key("path").value(c.path).key("what").value(c.what).key("kept").value(c.kept).end_object();
+        w.end_array();
+      }));
     } else {
       out << printable_lines(why) << '\n';
     }
@@ -355,7 +385,7 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
         g, out, "rollback", located.layout,
         fmt::format("Would roll back {} ({}): {} changes undone{}", target->id, target->command, t.ops().size(),
                     taken_aside == 0 ? "" : fmt::format(", {} paths changed since taken aside", taken_aside)),
-        {{"rolled_back", target->id}, {"ops", t.ops().size()}, {"taken_aside", taken_aside}});
+        JsonFields().set("rolled_back", target->id).set("ops", t.ops().size()).set("taken_aside", taken_aside));
   }
   if (!confirmed(
           g, fmt::format("roll back {} ({}){}", target->id, target->command,
@@ -364,31 +394,33 @@ int run_rollback(const GlobalOptions& g, const RollbackCliOptions& o, std::ostre
   show_progress(g, t, "rolling back");
   t.carry_out();
   return report_done(g, out, "rollback", venv, t, fmt::format("rolled back {} ({})", target->id, target->command), keep,
-                     {{"rolled_back", target->id}, {"taken_aside", taken_aside}});
+                     JsonFields().set("rolled_back", target->id).set("taken_aside", taken_aside));
 }
 
 int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostream& out) {
   Located located = locate(g, Access::write);
   const std::string root = located.layout.root_real;
   const std::string venv = located.layout.root;  // as the documents name it
-  auto doc = document_start("snapshot", venv);
   if (o.list) {
     const auto snapshots = tx::list_snapshots(root);
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
     std::string text;
-    for (const auto& s : snapshots) {
-      list.push_back({{"name", s.name},
-                      {"time", s.time},
-                      {"files", s.files},
-                      {"bytes", s.bytes},
-                      {"copied", s.copied},
-                      {"scope", s.scope ? nlohmann::ordered_json(*s.scope) : nlohmann::ordered_json()}});
+    for (const auto& s : snapshots)
       text += fmt::format("{:<24} {}  {} files, {:.1f} MB{}\n", printable(s.name), when(s.time), s.files,
                           static_cast<double>(s.bytes) / 1e6, printable(scope_text(s.scope)));
-    }
-    doc["snapshots"] = list;
     if (g.json)
-      out << doc.dump() << '\n';
+      write_document(out, "snapshot", venv, [&snapshots](JsonWriter& w) {
+        w.key("snapshots").begin_array();
+        for (const auto& s : snapshots) {
+          w.begin_object().key("name").value(s.name).key("time").value(s.time).key("files").value(s.files);
+          w.key("bytes").value(s.bytes).key("copied").value(s.copied).key("scope");
+          if (s.scope)
+            w.strings(*s.scope);
+          else
+            w.null();
+          w.end_object();
+        }
+        w.end_array();
+      });
     else if (!g.quiet)
       out << (snapshots.empty() ? "no snapshots\n" : text);
     return 0;
@@ -408,8 +440,7 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
     tx::delete_snapshot(root, *o.remove);
     forget_guard(root, *o.remove);
     if (!g.quiet && !g.json) out << fmt::format("deleted snapshot '{}'\n", printable(*o.remove));
-    doc["deleted"] = *o.remove;
-    if (g.json) out << doc.dump() << '\n';
+    if (g.json) write_document(out, "snapshot", venv, JsonFields().set("deleted", *o.remove));
     return 0;
   }
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::files);
@@ -425,15 +456,14 @@ int run_snapshot(const GlobalOptions& g, const SnapshotCliOptions& o, std::ostre
   }
   const auto info = tx::take_snapshot(env, name, progress_bar(g, "snapshot", "files"));
   if (g.json) {
-    doc["name"] = info.name;
-    doc["files"] = info.files;
-    doc["linked"] = info.linked;
-    doc["copied"] = info.copied;
-    doc["symlinks"] = info.symlinks;
-    doc["bytes"] = info.bytes;
-    doc["copied_bytes"] = info.copied_bytes;
-    doc["copied_because"] = info.copied ? nlohmann::ordered_json(info.copied_because) : nlohmann::ordered_json();
-    out << doc.dump() << '\n';
+    JsonFields doc;
+    doc.set("name", info.name).set("files", info.files).set("linked", info.linked).set("copied", info.copied);
+    doc.set("symlinks", info.symlinks).set("bytes", info.bytes).set("copied_bytes", info.copied_bytes);
+    if (info.copied)
+      doc.set("copied_because", info.copied_because);
+    else
+      doc.set_null("copied_because");
+    write_document(out, "snapshot", venv, doc);
   } else if (!g.quiet) {
     out << fmt::format(
         "snapshot '{}': {} files ({:.1f} MB) hardlinked{}, {} symlinks recorded; `cudafix rollback "
@@ -517,22 +547,20 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
     return declined(g, out, "apply", env.layout.root);
 
   tx::Transaction t(layout.root_real, "apply " + o.plan);
-  const auto verify_options = verify_steps_options(g, !o.no_verify);
-  auto baseline = o.no_verify ? std::future<installer::apply::EarlyBaseline>{}
-                              : installer::apply::start_baseline(layout, knowledge, prepared, verify_options);
-  const std::size_t files = installer::apply::stage_plan(env, prepared, t, apply);
   StepChecks checks;
-  checks.skip = o.no_verify;
-  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_options, checks, &baseline);
-  if (const auto rc = carry_out_verified(g, out, "apply", env, t, check, checks)) return *rc;
+  const auto done = installer::apply::carry_out_plan(env, knowledge, prepared, t, apply,
+                                                     verify_steps_options(g, !o.no_verify), !o.no_verify, checks);
+  if (done.failed) return verification_failed(g, out, "apply", env, t, *done.failed, checks);
+  const std::size_t files = done.files;
   const std::string text_out = fmt::format("applied {} ({} files){}", count_of(said.size(), "step", "steps"), files,
                                            o.no_verify         ? ", not verified (--no-verify)"
                                            : checks.unverified ? "; not verified: " + checks.unverified_why
                                                                : ", each verified on the GPU");
   report_done(g, out, "apply", env.layout.root, t, text_out, keep,
-              {{"steps", said},
-               {"verified", !o.no_verify && !checks.unverified},
-               {"verification", verification_json(env, checks)}});
+              JsonFields()
+                  .set("steps", said)
+                  .set("verified", !o.no_verify && !checks.unverified)
+                  .set("verification", [&](JsonWriter& w) { write_verification(w, env, checks); }));
   return checks.unverified ? 4 : 0;
 }
 
@@ -555,7 +583,7 @@ int install_dry_run(const GlobalOptions& g, std::ostream& out, const r::Environm
     lines.push_back(line);
   }
   return report_dry_run(g, out, "install", env.layout, fmt::format("{}", fmt::join(lines, "\n")),
-                        {{"installed", labels}, {"replaced", replaced}, {"files", files}});
+                        JsonFields().set("installed", labels).set("replaced", replaced).set("files", files));
 }
 
 }  // namespace
@@ -608,17 +636,19 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   checks.skip = o.no_verify;
   const auto check =
       installer::apply::step_verifier(env, knowledge, labels, t, verify_steps_options(g, !o.no_verify), checks);
-  if (const auto rc = carry_out_verified(g, out, "install", env, t, check, checks)) return *rc;
+  if (const auto failed = installer::apply::carry_out_verified(t, check, checks))
+    return verification_failed(g, out, "install", env, t, *failed, checks);
   report_done(g, out, "install", env.layout.root, t,
               fmt::format("installed {} ({} files){}", fmt::join(labels, ", "), files,
                           o.no_verify         ? ", not verified (--no-verify)"
                           : checks.unverified ? "; not verified: " + checks.unverified_why
                                               : ", verified on the GPU"),
               keep,
-              {{"installed", labels},
-               {"files", files},
-               {"verified", !o.no_verify && !checks.unverified},
-               {"verification", verification_json(env, checks)}});
+              JsonFields()
+                  .set("installed", labels)
+                  .set("files", files)
+                  .set("verified", !o.no_verify && !checks.unverified)
+                  .set("verification", [&](JsonWriter& w) { write_verification(w, env, checks); }));
   return checks.unverified ? 4 : 0;
 }
 

@@ -56,6 +56,8 @@ struct ApplyOptions {
   std::function<source::SourceSettings()> source_settings;
   // A progress callback for each wheel staged (none, or one returning none: no progress).
   std::function<Progress()> wheel_progress;
+  // A progress callback for the ops carried out, once the steps are staged (carry_out_plan).
+  std::function<Progress()> carry_out_progress;
 };
 
 // The environment's layout, refusing a bare site folder (cudafix changes a venv or a prefix).
@@ -183,5 +185,23 @@ struct EarlyBaseline {
 [[nodiscard]] std::optional<std::string> carry_out_verified(txn::Transaction& t,
                                                             const std::function<void(std::size_t)>& check,
                                                             const StepChecks& checks);
+
+// What carry_out_plan did: how many files its steps wrote or deleted, and the verification's
+// failure where one failed (every change undone; nullopt: carried out).
+struct CarriedOut {
+  std::size_t files = 0;
+  std::optional<std::string> failed;
+};
+
+// A prepared plan carried out as `t`, as `apply` and `fix` carry one out: the baseline probe
+// started first, beside the staging (the driver's initialisation costs as much), the steps staged
+// (stage_plan), then each carried out and verified after it (step_verifier). Without
+// `verify_steps` (--no-verify) no probe runs and `checks.skip` is set. `phase` is told as each part
+// ends ("stage", "baseline probe", "steps and their checks"), for a command's timings. Any failure
+// but a verification's is thrown on.
+[[nodiscard]] CarriedOut carry_out_plan(const resolver::Environment& env, const resolver::Knowledge& knowledge,
+                                        const PreparedPlan& plan, txn::Transaction& t, const ApplyOptions& apply,
+                                        const VerifyStepsOptions& verify, bool verify_steps, StepChecks& checks,
+                                        const std::function<void(const char*)>& phase = {});
 
 }  // namespace cudafix::installer::apply

@@ -107,6 +107,49 @@ std::vector<std::size_t> probe_groups(const tx::Transaction& t) {
 
 }  // namespace
 
+namespace {
+
+// Each step of a group probed together its own entry, with the failures in the files it wrote;
+// one that names none of the group's files is the probed step's (`step`, the group's last).
+std::vector<StepChecks::Step> group_entries(const tx::Transaction& t, const std::vector<std::string>& labels,
+                                            std::size_t first, std::size_t step, const pr::ProbePoint& point,
+                                            pr::StepJudgement judgement) {
+  std::vector<StepChecks::Step> entries;
+  for (std::size_t k = first; k <= step; ++k) entries.push_back({k, labels[k], point, {}});
+  entries.back().judgement.excused = judgement.excused;
+  for (auto& f : judgement.failures) {
+    std::size_t owner = step;
+    for (std::size_t k = first; k < step && owner == step; ++k) {
+      const auto paths = t.step_paths(k);
+      if (std::any_of(f.files.begin(), f.files.end(), [&](const std::string& p) { return paths.count(p) > 0; }))
+        owner = k;
+    }
+    entries[owner - first].judgement.failures.push_back(std::move(f));
+  }
+  return entries;
+}
+
+// What a failed verification says, from the first step that failed, every failing check listed
+// (another step's by its name); empty where every check passed.
+std::string failures_text(const std::vector<StepChecks::Step>& entries) {
+  std::string failed;
+  std::size_t count = 0, failed_step = 0;
+  for (const auto& e : entries) count += e.judgement.failures.size();
+  for (const auto& e : entries)
+    for (const auto& f : e.judgement.failures) {
+      if (failed.empty()) {
+        failed = fmt::format("verification after step {} ({}) failed, {} {}:", e.step + 1, e.label, count,
+                             count == 1 ? "check" : "checks");
+        failed_step = e.step;
+      }
+      failed += e.step == failed_step ? "\n  " + f.text()
+                                      : fmt::format("\n  after step {} ({}): {}", e.step + 1, e.label, f.text());
+    }
+  return failed;
+}
+
+}  // namespace
+
 std::future<EarlyBaseline> start_baseline(const r::EnvLayout& layout, const r::Knowledge& knowledge,
                                           const PreparedPlan& plan, const VerifyStepsOptions& options) {
   std::set<std::string> paths;
@@ -181,20 +224,7 @@ std::function<void(std::size_t)> step_verifier(const r::Environment& env, const 
         add_whole_tree_problems(judgement, *checks.last);
       }
     }
-    // Each step of the group its own entry, with the failures in the files it wrote; one that
-    // names none of the group's files is the probed step's.
-    std::vector<StepChecks::Step> entries;
-    for (std::size_t k = first; k <= step; ++k) entries.push_back({k, labels[k], point, {}});
-    entries.back().judgement.excused = judgement.excused;
-    for (auto& f : judgement.failures) {
-      std::size_t owner = step;
-      for (std::size_t k = first; k < step && owner == step; ++k) {
-        const auto paths = t.step_paths(k);
-        if (std::any_of(f.files.begin(), f.files.end(), [&](const std::string& p) { return paths.count(p) > 0; }))
-          owner = k;
-      }
-      entries[owner - first].judgement.failures.push_back(std::move(f));
-    }
+    auto entries = group_entries(t, labels, first, step, point, std::move(judgement));
     const std::string summary = point_summary(now, point);
     const std::string together = first == step
                                      ? ""
@@ -202,20 +232,7 @@ std::function<void(std::size_t)> step_verifier(const r::Environment& env, const 
                                            " (steps {}-{} add only files that were not there: one probe after step {} "
                                            "checked them together)",
                                            first + 1, step + 1, step + 1);
-    // Said from the first step that failed, every failing check listed (another step's by its name).
-    std::string failed;
-    std::size_t count = 0, failed_step = 0;
-    for (const auto& e : entries) count += e.judgement.failures.size();
-    for (const auto& e : entries)
-      for (const auto& f : e.judgement.failures) {
-        if (failed.empty()) {
-          failed = fmt::format("verification after step {} ({}) failed, {} {}:", e.step + 1, e.label, count,
-                               count == 1 ? "check" : "checks");
-          failed_step = e.step;
-        }
-        failed += e.step == failed_step ? "\n  " + f.text()
-                                        : fmt::format("\n  after step {} ({}): {}", e.step + 1, e.label, f.text());
-      }
+    std::string failed = failures_text(entries);
     if (!failed.empty() && first != step) failed += "\n " + together;
     for (auto& e : entries) checks.steps.push_back(std::move(e));
     if (!failed.empty()) {
@@ -240,6 +257,26 @@ std::optional<std::string> carry_out_verified(tx::Transaction& t, const std::fun
     return std::string(e.what());
   }
   return std::nullopt;
+}
+
+CarriedOut carry_out_plan(const r::Environment& env, const r::Knowledge& knowledge, const PreparedPlan& plan,
+                          tx::Transaction& t, const ApplyOptions& apply, const VerifyStepsOptions& verify,
+                          bool verify_steps, StepChecks& checks, const std::function<void(const char*)>& phase) {
+  const auto done = [&phase](const char* part) {
+    if (phase) phase(part);
+  };
+  auto baseline = verify_steps ? start_baseline(env.layout, knowledge, plan, verify) : std::future<EarlyBaseline>{};
+  CarriedOut out;
+  out.files = stage_plan(env, plan, t, apply);
+  done("stage");
+  if (apply.carry_out_progress) t.on_progress(apply.carry_out_progress());
+  checks.skip = !verify_steps;
+  const auto labels = plan.labels();  // the verifier holds them while it runs
+  const auto check = step_verifier(env, knowledge, labels, t, verify, checks, &baseline);
+  done("baseline probe");
+  out.failed = carry_out_verified(t, check, checks);
+  if (!out.failed) done("steps and their checks");
+  return out;
 }
 
 }  // namespace cudafix::installer::apply

@@ -211,27 +211,36 @@ static void cudnn_stages(const char* consumer, const char* cudnn_path, const cha
                          CUcontext* contexts, SetCurrentFn set_current);
 static void nccl_stages(const char* nccl_path, void* cuda, int count, CUcontext* contexts, SetCurrentFn set_current);
 
-int main(int argc, char** argv) {
-  const char* nccl_path = NULL;
-  const char* consumer = NULL;
-  const char* cudnn_path = NULL;
-  const char* cudnn_soname = "libcudnn.so.9";
+/* The command line: the libraries to open beside libcuda, the consumer, cuDNN's path and soname,
+ * NCCL's path (none: no all-reduce). */
+struct probe_args {
+  const char* nccl_path;
+  const char* consumer;
+  const char* cudnn_path;
+  const char* cudnn_soname;
   const char* opens[MAX_OPENS];
-  int nopens = 0;
+  int nopens;
+};
+
+static void parse_args(int argc, char** argv, struct probe_args* a) {
+  memset(a, 0, sizeof *a);
+  a->cudnn_soname = "libcudnn.so.9";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--open") == 0) {
-      if (nopens < MAX_OPENS) opens[nopens++] = argv[i + 1];
+      if (a->nopens < MAX_OPENS) a->opens[a->nopens++] = argv[i + 1];
     } else if (strcmp(argv[i], "--consumer") == 0)
-      consumer = argv[i + 1];
+      a->consumer = argv[i + 1];
     else if (strcmp(argv[i], "--cudnn") == 0)
-      cudnn_path = argv[i + 1];
+      a->cudnn_path = argv[i + 1];
     else if (strcmp(argv[i], "--cudnn-soname") == 0)
-      cudnn_soname = argv[i + 1];
+      a->cudnn_soname = argv[i + 1];
     else if (strcmp(argv[i], "--nccl") == 0)
-      nccl_path = argv[i + 1];
+      a->nccl_path = argv[i + 1];
   }
-  char buf[512];
+}
 
+/* libcuda.so.1 dlopened (the probe ends where it does not open), then each library asked for. */
+static void* open_libraries(const struct probe_args* a) {
   begin("dlopen libcuda.so.1", NO_DEVICE);
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!cuda) {
@@ -242,13 +251,18 @@ int main(int argc, char** argv) {
   struct link_map* lm = NULL;
   end("dlopen libcuda.so.1", NO_DEVICE, 1, NULL, dlinfo(cuda, RTLD_DI_LINKMAP, &lm) == 0 && lm ? lm->l_name : "");
 
-  for (int i = 0; i < nopens; ++i) {
+  for (int i = 0; i < a->nopens; ++i) {
     begin("dlopen library", NO_DEVICE);
-    void* lib = dlopen(opens[i], RTLD_LAZY | RTLD_LOCAL);
+    void* lib = dlopen(a->opens[i], RTLD_LAZY | RTLD_LOCAL);
     const char* err = lib ? NULL : dlerror();
-    end("dlopen library", NO_DEVICE, lib != NULL, NULL, lib ? opens[i] : (err ? err : "dlopen failed"));
+    end("dlopen library", NO_DEVICE, lib != NULL, NULL, lib ? a->opens[i] : (err ? err : "dlopen failed"));
   }
+  return cuda;
+}
 
+/* The driver's version, its initialisation, and how many devices it has (at most MAX_DEVICES). */
+static int driver_stages(void* cuda) {
+  char buf[512];
   begin("cuDriverGetVersion", NO_DEVICE);
   CU_FN(cuda, GetIntFn, get_version, "cuDriverGetVersion", NULL, "cuDriverGetVersion", NO_DEVICE);
   int version = 0;
@@ -266,8 +280,30 @@ int main(int argc, char** argv) {
   rc = get_count(&count);
   snprintf(buf, sizeof buf, "%d", count);
   cu_stage_end("cuDeviceGetCount", NO_DEVICE, rc, buf);
-  if (count > MAX_DEVICES) count = MAX_DEVICES;
+  return count > MAX_DEVICES ? MAX_DEVICES : count;
+}
 
+/* A device's record: its ordinal, name, compute capability, UUID (MIG where the instance's
+ * differs from its parent GPU's; empty where the driver has no cuDeviceGetUuid) and PCI address. */
+static void emit_device(int d, const char* name, int major, int minor, int domain, int bus, int slot,
+                        const CUuuid* uuid, const CUuuid* parent, int have_uuid) {
+  char ordf[16], ccf[32], uuidf[64], pcif[32];
+  snprintf(ordf, sizeof ordf, "%d", d);
+  snprintf(ccf, sizeof ccf, "%d.%d", major, minor);
+  snprintf(pcif, sizeof pcif, "%04x:%02x:%02x.0", (unsigned)domain & 0xffff, (unsigned)bus & 0xff,
+           (unsigned)slot & 0x1f);
+  const unsigned char* u = uuid->bytes;
+  snprintf(uuidf, sizeof uuidf, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           memcmp(parent->bytes, uuid->bytes, sizeof uuid->bytes) != 0 ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4],
+           u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  emit(6, "D", ordf, name, ccf, have_uuid ? uuidf : "", pcif);
+}
+
+/* Each device described and its primary context made current, each on its own: a device whose
+ * stage fails is marked and left out of its later stages. Returns cuCtxSetCurrent, which the
+ * later stages use. */
+static SetCurrentFn device_stages(void* cuda, int count, CUcontext* contexts) {
+  char buf[512];
   CU_FN(cuda, DeviceGetFn, device_get, "cuDeviceGet", NULL, "cuDeviceGet", 0);
   CU_FN(cuda, GetNameFn, get_name, "cuDeviceGetName", NULL, "cuDeviceGet", 0);
   CU_FN(cuda, GetAttributeFn, get_attr, "cuDeviceGetAttribute", NULL, "cuDeviceGet", 0);
@@ -276,11 +312,10 @@ int main(int argc, char** argv) {
   GetUuidFn get_parent_uuid = (GetUuidFn)sym(cuda, "cuDeviceGetUuid", NULL);
   CU_FN(cuda, RetainFn, retain, "cuDevicePrimaryCtxRetain", NULL, "cuDevicePrimaryCtxRetain", 0);
   CU_FN(cuda, SetCurrentFn, set_current, "cuCtxSetCurrent", NULL, "cuDevicePrimaryCtxRetain", 0);
-  CUcontext contexts[MAX_DEVICES];
   for (int d = 0; d < count; ++d) {
     CUdevice dev = 0;
     begin("cuDeviceGet", d);
-    rc = device_get(&dev, d);
+    CUresult rc = device_get(&dev, d);
     char name[256] = "";
     int major = 0, minor = 0, bus = 0, slot = 0, domain = 0;
     CUuuid uuid;
@@ -296,25 +331,26 @@ int main(int argc, char** argv) {
     if (rc == 0 && get_parent_uuid && get_parent_uuid != get_uuid && get_parent_uuid(&parent, dev) != 0) parent = uuid;
     snprintf(buf, sizeof buf, "%s", name);
     if (!device_stage_end("cuDeviceGet", d, rc, buf)) continue;
-    char ordf[16], ccf[32], uuidf[64], pcif[32];
-    snprintf(ordf, sizeof ordf, "%d", d);
-    snprintf(ccf, sizeof ccf, "%d.%d", major, minor);
-    snprintf(pcif, sizeof pcif, "%04x:%02x:%02x.0", (unsigned)domain & 0xffff, (unsigned)bus & 0xff,
-             (unsigned)slot & 0x1f);
-    const unsigned char* u = uuid.bytes;
-    snprintf(uuidf, sizeof uuidf, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             memcmp(parent.bytes, uuid.bytes, sizeof uuid.bytes) != 0 ? "MIG" : "GPU", u[0], u[1], u[2], u[3], u[4],
-             u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-    emit(6, "D", ordf, name, ccf, get_uuid ? uuidf : "", pcif);
+    emit_device(d, name, major, minor, domain, bus, slot, &uuid, &parent, get_uuid != NULL);
 
     begin("cuDevicePrimaryCtxRetain", d);
     rc = retain(&contexts[d], dev);
     if (rc == 0) rc = set_current(contexts[d]);
     device_stage_end("cuDevicePrimaryCtxRetain", d, rc, "");
   }
+  return set_current;
+}
 
-  if (consumer || cudnn_path) cudnn_stages(consumer, cudnn_path, cudnn_soname, cuda, count, contexts, set_current);
-  if (nccl_path) nccl_stages(nccl_path, cuda, count, contexts, set_current);
+int main(int argc, char** argv) {
+  struct probe_args a;
+  parse_args(argc, argv, &a);
+  void* cuda = open_libraries(&a);
+  const int count = driver_stages(cuda);
+  CUcontext contexts[MAX_DEVICES];
+  SetCurrentFn set_current = device_stages(cuda, count, contexts);
+  if (a.consumer || a.cudnn_path)
+    cudnn_stages(a.consumer, a.cudnn_path, a.cudnn_soname, cuda, count, contexts, set_current);
+  if (a.nccl_path) nccl_stages(a.nccl_path, cuda, count, contexts, set_current);
   finish(any_device_failed);
   return 0;
 }

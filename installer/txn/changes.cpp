@@ -258,6 +258,113 @@ std::optional<std::vector<std::string>> scope_of(const json& manifest, const std
 
 }  // namespace
 
+namespace {
+
+// The dists a scoped snapshot holds, by index, with their folders' names in info.scope; none (a
+// snapshot of everything) where `scope` is none, too long, or names a folder the manifest's reader
+// would refuse.
+std::optional<std::vector<bool>> snapshot_scope(const r::Environment& env, const std::optional<std::vector<int>>& scope,
+                                                SnapshotInfo& info) {
+  if (!scope || scope->size() > k_scope_max) return std::nullopt;
+  std::vector<bool> in_scope(env.dists.size());
+  info.scope.emplace();
+  for (const int d : *scope) {
+    const auto& dist = env.dists.at(static_cast<std::size_t>(d));
+    if (!r::is_dist_folder_name(dist.dir_name)) {
+      // A name the manifest's reader refuses would make the snapshot unrestorable: whole.
+      info.scope.reset();
+      return std::nullopt;
+    }
+    if (!in_scope[static_cast<std::size_t>(d)]) info.scope->push_back(dist.dir_name);
+    in_scope[static_cast<std::size_t>(d)] = true;
+  }
+  return in_scope;
+}
+
+// Each listed file kept in a snapshot's tree (`tmp`/tree) on every core: hard-linked where the
+// file system allows, else copied; a symlink recorded. What was kept, and how, is counted; the
+// first failure is kept and thrown once every file was tried.
+struct SnapshotKeeper {
+  SnapshotKeeper(const std::string& root_, const std::string& tmp_) : root(root_), tmp(tmp_) {}
+  const std::string& root;
+  const std::string& tmp;
+  std::atomic<std::size_t> linked{0}, copied{0}, symlinks{0};
+  std::atomic<std::uint64_t> bytes{0}, copied_bytes{0};
+  std::mutex failure_mutex;
+  std::string failure, copied_because;
+
+  void fail(std::string why) {
+    std::lock_guard<std::mutex> lock(failure_mutex);
+    failure = std::move(why);
+  }
+
+  // A regular file linked or copied into the tree; false (and failure said) where it cannot be.
+  bool keep_bytes(const std::string& abs, const std::string& rel, std::uint64_t size) {
+    const std::string into = tmp + "/tree/" + rel;
+    try {
+      (void)exists_nofollow(abs);  // confined: a folder on the way that leads outside throws
+    } catch (const r::Error& outside) {
+      fail(fmt::format("snapshot: refusing {}: {}", abs, outside.what()));
+      return false;
+    }
+    try {
+      link_path(abs, into);
+      ++linked;
+      return true;
+    } catch (const r::Error& refused) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (copied_because.empty()) copied_because = why_no_link(abs, tmp, refused.what());
+    }
+    // Another file system, or one that refuses hard links: a copy, counted and said, written
+    // through a descriptor opened beneath the root (std::filesystem::copy_file opens by path).
+    try {
+      copy_confined(abs, into);
+    } catch (const r::Error& cannot_copy) {
+      fail(fmt::format("snapshot: cannot keep {}: {}", abs, cannot_copy.what()));
+      return false;
+    }
+    ++copied;
+    copied_bytes += size;
+    return true;
+  }
+
+  // One file's manifest entry, and its entry held in memory; null where nothing is kept (gone
+  // since listed, neither a file nor a symlink, or refused).
+  json keep(const std::string& abs, const std::string& hash, SnapshotEntry& kept) {
+    struct stat st {};
+    if (::lstat(abs.c_str(), &st) != 0) return nullptr;  // listed, not on disk: nothing to keep
+    const std::string rel = r::relative_to(abs, root);
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    json e{{"path", rel}, {"mode", st.st_mode & 07777}, {"size", size}};
+    kept = {rel,
+            S_ISLNK(st.st_mode),
+            st.st_mode & 07777,
+            size,
+            "",
+            "",
+            st.st_dev,
+            st.st_ino,
+            static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+    if (S_ISLNK(st.st_mode)) {
+      std::error_code link_ec;
+      e["type"] = "symlink";
+      kept.target = fs::read_symlink(abs, link_ec).string();
+      e["target"] = kept.target;
+      ++symlinks;
+      return e;
+    }
+    if (!S_ISREG(st.st_mode)) return nullptr;
+    e["type"] = "file";
+    if (!keep_bytes(abs, rel, size)) return nullptr;
+    kept.sha256 = hash.empty() ? r::sha256_of_file(abs) : hash;
+    e["sha256"] = kept.sha256;
+    bytes += size;
+    return e;
+  }
+};
+
+}  // namespace
+
 SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
                            const std::function<void(std::uint64_t, std::uint64_t)>& progress,
                            const std::optional<std::vector<int>>& scope) {
@@ -274,22 +381,7 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   SnapshotInfo info;
   info.name = name;
   info.time = static_cast<std::int64_t>(std::time(nullptr));
-  std::optional<std::vector<bool>> in_scope;
-  if (scope && scope->size() <= k_scope_max) {
-    in_scope.emplace(env.dists.size());
-    info.scope.emplace();
-    for (const int d : *scope) {
-      const auto& dist = env.dists.at(static_cast<std::size_t>(d));
-      if (!r::is_dist_folder_name(dist.dir_name)) {
-        // A name the manifest's reader refuses would make the snapshot unrestorable: whole.
-        in_scope.reset();
-        info.scope.reset();
-        break;
-      }
-      if (!(*in_scope)[static_cast<std::size_t>(d)]) info.scope->push_back(dist.dir_name);
-      (*in_scope)[static_cast<std::size_t>(d)] = true;
-    }
-  }
+  const auto in_scope = snapshot_scope(env, scope, info);
   // The folders first (one thread), then every file's stat, link and hash on every core.
   const auto listed = listed_files(env, in_scope ? &*in_scope : nullptr).files;
   std::vector<std::pair<std::string, std::string>> files(listed.begin(), listed.end());
@@ -298,75 +390,13 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
   for (const auto& f : folders) make_dirs(f);
   std::vector<json> made(files.size());
   std::vector<SnapshotEntry> held(files.size());
-  std::atomic<std::size_t> linked{0}, copied{0}, symlinks{0}, seen{0};
-  std::atomic<std::uint64_t> bytes{0}, copied_bytes{0};
-  std::mutex failure_mutex;
-  std::string failure, copied_because;
+  SnapshotKeeper keeper(root, tmp);
+  std::atomic<std::size_t> seen{0};
   r::parallel_for(files.size(), 0, [&](std::size_t i) {
-    const auto& [abs, hash] = files[i];
     if (progress) progress(++seen, files.size());
-    struct stat st {};
-    if (::lstat(abs.c_str(), &st) != 0) return;  // listed, not on disk: nothing to keep
-    const std::string rel = r::relative_to(abs, root);
-    json e{{"path", rel}, {"mode", st.st_mode & 07777}, {"size", static_cast<std::uint64_t>(st.st_size)}};
-    SnapshotEntry& kept = held[i];
-    kept = {rel,
-            S_ISLNK(st.st_mode),
-            st.st_mode & 07777,
-            static_cast<std::uint64_t>(st.st_size),
-            "",
-            "",
-            st.st_dev,
-            st.st_ino,
-            static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-    if (S_ISLNK(st.st_mode)) {
-      std::error_code link_ec;
-      e["type"] = "symlink";
-      kept.target = fs::read_symlink(abs, link_ec).string();
-      e["target"] = kept.target;
-      ++symlinks;
-    } else if (S_ISREG(st.st_mode)) {
-      e["type"] = "file";
-      const std::string into = tmp + "/tree/" + rel;
-      try {
-        (void)exists_nofollow(abs);  // confined: a folder on the way that leads outside throws
-      } catch (const r::Error& outside) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        failure = fmt::format("snapshot: refusing {}: {}", abs, outside.what());
-        return;
-      }
-      bool hardlinked = true;
-      try {
-        link_path(abs, into);
-      } catch (const r::Error& refused) {
-        hardlinked = false;
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (copied_because.empty()) copied_because = why_no_link(abs, tmp, refused.what());
-      }
-      if (hardlinked) {
-        ++linked;
-      } else {
-        // Another file system, or one that refuses hard links: a copy, counted and said, written
-        // through a descriptor opened beneath the root (std::filesystem::copy_file opens by path).
-        try {
-          copy_confined(abs, into);
-        } catch (const r::Error& cannot_copy) {
-          std::lock_guard<std::mutex> lock(failure_mutex);
-          failure = fmt::format("snapshot: cannot keep {}: {}", abs, cannot_copy.what());
-          return;
-        }
-        ++copied;
-        copied_bytes += static_cast<std::uint64_t>(st.st_size);
-      }
-      kept.sha256 = hash.empty() ? r::sha256_of_file(abs) : hash;
-      e["sha256"] = kept.sha256;
-      bytes += static_cast<std::uint64_t>(st.st_size);
-    } else {
-      return;
-    }
-    made[i] = std::move(e);
+    made[i] = keeper.keep(files[i].first, files[i].second, held[i]);
   });
-  if (!failure.empty()) throw r::Error(failure);
+  if (!keeper.failure.empty()) throw r::Error(keeper.failure);
   json entries = json::array();
   for (std::size_t i = 0; i < made.size(); ++i) {
     if (made[i].is_null()) continue;
@@ -374,12 +404,12 @@ SnapshotInfo take_snapshot(const r::Environment& env, const std::string& name,
     info.entries.push_back(std::move(held[i]));
   }
   info.files = entries.size();
-  info.linked = linked;
-  info.copied = copied;
-  info.symlinks = symlinks;
-  info.bytes = bytes;
-  info.copied_bytes = copied_bytes;
-  info.copied_because = copied_because;
+  info.linked = keeper.linked;
+  info.copied = keeper.copied;
+  info.symlinks = keeper.symlinks;
+  info.bytes = keeper.bytes;
+  info.copied_bytes = keeper.copied_bytes;
+  info.copied_because = keeper.copied_because;
   const json manifest{{"name", name},
                       {"time", info.time},
                       {"root", root},

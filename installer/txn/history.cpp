@@ -108,6 +108,134 @@ bool pip_rewrites(const RollbackOwners& owners, const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// A rollback of `done` planned into `undo`: first what changed since `done` committed (the paths
+// it left, and what appeared in the folders it made), then, where nothing did or --force, its ops
+// undone newest first.
+struct RollbackPlan {
+  const JournalRead& done;
+  Transaction& undo;
+  bool force;
+  const RollbackOwners& owners;
+  std::vector<ChangedPath> changed;
+  std::map<std::string, LeftType> left_type;
+  // Folders `done` left that are something else now (a symlink put in their place): what lies
+  // below them is not looked at through what replaced them.
+  std::vector<std::string> replaced;
+  std::set<std::string> kept;      // changed paths another dist lists now: they stay
+  std::vector<std::string> aside;  // what appeared in `done`'s folders: taken aside
+
+  bool below_replaced(const std::string& p) const {
+    return std::any_of(replaced.begin(), replaced.end(),
+                       [&](const std::string& f) { return resolver::is_within(p, f); });
+  }
+
+  // The paths `done` left that differ now.
+  void left_paths_changed() {
+    for (const auto& left : done.left) {
+      left_type[left.path] = left.type;
+      if (below_replaced(left.path)) continue;  // sorted by path: a folder comes before what it holds
+      const auto what = change_at(left);
+      if (!what || pip_rewrites(owners, left.path)) continue;
+      if (left.type == LeftType::dir && left_now(left.path).type != LeftType::none) replaced.push_back(left.path);
+      changed.push_back({left.path, *what, at_or_below(owners.others, left.path)});
+    }
+    if (force && !replaced.empty())
+      throw resolver::Error(fmt::format(
+          "cannot roll back {}, even with --force: {} (a folder it left) is not a folder now, and cudafix neither "
+          "follows nor moves what was put in its place; nothing was changed (remove it first)",
+          done.id, fmt::join(replaced, ", ")));
+    for (const auto& c : changed)
+      if (c.kept) kept.insert(c.path);
+  }
+
+  // Folders `done` made that now hold what it did not put there: another tool's files (a file in
+  // a dist-info cudafix wrote) are changes; bytecode Python compiled there goes with the folder,
+  // as pip's uninstall takes it; another dist's files (the `nvidia/` every NVIDIA wheel shares)
+  // are no change, and stay with the folder.
+  void created_in_its_folders() {
+    std::set<std::string> touched;
+    for (const auto& op : done.ops)
+      for (const std::string* p : {&op.from, &op.to, &op.path})
+        if (!p->empty()) touched.insert(*p);
+    for (const auto& op : done.ops) {
+      if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || below_replaced(op.path) ||
+          left_now(op.path).type != LeftType::dir)
+        continue;
+      std::error_code ec;
+      for (fs::directory_iterator it(op.path, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string entry = op.path + "/" + it->path().filename().string();
+        if (touched.count(entry) || at_or_below(owners.others, entry)) continue;
+        aside.push_back(entry);
+        if (it->path().filename() != "__pycache__" && !pip_rewrites(owners, entry))
+          changed.push_back({entry, "was created"});
+      }
+    }
+  }
+
+  // Where a backup of `done` comes back, what is there now goes aside: never another dist's.
+  void take_aside(const std::string& path) {
+    if (at_or_below(kept, path) || at_or_below(owners.others, path))
+      throw resolver::Error(fmt::format(
+          "cannot roll back {}, even with --force: {} is where its backup goes back, and another installed dist "
+          "lists what is there now; nothing was changed (uninstall that dist first)",
+          done.id, path));
+    undo.move_aside(path);
+  }
+
+  void undo_move(const Op& op) {
+    if (in_state(op.from, undo.root())) {
+      // `done` put op.to in place: it goes aside into this rollback's own backups. Gone (and
+      // so said above, or by a journal from before `left` records), there is nothing to keep.
+      if (kept.count(op.to)) return;  // another dist's now: it stays
+      if (undo.will_exist(op.to))
+        undo.move_aside(op.to);
+      else if (done.left.empty() && !force)
+        throw resolver::Error(
+            fmt::format("cannot roll back {}: {} (what it put there) is gone; nothing was changed", done.id, op.to));
+      return;
+    }
+    // `done` moved op.from aside: its backup comes back, what is there now goes aside.
+    if (!undo.will_exist(op.to))
+      throw resolver::Error(fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed",
+                                        done.id, op.from, op.to));
+    if (undo.will_exist(op.from)) take_aside(op.from);
+    std::vector<std::string> missing;
+    for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
+         p = resolver::parent_dir(p))
+      missing.push_back(p);
+    for (auto m = missing.rbegin(); m != missing.rend(); ++m) undo.make_folder(*m, 0755);
+    undo.move(op.to, op.from);
+  }
+
+  void undo_ops() {
+    undo.undoes(done.id);
+    for (const auto& entry : aside) undo.move_aside(entry);
+    for (auto it = done.ops.rbegin(); it != done.ops.rend(); ++it) {
+      const Op& op = *it;
+      switch (op.kind) {
+        case OpKind::move:
+          undo_move(op);
+          break;
+        case OpKind::mkdir:
+          // A folder gone since (another tool removed it) is not removed again, so that undoing
+          // this rollback does not make it.
+          if (undo.will_exist(op.path)) undo.remove_folder_if_empty(op.path, op.mode);
+          break;
+        case OpKind::rmdir:
+          // Made again only where `done` removed it (its left record says so; a folder that held
+          // something stayed).
+          if (!undo.will_exist(op.path) && (done.left.empty() || left_type[op.path] == LeftType::none))
+            undo.make_folder(op.path, op.mode);
+          break;
+      }
+    }
+  }
+};
+
+}  // namespace
+
 std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& undo, bool force,
                                        const RollbackOwners& owners) {
   if (!done.unreadable.empty())
@@ -115,107 +243,12 @@ std::vector<ChangedPath> plan_rollback(const JournalRead& done, Transaction& und
         fmt::format("cannot roll back {}: its journal has {}; nothing was changed", done.id, done.unreadable));
   if (auto why = distrust(done, undo.root(), done.id); !why.empty())
     throw resolver::Error(fmt::format("cannot roll back {}: its journal {}; nothing was changed", done.id, why));
-  std::vector<ChangedPath> changed;
-  std::map<std::string, LeftType> left_type;
-  // Folders `done` left that are something else now (a symlink put in their place): what lies
-  // below them is not looked at through what replaced them.
-  std::vector<std::string> replaced;
-  const auto below_replaced = [&](const std::string& p) {
-    return std::any_of(replaced.begin(), replaced.end(),
-                       [&](const std::string& f) { return resolver::is_within(p, f); });
-  };
-  for (const auto& left : done.left) {
-    left_type[left.path] = left.type;
-    if (below_replaced(left.path)) continue;  // sorted by path: a folder comes before what it holds
-    const auto what = change_at(left);
-    if (!what || pip_rewrites(owners, left.path)) continue;
-    if (left.type == LeftType::dir && left_now(left.path).type != LeftType::none) replaced.push_back(left.path);
-    changed.push_back({left.path, *what, at_or_below(owners.others, left.path)});
-  }
-  if (force && !replaced.empty())
-    throw resolver::Error(fmt::format(
-        "cannot roll back {}, even with --force: {} (a folder it left) is not a folder now, and cudafix neither "
-        "follows nor moves what was put in its place; nothing was changed (remove it first)",
-        done.id, fmt::join(replaced, ", ")));
-  // Folders `done` made that now hold what it did not put there: another tool's files (a file in
-  // a dist-info cudafix wrote) are changes; bytecode Python compiled there goes with the folder,
-  // as pip's uninstall takes it; another dist's files (the `nvidia/` every NVIDIA wheel shares)
-  // are no change, and stay with the folder.
-  std::set<std::string> touched;
-  for (const auto& op : done.ops)
-    for (const std::string* p : {&op.from, &op.to, &op.path})
-      if (!p->empty()) touched.insert(*p);
-  std::vector<std::string> aside;
-  std::set<std::string> kept;
-  for (const auto& c : changed)
-    if (c.kept) kept.insert(c.path);
-  for (const auto& op : done.ops) {
-    if (op.kind != OpKind::mkdir || left_type[op.path] != LeftType::dir || below_replaced(op.path) ||
-        left_now(op.path).type != LeftType::dir)
-      continue;
-    std::error_code ec;
-    for (fs::directory_iterator it(op.path, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string entry = op.path + "/" + it->path().filename().string();
-      if (touched.count(entry) || at_or_below(owners.others, entry)) continue;
-      aside.push_back(entry);
-      if (it->path().filename() != "__pycache__" && !pip_rewrites(owners, entry))
-        changed.push_back({entry, "was created"});
-    }
-  }
-  // Where a backup of `done` comes back, what is there now goes aside: never another dist's.
-  const auto take_aside = [&](const std::string& path) {
-    if (at_or_below(kept, path) || at_or_below(owners.others, path))
-      throw resolver::Error(fmt::format(
-          "cannot roll back {}, even with --force: {} is where its backup goes back, and another installed dist "
-          "lists what is there now; nothing was changed (uninstall that dist first)",
-          done.id, path));
-    undo.move_aside(path);
-  };
-  if (!changed.empty() && !force) return changed;
-  undo.undoes(done.id);
-  for (const auto& entry : aside) undo.move_aside(entry);
-  for (auto it = done.ops.rbegin(); it != done.ops.rend(); ++it) {
-    const Op& op = *it;
-    switch (op.kind) {
-      case OpKind::move: {
-        if (in_state(op.from, undo.root())) {
-          // `done` put op.to in place: it goes aside into this rollback's own backups. Gone (and
-          // so said above, or by a journal from before `left` records), there is nothing to keep.
-          if (kept.count(op.to)) break;  // another dist's now: it stays
-          if (undo.will_exist(op.to))
-            undo.move_aside(op.to);
-          else if (done.left.empty() && !force)
-            throw resolver::Error(fmt::format(
-                "cannot roll back {}: {} (what it put there) is gone; nothing was changed", done.id, op.to));
-          break;
-        }
-        // `done` moved op.from aside: its backup comes back, what is there now goes aside.
-        if (!undo.will_exist(op.to))
-          throw resolver::Error(fmt::format("cannot roll back {}: its backup of {} ({}) is gone; nothing was changed",
-                                            done.id, op.from, op.to));
-        if (undo.will_exist(op.from)) take_aside(op.from);
-        std::vector<std::string> missing;
-        for (std::string p = resolver::parent_dir(op.from); !undo.will_exist(p) && p != undo.root() && p != "/";
-             p = resolver::parent_dir(p))
-          missing.push_back(p);
-        for (auto m = missing.rbegin(); m != missing.rend(); ++m) undo.make_folder(*m, 0755);
-        undo.move(op.to, op.from);
-        break;
-      }
-      case OpKind::mkdir:
-        // A folder gone since (another tool removed it) is not removed again, so that undoing
-        // this rollback does not make it.
-        if (undo.will_exist(op.path)) undo.remove_folder_if_empty(op.path, op.mode);
-        break;
-      case OpKind::rmdir:
-        // Made again only where `done` removed it (its left record says so; a folder that held
-        // something stayed).
-        if (!undo.will_exist(op.path) && (done.left.empty() || left_type[op.path] == LeftType::none))
-          undo.make_folder(op.path, op.mode);
-        break;
-    }
-  }
-  return changed;
+  RollbackPlan plan{done, undo, force, owners, {}, {}, {}, {}, {}};
+  plan.left_paths_changed();
+  plan.created_in_its_folders();
+  if (!plan.changed.empty() && !force) return plan.changed;
+  plan.undo_ops();
+  return plan.changed;
 }
 
 std::uint64_t bytes_held(const std::string& dir) {

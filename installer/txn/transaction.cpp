@@ -580,4 +580,46 @@ void make_state_folders(const std::string& root) {
   }
 }
 
+namespace {
+
+// The mount a path is on: its device and, where name_to_handle_at answers, its mount id, which
+// tells two bind mounts of one file system apart as rename does (-1 where it does not answer).
+struct Mount {
+  int id = -1;
+  dev_t dev = 0;
+};
+std::optional<Mount> mount_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  // A file_handle ends in a flexible array: room for the largest handle, aligned as one.
+  alignas(file_handle) unsigned char room[sizeof(file_handle) + MAX_HANDLE_SZ] = {};
+  auto* handle = reinterpret_cast<file_handle*>(room);
+  handle->handle_bytes = MAX_HANDLE_SZ;
+  Mount m;
+  m.dev = st.st_dev;
+  if (::name_to_handle_at(AT_FDCWD, path.c_str(), handle, &m.id, 0) != 0) m.id = -1;
+  return m;
+}
+
+}  // namespace
+
+void check_one_file_system(const resolver::EnvLayout& layout) {
+  // Where the transaction's backups and staging go (.cudafix/ is made in the root when absent).
+  const std::string state = layout.root_real + "/.cudafix";
+  const std::string held = ::access(state.c_str(), F_OK) == 0 ? state : layout.root_real;
+  const auto home = mount_of(held);
+  if (!home) return;
+  for (const auto& site : layout.sites) {
+    if (!resolver::is_within(site.real, layout.root_real)) continue;  // a system site: cudafix does not change it
+    const auto there = mount_of(site.real);
+    if (!there) continue;
+    const bool apart = there->dev != home->dev || (there->id >= 0 && home->id >= 0 && there->id != home->id);
+    if (apart)
+      throw resolver::Error(
+          fmt::format("refused: {} and {} are on different file systems (a bind mount?): cudafix moves files "
+                      "by rename within one file system; nothing was changed",
+                      site.path, held));
+  }
+}
+
 }  // namespace cudafix::installer::txn

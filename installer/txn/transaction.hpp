@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "installer/txn/journal.hpp"
+#include "resolver/env/venv.hpp"
 
 namespace cudafix::installer::txn {
 
@@ -202,5 +203,11 @@ struct PruneLeftover {
 inline constexpr std::size_t k_pruned_kept = 4096;
 
 [[nodiscard]] std::string tx_root(const std::string& root);  // <root>/.cudafix/tx
+
+// Refuses, before anything changes, an environment whose site folders are on another mount than
+// the root's .cudafix: every change is a rename into .cudafix/tx/<id>/, which the kernel refuses
+// across file systems and bind mounts (EXDEV). Site folders outside the root (a system's) are not
+// looked at: cudafix does not change them.
+void check_one_file_system(const resolver::EnvLayout& layout);
 
 }  // namespace cudafix::installer::txn

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "cli/json_writer.hpp"
 
@@ -59,6 +61,35 @@ TEST(JsonWriter, InvalidUtf8IsReplacedAndReported) {
   bool lossy = false;
   EXPECT_EQ(round_trip("a\"\xff\\b", &lossy), "a\"\xEF\xBF\xBD\\b");
   EXPECT_TRUE(lossy);
+}
+
+// Seconds and phases (fix's, guard's, the probe's) are doubles: written as nlohmann's dump()
+// wrote them when those documents were built with it, so that a script sees the same text; a
+// value JSON cannot hold is null, not text no parser reads.
+TEST(JsonWriter, DoublesAreWrittenAsNlohmannWritesThem) {
+  for (double v : {0.0, 1.0, 2.5, 0.1, 1.0 / 3, 0.000123, 1e-05, 1e-07, 12345.678, 1e20, -0.25}) {
+    JsonWriter w;
+    w.value(v);
+    EXPECT_EQ(w.str(), nlohmann::json(v).dump()) << v;
+    EXPECT_EQ(nlohmann::json::parse(w.str()).get<double>(), v);
+  }
+  JsonWriter w;
+  w.begin_array().value(std::numeric_limits<double>::quiet_NaN()).value(std::numeric_limits<double>::infinity());
+  w.end_array();
+  EXPECT_EQ(w.str(), "[null,null]");
+}
+
+// A document whose values are learned out of order keeps its keys in the order first set: a key
+// set again (fix's "changed", guard's "before") keeps its place and takes the last value.
+TEST(JsonFields, AKeySetAgainKeepsItsPlaceAndItsLastValue) {
+  JsonFields doc;
+  doc.set("schema", 1).set("changed", false).set_null("before").set("steps", std::vector<std::string>{"a", "b"});
+  doc.set("changed", true).set("before", [](JsonWriter& w) { w.begin_object().key("errors").value(0).end_object(); });
+  JsonWriter w;
+  w.begin_object();
+  doc.write(w);
+  w.end_object();
+  EXPECT_EQ(w.str(), R"({"schema":1,"changed":true,"before":{"errors":0},"steps":["a","b"]})");
 }
 
 }  // namespace
