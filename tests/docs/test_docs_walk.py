@@ -242,7 +242,8 @@ class DocsWalk(unittest.TestCase):
                                                   [normal(s) for s in trimmed(output)],
                                                   f"{name}:{line} shows", "printed", lineterm="", n=2))
             drifts.append(f"{name}:{line}: $ {command}\n  exit {rc}, the document says {exit_code}\n{diff}")
-        self.assertFalse(drifts, "\n\n".join(drifts))
+        if drifts:
+            self.fail("the docs drifted from what the commands print:\n\n" + "\n\n".join(drifts))
 
 
 def main():
