@@ -593,6 +593,26 @@ TEST(Demo, ItsVenvsAreRealSoPipChangesThemAndGuardAndSnapshotsUndoWhatPipDid) {
   EXPECT_THAT(again.out, HasSubstr("rm -rf " + dir + " " + broken));
 }
 
+// An interpreter without ensurepip (Debian's python3 without python3-venv; here an ensurepip
+// that fails to import, first on PYTHONPATH): the venvs are made --without-pip, the demo says
+// so, and its walk still repairs the example.
+TEST(Demo, AnInterpreterWithoutEnsurepipGivesVenvsWithoutPipAndTheDemoSaysSo) {
+  TempDir tmp;
+  test::write_file(tmp.path() + "/no-ensurepip/ensurepip.py", "raise ImportError('no ensurepip here')\n");
+  const std::string dir = tmp.path() + "/demo";
+  const auto r = run_shell("env -u VIRTUAL_ENV PYTHONPATH=" + shell_quote(tmp.path() + "/no-ensurepip") + " " +
+                           shell_quote(k_bin) + " demo --color never " + shell_quote(dir) + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("It is a venv made by `python3 -m venv --without-pip`: "));
+  EXPECT_THAT(r.out, HasSubstr("has no ensurepip, so there is no pip in it."));
+  EXPECT_THAT(r.out, HasSubstr("nothing to do: " + dir + " needs no step"));
+  for (const std::string& venv : {dir, dir + "-broken"}) {
+    EXPECT_TRUE(fs::exists(venv + "/bin/python")) << venv;
+    EXPECT_TRUE(fs::exists(venv + "/bin/activate")) << venv;
+    EXPECT_FALSE(fs::exists(venv + "/bin/pip")) << venv;
+  }
+}
+
 // --- bad input -----------------------------------------------------------------------------
 
 class HostileVenv : public ::testing::Test {
