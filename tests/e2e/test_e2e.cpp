@@ -611,6 +611,15 @@ TEST(Demo, AnInterpreterWithoutEnsurepipGivesVenvsWithoutPipAndTheDemoSaysSo) {
     EXPECT_TRUE(fs::exists(venv + "/bin/activate")) << venv;
     EXPECT_FALSE(fs::exists(venv + "/bin/pip")) << venv;
   }
+  // --json says the same: no pip, and where the broken copy is.
+  const auto doc = run_shell("env -u VIRTUAL_ENV PYTHONPATH=" + shell_quote(tmp.path() + "/no-ensurepip") + " " +
+                             shell_quote(k_bin) + " demo --json " + shell_quote(tmp.path() + "/j"));
+  ASSERT_EQ(doc.exit_code, 0) << doc.out;
+  const auto j = json::parse(doc.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << doc.out;
+  EXPECT_EQ(j["pip"], "");
+  EXPECT_EQ(j["broken_copy"], tmp.path() + "/j-broken");
+  EXPECT_EQ(j["repaired"], true);
 }
 
 // --- bad input -----------------------------------------------------------------------------
