@@ -232,6 +232,13 @@ class DocsWalk(unittest.TestCase):
                      "cudafix guard", "cudafix snapshot"):
             self.assertTrue(any(word in c for c in readme), f"README's walk runs no `{word}`")
         self.assertLessEqual(len(self.ran), MAX_COMMANDS)
+        # A `$ ` line in a block of another kind (```sh, ```text) would be skipped unseen.
+        walked = {(name, line) for name, line, *_ in self.ran}
+        for name in documents(SOURCE):
+            with open(os.path.join(SOURCE, name), encoding="utf-8") as f:
+                for number, line in enumerate(f.read().split("\n"), 1):
+                    if line.startswith("$ "):
+                        self.assertIn((name, number), walked, f"{name}:{number}: a $ line outside a ```console block")
 
     def test_every_command_prints_what_its_document_shows(self):
         drifts = []
