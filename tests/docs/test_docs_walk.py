@@ -6,7 +6,8 @@ What a document holds (the rules this test reads it by):
     the next command or the block's end, are what it prints (stdout and stderr together);
   - a line `...` alone is a cut: any number of lines, none included;
   - a line `(exit N)` is the exit code it must end with; with none shown it must exit 0;
-  - blank lines at the start and end of what a command prints are not compared.
+  - blank lines at the start and end of what a command prints, and blanks at a line's end, are
+    not compared.
 Each document's commands run in one bash, in order, as a reader types them into one terminal
 (`cd`, `source bin/activate` and variables carry to the next command), starting in /tmp. The
 state one document leaves (the demo's folders under /tmp) is where the next starts; a block
@@ -39,7 +40,6 @@ import difflib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import unittest
@@ -95,6 +95,7 @@ NORMAL = [
 
 
 def normal(line):
+    line = line.rstrip()  # a document's lines carry no trailing blanks
     for pattern, replacement in NORMAL:
         line = pattern.sub(replacement, line)
     return line
