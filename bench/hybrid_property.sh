@@ -12,7 +12,7 @@ seeds=("$@")
 [ ${#seeds[@]} -gt 0 ] || seeds=(1 2 3)
 for seed in "${seeds[@]}"; do
   start=$(date +%s)
-  CUDAFIX_HYBRID_ROUNDS=$rounds CUDAFIX_HYBRID_FIX_ROUNDS=$rounds CUDAFIX_HYBRID_SEED=$seed CUDAFIX_CACHE_DIR=$(mktemp -d) \
+  CUDAFIX_HYBRID_ROUNDS=$rounds CUDAFIX_HYBRID_FIX_ROUNDS=$rounds CUDAFIX_SEED=$seed CUDAFIX_CACHE_DIR=$(mktemp -d) \
     "$build/tests/e2e_tests" --gtest_filter='HybridProperty.*' --gtest_brief=1
   echo "seed $seed: $rounds rounds of each passed in $(( $(date +%s) - start )) s"
 done

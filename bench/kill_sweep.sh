@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole kill -9 sweep: tests/e2e/test_kill_sweep.cpp with CUDAFIX_SWEEP_ALL=1, a SIGKILL at
-# every journal step of install, remove, rollback, rollback --snapshot and fix (CI kills at a
-# sample of 20 or more per command), each recovered by `history` and judged by the tree, history,
+# every journal step of install, remove, rollback, rollback --snapshot and fix (CI kills at the
+# first three and last two steps and 8 more drawn from the run's seed, CUDAFIX_SEED), each recovered by `history` and judged by the tree, history,
 # the next command and pip. Prints, per command, the trials, its steps and how many ended in the
 # before and in the after state, then the suite's verdict; exits with the suite's status.
 # Needs a build with the tests (cmake -S . -B build -DCUDAFIX_TESTS=ON; ninja -C build e2e_tests).

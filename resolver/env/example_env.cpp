@@ -111,17 +111,25 @@ MaterializeStats materialize_environment(const nlohmann::json& desc, const std::
   MaterializeStats stats;
   const std::string dir = lexically_normal(fs::absolute(dir_in).string());
   std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
-    throw Error(fmt::format("{} is not empty; refusing to write an example environment into it", dir));
-  TreeWriter tree(dir);
   const std::string python = desc.value("python", "3.12.0");
   const auto parts = split(python, '.');
   const std::string version = parts.size() >= 2 ? fmt::format("{}.{}", parts[0], parts[1]) : python;
   const std::string site = desc.value("site_packages", fmt::format("lib/python{}/site-packages", version));
-  tree.write("pyvenv.cfg", fmt::format("home = {}\ninclude-system-site-packages = false\nversion = {}\n",
-                                       parent_dir(options.python), python));
-  tree.symlink(options.python, "bin/python3");
-  tree.symlink("lib", "lib64");
+  TreeWriter tree(dir);
+  if (options.into_venv) {
+    if (!fs::is_regular_file(dir + "/pyvenv.cfg", ec))
+      throw Error(fmt::format("{} is not a venv (no pyvenv.cfg); refusing to add an example environment to it", dir));
+    for (const auto& d : desc.at("dists"))
+      if (fs::exists(dir + "/" + site + "/" + d.at("dist_info").get<std::string>(), ec))
+        throw Error(fmt::format("{} already holds {}", dir, d.at("dist_info").get<std::string>()));
+  } else {
+    if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
+      throw Error(fmt::format("{} is not empty; refusing to write an example environment into it", dir));
+    tree.write("pyvenv.cfg", fmt::format("home = {}\ninclude-system-site-packages = false\nversion = {}\n",
+                                         parent_dir(options.python), python));
+    tree.symlink(options.python, "bin/python3");
+    tree.symlink("lib", "lib64");
+  }
   tree.ensure_dir(dir + "/" + site);
   const nlohmann::json empty_elf = nlohmann::json::object();
   const nlohmann::json& elf = desc.contains("elf") ? desc["elf"] : empty_elf;

@@ -24,6 +24,11 @@ struct MaterializeOptions {
   int copies = 1;                           // >1: the dists again under renamed packages (scaling runs)
   std::string python = "/usr/bin/python3";  // what bin/python3 links to
   std::size_t max_filler = 0;               // bytes of filler per non-ELF file at most
+  // `dir` is a venv `python -m venv` made (resolver/env/interpreter.hpp's make_venv): its
+  // pyvenv.cfg, bin/ and lib64 are kept and the dists added to its site folder, which must hold
+  // none of theirs. Otherwise `dir` must be empty or absent and gets a pyvenv.cfg and a
+  // bin/python3 linking `python`.
+  bool into_venv = false;
 };
 
 struct MaterializeStats {
@@ -32,7 +37,7 @@ struct MaterializeStats {
   std::size_t elf_objects = 0;
 };
 
-// Writes the environment into `dir` (created; must be empty or absent). Throws Error.
+// Writes the environment into `dir` (see MaterializeOptions::into_venv). Throws Error.
 MaterializeStats materialize_environment(const nlohmann::json& description, const std::string& dir,
                                          const MaterializeOptions& options = {});
 

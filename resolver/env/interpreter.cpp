@@ -315,7 +315,7 @@ std::optional<FoundPython> interpreter(const fs::path& exe, const InterpreterLoo
 }  // namespace
 
 std::optional<std::string> ask_python(const std::string& exe, const std::string& code,
-                                      std::chrono::milliseconds deadline) {
+                                      std::chrono::milliseconds deadline, const std::vector<std::string>& args) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
   posix_spawn_file_actions_t actions;
@@ -323,10 +323,13 @@ std::optional<std::string> ask_python(const std::string& exe, const std::string&
   posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  std::string a0 = exe, a1 = "-c", a2 = code;
-  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
+  std::vector<std::string> words = {exe, "-c", code};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
   pid_t pid = -1;
-  const int spawned = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, environ);
+  const int spawned = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(out[1]);
   if (spawned != 0) {
@@ -355,6 +358,32 @@ std::optional<std::string> ask_python(const std::string& exe, const std::string&
   ::waitpid(pid, &status, 0);
   if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
   return text;
+}
+
+std::string make_venv(const std::string& exe, const std::string& dir, std::chrono::milliseconds deadline) {
+  // ensurepip may be there and still fail (Debian's without its wheels): then the venv is made
+  // again without pip over what the failed attempt left, in a folder that was empty before.
+  static const char* const k_make =
+      "import sys, venv\n"
+      "try:\n"
+      "    import ensurepip\n"
+      "    pip = ensurepip.version()\n"
+      "except Exception:\n"
+      "    pip = ''\n"
+      "if pip:\n"
+      "    try:\n"
+      "        venv.EnvBuilder(with_pip=True, symlinks=True).create(sys.argv[1])\n"
+      "    except BaseException:\n"
+      "        pip = ''\n"
+      "if not pip:\n"
+      "    venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(sys.argv[1])\n"
+      "print(pip)\n";
+  const auto said = ask_python(exe, k_make, deadline, {dir});
+  if (!said) throw Error(fmt::format("{} -m venv {} failed or took over {} s", exe, dir, deadline.count() / 1000));
+  std::string pip(trim(*said));
+  // A version as ensurepip gives it, nothing else: it is shown to the user.
+  if (pip.size() > 32 || pip.find_first_not_of("0123456789.abcrpostdev") != std::string::npos) pip.clear();
+  return pip;
 }
 
 std::optional<FoundPython> python_on_path(const InterpreterLookup& l) {

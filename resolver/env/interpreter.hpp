@@ -25,6 +25,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cudafix::resolver::inline env {
 
@@ -43,10 +44,18 @@ struct FoundPython {
 // The python3 on PATH, a shim followed; nullopt when PATH has none.
 [[nodiscard]] std::optional<FoundPython> python_on_path(const InterpreterLookup& lookup);
 
-// Runs `exe -c CODE` (stdin and stderr /dev/null), killed at `deadline`: what it printed, or
-// nullopt when it could not start, failed or ran out of time.
+// Runs `exe -c CODE ARGS...` (stdin and stderr /dev/null; ARGS reach the code as sys.argv[1:],
+// never joined into it), killed at `deadline`: what it printed, or nullopt when it could not
+// start, failed or ran out of time.
 [[nodiscard]] std::optional<std::string> ask_python(const std::string& exe, const std::string& code,
-                                                    std::chrono::milliseconds deadline);
+                                                    std::chrono::milliseconds deadline,
+                                                    const std::vector<std::string>& args = {});
+
+// Makes `dir` (absent or empty) a venv of the interpreter `exe` with its own venv module, as
+// `exe -m venv DIR` does: with pip where the interpreter has ensurepip (its version returned),
+// else as `--without-pip` does (an empty string returned; Debian's python3 without python3-venv
+// has none). Throws Error when the interpreter could not make it.
+[[nodiscard]] std::string make_venv(const std::string& exe, const std::string& dir, std::chrono::milliseconds deadline);
 
 // `-p/--python SPEC`: an interpreter's path (.venv/bin/python, a shim), an environment folder,
 // or a version (`3.11`, `3.11.7`, `python3.11`, `cpython-3.11`) found as pyenv, uv and PATH

@@ -6,7 +6,8 @@
 #
 # Set by the file that includes this one (tests/CMakeLists.txt, cudafix_gtest_suites): EXE (the
 # test binary), PREFIX (the ctest name's first word), XML_DIR (this binary's own), TIMEOUT,
-# ENVIRONMENT (a list of VAR=VALUE).
+# ENVIRONMENT (a list of VAR=VALUE), COSTS_FILE (cmake/costs.txt: each long suite's COST, so that
+# ctest starts the longest first).
 execute_process(COMMAND "${EXE}" --gtest_list_tests OUTPUT_VARIABLE listing ERROR_VARIABLE errors
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -17,6 +18,12 @@ endif()
 # Reports of an earlier run would be counted again.
 file(REMOVE_RECURSE "${XML_DIR}")
 file(MAKE_DIRECTORY "${XML_DIR}")
+file(STRINGS "${COSTS_FILE}" cost_lines REGEX "^[^#]")
+set(costs "")
+foreach(cost_line IN LISTS cost_lines)
+  string(REPLACE " " "=" cost_line "${cost_line}")
+  list(APPEND costs "${cost_line}")
+endforeach()
 string(REPLACE "\n" ";" lines "${listing}")
 foreach(line IN LISTS lines)
   # A suite's line starts in column 1 and ends with a dot, before any "  # TypeParam = ..." note.
@@ -27,5 +34,11 @@ foreach(line IN LISTS lines)
              "--gtest_output=xml:${XML_DIR}/${file_name}.xml")
     set_tests_properties("${PREFIX}.${suite}" PROPERTIES TIMEOUT "${TIMEOUT}" ENVIRONMENT "${ENVIRONMENT}"
                                                          LABELS gtest)
+    set(cost "${costs}")
+    list(FILTER cost INCLUDE REGEX "^${PREFIX}\\.${suite}=")
+    if(cost)
+      string(REGEX REPLACE ".*=" "" cost "${cost}")
+      set_tests_properties("${PREFIX}.${suite}" PROPERTIES COST "${cost}")
+    endif()
   endif()
 endforeach()

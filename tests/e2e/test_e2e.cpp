@@ -380,10 +380,11 @@ TEST_F(CorpusVenv, AScanStoppedAndContinuedSeesTheSameTree) {
   for (int round = 0; round < 3; ++round) {
     // Both kills quiet: the shell may reap the scan between them, and "kill: No such process" on
     // the output this test parses failed a CI run.
-    const auto stopped = run_shell(shell_quote(k_bin) + args + " > " + out +
-                                   " & p=$!; while kill -STOP $p 2>/dev/null; do kill -CONT $p 2>/dev/null; sleep 0.002; done; "
-                                   "wait $p && cat " +
-                                   out);
+    const auto stopped =
+        run_shell(shell_quote(k_bin) + args + " > " + out +
+                  " & p=$!; while kill -STOP $p 2>/dev/null; do kill -CONT $p 2>/dev/null; sleep 0.002; done; "
+                  "wait $p && cat " +
+                  out);
     ASSERT_EQ(stopped.exit_code, 0) << stopped.out.substr(0, 800);
     // The summaries first (files walked, dists missing files): a readable failure.
     EXPECT_EQ(json::parse(stopped.out)["summary"], json::parse(quiet.out)["summary"]) << "round " << round;
@@ -543,6 +544,82 @@ TEST(Demo, ExampleObjectsAreRealElfThatGlibcLoads) {
   const auto r = run_shell("LD_TRACE_LOADED_OBJECTS=1 /lib64/ld-linux-x86-64.so.2 " + shell_quote(lib));
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("libcublasLt.so.13 => " + site + "/nvidia/cu13/lib/libcublasLt.so.13"));
+}
+
+// The demo's environments are venvs `python3 -m venv` made, with pip: README's and
+// docs/transactions.md's commands run on them as written, with the venv's own python and pip.
+TEST(Demo, ItsVenvsAreRealSoPipChangesThemAndGuardAndSnapshotsUndoWhatPipDid) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/demo";
+  const auto made = cudafix("demo --color never " + shell_quote(dir));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  EXPECT_THAT(made.out, HasSubstr("It is a venv made by `python3 -m venv`, with pip "));
+  const std::string broken = dir + "-broken";
+  for (const char* made_by_venv : {"bin/python", "bin/pip", "bin/activate"})
+    EXPECT_TRUE(fs::exists(broken + "/" + made_by_venv)) << made_by_venv;
+  const std::string site = test::site_packages(broken);
+  const std::string cudnn12 = site + "/nvidia_cudnn_cu12-9.10.2.21.dist-info";
+  const std::string libcudnn = site + "/nvidia/cudnn/lib/libcudnn.so.9";
+  const std::string in_broken = "cd " + shell_quote(broken) + " && env -u VIRTUAL_ENV ";
+  // README's guarded cleanup: refused before pip runs, since it would break torch's cuDNN.
+  const auto refused =
+      run_shell(in_broken + shell_quote(k_bin) + " guard --venv . -- bin/python -m pip uninstall -y nvidia-cudnn-cu12");
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("it was not run and nothing was changed"));
+  EXPECT_TRUE(fs::exists(cudnn12));
+  // Run anyway: the venv's own pip uninstalls it for real, and guard undoes what it broke.
+  const auto undone = run_shell(in_broken + shell_quote(k_bin) +
+                                " guard --allow-break --venv . -- bin/python -m pip uninstall -y nvidia-cudnn-cu12");
+  EXPECT_EQ(undone.exit_code, 1) << undone.out;
+  EXPECT_THAT(undone.out, HasSubstr("Successfully uninstalled nvidia-cudnn-cu12-9.10.2.21"));
+  EXPECT_THAT(undone.out, HasSubstr("undone: its "));
+  EXPECT_TRUE(fs::exists(cudnn12));
+  EXPECT_TRUE(fs::exists(libcudnn));
+  // docs/transactions.md's snapshot, pip (the activated venv's), rollback: what pip deleted is back.
+  const auto snap =
+      run_shell(in_broken + "bash -c " +
+                shell_quote("source bin/activate && PATH=" + shell_quote(fs::path(k_bin).parent_path().string()) +
+                            ":$PATH && cudafix snapshot before-cleanup && pip uninstall -y nvidia-cudnn-cu12 && "
+                            "test ! -e " +
+                            shell_quote(libcudnn) + " && cudafix rollback -y --snapshot before-cleanup"));
+  EXPECT_EQ(snap.exit_code, 0) << snap.out;
+  EXPECT_THAT(snap.out, HasSubstr("Successfully uninstalled nvidia-cudnn-cu12-9.10.2.21"));
+  EXPECT_THAT(snap.out, HasSubstr("restored snapshot 'before-cleanup': 29 files put back"));
+  EXPECT_TRUE(fs::exists(cudnn12));
+  EXPECT_TRUE(fs::exists(libcudnn));
+  // The folder is not empty now: a second demo there refuses, saying how to run it again.
+  const auto again = cudafix("demo -q " + shell_quote(dir));
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_THAT(again.out, HasSubstr("rm -rf " + dir + " " + broken));
+}
+
+// An interpreter without ensurepip (Debian's python3 without python3-venv; here an ensurepip
+// that fails to import, first on PYTHONPATH): the venvs are made --without-pip, the demo says
+// so, and its walk still repairs the example.
+TEST(Demo, AnInterpreterWithoutEnsurepipGivesVenvsWithoutPipAndTheDemoSaysSo) {
+  TempDir tmp;
+  test::write_file(tmp.path() + "/no-ensurepip/ensurepip.py", "raise ImportError('no ensurepip here')\n");
+  const std::string dir = tmp.path() + "/demo";
+  const auto r = run_shell("env -u VIRTUAL_ENV PYTHONPATH=" + shell_quote(tmp.path() + "/no-ensurepip") + " " +
+                           shell_quote(k_bin) + " demo --color never " + shell_quote(dir) + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("It is a venv made by `python3 -m venv --without-pip`: "));
+  EXPECT_THAT(r.out, HasSubstr("has no ensurepip, so there is no pip in it."));
+  EXPECT_THAT(r.out, HasSubstr("nothing to do: " + dir + " needs no step"));
+  for (const std::string& venv : {dir, dir + "-broken"}) {
+    EXPECT_TRUE(fs::exists(venv + "/bin/python")) << venv;
+    EXPECT_TRUE(fs::exists(venv + "/bin/activate")) << venv;
+    EXPECT_FALSE(fs::exists(venv + "/bin/pip")) << venv;
+  }
+  // --json says the same: no pip, and where the broken copy is.
+  const auto doc = run_shell("env -u VIRTUAL_ENV PYTHONPATH=" + shell_quote(tmp.path() + "/no-ensurepip") + " " +
+                             shell_quote(k_bin) + " demo --json " + shell_quote(tmp.path() + "/j"));
+  ASSERT_EQ(doc.exit_code, 0) << doc.out;
+  const auto j = json::parse(doc.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << doc.out;
+  EXPECT_EQ(j["pip"], "");
+  EXPECT_EQ(j["broken_copy"], tmp.path() + "/j-broken");
+  EXPECT_EQ(j["repaired"], true);
 }
 
 // --- bad input -----------------------------------------------------------------------------

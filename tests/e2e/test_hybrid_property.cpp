@@ -16,7 +16,7 @@
 // `pip uninstall` (the usual cleanup, issue 37). `fix` must end verified after every step, and the
 // same three judges must agree.
 //
-// Each run takes a new seed and prints it; CUDAFIX_HYBRID_SEED=N runs that seed again.
+// Each run takes a new seed and prints it; CUDAFIX_SEED=N runs that seed again (tests/support/seed.hpp).
 // CUDAFIX_HYBRID_ROUNDS sets the number of rounds of the plan property (6 by default) and
 // CUDAFIX_HYBRID_FIX_ROUNDS those of fix's (3 by default): a CI sample, each round a dozen pip
 // runs; bench/hybrid_property.sh runs many more of both.
@@ -39,6 +39,7 @@
 
 #include "resolver/elf/elf_writer.hpp"
 #include "tests/e2e/cudafix_run.hpp"
+#include "tests/support/seed.hpp"
 
 namespace cudafix {
 namespace {
@@ -310,15 +311,6 @@ void HybridProperty::judge(const std::string& venv, const Round& r, const Listin
     for (const auto* l : r.leftovers) EXPECT_NE(d["name"], l->name) << "still installed";
 }
 
-// The run's seed, printed and recorded: CUDAFIX_HYBRID_SEED, else a new one.
-unsigned property_seed() {
-  const char* env_seed = std::getenv("CUDAFIX_HYBRID_SEED");
-  const unsigned seed = env_seed ? static_cast<unsigned>(std::strtoul(env_seed, nullptr, 10)) : std::random_device{}();
-  std::cout << "seed " << seed << " (run it again: CUDAFIX_HYBRID_SEED=" << seed << ")\n";
-  ::testing::Test::RecordProperty("seed", std::to_string(seed));
-  return seed;
-}
-
 int rounds_from(const char* variable, int fallback) {
   const char* set = std::getenv(variable);
   return set ? std::atoi(set) : fallback;
@@ -326,8 +318,8 @@ int rounds_from(const char* variable, int fallback) {
 
 TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAndGlibc) {
   const int rounds = rounds_from("CUDAFIX_HYBRID_ROUNDS", 6);
-  const unsigned seed = property_seed();
-  SCOPED_TRACE(fmt::format("seed {} (CUDAFIX_HYBRID_SEED={} runs it again)", seed, seed));
+  const unsigned seed = test::seed_for(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  SCOPED_TRACE(fmt::format("sample seed {} (CUDAFIX_SEED={} runs it again)", seed, test::run_seed()));
   std::mt19937 rng(seed);
   const auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   int reinstalls = 0, removals = 0, installs = 0, pip_uninstalls = 0, foreign_last = 0, applied_by_cudafix = 0;
@@ -399,8 +391,8 @@ TEST_F(HybridProperty, PlanFixFindsASafePlanAndCarryingItOutSatisfiesDoctorPipAn
 // removes the foreign leftovers), and the judges must agree.
 TEST_F(HybridProperty, SeveralProvidersRemovedByOnePipUninstallAreRepairedByAFixVerifiedAfterEveryStep) {
   const int rounds = rounds_from("CUDAFIX_HYBRID_FIX_ROUNDS", 3);
-  const unsigned seed = property_seed();
-  SCOPED_TRACE(fmt::format("seed {} (CUDAFIX_HYBRID_SEED={} runs it again)", seed, seed));
+  const unsigned seed = test::seed_for(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  SCOPED_TRACE(fmt::format("sample seed {} (CUDAFIX_SEED={} runs it again)", seed, test::run_seed()));
   std::mt19937 rng(seed);
   const std::string fake_driver = test::k_fixtures + "/verify/cuda/ok";
   int steps_verified = 0;

@@ -2,8 +2,9 @@
 // --snapshot, fix) on real venvs made by pip, each recovered by the next command: the tree is the
 // before or the after state and nothing between, history shows nothing in progress, the next
 // command works and pip reads the venv. CI kills at a sample of each command's steps (the first,
-// the last, those around the intent and the commit, and points spread between them);
-// CUDAFIX_SWEEP_ALL=1 walks every step (bench/kill_sweep.sh). And, on the same venvs, the other
+// the last, those around the intent and the commit, and 8 drawn from the run's seed between
+// them: tests/support/seed.hpp, CUDAFIX_SEED=N draws the same); CUDAFIX_SWEEP_ALL=1 walks every
+// step (bench/kill_sweep.sh). And, on the same venvs, the other
 // ways issue 36 found a change lost or unexplained: the writer that queued on the lock while the
 // killed one held it (it recovers the killed transaction before its own work), a site-packages on
 // another mount (refused up front, named; snapshot says it copies), doctor's recovery (said), and
@@ -13,12 +14,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,6 +30,7 @@
 #include "installer/txn/journal.hpp"
 #include "resolver/base/text.hpp"
 #include "tests/e2e/cudafix_run.hpp"
+#include "tests/support/seed.hpp"
 
 namespace cudafix {
 namespace {
@@ -179,9 +183,10 @@ class KillSweep : public ::testing::Test {
 
   // The journal steps to kill at: every one with CUDAFIX_SWEEP_ALL=1; otherwise the first, the
   // intent (step 2, after the begin record), the step after it (the first change), the last two
-  // (the last change and the commit record), and points spread evenly between, 20 at least where
-  // there are as many.
-  static std::vector<long> steps_to_kill(long total) {
+  // (the last change and the commit record), and k_sampled steps between drawn from the run's
+  // seed for this command: each CI run kills at other steps, and the whole sweep over runs.
+  static constexpr long k_sampled = 8;
+  static std::vector<long> steps_to_kill(const std::string& command, long total) {
     std::set<long> at;
     const char* all = std::getenv("CUDAFIX_SWEEP_ALL");
     if (all && std::string(all) == "1") {
@@ -189,7 +194,12 @@ class KillSweep : public ::testing::Test {
     } else {
       for (const long s : {1L, 2L, 3L, total - 1, total})
         if (s >= 1 && s <= total) at.insert(s);
-      for (long i = 0; i < 20; ++i) at.insert(1 + i * (total - 1) / 19);
+      std::vector<long> between;
+      for (long s = 4; s <= total - 2; ++s) between.push_back(s);
+      std::mt19937 rng(test::seed_for("kill sweep " + command));
+      std::shuffle(between.begin(), between.end(), rng);
+      between.resize(std::min<std::size_t>(between.size(), k_sampled));
+      at.insert(between.begin(), between.end());
     }
     return {at.begin(), at.end()};
   }
@@ -230,7 +240,10 @@ Tally KillSweep::sweep(const Case& c) {
     const auto past = cudafix(c.command, v, "CUDAFIX_TEST_KILL_AT=" + std::to_string(total + 1));
     EXPECT_EQ(past.exit_code, 0) << c.name << ": the journal has more than " << total << " steps: " << past.out;
   }
-  for (const long step : steps_to_kill(total)) {
+  const auto steps = steps_to_kill(c.name, total);
+  std::printf("kill sweep: %s: killing at steps %s of %ld\n", c.name.c_str(),
+              fmt::format("{}", fmt::join(steps, ",")).c_str(), total);
+  for (const long step : steps) {
     const std::string at = c.name + ", killed at step " + std::to_string(step) + " of " + std::to_string(total);
     TempDir t;
     const std::string v = prepared(c, t);
@@ -291,35 +304,35 @@ Tally KillSweep::sweep(const Case& c) {
 
 TEST_F(KillSweep, AKillAtAnyStepOfInstallLeavesTheBeforeOrTheAfterState) {
   const auto t = sweep(cases()[0]);
-  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.trials, 5 + k_sampled);
   EXPECT_GE(t.befores, 1);
   EXPECT_GE(t.afters, 1);
 }
 
 TEST_F(KillSweep, AKillAtAnyStepOfRemoveLeavesTheBeforeOrTheAfterState) {
   const auto t = sweep(cases()[1]);
-  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.trials, 5 + k_sampled);
   EXPECT_GE(t.befores, 1);
   EXPECT_GE(t.afters, 1);
 }
 
 TEST_F(KillSweep, AKillAtAnyStepOfRollbackLeavesTheBeforeOrTheAfterState) {
   const auto t = sweep(cases()[2]);
-  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.trials, 5 + k_sampled);
   EXPECT_GE(t.befores, 1);
   EXPECT_GE(t.afters, 1);
 }
 
 TEST_F(KillSweep, AKillAtAnyStepOfASnapshotRestoreLeavesTheBeforeOrTheAfterState) {
   const auto t = sweep(cases()[3]);
-  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.trials, 5 + k_sampled);
   EXPECT_GE(t.befores, 1);
   EXPECT_GE(t.afters, 1);
 }
 
 TEST_F(KillSweep, AKillAtAnyStepOfFixLeavesTheBeforeOrTheAfterState) {
   const auto t = sweep(cases()[4]);
-  EXPECT_GE(t.trials, 20);
+  EXPECT_GE(t.trials, 5 + k_sampled);
   EXPECT_GE(t.befores, 1);
   EXPECT_GE(t.afters, 1);
 }
