@@ -168,6 +168,43 @@ std::string url_file_name(std::string_view url) {
   return out;
 }
 
+// The 1-based line of the first byte past ASCII outside a string or a comment, where TOML allows
+// none. toml++ 3.3 (Debian 12's) reaches __builtin_unreachable() on U+00A1 to U+0499 there
+// (is_non_ascii_horizontal_whitespace), undefined behaviour on a hostile file: such a file is
+// refused before toml++ sees it. A string's closing quotes may run to five (`"""x"""""`).
+std::optional<std::size_t> non_ascii_outside_strings(std::string_view t) {
+  std::size_t line = 1;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (c == '\n') {
+      ++line;
+    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      return line;
+    } else if (c == '#') {
+      while (i + 1 < t.size() && t[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      const bool multi = t.substr(i, 3) == std::string_view(c == '"' ? "\"\"\"" : "'''");
+      const std::string_view close = multi ? t.substr(i, 3) : t.substr(i, 1);
+      for (i += close.size(); i < t.size(); ++i) {
+        if (t[i] == '\n') {
+          ++line;
+          if (!multi) break;  // an unterminated string: toml++ refuses it
+        }
+        if (c == '"' && t[i] == '\\') {
+          line += i + 1 < t.size() && t[i + 1] == '\n';
+          ++i;
+          continue;
+        }
+        if (t.substr(i, close.size()) != close) continue;
+        i += close.size() - 1;
+        while (multi && i + 1 < t.size() && t[i + 1] == c && t.substr(i + 1, 3) != close) ++i;
+        break;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // ---- reading ---------------------------------------------------------------------------------
 
 // Reads one lock's tables, naming the file and the key path in every refusal.
@@ -506,6 +543,8 @@ std::string LockFile::file_name() const {
 Lock parse_lock(std::string_view text, std::string_view file, std::vector<std::string>* warnings) {
   const Reader r(file);
   if (text.size() > k_lock_file_max) r.fail("(file)", fmt::format("larger than {} bytes", k_lock_file_max));
+  if (const auto line = non_ascii_outside_strings(text))
+    throw Error(fmt::format("{}: line {}: a character past ASCII outside a string or a comment", file, *line));
   toml::table top;
   try {
     top = toml::parse(text, file);

@@ -6,7 +6,9 @@
 // (k_lock_file_max bytes, k_lock_max_packages packages, k_lock_max_items entries in any one list,
 // k_lock_max_string bytes in any one string), every key's type is checked, and a problem throws
 // Error naming the file and the key as a path: "pylock.toml: packages[3].wheels[0].hashes.sha256:
-// expected 64 hex digits". What is checked beyond types:
+// expected 64 hex digits". Before toml++ reads it, a byte past ASCII outside a string or a comment
+// (TOML allows none there) is refused: toml++ 3.3 reaches undefined behaviour on some. What is
+// checked beyond types:
 //   - lock-version: "1.N"; another major is refused (the spec's MUST), a newer minor is read with
 //     a warning (its SHOULD);
 //   - a package's name is kept PEP 503 normalised; its version is PEP 440, its marker PEP 508,

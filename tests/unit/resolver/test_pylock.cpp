@@ -7,7 +7,9 @@
 #include <string>
 
 #include "resolver/base/diagnostic.hpp"
+#include "resolver/base/text.hpp"
 #include "resolver/pep/pylock.hpp"
+#include "tests/support/paths.hpp"
 
 namespace cudafix::resolver {
 namespace {
@@ -191,6 +193,17 @@ TEST(Pylock, RefusesBadPackagesAndMoreThanOneSource) {
       refusal(head + "name = \"x\"\n[packages.tool.cudafix]\nlibraries = [{ path = \"a.so\", sha256 = \"1\" }]\n"),
       HasSubstr("packages[0].tool.cudafix.libraries[0].sha256: expected 64 hex digits"));
   EXPECT_THAT(refusal("lock-version = \"1.0\"\ncreated-by = \"t\"\npackages = [\nx"), HasSubstr("pylock.toml: line "));
+  // Past ASCII outside a string or a comment: refused before toml++ 3.3 reaches undefined behaviour
+  // on it; inside strings and comments it is read.
+  EXPECT_THAT(refusal("lock-version = \"1.0\"\ncreated-by = \"t\"\npackages = []\n\u038f = 1\n"),
+              HasSubstr("pylock.toml: line 4: a character past ASCII outside a string or a comment"));
+  EXPECT_EQ(refusal("lock-version = \"1.0\" # \u038f\ncreated-by = \"\u038f\\\"\u038f\"\npackages = []\n"
+                    "x = \"\"\"\u038f\"\"\"\"\"\ny = '''\u038f'''\n"),
+            "");
+  // fuzz_pylock found it: tests/fuzz/regressions/pylock-non-ascii-bare-key reached toml++'s
+  // __builtin_unreachable() (UBSan: "execution reached an unreachable program point").
+  EXPECT_THAT(refusal(read_file(test::source_dir() + "/tests/fuzz/regressions/pylock-non-ascii-bare-key")),
+              HasSubstr("pylock.toml: line 4: a character past ASCII outside a string or a comment"));
   EXPECT_THAT(refusal("lock-version = \"1.0\"\ncreated-by = \"t\\u0000\"\npackages = []\n"),
               HasSubstr("created-by: holds a NUL character"));
 }
