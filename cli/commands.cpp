@@ -42,6 +42,7 @@
 #include "resolver/base/text.hpp"
 #include "resolver/env/example_env.hpp"
 #include "resolver/pep/pep508.hpp"
+#include "resolver/pep/pylock.hpp"
 #include "resolver/plan/fix.hpp"
 #include "resolver/plan/provenance.hpp"
 #include "rules/doctor.hpp"
@@ -135,6 +136,13 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   rules::DoctorOptions opts;
   Located located = locate(g, Access::read, &opts.refused_recovery);
   opts.verify_hashes = d.verify_hashes;
+  if (d.lock) {
+    std::vector<std::string> warnings;
+    opts.lock = std::make_shared<const r::Lock>(r::read_lock(*d.lock, &warnings));
+    opts.lock_file = *d.lock;
+    for (const auto& w : warnings)
+      if (!g.quiet) std::cerr << "cudafix: warning: " << printable(w, k_line_limit) << '\n';
+  }
   opts.select = d.select;
   opts.ignore = d.ignore;
   opts.threads = g.threads;
@@ -250,8 +258,6 @@ installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g, 
   return s;
 }
 
-namespace {
-
 // The folders of wheels a plan reads: --find-links, else (where `pip_find_links_env`) those
 // $PIP_FIND_LINKS names, else the configuration's.
 std::vector<std::string> find_links_folders(const GlobalOptions& g, bool pip_find_links_env) {
@@ -273,8 +279,6 @@ std::vector<std::string> find_links_folders(const GlobalOptions& g, bool pip_fin
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
   return folders;
 }
-
-}  // namespace
 
 PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
                          std::optional<int> cuda_major, bool pip_find_links_env) {

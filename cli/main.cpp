@@ -16,6 +16,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/lock_command.hpp"
 #include "cli/printable.hpp"
 #include "cli/usage.hpp"
 #include "resolver/base/diagnostic.hpp"
@@ -181,6 +182,8 @@ Command doctor_command(CLI::App& app, const GlobalOptions& g) {
   sub->add_flag("--verify-hashes", o->verify_hashes, "check every file against its RECORD hash (SHA-256)");
   sub->add_option("--select", o->select, "run only these rules (comma-separated)")->delimiter(',');
   sub->add_option("--ignore", o->ignore, "skip these rules (comma-separated)")->delimiter(',');
+  sub->add_option("--lock", o->lock, "a pylock.toml: report how the environment drifted from it")
+      ->check(existing_file());
   show_common_options(app, sub, joined({k_environment, k_scanning}));
   return {sub, [&g, o] { return run_doctor(g, *o, std::cout); }};
 }
@@ -279,6 +282,13 @@ Command fix_command(CLI::App& app, GlobalOptions& g) {
   return {sub, [&g, o] { return run_fix(g, *o, std::cout); }};
 }
 
+Command lock_command(CLI::App& app, const GlobalOptions& g) {
+  auto o = held<LockCliOptions>();
+  auto* sub = add_lock_command(app, *o);
+  show_common_options(app, sub, joined({k_environment, k_scanning, k_sources}));
+  return {sub, [&g, o] { return run_lock(g, *o, CUDAFIX_VERSION, std::cout); }};
+}
+
 Command history_command(CLI::App& app, const GlobalOptions& g) {
   auto* sub = app.add_subcommand("history", "the transactions cudafix carried out, newest first");
   show_common_options(app, sub, k_environment);
@@ -357,6 +367,7 @@ std::vector<Command> add_commands(CLI::App& app, GlobalOptions& g) {
   for (auto& c : plan_commands(app, g)) all.push_back(std::move(c));
   for (auto* add : {rules_command, explain_command}) all.push_back(add(app, g));
   for (auto* add : {remove_command, install_command, apply_command, fix_command}) all.push_back(add(app, g));
+  all.push_back(lock_command(app, g));
   all.push_back(history_command(app, g));
   for (auto* add : {rollback_command, snapshot_command, guard_command}) all.push_back(add(app, g));
   for (auto* add : {demo_command, version_command, help_command}) all.push_back(add(app, g));

@@ -2,7 +2,7 @@
 # Seeds for the fuzz targets, from real inputs: make_seeds.sh FIXTURES OUT
 set -euo pipefail
 FIX=$1 OUT=$2
-mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index,remote_wheel,zip,plan,journal}
+mkdir -p "$OUT"/{record,metadata,elf,ld_cache,wheel,install,cache,index,remote_wheel,zip,plan,journal,pylock}
 cp /etc/ld.so.cache "$OUT/ld_cache/host" 2>/dev/null || true
 i=0
 for f in $(find "$FIX" -name '*.so*' -type f | head -20); do cp "$f" "$OUT/elf/$((i++))"; done
@@ -105,3 +105,25 @@ def line(t): return hashlib.sha256(t.encode()).hexdigest()[:16] + " " + t + "\n"
 open(sys.argv[2] + "/1", "w").write("\0" + "".join(line(t) for t in lines))
 open(sys.argv[2] + "/2", "w").write("\1" + "".join(t + "\n" for t in lines[:4]) + '{"record":"aborted","why":"x"}\n')
 PY
+# A lock of every table resolver/pep/pylock.hpp reads: uv's shape (a wheel by URL, an sdist, another
+# tool's table, an unknown key) and cudafix's own tables.
+h=$(printf '%064d' 0)
+cat > "$OUT/pylock/1" <<TOML
+lock-version = "1.0"
+created-by = "uv"
+requires-python = ">=3.12"
+[[packages]]
+name = "torch"
+version = "2.5.1+cu121"
+marker = "sys_platform == 'linux'"
+wheels = [{ url = "https://x/torch-2.5.1%2Bcu121-cp312-cp312-linux_x86_64.whl", upload-time = 2025-01-01T00:00:00Z, size = 1, hashes = { sha256 = "$h" } }]
+sdist = { path = "torch-2.5.1.tar.gz", hashes = {} }
+future = { a = [1, 2.5, true] }
+[packages.tool.uv]
+x = 1
+[packages.tool.cudafix]
+libraries = [{ path = "torch/lib/libtorch_cuda.so", soname = "libtorch_cuda.so", sha256 = "$h" }]
+resolutions = [{ consumer = "torch/lib/libtorch_cuda.so", soname = "libcudnn.so.9", provider = "nvidia/cudnn/lib/libcudnn.so.9" }]
+[tool.cudafix]
+verified = [{ device = "GPU-1", driver = "550.54.15", cuda = 12040, cudnn = "9.1.0", consumer = "torch/lib/libtorch_cuda.so", at = 2026-01-01T00:00:00Z }]
+TOML
