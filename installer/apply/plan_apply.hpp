@@ -56,6 +56,9 @@ struct ApplyOptions {
   std::function<source::SourceSettings()> source_settings;
   // A progress callback for each wheel staged (none, or one returning none: no progress).
   std::function<Progress()> wheel_progress;
+  // `sync`'s plan (resolver/plan/sync.hpp): the replay refuses a step only where it leaves a
+  // required library resolving nowhere (resolver::sync_breaks), the lock choosing its versions.
+  bool lock_sync = false;
 };
 
 // The environment's layout, refusing a bare site folder (cudafix changes a venv or a prefix).

@@ -153,8 +153,8 @@ std::string WheelSources::keep_download(const std::string& tmp, const IndexFile&
 Obtained WheelSources::download(const std::string& url, const std::string& sha256, const std::string& filename) {
   Obtained o;
   o.origin = redact(url);
-  const std::string have = cached_path(settings_, sha256, filename);
-  if (::access(have.c_str(), R_OK) == 0) {
+  const std::string have = sha256.empty() ? std::string() : cached_path(settings_, sha256, filename);
+  if (!have.empty() && ::access(have.c_str(), R_OK) == 0) {
     touch(have);
     o.file = have;
     return o;
@@ -175,6 +175,36 @@ Obtained WheelSources::download(const std::string& url, const std::string& sha25
   file.filename = filename;
   o.file = keep_download(req.into, file, o.problem);
   o.downloaded = !o.file.empty();
+  return o;
+}
+
+Obtained WheelSources::keep_copy(int fd, const std::string& filename, const std::string& origin) {
+  Obtained o;
+  o.origin = origin;
+  const std::string tmp = temporary_file(settings_);
+  try {
+    const int out = txn::open_file(tmp, O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      const ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        ::close(out);
+        throw r::Error(fmt::format("{}: {}", origin, std::strerror(errno)));
+      }
+      if (n == 0) break;
+      txn::write_all(out, buf.data(), static_cast<std::size_t>(n), tmp);
+    }
+    ::close(out);
+  } catch (const r::Error& e) {
+    ::unlink(tmp.c_str());
+    o.problem = e.what();
+    return o;
+  }
+  IndexFile file;
+  file.url = origin;
+  file.filename = filename;
+  o.file = keep_download(tmp, file, o.problem);
   return o;
 }
 
