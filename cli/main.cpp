@@ -176,6 +176,8 @@ int main(int argc, char** argv) {
       ->check(whole_number_in(9, 99));
   fix->add_flag("--dry-run", fix_cli.dry_run, "show the plan and what it would change; change nothing");
   fix->add_flag("--no-verify", fix_cli.no_verify, "skip the live GPU check after each step");
+  SyncCliOptions sync_opts;
+  auto* sync = add_sync_command(app, g, sync_opts);
   auto* history = app.add_subcommand("history", "the transactions cudafix carried out, newest first");
   RollbackCliOptions rollback_opts;
   auto* rollback = app.add_subcommand("rollback", "undo a transaction (default: the last), or restore a snapshot");
@@ -226,7 +228,8 @@ int main(int argc, char** argv) {
     };
     for (auto* sub : {scan, why, doctor, plan_remove, remove, install, rollback, snapshot})
       show_common_options(app, sub, joined({environment, scanning}));
-    for (auto* sub : {plan_fix, fix, apply}) show_common_options(app, sub, joined({environment, scanning, sources}));
+    for (auto* sub : {plan_fix, fix, apply, sync})
+      show_common_options(app, sub, joined({environment, scanning, sources}));
     // verify refuses --ld-so-cache: the probe's loader reads the host's.
     show_common_options(app, verify,
                         joined({environment, {"--ld-library-path", "--threads", "--timings", "--no-cache"}}));
@@ -293,6 +296,7 @@ int main(int argc, char** argv) {
     if (history->parsed()) return run_history(g, std::cout);
     if (apply->parsed()) return run_apply(g, apply_opts, std::cout);
     if (fix->parsed()) return run_fix(g, fix_cli, std::cout);
+    if (sync->parsed()) return run_sync(g, sync_opts, std::cout);
     if (install->parsed()) return run_install(g, install_opts, std::cout);
     if (rollback->parsed()) return run_rollback(g, rollback_opts, std::cout);
     if (snapshot->parsed()) return run_snapshot(g, snapshot_opts, std::cout);
