@@ -61,8 +61,15 @@ bool marker_holds(const std::string& marker, const r::MarkerEnvironment& env, co
 // The lock's packages this environment wants (their markers true), each with its best wheel
 // for the interpreter's tags; a package cudafix cannot install here is refused by name.
 std::vector<Wanted> wanted_packages(const r::Lock& lock, const std::string& name, const r::Environment& env,
-                                    const std::vector<std::string>& tags) {
+                                    const std::vector<std::string>& tags, const std::string& python) {
   const r::MarkerEnvironment markers = r::marker_environment_of(env.layout);
+  if (lock.requires_python) {
+    const auto spec = r::SpecifierSet::parse(*lock.requires_python);
+    const auto v = r::Version::parse(python);
+    if (spec && v && !spec->contains(*v, true))
+      throw Refused(fmt::format("{}: requires-python is '{}', and this interpreter is Python {}", name,
+                                *lock.requires_python, python));
+  }
   if (!lock.environments.empty() &&
       std::none_of(lock.environments.begin(), lock.environments.end(),
                    [&](const std::string& m) { return marker_holds(m, markers, name + ": environments"); }))
@@ -105,19 +112,23 @@ struct Fetched {
   bool pinned = true;  // the lock gave its hash
 };
 
-// The lock's folder, registered with the confined file code so that a `path` opens beneath it
-// (openat2 RESOLVE_BENEATH): a `..` or a symlink leading out is refused by the kernel.
-std::string lock_folder(const std::string& lock_path) {
+// The lock's folder (its real path), registered with the confined file code the first time a
+// wheel's `path` is opened, so that it opens beneath it (openat2 RESOLVE_BENEATH): a `..` or a
+// symlink leading out is refused by the kernel. A lock of URLs registers nothing.
+const std::string& confined_lock_folder(const std::string& lock_path) {
+  static std::string folder;
+  if (!folder.empty()) return folder;
   std::error_code ec;
   const auto real = std::filesystem::canonical(std::filesystem::absolute(lock_path).parent_path(), ec);
   if (ec) throw r::Error(fmt::format("{}: {}", lock_path, ec.message()));
   tx::confine_to(real.string());
-  return real.string();
+  folder = real.string();
+  return folder;
 }
 
 // The lock's own source of a wheel, into cudafix's cache: `path` opened confined, `url` over
 // installer/source/http (file:// too). Empty file and `problem` set where it could not be had.
-src::Obtained from_lock(src::WheelSources& sources, const r::LockFile& f, const std::string& folder) {
+src::Obtained from_lock(src::WheelSources& sources, const r::LockFile& f, const std::string& lock_path) {
   const std::string filename = f.file_name();
   const std::string sha = f.hashes.sha256().value_or("");
   if (f.url) return sources.download(*f.url, sha, filename);
@@ -125,7 +136,7 @@ src::Obtained from_lock(src::WheelSources& sources, const r::LockFile& f, const 
   src::Obtained o;
   int fd = -1;
   try {
-    fd = tx::open_file(folder + "/" + *f.path, O_RDONLY | O_CLOEXEC);
+    fd = tx::open_file(confined_lock_folder(lock_path) + "/" + *f.path, O_RDONLY | O_CLOEXEC);
   } catch (const r::Error& e) {
     o.problem = e.what();
     return o;
@@ -146,14 +157,14 @@ std::vector<std::string> lock_hashes(const r::LockPackage& p) {
 
 // One package's wheel: the lock's source first, then --find-links, the caches and the index by
 // name and version; its SHA-256 checked against the lock's. nullopt: found nowhere (`problems`).
-std::optional<Fetched> fetch_one(src::WheelSources& sources, const Wanted& w, const std::string& folder,
+std::optional<Fetched> fetch_one(src::WheelSources& sources, const Wanted& w, const std::string& lock_path,
                                  const std::vector<r::Wheel>& linked, std::vector<std::string>& problems) {
   const r::LockPackage& p = *w.package;
   const auto hashes = lock_hashes(p);
   Fetched got;
   got.pinned = !hashes.empty();
   if (w.wheel) {
-    const auto o = from_lock(sources, *w.wheel, folder);
+    const auto o = from_lock(sources, *w.wheel, lock_path);
     if (!o.file.empty()) {
       got.file = o.file;
       got.origin = o.origin;
@@ -200,14 +211,13 @@ struct SyncInputs {
 SyncInputs sync_inputs(const GlobalOptions& g, const SyncCliOptions& o, const r::Lock& lock, const r::Environment& env,
                        const std::vector<std::string>& tags) {
   SyncInputs in;
-  const auto wanted = wanted_packages(lock, o.lock, env, tags);
+  const auto wanted = wanted_packages(lock, o.lock, env, tags, requires_python_version(g, env));
   for (const auto& w : wanted) in.locked.push_back({w.package->name, *w.package->version, {}, {}, nullptr});
   r::sync_needs(env, in.locked, g.threads);
   std::set<std::string> names;
   for (const auto& l : in.locked)
     if (l.action) names.insert(l.name);
   if (names.empty()) return in;
-  const std::string folder = lock_folder(o.lock);
   auto settings = wheel_source_settings(g, env, tags);
   if (settings.cache_dir.empty())
     throw r::Error("no cache folder for the lock's wheels: set CUDAFIX_CACHE_DIR or HOME");
@@ -216,7 +226,7 @@ SyncInputs sync_inputs(const GlobalOptions& g, const SyncCliOptions& o, const r:
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     auto& l = in.locked[i];
     if (!l.action) continue;
-    const auto got = fetch_one(sources, wanted[i], folder, linked.wheels, in.problems);
+    const auto got = fetch_one(sources, wanted[i], o.lock, linked.wheels, in.problems);
     if (!got) continue;
     if (!got->pinned) {
       if (o.require_hashes)
@@ -392,6 +402,9 @@ int run_sync(const GlobalOptions& options, const SyncCliOptions& o, std::ostream
     return finish(1, fmt::format("nothing was changed: {}\n", e.what()), {});
   }
   clock.lap("wheels");
+  // A source that failed where another gave the wheel is said too (as fix says its sources').
+  for (const auto& problem : in.problems)
+    if (!g.quiet) std::cerr << fmt::format("cudafix: warning: {}\n", printable(problem, k_line_limit));
   const r::FixPlan plan = r::plan_sync(env, knowledge, in.locked, g.threads);
   const r::Fingerprint fingerprint = r::fingerprint_of(env, plan);
   clock.lap("plan");

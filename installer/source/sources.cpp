@@ -57,12 +57,13 @@ std::string temporary_file(const SourceSettings& s) {
 // `tmp` (complete, its hash `sha256`) synced and renamed to its final name in the cache.
 std::string keep_in_cache(const SourceSettings& s, const std::string& tmp, const std::string& sha256,
                           const std::string& filename) {
+  // Checked as a lookup checks them: a lock's or an index's file name is joined into a path here.
+  const std::string final_path = cached_path(s, sha256, filename);
   const std::string dir = wheels_dir(s) + "/" + sha256;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw r::Error(fmt::format("{}: {}", dir, ec.message()));
   txn::sync_path(tmp);
-  const std::string final_path = dir + "/" + filename;
   txn::rename_path(tmp, final_path);
   txn::sync_path(dir);
   return final_path;

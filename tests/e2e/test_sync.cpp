@@ -208,6 +208,34 @@ TEST(Sync, ALockWithAWrongHashIsRefusedUntouched) {
   EXPECT_EQ(now, before) << test::tree_diff(before, now);
 }
 
+// A wheel's `path` is opened beneath the lock's folder only: a `..` or a symlink leading out of
+// it is not followed, even to the right wheel, and with no other source the sync cannot run.
+TEST(Sync, AWheelPathLeadingOutOfTheLocksFolderIsNotOpened) {
+  TempDir t;
+  const std::string venv = healthy_venv(t);
+  ASSERT_EQ(test::venv_pip(venv, "uninstall -y -q alpha").exit_code, 0);
+  const std::string name = fs::path(wheels().alpha1).filename().string();
+  const std::string folder = t.path() + "/locks";
+  fs::create_directories(folder);
+  fs::create_directory_symlink(fs::path(wheels().alpha1).parent_path(), folder + "/link");
+  const std::string before = test::tree_of(venv);
+  for (const std::string& path : {"../wheels-elsewhere/" + name, "link/" + name}) {
+    fs::create_directories(t.path() + "/wheels-elsewhere");
+    fs::copy_file(wheels().alpha1, t.path() + "/wheels-elsewhere/" + name, fs::copy_options::overwrite_existing);
+    const std::string lock = folder + "/pylock.toml";
+    write_file(lock, "lock-version = \"1.0\"\ncreated-by = \"t\"\n" + seed_packages(venv) +
+                         package("alpha", "1.0",
+                                 fmt::format("{{ path = \"{}\", hashes = {{ sha256 = \"{}\" }} }}", path,
+                                             sha256_of(wheels().alpha1))) +
+                         package("beta", "1.0") + package("nvidia-cublas", "13.1.0.3"));
+    const auto r = sync(t, lock, venv, "-y --no-verify");
+    EXPECT_EQ(r.exit_code, 2) << path << ": " << r.out.substr(0, 3000);
+    EXPECT_THAT(r.out, HasSubstr("alpha 1.0")) << path;
+    const std::string now = test::tree_of(venv);
+    EXPECT_EQ(now, before) << path << ": " << test::tree_diff(before, now);
+  }
+}
+
 // uv 0.11.15's own lock (tests/e2e/uv_pylock_findlinks.toml: file:// URLs, empty hashes tables),
 // pointed at wheels of the same names: synced, every wheel said unpinned; --require-hashes
 // refuses it; and the requires-python it gives is checked.
