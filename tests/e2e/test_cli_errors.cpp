@@ -125,6 +125,7 @@ const std::vector<std::pair<std::string, std::string>> k_commands = {
     {"install", "install WHEEL -y"},
     {"apply", "apply PLAN -y"},
     {"fix", "fix -y"},
+    {"sync", "sync LOCK -y"},
     {"history", "history"},
     {"rollback", "rollback -y"},
     {"snapshot", "snapshot"},
@@ -140,6 +141,8 @@ TEST_F(CliErrors, EveryCommandGivenNoSuchVenvOrAFolderThatIsNoneSaysSoInOneDocum
   for (auto [command, args] : k_commands) {
     args = std::regex_replace(args, std::regex("WHEEL"), shell_quote(wheel_));
     args = std::regex_replace(args, std::regex("PLAN"), shell_quote(plan));
+    // sync finds the environment before it reads its lock: any file will do.
+    args = std::regex_replace(args, std::regex("LOCK"), shell_quote(plan));
     expect_error(args + " --venv /nonexistent/venv", command, "--venv: /nonexistent/venv does not exist");
     // Before the command too: the option is blamed, not the word after it.
     expect_error("--venv /nonexistent/venv " + args, command, "--venv: /nonexistent/venv does not exist");
@@ -153,6 +156,7 @@ TEST_F(CliErrors, EveryCommandRefusesAnUnknownOptionAndABadValueInOneDocument) {
   for (auto [command, args] : k_commands) {
     args = std::regex_replace(args, std::regex("WHEEL"), shell_quote(wheel_));
     args = std::regex_replace(args, std::regex("PLAN"), shell_quote(not_a_plan_));
+    args = std::regex_replace(args, std::regex("LOCK"), shell_quote(not_a_plan_));
     expect_error(args + " --frobnicate", command, "unknown option '--frobnicate'");
     expect_error("--threads abc " + args, command, "--threads: 'abc' is not a whole number");
     expect_error(args + " --color sometimes", command, "--color: 'sometimes' is not one of auto, always, never");
