@@ -195,7 +195,7 @@ TEST_F(CliErrors, AMissingOrUnknownCommandOrArgumentIsOneDocument) {
 // An option given after a command that does not take it is named as that, with the commands that
 // take it (every one of them), never as one to "give after the command" it was given after.
 TEST_F(CliErrors, AnOptionOfOtherCommandsGivenToOneIsNamedWithTheCommandsThatTakeIt) {
-  const std::string takers = "it is an option of remove, install, apply, fix, rollback, snapshot";
+  const std::string takers = "it is an option of remove, install, apply, fix, sync, rollback, snapshot";
   for (const std::string args : {"doctor -y", "doctor --yes", "doctor -qy", "scan -y --venv /x"}) {
     const std::string command = args.substr(0, args.find(' '));
     const std::string typed = args.find("--yes") != std::string::npos ? "--yes" : "-y";
@@ -203,10 +203,11 @@ TEST_F(CliErrors, AnOptionOfOtherCommandsGivenToOneIsNamedWithTheCommandsThatTak
     EXPECT_THAT(cudafix(args).err, Not(HasSubstr("give it after the command"))) << args;
   }
   expect_error("plan fix -y", "plan fix", "-y is not an option of `cudafix plan fix`; " + takers);
-  expect_error("doctor --dry-run", "doctor",
-               "--dry-run is not an option of `cudafix doctor`; it is an option of remove, install, fix, rollback");
+  expect_error(
+      "doctor --dry-run", "doctor",
+      "--dry-run is not an option of `cudafix doctor`; it is an option of remove, install, fix, sync, rollback");
   expect_error("scan --break-system-packages", "scan",
-               "it is an option of remove, install, apply, fix, rollback, snapshot, guard");
+               "it is an option of remove, install, apply, fix, sync, rollback, snapshot, guard");
   // One command takes it: that command named as a command line.
   expect_error("scan --verify-hashes", "scan",
                "--verify-hashes is not an option of `cudafix scan`; it is an option of `cudafix doctor`");
