@@ -186,6 +186,67 @@ TEST(Sync, ALockWhoseTwoWheelsWriteOnePathIsRefusedUntouched) {
   EXPECT_EQ(now, before) << test::tree_diff(before, now);
 }
 
+// The same bytes at one path twice (the `nvidia/__init__.py` every cu12 wheel ships) are no
+// conflict: both wheels are installed.
+TEST(Sync, TwoWheelsWritingOnePathWithTheSameBytesAreInstalled) {
+  TempDir t;
+  const std::string venv = healthy_venv(t);
+  const std::string init = python_file(t.path(), "init.py", "");
+  const std::string one = test::make_wheel(t.path(), "nvidia-one 1.0 nvidia/__init__.py=" + init +
+                                                         " nvidia/one/lib/libcusparseLt.so.0=" + k_multi +
+                                                         "/nvidia/cusparselt/lib/libcusparseLt.so.0");
+  const std::string two =
+      test::make_wheel(t.path(), "nvidia-two 1.0 nvidia/__init__.py=" + init +
+                                     " nvidia/two/lib/libnccl.so.2=" + k_multi + "/nvidia/nccl/lib/libnccl.so.2");
+  const std::string lock = t.path() + "/pylock.toml";
+  write_file(lock, healthy_lock(t.path(), venv) + package("nvidia-one", "1.0", by_url(one)) +
+                       package("nvidia-two", "1.0", by_url(two)));
+  const auto r = sync(t, lock, venv, "-y --no-verify");
+  EXPECT_EQ(r.exit_code, 0) << r.out.substr(0, 3000);
+  EXPECT_EQ(r.doc["steps"], json({"install nvidia-one 1.0", "install nvidia-two 1.0"}));
+}
+
+// A wheel whose library NEEDs one found nowhere, once installed: refused before any write,
+// naming the consumer and the soname.
+TEST(Sync, ALockLeavingALibraryResolvingNowhereIsRefusedUntouched) {
+  TempDir t;
+  const std::string venv = healthy_venv(t);
+  const std::string graph = test::make_wheel(
+      t.path(), "graph 1.0 graph/lib/libcudnn_graph.so.9=" + k_multi + "/graph_needs_nowhere/libcudnn_graph.so.9");
+  const std::string lock = t.path() + "/pylock.toml";
+  write_file(lock, healthy_lock(t.path(), venv) + package("graph", "1.0", by_url(graph)));
+  const std::string before = test::tree_of(venv);
+  const auto r = sync(t, lock, venv, "-y --no-verify");
+  EXPECT_EQ(r.exit_code, 1) << r.out.substr(0, 3000);
+  EXPECT_THAT(error_of(r), HasSubstr("graph/lib/libcudnn_graph.so.9 NEEDs libnowhere.so.1"));
+  const std::string now = test::tree_of(venv);
+  EXPECT_EQ(now, before) << test::tree_diff(before, now);
+}
+
+// A package whose marker is false here is not wanted (installed, it is removed); one with only
+// an sdist is refused by name, since cudafix installs wheels only.
+TEST(Sync, MarkersChooseThePackagesAndAnSdistIsRefusedByName) {
+  TempDir t;
+  const std::string venv = healthy_venv(t);
+  std::string text = healthy_lock(t.path(), venv);
+  const std::string beta = "name = \"beta\"\n";
+  text.insert(text.find(beta) + beta.size(), "marker = \"sys_platform == 'win32'\"\n");
+  const std::string lock = t.path() + "/pylock.toml";
+  write_file(lock, text +
+                       "\n[[packages]]\nname = \"delta\"\nversion = \"1.0\"\nsdist = { url = "
+                       "\"https://example.invalid/delta-1.0.tar.gz\", hashes = { sha256 = \"" +
+                       std::string(64, 'b') + "\" } }\n");
+  const std::string before = test::tree_of(venv);
+  const auto refused = sync(t, lock, venv, "-y --no-verify");
+  EXPECT_EQ(refused.exit_code, 1) << refused.out.substr(0, 3000);
+  EXPECT_THAT(error_of(refused), HasSubstr("delta 1.0 has only an sdist; cudafix installs wheels only"));
+  EXPECT_EQ(test::tree_of(venv), before);
+  write_file(lock, text);
+  const auto r = sync(t, lock, venv, "-y --no-verify");
+  EXPECT_EQ(r.exit_code, 0) << r.out.substr(0, 3000);
+  EXPECT_EQ(r.doc["steps"], json({"remove beta 1.0"}));
+}
+
 // A lock whose hash was edited by hand: refused, naming the package, the wheel and both hashes.
 TEST(Sync, ALockWithAWrongHashIsRefusedUntouched) {
   TempDir t;
