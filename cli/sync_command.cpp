@@ -302,6 +302,7 @@ int carry_out_sync(const SyncRun& run, const r::FixPlan& plan, const r::Fingerpr
   const auto finish = [&](int rc, const std::string& text) {
     j["seconds"] = clock.seconds();
     j["phases"] = clock.phases();
+    if (g.timings) std::cerr << clock.timings_text();
     if (g.json)
       out << dump_with(j, raw) << '\n';
     else if (!g.quiet || rc != 0)
@@ -343,6 +344,7 @@ int carry_out_sync(const SyncRun& run, const r::FixPlan& plan, const r::Fingerpr
   j["verification"] = verification_json(env, checks);
   j["seconds"] = clock.seconds();
   j["phases"] = clock.phases();
+  if (g.timings) std::cerr << clock.timings_text();
   report_done(g, out, "sync", env.layout.root, t, summary, keep, j, raw);
   return checks.unverified ? 4 : 0;
 }
@@ -382,7 +384,7 @@ int run_sync(const GlobalOptions& options, const SyncCliOptions& o, std::ostream
   const auto finish = [&](int rc, const std::string& text, const RawJson& raw) {
     j["seconds"] = clock.seconds();
     j["phases"] = clock.phases();
-    if (rc != 0 && !text.empty() && !j.contains("error")) j["error"] = text;
+    if (g.timings) std::cerr << clock.timings_text();
     if (g.json)
       out << dump_with(j, raw) << '\n';
     else if (!g.quiet || rc != 0)
@@ -398,6 +400,7 @@ int run_sync(const GlobalOptions& options, const SyncCliOptions& o, std::ostream
   try {
     in = sync_inputs(g, o, lock, env, tags);
   } catch (const Refused& e) {
+    j["error"] = e.what();
     j["exit"] = 1;
     return finish(1, fmt::format("nothing was changed: {}\n", e.what()), {});
   }
@@ -415,6 +418,9 @@ int run_sync(const GlobalOptions& options, const SyncCliOptions& o, std::ostream
   const Style st = style_for(g);
   const std::string shown = sync_plan_text(env, o.lock, plan, in, st);
   if (!plan.needs.empty()) {
+    std::vector<std::string> names;
+    for (const auto& n : plan.needs) names.push_back(n.name + " " + n.version);
+    j["error"] = fmt::format("no wheel for {}", fmt::join(names, ", "));
     j["exit"] = 2;
     return finish(2, shown + "nothing was changed: a wheel the lock holds was found nowhere (above)\n", raw);
   }
