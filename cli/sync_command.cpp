@@ -50,12 +50,20 @@ struct Wanted {
   const r::LockFile* wheel = nullptr;  // none: the lock names no wheel (found by name and version)
 };
 
+// A marker that cannot be evaluated here (PEP 751's `extras` and `dependency_groups`, which
+// cudafix does not choose yet) refuses the sync rather than drop, and so remove, its package.
 bool marker_holds(const std::string& marker, const r::MarkerEnvironment& env, const std::string& where) {
+  std::optional<bool> holds;
+  std::string why;
   try {
-    return r::Marker::parse(marker).evaluate(env).value_or(false);
+    holds = r::Marker::parse(marker).evaluate(env, &why);
   } catch (const std::invalid_argument& e) {
-    throw Refused(fmt::format("{}: the marker '{}' does not parse: {}", where, marker, e.what()));
+    why = e.what();
   }
+  if (!holds)
+    throw Refused(
+        fmt::format("{}: the marker '{}' cannot be evaluated here{}", where, marker, why.empty() ? "" : ": " + why));
+  return *holds;
 }
 
 // The lock's packages this environment wants (their markers true), each with its best wheel
