@@ -9,10 +9,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/e2e/cudafix_run.hpp"
@@ -295,6 +298,58 @@ TEST(Sync, AWheelPathLeadingOutOfTheLocksFolderIsNotOpened) {
     const std::string now = test::tree_of(venv);
     EXPECT_EQ(now, before) << path << ": " << test::tree_diff(before, now);
   }
+}
+
+// A lock's https-style source: alpha by an http:// URL (a wrong hash refused naming both, the
+// right one installed), beta with no wheel in the lock, found on the index by name and version
+// and said unpinned. tests/e2e/index_server.py serves the wheels, /files/ and /simple/.
+TEST(Sync, WheelsComeOverHttpAndFromTheIndexByNameAndVersion) {
+  TempDir t;
+  const std::string venv = healthy_venv(t);
+  ASSERT_EQ(test::venv_pip(venv, "uninstall -y -q alpha beta").exit_code, 0);
+  const std::string served = t.path() + "/served";
+  fs::create_directories(served);
+  for (const auto& w : {wheels().alpha1, wheels().beta})
+    fs::copy_file(w, served + "/" + fs::path(w).filename().string());
+  const auto started = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/index_server.py") +
+                                 " " + shell_quote(served) + " " + shell_quote(t.path() + "/log") + " > " +
+                                 shell_quote(t.path() + "/port") + " 2>/dev/null & echo $!");
+  struct Stopped {  // the server killed whichever way the test ends
+    int pid;
+    ~Stopped() { ::kill(pid, SIGKILL); }
+  } server{std::stoi(started.out)};
+  std::string port;
+  for (int i = 0; i < 100 && port.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    port = run_shell("cat " + shell_quote(t.path() + "/port") + " | tr -d '\\n'").out;
+  }
+  ASSERT_FALSE(port.empty());
+  const std::string url = "http://127.0.0.1:" + port;
+  const std::string alpha = fs::path(wheels().alpha1).filename().string();
+  const auto lock_with = [&](const std::string& sha) {
+    const std::string lock = t.path() + "/pylock.toml";
+    write_file(
+        lock, "lock-version = \"1.0\"\ncreated-by = \"t\"\n" + seed_packages(venv) +
+                  package("alpha", "1.0",
+                          fmt::format("{{ url = \"{}/files/{}\", hashes = {{ sha256 = \"{}\" }} }}", url, alpha, sha)) +
+                  package("beta", "1.0") + package("nvidia-cublas", "13.1.0.3"));
+    return lock;
+  };
+  const std::string before = test::tree_of(venv);
+  const std::string right = sha256_of(wheels().alpha1), wrong = std::string(64, 'c');
+  const auto refused = sync(t, lock_with(wrong), venv, "-y --no-verify --index-url " + url + "/simple");
+  EXPECT_EQ(refused.exit_code, 1) << refused.out.substr(0, 3000);
+  EXPECT_THAT(error_of(refused), HasSubstr("alpha 1.0"));
+  EXPECT_THAT(error_of(refused), HasSubstr(wrong));
+  EXPECT_THAT(error_of(refused), HasSubstr(right));
+  EXPECT_EQ(test::tree_of(venv), before);
+  const auto r = sync(t, lock_with(right), venv, "-y --no-verify --index-url " + url + "/simple");
+  ASSERT_EQ(r.exit_code, 0) << r.out.substr(0, 3000);
+  EXPECT_EQ(std::set<std::string>(r.doc["steps"].begin(), r.doc["steps"].end()),
+            (std::set<std::string>{"install alpha 1.0", "install beta 1.0"}));
+  ASSERT_EQ(r.doc["unpinned"].size(), 1u) << r.doc["unpinned"].dump();
+  EXPECT_THAT(r.doc["unpinned"][0].get<std::string>(), HasSubstr("beta 1.0"));
+  EXPECT_EQ(test::venv_pip(venv, "check").exit_code, 0);
 }
 
 // uv 0.11.15's own lock (tests/e2e/uv_pylock_findlinks.toml: file:// URLs, empty hashes tables),
