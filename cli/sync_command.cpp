@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <future>
@@ -140,11 +141,14 @@ src::Obtained from_lock(src::WheelSources& sources, const r::LockFile& f, const 
   const std::string filename = f.file_name();
   const std::string sha = f.hashes.sha256().value_or("");
   if (f.url) return sources.download(*f.url, sha, filename);
-  if (f.path->starts_with("/")) return sources.download("file://" + *f.path, sha, filename);
   src::Obtained o;
   int fd = -1;
   try {
-    fd = tx::open_file(confined_lock_folder(lock_path) + "/" + *f.path, O_RDONLY | O_CLOEXEC);
+    // An absolute path is the lock's own choice of file, joined to nothing.
+    fd = f.path->starts_with("/")
+             ? ::open(f.path->c_str(), O_RDONLY | O_CLOEXEC)
+             : tx::open_file(confined_lock_folder(lock_path) + "/" + *f.path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw r::Error(fmt::format("{}: {}", *f.path, std::strerror(errno)));
   } catch (const r::Error& e) {
     o.problem = e.what();
     return o;

@@ -182,6 +182,13 @@ Obtained WheelSources::download(const std::string& url, const std::string& sha25
 Obtained WheelSources::keep_copy(int fd, const std::string& filename, const std::string& origin) {
   Obtained o;
   o.origin = origin;
+  // A FIFO or a device (/dev/zero) would be read without end: a regular file only, bounded as a
+  // download is.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > k_max_download_bytes) {
+    o.problem = fmt::format("{}: not a regular file of at most {} bytes; not read", origin, k_max_download_bytes);
+    return o;
+  }
   const std::string tmp = temporary_file(settings_);
   try {
     const int out = txn::open_file(tmp, O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
