@@ -160,6 +160,11 @@ Obtained WheelSources::download(const std::string& url, const std::string& sha25
     o.file = have;
     return o;
   }
+  // --offline: a file:// URL reads no network; any other is not fetched.
+  if (settings_.offline && !url.starts_with("file://")) {
+    o.problem = fmt::format("{} is not in cudafix's cache, and --offline forbids downloading it", o.origin);
+    return o;
+  }
   HttpRequest req;
   req.url = url;
   req.into = temporary_file(settings_);

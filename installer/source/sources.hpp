@@ -69,7 +69,8 @@ class WheelSources {
   [[nodiscard]] std::vector<Obtained> obtain(const std::vector<Wanted>& wanted);
   // The wheel at `url` (a plan's, read by range when planned) in cudafix's cache, downloaded
   // unless it is there already; its SHA-256 must be `sha256` (empty: none is known, as for a
-  // lock's unpinned wheel: downloaded, and kept under the SHA-256 it has).
+  // lock's unpinned wheel: downloaded, and kept under the SHA-256 it has). Offline, only a
+  // file:// URL is read.
   [[nodiscard]] Obtained download(const std::string& url, const std::string& sha256, const std::string& filename);
   // The wheel open at `fd` (a lock's `path`, opened confined beneath the lock's folder) copied
   // into cudafix's cache under the SHA-256 it has, as `filename`; `origin` names it in messages.
