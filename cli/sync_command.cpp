@@ -139,9 +139,15 @@ const std::string& confined_lock_folder(const std::string& lock_path) {
 // installer/source/http (file:// too). Empty file and `problem` set where it could not be had.
 src::Obtained from_lock(src::WheelSources& sources, const r::LockFile& f, const std::string& lock_path) {
   const std::string filename = f.file_name();
-  const std::string sha = f.hashes.sha256().value_or("");
-  if (f.url) return sources.download(*f.url, sha, filename);
   src::Obtained o;
+  // cudafix's cache by the lock's hash first; a download is kept under the hash it has, which
+  // fetch_one compares with the lock's, whatever the source.
+  if (const auto sha = f.hashes.sha256()) {
+    o.file = sources.cached(*sha, filename);
+    o.origin = "cudafix's wheel cache";
+    if (!o.file.empty()) return o;
+  }
+  if (f.url) return sources.download(*f.url, "", filename);
   int fd = -1;
   try {
     // An absolute path is the lock's own choice of file, joined to nothing.
@@ -181,9 +187,6 @@ std::optional<Fetched> fetch_one(src::WheelSources& sources, const Wanted& w, co
       got.file = o.file;
       got.origin = o.origin;
     } else {
-      // A mismatch is said by the download with both hashes: refused, never looked for elsewhere.
-      if (o.problem.find("SHA-256 mismatch") != std::string::npos)
-        throw Refused(fmt::format("{} {}: the wheel {}: {}", p.name, *p.version, w.wheel->file_name(), o.problem));
       problems.push_back(fmt::format("{} {}: {}", p.name, *p.version, o.problem));
     }
   }

@@ -151,15 +151,18 @@ std::string WheelSources::keep_download(const std::string& tmp, const IndexFile&
   }
 }
 
+std::string WheelSources::cached(const std::string& sha256, const std::string& filename) {
+  const std::string have = cached_path(settings_, sha256, filename);
+  if (::access(have.c_str(), R_OK) != 0) return {};
+  touch(have);
+  return have;
+}
+
 Obtained WheelSources::download(const std::string& url, const std::string& sha256, const std::string& filename) {
   Obtained o;
   o.origin = redact(url);
-  const std::string have = sha256.empty() ? std::string() : cached_path(settings_, sha256, filename);
-  if (!have.empty() && ::access(have.c_str(), R_OK) == 0) {
-    touch(have);
-    o.file = have;
-    return o;
-  }
+  if (!sha256.empty()) o.file = cached(sha256, filename);
+  if (!o.file.empty()) return o;
   // --offline: a file:// URL reads no network; any other is not fetched.
   if (settings_.offline && !url.starts_with("file://")) {
     o.problem = fmt::format("{} is not in cudafix's cache, and --offline forbids downloading it", o.origin);

@@ -72,6 +72,8 @@ class WheelSources {
   // lock's unpinned wheel: downloaded, and kept under the SHA-256 it has). Offline, only a
   // file:// URL is read.
   [[nodiscard]] Obtained download(const std::string& url, const std::string& sha256, const std::string& filename);
+  // The wheel of this SHA-256 and file name in cudafix's cache (marked used), or empty.
+  [[nodiscard]] std::string cached(const std::string& sha256, const std::string& filename);
   // The wheel open at `fd` (a lock's `path`, opened confined beneath the lock's folder) copied
   // into cudafix's cache under the SHA-256 it has, as `filename`; `origin` names it in messages.
   [[nodiscard]] Obtained keep_copy(int fd, const std::string& filename, const std::string& origin);
