@@ -273,7 +273,8 @@ TEST(Sync, ALockWithAWrongHashIsRefusedUntouched) {
 }
 
 // A wheel's `path` is opened beneath the lock's folder only: a `..` or a symlink leading out of
-// it is not followed, even to the right wheel, and with no other source the sync cannot run.
+// it is not followed, even to the right wheel, and with no other source the sync cannot run;
+// with --find-links holding it, it comes from there.
 TEST(Sync, AWheelPathLeadingOutOfTheLocksFolderIsNotOpened) {
   TempDir t;
   const std::string venv = healthy_venv(t);
@@ -298,6 +299,12 @@ TEST(Sync, AWheelPathLeadingOutOfTheLocksFolderIsNotOpened) {
     const std::string now = test::tree_of(venv);
     EXPECT_EQ(now, before) << path << ": " << test::tree_diff(before, now);
   }
+  // The same wheel in a --find-links folder is taken by name and version, its hash the lock's.
+  const std::string links = t.path() + "/wheels-elsewhere";
+  const auto r = sync(t, folder + "/pylock.toml", venv, "-y --no-verify --find-links " + shell_quote(links));
+  EXPECT_EQ(r.exit_code, 0) << r.out.substr(0, 3000);
+  EXPECT_EQ(r.doc["steps"], json({"install alpha 1.0"}));
+  EXPECT_EQ(r.doc["fetched"], json({"alpha 1.0 from " + links}));
 }
 
 // A lock's https-style source: alpha by an http:// URL (a wrong hash refused naming both, the
