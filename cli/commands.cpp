@@ -42,6 +42,7 @@
 #include "resolver/base/text.hpp"
 #include "resolver/env/example_env.hpp"
 #include "resolver/pep/pep508.hpp"
+#include "resolver/pep/pylock.hpp"
 #include "resolver/plan/fix.hpp"
 #include "resolver/plan/provenance.hpp"
 #include "rules/doctor.hpp"
@@ -135,6 +136,13 @@ int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& 
   rules::DoctorOptions opts;
   Located located = locate(g, Access::read, &opts.refused_recovery);
   opts.verify_hashes = d.verify_hashes;
+  if (d.lock) {
+    std::vector<std::string> warnings;
+    opts.lock = std::make_shared<const r::Lock>(r::read_lock(*d.lock, &warnings));
+    opts.lock_file = *d.lock;
+    for (const auto& w : warnings)
+      if (!g.quiet) std::cerr << "cudafix: warning: " << printable(w, k_line_limit) << '\n';
+  }
   opts.select = d.select;
   opts.ignore = d.ignore;
   opts.threads = g.threads;
@@ -302,14 +310,7 @@ r::FixPlan plan_with_sources(const GlobalOptions& g, const r::Environment& env, 
 
 }  // namespace
 
-PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
-                         std::optional<int> cuda_major, bool pip_find_links_env) {
-  PlannedFix out;
-  r::FixOptions& opts = out.options;
-  opts.cuda_major = cuda_major;
-  opts.threads = g.threads;
-  opts.supported_tags = environment_tags(g, env).tags;
-  opts.python_version = requires_python_version(g, env);
+std::vector<std::string> find_links_folders(const GlobalOptions& g, bool pip_find_links_env) {
   std::vector<std::string> folders = g.find_links;
   // split() returns views: the string they point into must outlive the loop.
   const std::string pip_find_links = env_var("PIP_FIND_LINKS").value_or("");
@@ -326,6 +327,18 @@ PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, cons
       }
     }
   if (folders.empty() && pip_find_links_env) folders = g.config_find_links;
+  return folders;
+}
+
+PlannedFix make_fix_plan(const GlobalOptions& g, const r::Environment& env, const r::Knowledge& knowledge,
+                         std::optional<int> cuda_major, bool pip_find_links_env) {
+  PlannedFix out;
+  r::FixOptions& opts = out.options;
+  opts.cuda_major = cuda_major;
+  opts.threads = g.threads;
+  opts.supported_tags = environment_tags(g, env).tags;
+  opts.python_version = requires_python_version(g, env);
+  const std::vector<std::string> folders = find_links_folders(g, pip_find_links_env);
   // Only the wheels of dists the plan installs or reinstalls are read: which those are does not
   // depend on the wheels.
   const auto listing = std::chrono::steady_clock::now();

@@ -63,6 +63,7 @@ int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& 
 struct DoctorCliOptions {
   bool verify_hashes = false;
   std::vector<std::string> select, ignore;
+  std::optional<std::string> lock;  // --lock: a PEP 751 lock the lock-*-drift rules compare with
 };
 int run_doctor(const GlobalOptions& g, const DoctorCliOptions& d, std::ostream& out);
 // `plan remove DIST...`: exit 0 safe, 1 unsafe, 2 when a DIST is not installed.

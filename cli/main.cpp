@@ -13,6 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/lock_command.hpp"
 #include "cli/printable.hpp"
 #include "cli/usage.hpp"
 #include "resolver/base/diagnostic.hpp"
@@ -125,6 +126,8 @@ int main(int argc, char** argv) {
   doctor->add_flag("--verify-hashes", doctor_opts.verify_hashes, "check every file against its RECORD hash (SHA-256)");
   doctor->add_option("--select", doctor_opts.select, "run only these rules (comma-separated)")->delimiter(',');
   doctor->add_option("--ignore", doctor_opts.ignore, "skip these rules (comma-separated)")->delimiter(',');
+  doctor->add_option("--lock", doctor_opts.lock, "a pylock.toml: report how the environment drifted from it")
+      ->check(existing_file());
   VerifyCliOptions verify_opts;
   auto* verify =
       app.add_subcommand("verify", "live probe of every visible GPU: cuInit, a cuDNN handle, and a diagnosis");
@@ -178,6 +181,8 @@ int main(int argc, char** argv) {
   fix->add_flag("--no-verify", fix_cli.no_verify, "skip the live GPU check after each step");
   SyncCliOptions sync_opts;
   auto* sync = add_sync_command(app, g, sync_opts);
+  LockCliOptions lock_opts;
+  auto* lock = add_lock_command(app, lock_opts);
   auto* history = app.add_subcommand("history", "the transactions cudafix carried out, newest first");
   RollbackCliOptions rollback_opts;
   auto* rollback = app.add_subcommand("rollback", "undo a transaction (default: the last), or restore a snapshot");
@@ -228,7 +233,7 @@ int main(int argc, char** argv) {
     };
     for (auto* sub : {scan, why, doctor, plan_remove, remove, install, rollback, snapshot})
       show_common_options(app, sub, joined({environment, scanning}));
-    for (auto* sub : {plan_fix, fix, apply, sync})
+    for (auto* sub : {plan_fix, fix, apply, sync, lock})
       show_common_options(app, sub, joined({environment, scanning, sources}));
     // verify refuses --ld-so-cache: the probe's loader reads the host's.
     show_common_options(app, verify,
@@ -294,6 +299,7 @@ int main(int argc, char** argv) {
     }
     if (remove->parsed()) return run_remove(g, remove_opts, std::cout);
     if (history->parsed()) return run_history(g, std::cout);
+    if (lock->parsed()) return run_lock(g, lock_opts, CUDAFIX_VERSION, std::cout);
     if (apply->parsed()) return run_apply(g, apply_opts, std::cout);
     if (fix->parsed()) return run_fix(g, fix_cli, std::cout);
     if (sync->parsed()) return run_sync(g, sync_opts, std::cout);

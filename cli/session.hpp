@@ -90,6 +90,9 @@ void say_waiting(const std::string& what);
 [[nodiscard]] installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g,
                                                                       const resolver::Environment& env,
                                                                       const std::vector<std::string>& supported_tags);
+// The --find-links folders, else (with `pip_find_links_env`) those of $PIP_FIND_LINKS that are
+// folders (one that is not is said on stderr and passed over, as pip does), else the configuration's.
+[[nodiscard]] std::vector<std::string> find_links_folders(const GlobalOptions& g, bool pip_find_links_env = true);
 // The tags of the wheels the environment's interpreter accepts, best first, or those of the
 // target --python-platform and --python-version name (resolver/env/interpreter_tags.hpp).
 [[nodiscard]] resolver::InterpreterTags environment_tags(const GlobalOptions& g, const resolver::Environment& env);

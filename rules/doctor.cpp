@@ -146,7 +146,7 @@ bool parses_requirements(const DoctorOptions& options) {
 DoctorReport run_doctor(const r::Environment& env, const r::Knowledge& knowledge, const DoctorOptions& options) {
   check_rule_names(options);
   DoctorReport report;
-  checks::Context c{env, knowledge, options, r::marker_environment_of(env.layout), report, {}, {}, {}, {}, {}};
+  checks::Context c{env, knowledge, options, r::marker_environment_of(env.layout), report, {}, {}, {}, {}, {}, {}};
   c.index_sonames();
   if (scan_depth_for(options) != r::ScanDepth::dists) c.groups = checks::missing_groups(env);
   // Root causes first, so that the findings they cause can name them.

@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "resolver/env/environment.hpp"
 #include "resolver/env/knowledge.hpp"
+#include "resolver/pep/pylock.hpp"
 
 namespace cudafix::rules {
 
@@ -61,6 +63,10 @@ struct DoctorOptions {
   std::function<void(std::uint64_t done, std::uint64_t total)> hash_progress;  // bytes hashed
   // What the caller's recovery refused to obey (cudafix's state not trusted): untrusted-state says it.
   std::vector<std::string> refused_recovery;
+  // `doctor --lock LOCK`: the lock the lock-*-drift rules compare the environment with (none: they
+  // do not run).
+  std::shared_ptr<const resolver::Lock> lock;
+  std::string lock_file;  // its path, for messages
 };
 
 struct DoctorReport {

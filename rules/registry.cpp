@@ -8,7 +8,8 @@ namespace checks {
 // One definition in each rules/checks/<id>.cpp.
 extern const Rule shared_path, missing_files, metadata_only, mixed_cuda_major, unresolved_library, shadowed_library,
     missing_dlopen_library, foreign_sublibrary, unsatisfied_requirement, unsatisfied_extra, duplicate_dist,
-    hash_mismatch, unreadable_record, invalid_metadata, untrusted_state, foreign_object;
+    hash_mismatch, unreadable_record, invalid_metadata, untrusted_state, foreign_object, lock_package_drift,
+    lock_file_drift, lock_verdict_drift;
 }  // namespace checks
 
 const std::vector<const Rule*>& registry() {
@@ -19,7 +20,9 @@ const std::vector<const Rule*>& registry() {
                                                  &checks::foreign_sublibrary, &checks::unsatisfied_requirement,
                                                  &checks::unsatisfied_extra,  &checks::duplicate_dist,
                                                  &checks::hash_mismatch,      &checks::unreadable_record,
-                                                 &checks::invalid_metadata,   &checks::untrusted_state};
+                                                 &checks::invalid_metadata,   &checks::untrusted_state,
+                                                 &checks::lock_package_drift, &checks::lock_file_drift,
+                                                 &checks::lock_verdict_drift};
   return rules;
 }
 

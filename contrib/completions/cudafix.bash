@@ -23,13 +23,13 @@ _cudafix() {
     words=("${COMP_WORDS[@]}")
     cword=$COMP_CWORD
   }
-  local commands="scan why doctor verify plan rules explain remove install apply fix sync history rollback snapshot guard demo version help"
+  local commands="scan why doctor verify plan rules explain remove install apply fix sync lock history rollback snapshot guard demo version help"
   local global="--help --version --venv --python --json --lock-timeout --color --quiet --verbose --ld-library-path
     --ld-so-cache --threads --timings --no-cache --find-links --python-platform --python-version --index-url --extra-index-url --no-index --offline
     --http-timeout --retries --rules"
   case $prev in
     --venv | --find-links) COMPREPLY=($(compgen -d -- "$cur")); return ;;
-    --rules | --ld-so-cache | --consumer | -o | --output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --rules | --ld-so-cache | --consumer | -o | --output | --lock) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --color) COMPREPLY=($(compgen -W "auto always never" -- "$cur")); return ;;
     --select | --ignore)
       # A comma-separated list: the id being typed after the last comma.
@@ -54,7 +54,8 @@ _cudafix() {
     plan) [ -z "$sub" ] && { COMPREPLY=($(compgen -W "remove fix" -- "$cur")); return; }
       [ "$sub" = fix ] && own="--cuda-major --output"
       [ "$sub" = remove ] && [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words dists)" -- "$cur")); return; } ;;
-    doctor) own="--verify-hashes --select --ignore" ;;
+    doctor) own="--verify-hashes --select --ignore --lock" ;;
+    lock) own="--output --verified --timeout" ;;
     verify) own="--timeout --consumer --nccl" ;;
     remove) own="--force --dry-run --yes --break-system-packages"
       [[ $cur != -* ]] && { COMPREPLY=($(compgen -W "$(_cudafix_words dists)" -- "$cur")); return; } ;;

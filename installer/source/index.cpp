@@ -41,7 +41,8 @@ int hex_digit(char ch) {
   return -1;
 }
 
-// %XX decoded, as Python's urllib.parse.unquote does (a % not followed by two hex digits is kept).
+}  // namespace
+
 std::string percent_decoded(std::string_view s) {
   std::string out;
   for (std::size_t i = 0; i < s.size(); ++i) {
@@ -54,6 +55,8 @@ std::string percent_decoded(std::string_view s) {
   }
   return out;
 }
+
+namespace {
 
 // The file name of an index's entry: its own (PEP 691's "filename"), else its URL's; empty when
 // it is not a valid one (the file is then no wheel to anyone).

@@ -39,6 +39,9 @@ struct ProjectPage {
 // an index is hostile input, and the name is joined into cache paths). The URL stays as served.
 [[nodiscard]] std::optional<std::string> file_name_in_url(std::string_view url);
 
+// %XX decoded, as Python's urllib.parse.unquote does (a % not followed by two hex digits is kept).
+[[nodiscard]] std::string percent_decoded(std::string_view s);
+
 // `<index>/<normalized name>/`.
 [[nodiscard]] std::string project_url(const std::string& index_url, const std::string& normalized_name);
 

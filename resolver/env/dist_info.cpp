@@ -440,6 +440,26 @@ std::pair<std::string, std::string> split_dist_info_name(std::string_view dir_na
 
 }  // namespace
 
+// PEP 610's archive_info: its "hashes" {"sha256": HEX}, else its older "hash" "sha256=HEX"; a
+// value that is no 64 hex digits is none (the file is hostile input, and the digest may end up
+// in a lock).
+static std::optional<std::string> archive_sha256(const nlohmann::json& j) {
+  const auto hex64 = [](const std::string& s) {
+    return s.size() == 64 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  };
+  if (!j.contains("archive_info") || !j["archive_info"].is_object()) return std::nullopt;
+  const auto& a = j["archive_info"];
+  if (a.contains("hashes") && a["hashes"].is_object() && a["hashes"].contains("sha256") &&
+      a["hashes"]["sha256"].is_string() && hex64(a["hashes"]["sha256"].get<std::string>()))
+    return a["hashes"]["sha256"].get<std::string>();
+  if (a.contains("hash") && a["hash"].is_string()) {
+    const std::string h = a["hash"].get<std::string>();
+    if (h.starts_with("sha256=") && hex64(h.substr(7))) return h.substr(7);
+  }
+  return std::nullopt;
+}
+
 ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_name, SiteRoot root,
                             ReadRecord with_record) {
   ReadDistInfo out;
@@ -516,6 +536,7 @@ ReadDistInfo read_dist_info(const std::string& site_dir, const std::string& dir_
     auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("url") && j["url"].is_string()) {
       d.direct_url = j["url"].get<std::string>();
+      d.direct_url_sha256 = archive_sha256(j);
     } else {
       out.diagnostics.push_back({(dir / "direct_url.json").string(), std::nullopt, std::nullopt,
                                  "not a JSON object with a \"url\" (PEP 610)"});

@@ -350,6 +350,7 @@ void check_wheel_name(const Reader& r, const LockPackage& p, const LockFile& w, 
 
 LockPackageTool read_package_tool(const Reader& r, const toml::table& t, std::string_view path) {
   LockPackageTool tool;
+  if (t.get("record")) tool.record = r.sha256(t, "record", path);
   if (const toml::node* n = t.get("libraries")) {
     const std::string lp = Reader::sub(path, "libraries");
     const toml::array& a = r.array(*n, lp);
@@ -371,7 +372,7 @@ LockPackageTool read_package_tool(const Reader& r, const toml::table& t, std::st
                                   Reader::extras(e, {"consumer", "soname", "provider"})});
     }
   }
-  tool.extras = Reader::extras(t, {"libraries", "resolutions"});
+  tool.extras = Reader::extras(t, {"record", "libraries", "resolutions"});
   return tool;
 }
 
@@ -679,6 +680,7 @@ void write_package_tool(std::string& out, const LockPackage& p) {
   }
   if (p.cudafix.empty()) return;
   out += "\n[packages.tool.cudafix]\n";
+  string_line(out, "record", p.cudafix.record);
   std::vector<std::string> libraries, resolutions;
   for (const auto& l : p.cudafix.libraries)
     libraries.push_back(

@@ -25,7 +25,8 @@
 // (a recorded verification's time is the caller's to give): the same value gives the same bytes.
 //
 // cudafix's own tables (typed here; unknown keys in them are kept too):
-//   [packages.tool.cudafix]  libraries   = [{ path, soname, sha256 }]  the shared objects the
+//   [packages.tool.cudafix]  record      = SHA-256 of its installed RECORD's rows in the site folder
+//                            libraries   = [{ path, soname, sha256 }]  the shared objects the
 //                                            package's files provide, path relative to the site
 //                                            folder
 //                            resolutions = [{ consumer, soname, provider }]  each of its objects'
@@ -98,10 +99,13 @@ struct LockResolution {
   bool operator==(const LockResolution&) const = default;
 };
 struct LockPackageTool {
+  // SHA-256 (hex) of the installed RECORD's rows inside the site folder, outside the dist-info,
+  // as "path,hash" lines sorted: the same wheel installed by pip, uv or cudafix gives the same.
+  std::optional<std::string> record;
   std::vector<LockLibrary> libraries;       // sorted by path
   std::vector<LockResolution> resolutions;  // sorted by consumer, then soname
   LockExtras extras;
-  [[nodiscard]] bool empty() const { return libraries.empty() && resolutions.empty() && extras.empty(); }
+  [[nodiscard]] bool empty() const { return !record && libraries.empty() && resolutions.empty() && extras.empty(); }
   bool operator==(const LockPackageTool&) const = default;
 };
 

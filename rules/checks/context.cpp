@@ -155,3 +155,38 @@ std::vector<std::size_t> lines_of_extra(const Context& c, const r::DistInfo& dis
 }
 
 }  // namespace cudafix::rules::checks
+
+namespace cudafix::rules::checks {
+
+const std::vector<resolver::Drift>& Context::drift() {
+  if (!drift_found)
+    drift_found = options.lock ? resolver::lock_drift(env, *options.lock, markers, options.threads)
+                               : std::vector<resolver::Drift>{};
+  return *drift_found;
+}
+
+Finding drift_finding(const Context& c, const resolver::Drift& d, std::string_view rule, Severity severity) {
+  Finding f;
+  f.rule = std::string(rule);
+  f.severity = severity;
+  f.message = d.message;
+  if (!d.locked.empty()) f.evidence.push_back("locked: " + d.locked);
+  if (!d.found.empty()) f.evidence.push_back("found: " + d.found);
+  f.evidence.push_back("lock: " + c.options.lock_file);
+  if (d.dist) {
+    const resolver::DistInfo& dist = c.env.dists[static_cast<std::size_t>(*d.dist)];
+    f.dists = {dist.dir_name};
+    for (const auto& p : d.files)
+      f.paths.push_back(resolver::is_clean_relative(p) ? resolver::join_normal(dist.site_dir, p) : p);
+  } else {
+    for (const auto& p : d.files)
+      f.paths.push_back(resolver::is_clean_relative(p) && !c.env.layout.sites.empty()
+                            ? resolver::join_normal(c.env.layout.sites.front().real, p)
+                            : p);
+  }
+  if (d.soname) f.sonames = {*d.soname};
+  f.remedy = Remedy{"sync", {}, "cudafix sync " + c.options.lock_file};
+  return f;
+}
+
+}  // namespace cudafix::rules::checks

@@ -14,6 +14,7 @@
 #include "resolver/env/knowledge.hpp"
 #include "resolver/env/requirements.hpp"
 #include "resolver/pep/pep508.hpp"
+#include "resolver/plan/lock_env.hpp"
 #include "rules/doctor.hpp"
 
 namespace cudafix::rules::checks {
@@ -70,7 +71,16 @@ struct Context {
   // Adds a finding of a rule that is to run and not allowed for its subject; returns its id, or
   // -1 when it was left out.
   int add(Finding f);
+  // How the environment differs from options.lock, computed once for the lock-*-drift rules
+  // (its libraries hashed once); empty without a lock.
+  [[nodiscard]] const std::vector<resolver::Drift>& drift();
+  std::optional<std::vector<resolver::Drift>> drift_found;
 };
+
+// A finding of `rule` for one drift: its message, the package's dist, the files (absolute where
+// they are on this host) and the soname; `cudafix sync LOCK` next.
+[[nodiscard]] Finding drift_finding(const Context& c, const resolver::Drift& d, std::string_view rule,
+                                    Severity severity);
 
 // What a finding about one soname names, as unresolved-library and shadowed-library give it: the
 // objects that need it (as evidence, at most `evidence_limit` of them), their dists, the root cause

@@ -4,7 +4,9 @@ against real venvs: check mode changes nothing and says what would change; the r
 and reports changed with doctor's before and after as its diff; a second run is ok (unchanged);
 a wheel found nowhere fails with cudafix's message and exit code; the documented cleanup pattern
 (Ansible's command module running `cudafix guard -- pip uninstall`) fails a breaking uninstall
-before pip runs and changes nothing.
+before pip runs and changes nothing; `lock:` with `lock_mode: check` passes a venv that matches
+its lock unchanged and fails one that drifted, naming the drift; `lock_mode: sync` runs `cudafix
+sync LOCK -y` (`--dry-run` in check mode) and reports its steps.
 
 usage: test_ansible_module.py CUDAFIX_BIN SOURCE_DIR FIXTURES_DIR
 """
@@ -62,6 +64,32 @@ GUARDED_PLAYBOOK = """
 """
 
 
+LOCK_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: the venv against its lock
+      cudafix:
+        venv: "{{ venv }}"
+        lock: "{{ lock }}"
+        lock_mode: "{{ lock_mode }}"
+        binary: "{{ cudafix }}"
+      register: locked
+      ignore_errors: true
+    - name: keep the result for the test
+      copy:
+        content: "{{ locked | to_json }}"
+        dest: "{{ result_file }}"
+      check_mode: false
+"""
+
+# A cudafix that logs its arguments and answers `sync` as the sync command's JSON does.
+FAKE_SYNC = """#!/bin/sh
+echo "$*" >> "$0.calls"
+echo '{"schema":1,"command":"sync","venv":"/v","changed":true,"steps":["install beta 2.0"],"verified":true,"transaction":"t1"}'
+"""
+
+
 class AnsibleModule(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -73,6 +101,9 @@ class AnsibleModule(unittest.TestCase):
         cls.playbook = os.path.join(cls.tmp, "play.yml")
         with open(cls.playbook, "w") as f:
             f.write(PLAYBOOK)
+        cls.lock_play = os.path.join(cls.tmp, "lock.yml")
+        with open(cls.lock_play, "w") as f:
+            f.write(LOCK_PLAYBOOK)
         cls.guarded = os.path.join(cls.tmp, "guarded.yml")
         with open(cls.guarded, "w") as f:
             f.write(GUARDED_PLAYBOOK)
@@ -166,6 +197,52 @@ class AnsibleModule(unittest.TestCase):
         self.assertFalse(cleanup["changed"], cleanup)
         self.assertIn("it was not run", cleanup["stderr"] + json.loads(cleanup["stdout"].splitlines()[-1])["refused"])
         self.assertEqual(fx.tree_hash(venv), before, "the refused cleanup changed the venv")
+
+    def test_lock_check_passes_a_matching_venv_unchanged_and_fails_one_that_drifted(self):
+        venv = os.path.join(self.tmp, "venv-lock")
+        r = fx.run([fx.PYTHON, "-m", "venv", venv])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for w in self.wheels:  # all but the CUDA 13 cuDNN: a healthy CUDA 12 venv
+            if "cudnn_cu13" in w:
+                continue
+            r = fx.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", "--no-index", "--no-deps", w])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        lock = os.path.join(self.tmp, "pylock.toml")
+        r = fx.run([BIN, "lock", "--no-index", "--venv", venv, "-o", lock])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        before = fx.tree_hash(venv)
+        matched, _ = self.play(venv, [], playbook=self.lock_play, extra_vars={"lock": lock, "lock_mode": "check"})
+        self.assertFalse(matched.get("failed", False), matched)
+        self.assertFalse(matched["changed"], matched)
+        self.assertEqual(matched["drift"], [])
+        r = fx.run([os.path.join(venv, "bin", "python"), "-m", "pip", "uninstall", "-y", "-q", "torch12like"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        drifted, _ = self.play(venv, [], playbook=self.lock_play, extra_vars={"lock": lock, "lock_mode": "check"})
+        self.assertTrue(drifted["failed"], drifted)
+        self.assertFalse(drifted["changed"], drifted)
+        self.assertIn("lock-package-drift: torch12like 2.7.0 is locked and not installed", drifted["drift"])
+        self.assertIn("drifted from " + lock, drifted["msg"])
+        self.assertNotEqual(fx.tree_hash(venv), before)  # pip's uninstall, not the module, changed it
+
+    def test_lock_sync_runs_cudafix_sync_with_yes_and_dry_run_in_check_mode(self):
+        fake = os.path.join(self.tmp, "fake-cudafix")
+        with open(fake, "w") as f:
+            f.write(FAKE_SYNC)
+        os.chmod(fake, 0o755)
+        lock = os.path.join(self.tmp, "some-pylock.toml")
+        open(lock, "w").close()
+        venv = os.path.join(self.tmp, "venv-sync")
+        extra = {"lock": lock, "lock_mode": "sync", "cudafix": fake}
+        synced, _ = self.play(venv, [], playbook=self.lock_play, extra_vars=extra)
+        self.assertFalse(synced.get("failed", False), synced)
+        self.assertTrue(synced["changed"], synced)
+        self.assertEqual(synced["steps"], ["install beta 2.0"])
+        checked, _ = self.play(venv, [], playbook=self.lock_play, extra_vars=extra, check=True)
+        self.assertTrue(checked["changed"], checked)
+        with open(fake + ".calls") as f:
+            calls = f.read().splitlines()
+        self.assertEqual(calls, ["sync %s --json --venv %s -y" % (lock, venv),
+                                 "sync %s --json --venv %s --dry-run" % (lock, venv)])
 
 
 if __name__ == "__main__":

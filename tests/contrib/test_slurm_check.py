@@ -2,7 +2,8 @@
 """contrib/slurm/cudafix-node-check with a fake scontrol that logs its calls and answers `show
 node` from a file: a broken venv drains the node with a reason that starts "cudafix:" (the prolog
 also exits 1), a repaired one resumes only a node cudafix drained, and a cudafix that cannot run
-drains nothing.
+drains nothing; with --lock, a venv that drifted from its lock drains the node ("cudafix: drift:
+...") and one that matches it resumes it.
 
 usage: test_slurm_check.py CUDAFIX_BIN SOURCE_DIR FIXTURES_DIR
 """
@@ -48,15 +49,15 @@ class SlurmNodeCheck(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def check(self, venv, mode="--healthcheck", reason="none", state="IDLE", binary=None):
+    def check(self, venv, mode="--healthcheck", reason="none", state="IDLE", binary=None, lock=None):
         slurm = tempfile.mkdtemp(dir=self.tmp)
         for name, text in (("state", state), ("reason", reason), ("calls", "")):
             with open(os.path.join(slurm, name), "w") as f:
                 f.write(text)
         env = dict(os.environ, FAKE_SLURM=slurm, SCONTROL=self.scontrol, SLURMD_NODENAME="gpu-07",
                    CUDAFIX_BIN=binary or BIN, CUDAFIX_CHECK="doctor", CUDAFIX_VENV=venv)
-        r = subprocess.run([os.path.join(SOURCE, "contrib/slurm/cudafix-node-check"), mode], env=env,
-                           capture_output=True, text=True)
+        args = [os.path.join(SOURCE, "contrib/slurm/cudafix-node-check"), mode] + (["--lock", lock] if lock else [])
+        r = subprocess.run(args, env=env, capture_output=True, text=True)
         with open(os.path.join(slurm, "calls")) as f:
             calls = [line.strip() for line in f if line.strip()]
         return r, [c for c in calls if not c.startswith("show ")]
@@ -93,6 +94,24 @@ class SlurmNodeCheck(unittest.TestCase):
         r, updates = self.check(self.broken, binary=os.path.join(self.tmp, "no-cudafix"))
         self.assertEqual(updates, [])
         self.assertIn("nothing drained", r.stderr)
+
+    def test_with_a_lock_a_venv_that_drifted_drains_and_one_that_matches_resumes(self):
+        venv = os.path.join(self.tmp, "locked")
+        shutil.copytree(self.healthy, venv, symlinks=True, ignore=shutil.ignore_patterns(".cudafix"))
+        lock = os.path.join(self.tmp, "pylock.toml")
+        r = fx.run([BIN, "lock", "--no-index", "--venv", venv, "-o", lock])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r, updates = self.check(venv, lock=lock, reason="cudafix: drift: x", state="IDLE+DRAIN")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(updates, ["update nodename=gpu-07 state=resume"])
+        r = fx.run([os.path.join(venv, "bin", "python"), "-m", "pip", "uninstall", "-y", "-q", "torch12like"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r, updates = self.check(venv, mode="--prolog", lock=lock)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(updates), 1, updates)
+        self.assertTrue(updates[0].startswith("update nodename=gpu-07 state=drain reason=cudafix: drift: " + venv),
+                        updates[0])
+        self.assertIn("torch12like 2.7.0 is locked and not installed", updates[0])
 
 
 if __name__ == "__main__":

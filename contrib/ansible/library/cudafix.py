@@ -1,7 +1,9 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # cudafix's Ansible module: repairs a Python GPU environment with `cudafix fix`, or, in check
-# mode, says what it would change (`cudafix fix --dry-run`, which changes nothing).
+# mode, says what it would change (`cudafix fix --dry-run`, which changes nothing). With `lock:`,
+# brings the environment to a PEP 751 lock (`cudafix sync LOCK -y`), or only checks it against one
+# (`cudafix doctor --lock LOCK`: drift fails the task and changes nothing).
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -17,6 +19,9 @@ description:
   - The diff shows doctor's errors before and after.
   - Fails with cudafix's message and exit code when no safe plan exists, a wheel is found
     nowhere, or a step's GPU verification fails (cudafix then rolled everything back).
+  - With I(lock), C(cudafix sync LOCK -y --json) instead (C(--dry-run) in check mode), or with
+    I(lock_mode=check) C(cudafix doctor --lock LOCK --json), which changes nothing and fails when
+    the environment drifted from the lock (each drift in C(drift)).
 options:
   venv:
     description: The environment (a venv root or an interpreter prefix).
@@ -43,6 +48,16 @@ options:
       - Where no GPU driver is present the steps are kept and the result says C(verified=false).
     type: bool
     default: true
+  lock:
+    description: A PEP 751 lock (C(pylock.toml), written by C(cudafix lock), uv or pip) the environment must match.
+    type: path
+  lock_mode:
+    description:
+      - C(sync) brings the environment to exactly the lock (C(cudafix sync LOCK -y)), as one transaction.
+      - C(check) only compares (C(cudafix doctor --lock LOCK)); never changed, failed on drift.
+    type: str
+    choices: [sync, check]
+    default: sync
   binary:
     description: The cudafix to run (default, the one on PATH).
     type: path
@@ -55,6 +70,12 @@ EXAMPLES = r"""
     venv: /opt/train/.venv
     find_links: [/opt/wheels]
     offline: true
+
+- name: Fail the play on a node whose venv drifted from the image's lock
+  cudafix:
+    venv: /opt/train/.venv
+    lock: /opt/train/pylock.toml
+    lock_mode: check
 
 # A cleanup step under `cudafix guard` (Ansible's command module): a pip uninstall that would
 # break a required library is refused before pip runs (rc 1, the reason on stderr); a command
@@ -88,6 +109,10 @@ transaction:
   description: The transaction id; C(cudafix rollback ID) undoes it.
   type: str
   returned: when changed
+drift:
+  description: With I(lock_mode=check), each drift finding's message (empty when the environment matches the lock).
+  type: list
+  returned: with lock_mode=check
 exit_code:
   description:
     - cudafix's exit code (0 done and verified, or nothing to do; 4 done without a GPU driver to
@@ -110,43 +135,77 @@ def health_line(h):
     return "%d errors%s, %d warnings\n" % (h.get("errors", 0), " (%s)" % rules if rules else "", h.get("warnings", 0))
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            venv=dict(type="path", required=True),
-            find_links=dict(type="list", elements="path", default=[]),
-            index_url=dict(type="str"),
-            offline=dict(type="bool", default=False),
-            cuda_major=dict(type="int"),
-            verify=dict(type="bool", default=True),
-            binary=dict(type="path", default="cudafix"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    binary = p["binary"]
-    if "/" not in binary:
-        binary = module.get_bin_path(binary, required=True)
-    args = [binary, "fix", "--json", "--venv", p["venv"]]
-    args += ["--dry-run"] if module.check_mode else ["-y"]
+def run_cudafix(module, args):
+    """cudafix's exit code and its JSON document (the last line of its output)."""
+    rc, out, err = module.run_command(args, environ_update={"VIRTUAL_ENV": ""})
+    try:
+        doc = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    except ValueError:
+        module.fail_json(msg="cudafix printed no JSON: %s" % (err or out).strip(), rc=rc, cmd=args)
+    return rc, doc, err
+
+
+def fail_on(module, rc, doc, err, args, ok=(0, 4)):
+    if rc not in ok:
+        message = doc.get("error") or (err.strip().splitlines() or ["cudafix exited %d" % rc])[-1]
+        module.fail_json(msg="cudafix: %s" % message, rc=rc, cmd=args, stderr=err, result=doc)
+
+
+def source_args(p, with_verify=True):
+    """The wheel sources (cudafix's common options), and --no-verify where the command takes it."""
+    args = []
     for folder in p["find_links"]:
         args += ["--find-links", folder]
     if p["index_url"]:
         args += ["--index-url", p["index_url"]]
     if p["offline"]:
         args.append("--offline")
+    if with_verify and not p["verify"]:
+        args.append("--no-verify")
+    return args
+
+
+DRIFT_RULES = "lock-package-drift,lock-file-drift,lock-verdict-drift"
+
+
+def check_lock(module, binary):
+    """lock_mode=check: doctor's lock-*-drift rules; never changed, failed on any drift."""
+    p = module.params
+    args = [binary, "doctor", "--json", "--venv", p["venv"], "--lock", p["lock"], "--select", DRIFT_RULES]
+    rc, doc, err = run_cudafix(module, args)
+    fail_on(module, rc, doc, err, args, ok=(0, 1))
+    drift = ["%s: %s" % (f.get("rule"), f.get("message")) for f in doc.get("findings", [])]
+    if drift:
+        module.fail_json(msg="cudafix: %s drifted from %s: %s" % (p["venv"], p["lock"], "; ".join(drift[:3])),
+                         rc=rc, cmd=args, changed=False, drift=drift, exit_code=rc)
+    module.exit_json(changed=False, drift=[], exit_code=rc, cmd=args)
+
+
+def sync_lock(module, binary):
+    """lock_mode=sync: `cudafix sync LOCK -y` (in check mode --dry-run)."""
+    p = module.params
+    args = [binary, "sync", p["lock"], "--json", "--venv", p["venv"]]
+    args += ["--dry-run"] if module.check_mode else ["-y"]
+    args += source_args(p, with_verify=False)  # sync LOCK [--dry-run] [-y]: it always verifies
+    rc, doc, err = run_cudafix(module, args)
+    fail_on(module, rc, doc, err, args)
+    steps = doc.get("steps", [])
+    changed = bool(steps) if module.check_mode else bool(doc.get("changed"))
+    result = dict(changed=changed, steps=steps, exit_code=rc, cmd=args, verified=doc.get("verified", False),
+                  transaction=doc.get("transaction"))
+    warnings = ["cudafix synced the venv but found no GPU driver to verify it with"] if rc == 4 else []
+    module.exit_json(warnings=warnings, **result)
+
+
+def fix(module, binary):
+    p = module.params
+    args = [binary, "fix", "--json", "--venv", p["venv"]]
+    args += ["--dry-run"] if module.check_mode else ["-y"]
+    args += source_args(p)
     if p["cuda_major"] is not None:
         args += ["--cuda-major", str(p["cuda_major"])]
-    if not p["verify"]:
-        args.append("--no-verify")
-    rc, out, err = module.run_command(args, environ_update={"VIRTUAL_ENV": ""})
-    try:
-        doc = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-    except ValueError:
-        module.fail_json(msg="cudafix printed no JSON: %s" % (err or out).strip(), rc=rc, cmd=args)
-    if rc not in (0, 4):
-        message = doc.get("error") or (err.strip().splitlines() or ["cudafix exited %d" % rc])[-1]
-        module.fail_json(msg="cudafix: %s" % message, rc=rc, cmd=args, stderr=err, result=doc)
+    rc, doc, err = run_cudafix(module, args)
+    fail_on(module, rc, doc, err, args)
     plan_steps = ["%s %s %s" % (s.get("action"), s.get("name"), s.get("version"))
                   for s in doc.get("plan", {}).get("steps", [])]
     result = dict(exit_code=rc, before=doc.get("before"), cmd=args)
@@ -165,6 +224,32 @@ def main():
     if rc == 4:
         warnings.append("cudafix carried out the steps but found no GPU driver to verify them with")
     module.exit_json(warnings=warnings, **result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            venv=dict(type="path", required=True),
+            find_links=dict(type="list", elements="path", default=[]),
+            index_url=dict(type="str"),
+            offline=dict(type="bool", default=False),
+            cuda_major=dict(type="int"),
+            verify=dict(type="bool", default=True),
+            lock=dict(type="path"),
+            lock_mode=dict(type="str", choices=["sync", "check"], default="sync"),
+            binary=dict(type="path", default="cudafix"),
+        ),
+        supports_check_mode=True,
+    )
+    binary = module.params["binary"]
+    if "/" not in binary:
+        binary = module.get_bin_path(binary, required=True)
+    if not module.params["lock"]:
+        fix(module, binary)
+    elif module.params["lock_mode"] == "check":
+        check_lock(module, binary)
+    else:
+        sync_lock(module, binary)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,7 @@ TEST(Pylock, CudafixTablesRoundTrip) {
   w.path = "wheels/nvidia_cudnn_cu12-9.10.2.21-py3-none-manylinux_2_27_x86_64.whl";
   w.hashes.digests = {{"sha256", k_sha_a}};
   p.wheels.push_back(w);
+  p.cudafix.record = k_sha_a;
   p.cudafix.libraries.push_back({"nvidia/cudnn/lib/libcudnn.so.9", "libcudnn.so.9", k_sha_b, {}});
   p.cudafix.resolutions.push_back({"nvidia/cudnn/lib/libcudnn.so.9", "libz.so.1", std::nullopt, {}});
   p.cudafix.resolutions.push_back(
