@@ -171,6 +171,29 @@ TEST(Sync, AVenvBrokenByPipIsBroughtBackToItsLockFileForFile) {
   EXPECT_EQ(again.doc["changed"], false);
 }
 
+// A lock `cudafix lock` wrote of the healthy venv (each wheel by the file:// URL pip's
+// direct_url.json names, with its sha256), the venv broken by pip: sync reads it and brings the
+// venv back file for file.
+TEST(Sync, ALockCudafixWroteIsSyncedBack) {
+  TempDir t;
+  const std::string venv = healthy_venv(t);
+  const std::string healthy = installed_state(venv);
+  const std::string lock = t.path() + "/pylock.toml";
+  const auto locked =
+      test::cudafix_json("lock -o " + shell_quote(lock) + " --venv " + shell_quote(venv) + test::k_no_cache);
+  ASSERT_EQ(locked.exit_code, 0) << locked.out.substr(0, 2000);
+  ASSERT_EQ(test::venv_pip(venv, "uninstall -y -q beta").exit_code, 0);
+  ASSERT_EQ(test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(wheels().alpha2)).exit_code, 0);
+  const auto r = sync(t, lock, venv, "-y --no-verify");
+  ASSERT_EQ(r.exit_code, 0) << r.out.substr(0, 4000);
+  EXPECT_EQ(std::set<std::string>(r.doc["steps"].begin(), r.doc["steps"].end()),
+            (std::set<std::string>{"install alpha 1.0", "install beta 1.0"}));
+  EXPECT_EQ(r.doc["unpinned"].size(), 0u) << r.doc["unpinned"].dump();
+  const std::string now = installed_state(venv);
+  EXPECT_EQ(now, healthy) << test::tree_diff(healthy, now);
+  EXPECT_EQ(test::venv_pip(venv, "check").exit_code, 0);
+}
+
 // The cu12 and cu13 builds of one library in one lock: refused before any write, naming both
 // wheels and the path.
 TEST(Sync, ALockWhoseTwoWheelsWriteOnePathIsRefusedUntouched) {
