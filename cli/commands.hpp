@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace cudafix::cli {
 
 enum class ColorMode { auto_, always, never };
@@ -111,6 +115,17 @@ struct FixCliOptions {
   bool no_verify = false;
 };
 int run_fix(const GlobalOptions& g, const FixCliOptions& o, std::ostream& out);
+// `sync LOCK` (cli/sync_command.cpp): the environment brought to exactly a PEP 751 lock; exit
+// codes as fix's.
+struct SyncCliOptions {
+  std::string lock;
+  bool dry_run = false;
+  bool no_verify = false;
+  bool require_hashes = false;  // refuse a wheel the lock gives no SHA-256 for
+};
+int run_sync(const GlobalOptions& g, const SyncCliOptions& o, std::ostream& out);
+// Its subcommand and options, added to `app` (main.cpp stays a list of commands).
+CLI::App* add_sync_command(CLI::App& app, SyncCliOptions& o);
 struct RollbackCliOptions {
   std::optional<std::string> id;
   std::optional<std::string> snapshot;

@@ -282,6 +282,14 @@ Command fix_command(CLI::App& app, GlobalOptions& g) {
   return {sub, [&g, o] { return run_fix(g, *o, std::cout); }};
 }
 
+Command sync_command(CLI::App& app, GlobalOptions& g) {
+  auto o = held<SyncCliOptions>();
+  auto* sub = add_sync_command(app, *o);
+  add_write_flags(sub, g);
+  show_common_options(app, sub, joined({k_environment, k_scanning, k_sources}));
+  return {sub, [&g, o] { return run_sync(g, *o, std::cout); }};
+}
+
 Command lock_command(CLI::App& app, const GlobalOptions& g) {
   auto o = held<LockCliOptions>();
   auto* sub = add_lock_command(app, *o);
@@ -367,6 +375,7 @@ std::vector<Command> add_commands(CLI::App& app, GlobalOptions& g) {
   for (auto& c : plan_commands(app, g)) all.push_back(std::move(c));
   for (auto* add : {rules_command, explain_command}) all.push_back(add(app, g));
   for (auto* add : {remove_command, install_command, apply_command, fix_command}) all.push_back(add(app, g));
+  all.push_back(sync_command(app, g));
   all.push_back(lock_command(app, g));
   all.push_back(history_command(app, g));
   for (auto* add : {rollback_command, snapshot_command, guard_command}) all.push_back(add(app, g));

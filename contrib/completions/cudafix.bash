@@ -23,7 +23,7 @@ _cudafix() {
     words=("${COMP_WORDS[@]}")
     cword=$COMP_CWORD
   }
-  local commands="scan why doctor verify plan rules explain remove install apply fix lock history rollback snapshot guard demo version help"
+  local commands="scan why doctor verify plan rules explain remove install apply fix sync lock history rollback snapshot guard demo version help"
   local global="--help --version --venv --python --json --lock-timeout --color --quiet --verbose --ld-library-path
     --ld-so-cache --threads --timings --no-cache --find-links --python-platform --python-version --index-url --extra-index-url --no-index --offline
     --http-timeout --retries --rules"
@@ -62,6 +62,7 @@ _cudafix() {
     install) own="--no-verify --dry-run --yes --break-system-packages"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -X '!*.whl' -- "$cur") $(compgen -d -- "$cur")); return; } ;;
     apply) own="--no-verify --yes --break-system-packages"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return; } ;;
     fix) own="--cuda-major --dry-run --no-verify --yes --break-system-packages" ;;
+    sync) own="--dry-run --no-verify --require-hashes --yes --break-system-packages"; [[ $cur != -* ]] && { COMPREPLY=($(compgen -f -- "$cur")); return; } ;;
     rollback) own="--snapshot --force --dry-run --yes --break-system-packages" ;;
     snapshot) own="--list --delete --yes --break-system-packages" ;;
     guard) local k; for ((k = 1; k < cword; k++)); do [ "${words[k]}" = -- ] && { COMPREPLY=($(compgen -c -- "$cur")); return; }; done

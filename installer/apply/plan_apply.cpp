@@ -13,6 +13,7 @@
 #include "resolver/base/text.hpp"
 #include "resolver/pep/pep440.hpp"
 #include "resolver/plan/provenance.hpp"
+#include "resolver/plan/sync.hpp"
 
 namespace cudafix::installer::apply {
 namespace r = cudafix::resolver;
@@ -253,6 +254,10 @@ PreparedPlan prepare_plan(const r::Environment& env, const r::Knowledge& knowled
     check_paths(env, st.deletes, now.deletes, where + ".deletes", label);
     check_paths(env, st.keeps, now.keeps, where + ".keeps", label);
     check_paths(env, st.writes, now.writes, where + ".writes", label);
+    if (options.lock_sync) {
+      now.worse = r::sync_breaks(std::move(now.worse));
+      now.ok = now.worse.empty();
+    }
     if (!now.ok)
       throw r::Error(fmt::format("{} ({}) is unsafe in this environment now: {}; nothing was changed", where, label,
                                  r::describe_breaks(env, now.worse)));

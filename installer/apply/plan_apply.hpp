@@ -58,6 +58,9 @@ struct ApplyOptions {
   std::function<Progress()> wheel_progress;
   // A progress callback for the ops carried out, once the steps are staged (carry_out_plan).
   std::function<Progress()> carry_out_progress;
+  // `sync`'s plan (resolver/plan/sync.hpp): the replay refuses a step only where it leaves a
+  // required library resolving nowhere (resolver::sync_breaks), the lock choosing its versions.
+  bool lock_sync = false;
 };
 
 // The environment's layout, refusing a bare site folder (cudafix changes a venv or a prefix).

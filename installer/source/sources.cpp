@@ -57,12 +57,13 @@ std::string temporary_file(const SourceSettings& s) {
 // `tmp` (complete, its hash `sha256`) synced and renamed to its final name in the cache.
 std::string keep_in_cache(const SourceSettings& s, const std::string& tmp, const std::string& sha256,
                           const std::string& filename) {
+  // Checked as a lookup checks them: a lock's or an index's file name is joined into a path here.
+  const std::string final_path = cached_path(s, sha256, filename);
   const std::string dir = wheels_dir(s) + "/" + sha256;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw r::Error(fmt::format("{}: {}", dir, ec.message()));
   txn::sync_path(tmp);
-  const std::string final_path = dir + "/" + filename;
   txn::rename_path(tmp, final_path);
   txn::sync_path(dir);
   return final_path;
@@ -150,13 +151,21 @@ std::string WheelSources::keep_download(const std::string& tmp, const IndexFile&
   }
 }
 
+std::string WheelSources::cached(const std::string& sha256, const std::string& filename) {
+  const std::string have = cached_path(settings_, sha256, filename);
+  if (::access(have.c_str(), R_OK) != 0) return {};
+  touch(have);
+  return have;
+}
+
 Obtained WheelSources::download(const std::string& url, const std::string& sha256, const std::string& filename) {
   Obtained o;
   o.origin = redact(url);
-  const std::string have = cached_path(settings_, sha256, filename);
-  if (::access(have.c_str(), R_OK) == 0) {
-    touch(have);
-    o.file = have;
+  if (!sha256.empty()) o.file = cached(sha256, filename);
+  if (!o.file.empty()) return o;
+  // --offline: a file:// URL reads no network; any other is not fetched.
+  if (settings_.offline && !url.starts_with("file://")) {
+    o.problem = fmt::format("{} is not in cudafix's cache, and --offline forbids downloading it", o.origin);
     return o;
   }
   HttpRequest req;
@@ -175,6 +184,43 @@ Obtained WheelSources::download(const std::string& url, const std::string& sha25
   file.filename = filename;
   o.file = keep_download(req.into, file, o.problem);
   o.downloaded = !o.file.empty();
+  return o;
+}
+
+Obtained WheelSources::keep_copy(int fd, const std::string& filename, const std::string& origin) {
+  Obtained o;
+  o.origin = origin;
+  // A FIFO or a device (/dev/zero) would be read without end: a regular file only, bounded as a
+  // download is.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) > k_max_download_bytes) {
+    o.problem = fmt::format("{}: not a regular file of at most {} bytes; not read", origin, k_max_download_bytes);
+    return o;
+  }
+  const std::string tmp = temporary_file(settings_);
+  try {
+    const int out = txn::open_file(tmp, O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      const ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        ::close(out);
+        throw r::Error(fmt::format("{}: {}", origin, std::strerror(errno)));
+      }
+      if (n == 0) break;
+      txn::write_all(out, buf.data(), static_cast<std::size_t>(n), tmp);
+    }
+    ::close(out);
+  } catch (const r::Error& e) {
+    ::unlink(tmp.c_str());
+    o.problem = e.what();
+    return o;
+  }
+  IndexFile file;
+  file.url = origin;
+  file.filename = filename;
+  o.file = keep_download(tmp, file, o.problem);
   return o;
 }
 

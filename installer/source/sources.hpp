@@ -69,8 +69,15 @@ class WheelSources {
   // One answer per wanted wheel, in order; the downloads run at once.
   [[nodiscard]] std::vector<Obtained> obtain(const std::vector<Wanted>& wanted);
   // The wheel at `url` (a plan's, read by range when planned) in cudafix's cache, downloaded
-  // unless it is there already; its SHA-256 must be `sha256`.
+  // unless it is there already; its SHA-256 must be `sha256` (empty: none is known, as for a
+  // lock's unpinned wheel: downloaded, and kept under the SHA-256 it has). Offline, only a
+  // file:// URL is read.
   [[nodiscard]] Obtained download(const std::string& url, const std::string& sha256, const std::string& filename);
+  // The wheel of this SHA-256 and file name in cudafix's cache (marked used), or empty.
+  [[nodiscard]] std::string cached(const std::string& sha256, const std::string& filename);
+  // The wheel open at `fd` (a lock's `path`, opened confined beneath the lock's folder) copied
+  // into cudafix's cache under the SHA-256 it has, as `filename`; `origin` names it in messages.
+  [[nodiscard]] Obtained keep_copy(int fd, const std::string& filename, const std::string& origin);
   [[nodiscard]] const SourceStats& stats() const { return stats_; }
   // What could not be read in the user's caches (entries, unknown layouts), one line each.
   [[nodiscard]] const std::vector<std::string>& cache_problems() const { return cache_problems_; }

@@ -680,4 +680,15 @@ std::vector<Step> replay_steps(const Environment& env, const Knowledge& k, std::
   return steps;
 }
 
+Environment simulate_steps(const Environment& env, const Knowledge& k, std::vector<Step>& steps, unsigned threads) {
+  State state;
+  for (auto& st : steps) {
+    st.deletes.clear();
+    st.keeps.clear();
+    st.writes.clear();
+    apply(env, k, st, state);
+  }
+  return simulate(env, state.what_if, threads);
+}
+
 }  // namespace cudafix::resolver::inline plan

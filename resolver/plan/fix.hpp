@@ -97,6 +97,12 @@ struct FixPlan {
 [[nodiscard]] std::vector<Step> replay_steps(const Environment& env, const Knowledge& k, std::vector<Step> steps,
                                              std::optional<int> target, unsigned threads = 0);
 
+// Steps carried out on the model of `env` in their order, as replay_steps carries them out (each
+// one's deletes, keeps and writes filled in), and the environment they leave together, simulated
+// once: how `sync` (resolver/plan/sync.hpp) judges a prefix of its steps.
+[[nodiscard]] Environment simulate_steps(const Environment& env, const Knowledge& k, std::vector<Step>& steps,
+                                         unsigned threads = 0);
+
 // What a step's breaks are, one clause each: "torch/lib/libtorch_cuda.so libcudnn.so.9: ...".
 [[nodiscard]] std::string describe_breaks(const Environment& env, const std::vector<Break>& worse);
 

@@ -2,10 +2,10 @@
 """Builds a real wheel for the end-to-end tests, from files on disk (no network, no build backend).
 
 usage: make_wheel.py OUTDIR NAME VERSION [ARCNAME=SOURCE ...] [--requires REQ ...] [--extra NAME ...]
-                     [--console-script NAME=MODULE:FUNCTION ...] [--deflate] [--unix-mode OCTAL]
+                     [--console-script NAME=MODULE:FUNCTION ...] [--deflate] [--unix-mode OCTAL] [--tag TAG]
 Members are stored, or deflated (as NVIDIA's wheels are) with --deflate. The files' Unix mode is
 0755 without a file type, which cudafix, like pip, does not take as executable; --unix-mode 100755 makes them
-executable regular files.
+executable regular files. --tag gives the wheel's tag (default py3-none-linux_x86_64), in its WHEEL and its name.
 """
 import base64
 import hashlib
@@ -19,6 +19,7 @@ def main():
     files, requires, extras, scripts = [], [], [], []
     method = zipfile.ZIP_STORED
     unix_mode = 0o755
+    tag = "py3-none-linux_x86_64"
     args = iter(sys.argv[4:])
     for a in args:
         if a == "--deflate":
@@ -29,6 +30,8 @@ def main():
             extras.append(next(args))
         elif a == "--console-script":
             scripts.append(next(args))
+        elif a == "--tag":
+            tag = next(args)
         elif a == "--unix-mode":
             unix_mode = int(next(args), 8)
         else:
@@ -39,8 +42,10 @@ def main():
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     metadata += "".join(f"Provides-Extra: {e}\n" for e in extras)
     metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
-    wheel = "Wheel-Version: 1.0\nGenerator: cudafix-tests\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n"
-    path = os.path.join(out, f"{dist}-{version}-py3-none-linux_x86_64.whl")
+    py, abi, plats = tag.split("-")
+    wheel = "Wheel-Version: 1.0\nGenerator: cudafix-tests\nRoot-Is-Purelib: false\n"
+    wheel += "".join(f"Tag: {py}-{abi}-{p}\n" for p in plats.split("."))
+    path = os.path.join(out, f"{dist}-{version}-{tag}.whl")
     record = []
     with zipfile.ZipFile(path, "w") as z:
         def add(arc, data):

@@ -125,6 +125,7 @@ const std::vector<std::pair<std::string, std::string>> k_commands = {
     {"install", "install WHEEL -y"},
     {"apply", "apply PLAN -y"},
     {"fix", "fix -y"},
+    {"sync", "sync LOCK -y"},
     {"history", "history"},
     {"rollback", "rollback -y"},
     {"snapshot", "snapshot"},
@@ -140,6 +141,8 @@ TEST_F(CliErrors, EveryCommandGivenNoSuchVenvOrAFolderThatIsNoneSaysSoInOneDocum
   for (auto [command, args] : k_commands) {
     args = std::regex_replace(args, std::regex("WHEEL"), shell_quote(wheel_));
     args = std::regex_replace(args, std::regex("PLAN"), shell_quote(plan));
+    // sync finds the environment before it reads its lock: any file will do.
+    args = std::regex_replace(args, std::regex("LOCK"), shell_quote(plan));
     expect_error(args + " --venv /nonexistent/venv", command, "--venv: /nonexistent/venv does not exist");
     // Before the command too: the option is blamed, not the word after it.
     expect_error("--venv /nonexistent/venv " + args, command, "--venv: /nonexistent/venv does not exist");
@@ -153,6 +156,7 @@ TEST_F(CliErrors, EveryCommandRefusesAnUnknownOptionAndABadValueInOneDocument) {
   for (auto [command, args] : k_commands) {
     args = std::regex_replace(args, std::regex("WHEEL"), shell_quote(wheel_));
     args = std::regex_replace(args, std::regex("PLAN"), shell_quote(not_a_plan_));
+    args = std::regex_replace(args, std::regex("LOCK"), shell_quote(not_a_plan_));
     expect_error(args + " --frobnicate", command, "unknown option '--frobnicate'");
     expect_error("--threads abc " + args, command, "--threads: 'abc' is not a whole number");
     expect_error(args + " --color sometimes", command, "--color: 'sometimes' is not one of auto, always, never");
@@ -191,7 +195,7 @@ TEST_F(CliErrors, AMissingOrUnknownCommandOrArgumentIsOneDocument) {
 // An option given after a command that does not take it is named as that, with the commands that
 // take it (every one of them), never as one to "give after the command" it was given after.
 TEST_F(CliErrors, AnOptionOfOtherCommandsGivenToOneIsNamedWithTheCommandsThatTakeIt) {
-  const std::string takers = "it is an option of remove, install, apply, fix, rollback, snapshot";
+  const std::string takers = "it is an option of remove, install, apply, fix, sync, rollback, snapshot";
   for (const std::string args : {"doctor -y", "doctor --yes", "doctor -qy", "scan -y --venv /x"}) {
     const std::string command = args.substr(0, args.find(' '));
     const std::string typed = args.find("--yes") != std::string::npos ? "--yes" : "-y";
@@ -199,10 +203,11 @@ TEST_F(CliErrors, AnOptionOfOtherCommandsGivenToOneIsNamedWithTheCommandsThatTak
     EXPECT_THAT(cudafix(args).err, Not(HasSubstr("give it after the command"))) << args;
   }
   expect_error("plan fix -y", "plan fix", "-y is not an option of `cudafix plan fix`; " + takers);
-  expect_error("doctor --dry-run", "doctor",
-               "--dry-run is not an option of `cudafix doctor`; it is an option of remove, install, fix, rollback");
+  expect_error(
+      "doctor --dry-run", "doctor",
+      "--dry-run is not an option of `cudafix doctor`; it is an option of remove, install, fix, sync, rollback");
   expect_error("scan --break-system-packages", "scan",
-               "it is an option of remove, install, apply, fix, rollback, snapshot, guard");
+               "it is an option of remove, install, apply, fix, sync, rollback, snapshot, guard");
   // One command takes it: that command named as a command line.
   expect_error("scan --verify-hashes", "scan",
                "--verify-hashes is not an option of `cudafix scan`; it is an option of `cudafix doctor`");

@@ -50,7 +50,7 @@ TEST(HelpAndNames, CudafixAlonePrintsTheCommandsAndExits2AsUvDoes) {
   EXPECT_EQ(r.out, "") << "uv writes this help to standard error";
   EXPECT_THAT(r.err, HasSubstr("Usage: cudafix [OPTIONS] COMMAND"));
   for (const char* c : {"scan", "why", "doctor", "verify", "plan", "rules", "explain", "remove", "install", "apply",
-                        "fix", "history", "rollback", "snapshot", "demo", "version", "help"})
+                        "fix", "sync", "history", "rollback", "snapshot", "demo", "version", "help"})
     EXPECT_THAT(r.err, HasSubstr(std::string("\n  ") + c + " ")) << c;
   EXPECT_THAT(r.err, Not(HasSubstr("materialize")));
   EXPECT_THAT(r.err, Not(HasSubstr("__complete")));
@@ -139,7 +139,7 @@ TEST(HelpAndNames, EachCommandsHelpListsTheCommonOptionsItHonours) {
     EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
     return r.out;
   };
-  for (const std::string command : {"plan fix", "fix", "apply"}) {
+  for (const std::string command : {"plan fix", "fix", "apply", "sync"}) {
     const auto help = help_of(command);
     EXPECT_THAT(help, HasSubstr("Common options (before or after the command):")) << command;
     for (const auto& o : environment) EXPECT_THAT(help, HasSubstr(o)) << command << " lacks " << o;
