@@ -12,12 +12,12 @@
 #include <filesystem>
 #include <future>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
+#include "cli/json_writer.hpp"
 #include "cli/phase_clock.hpp"
 #include "cli/printable.hpp"
 #include "cli/session.hpp"
@@ -287,7 +287,8 @@ std::string sync_plan_text(const r::Environment& env, const std::string& lock, c
   return out + st.good(fmt::format("a safe order of {} found\n", count_of(plan.steps.size(), "step", "steps")));
 }
 
-// What the carrying out needs of run_sync's state.
+// One run of sync: what it read, and its document, whose keys are set as the run learns their
+// values and written once, where it ends, through one JsonWriter (the plan rendered into it).
 struct SyncRun {
   const GlobalOptions& g;
   const SyncCliOptions& o;
@@ -295,55 +296,56 @@ struct SyncRun {
   const r::Knowledge& knowledge;
   const Retention& keep;
   PhaseClock& clock;
-  nlohmann::ordered_json& j;
-  RawJson& raw;
   std::ostream& out;
+  JsonFields doc;
+
+  JsonFields& times() {
+    doc.set("seconds", clock.seconds()).set("phases", [this](JsonWriter& w) { clock.write_phases(w); });
+    if (g.timings) std::cerr << clock.timings_text();
+    return doc;
+  }
+  // Where sync ends before changing anything: the document or `text`; returns `rc`.
+  int finish(int rc, const std::string& text) {
+    times();
+    if (g.json)
+      write_document(out, "sync", env.layout.root, doc);
+    else if (!g.quiet || rc != 0)
+      out << text;
+    return rc;
+  }
 };
 
 // The plan bound and replayed as `apply` binds a saved one (every wheel validated whole, each
 // member against its RECORD hash), then, but for --dry-run, carried out as `fix` carries out its
-// plan: one transaction, verified after each step, undone when a check fails.
-int carry_out_sync(const SyncRun& run, const r::FixPlan& plan, const r::Fingerprint& fingerprint,
+// plan (installer/apply carry_out_plan): one transaction, verified after each step, undone when a
+// check fails.
+int carry_out_sync(SyncRun& run, const r::FixPlan& plan, const r::Fingerprint& fingerprint,
                    const std::vector<std::string>& tags, const std::vector<std::string>& problems,
                    const std::string& shown) {
-  const auto& [g, o, env, knowledge, keep, clock, j, raw, out] = run;
+  const auto& [g, o, env, knowledge, keep, clock, out, doc] = run;
   auto apply = apply_options(g, env);
   apply.lock_sync = true;
+  apply.carry_out_progress = [&g] { return progress_bar(g, "syncing", "changes"); };
   const PreparedPlan prepared =
       installer::apply::prepare_plan(env, knowledge, r::plan_file_of(env, plan, fingerprint, tags, problems), o.lock,
                                      "another tool changed it while sync planned: run `cudafix sync` again", apply);
   clock.lap("bind");
   const auto said = prepared.labels();
-  const auto finish = [&](int rc, const std::string& text) {
-    j["seconds"] = clock.seconds();
-    j["phases"] = clock.phases();
-    if (g.timings) std::cerr << clock.timings_text();
-    if (g.json)
-      out << dump_with(j, raw) << '\n';
-    else if (!g.quiet || rc != 0)
-      out << text;
-    return rc;
-  };
   if (o.dry_run)
-    return finish(0, shown +
-                         "dry run: every check passed and nothing was changed (run without --dry-run to carry it "
-                         "out)\n");
+    return run.finish(0, shown +
+                             "dry run: every check passed and nothing was changed (run without --dry-run to carry "
+                             "it out)\n");
   if (!g.json && !g.quiet) out << shown << std::flush;
   check_one_file_system(env.layout);
   if (!confirmed(g, fmt::format("carry out these {} steps", said.size())))
     return declined(g, out, "sync", env.layout.root);
+  clock.lap("confirm");
   tx::Transaction t(env.layout.root_real, "sync");
-  const auto verify_options = verify_steps_options(g, !o.no_verify);
-  auto baseline = o.no_verify ? std::future<installer::apply::EarlyBaseline>{}
-                              : installer::apply::start_baseline(env.layout, knowledge, prepared, verify_options);
-  installer::apply::stage_plan(env, prepared, t, apply);
-  clock.lap("stage");
-  show_progress(g, t, "syncing");
   StepChecks checks;
-  checks.skip = o.no_verify;
-  const auto check = installer::apply::step_verifier(env, knowledge, said, t, verify_options, checks, &baseline);
-  if (const auto rc = carry_out_verified(g, out, "sync", env, t, check, checks)) return *rc;
-  clock.lap("steps and their checks");
+  const auto done =
+      installer::apply::carry_out_plan(env, knowledge, prepared, t, apply, verify_steps_options(g, !o.no_verify),
+                                       !o.no_verify, checks, [&clock](const char* phase) { clock.lap(phase); });
+  if (done.failed) return verification_failed(g, out, "sync", env, t, *done.failed, checks);
   std::string summary =
       fmt::format("synced {} to {}: {}\n", env.layout.root, o.lock, count_of(said.size(), "step", "steps"));
   if (o.no_verify)
@@ -353,14 +355,11 @@ int carry_out_sync(const SyncRun& run, const r::FixPlan& plan, const r::Fingerpr
   else
     summary += "  verified on the GPU after each step\n";
   summary += fmt::format("  took {:.2f} s", clock.seconds());
-  j["changed"] = true;
-  j["steps"] = said;
-  j["verified"] = !o.no_verify && !checks.unverified;
-  j["verification"] = verification_json(env, checks);
-  j["seconds"] = clock.seconds();
-  j["phases"] = clock.phases();
-  if (g.timings) std::cerr << clock.timings_text();
-  report_done(g, out, "sync", env.layout.root, t, summary, keep, j, raw);
+  run.doc.set("changed", true)
+      .set("steps", said)
+      .set("verified", !o.no_verify && !checks.unverified)
+      .set("verification", [&env, &checks](JsonWriter& w) { write_verification(w, env, checks); });
+  report_done(g, out, "sync", env.layout.root, t, summary, keep, run.times());
   return checks.unverified ? 4 : 0;
 }
 
@@ -388,20 +387,8 @@ int run_sync(const GlobalOptions& options, const SyncCliOptions& o, std::ostream
   if (!o.dry_run) env_lock.emplace(located.layout.root_real, lock_wait(g), say_waiting);
   const auto& [env, knowledge, settings] = scan_kept(g, std::move(located), r::ScanDepth::full, true);
   clock.lap("scan");
-  nlohmann::ordered_json j = document_start("sync", env.layout.root);
-  j["lock"] = o.lock;
-  j["dry_run"] = o.dry_run;
-  j["changed"] = false;
-  const auto finish = [&](int rc, const std::string& text, const RawJson& raw) {
-    j["seconds"] = clock.seconds();
-    j["phases"] = clock.phases();
-    if (g.timings) std::cerr << clock.timings_text();
-    if (g.json)
-      out << dump_with(j, raw) << '\n';
-    else if (!g.quiet || rc != 0)
-      out << text;
-    return rc;
-  };
+  SyncRun run{g, o, env, knowledge, keep, clock, out, {}};
+  run.doc.set("lock", o.lock).set("dry_run", o.dry_run).set("changed", false);
   std::vector<std::string> warnings;
   const r::Lock lock = r::read_lock(o.lock, &warnings);
   for (const auto& w : warnings)
@@ -411,9 +398,8 @@ int run_sync(const GlobalOptions& options, const SyncCliOptions& o, std::ostream
   try {
     in = sync_inputs(g, o, lock, env, tags);
   } catch (const Refused& e) {
-    j["error"] = e.what();
-    j["exit"] = 1;
-    return finish(1, fmt::format("nothing was changed: {}\n", e.what()), {});
+    run.doc.set("error", std::string(e.what())).set("exit", 1);
+    return run.finish(1, fmt::format("nothing was changed: {}\n", e.what()));
   }
   clock.lap("wheels");
   // A source that failed where another gave the wheel is said too (as fix says its sources').
@@ -422,26 +408,24 @@ int run_sync(const GlobalOptions& options, const SyncCliOptions& o, std::ostream
   const r::FixPlan plan = r::plan_sync(env, knowledge, in.locked, g.threads);
   const r::Fingerprint fingerprint = r::fingerprint_of(env, plan);
   clock.lap("plan");
-  RawJson raw{{"plan", plan_fix_json(env, knowledge, plan, fingerprint, tags, in.problems)}};
-  j["plan"] = nullptr;
-  j["unpinned"] = in.unpinned;
-  j["fetched"] = in.fetched;
+  run.doc
+      .set("plan", [&](JsonWriter& w) { write_plan_fix(w, env, knowledge, plan, fingerprint, tags, in.problems); })
+      .set("unpinned", in.unpinned)
+      .set("fetched", in.fetched);
   const Style st = style_for(g);
   const std::string shown = sync_plan_text(env, o.lock, plan, in, st);
   if (!plan.needs.empty()) {
     std::vector<std::string> names;
     for (const auto& n : plan.needs) names.push_back(n.name + " " + n.version);
-    j["error"] = fmt::format("no wheel for {}", fmt::join(names, ", "));
-    j["exit"] = 2;
-    return finish(2, shown + "nothing was changed: a wheel the lock holds was found nowhere (above)\n", raw);
+    run.doc.set("error", fmt::format("no wheel for {}", fmt::join(names, ", "))).set("exit", 2);
+    return run.finish(2, shown + "nothing was changed: a wheel the lock holds was found nowhere (above)\n");
   }
   if (!plan.ok()) {
-    j["error"] = plan.problem;
-    j["exit"] = 1;
-    return finish(1, shown + "nothing was changed: the lock cannot be synced here (above)\n", raw);
+    run.doc.set("error", plan.problem).set("exit", 1);
+    return run.finish(1, shown + "nothing was changed: the lock cannot be synced here (above)\n");
   }
-  if (plan.steps.empty()) return finish(0, shown, raw);
-  return carry_out_sync({g, o, env, knowledge, keep, clock, j, raw, out}, plan, fingerprint, tags, in.problems, shown);
+  if (plan.steps.empty()) return run.finish(0, shown);
+  return carry_out_sync(run, plan, fingerprint, tags, in.problems, shown);
 }
 
 }  // namespace cudafix::cli
