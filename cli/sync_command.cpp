@@ -408,8 +408,7 @@ int run_sync(const GlobalOptions& options, const SyncCliOptions& o, std::ostream
   const r::FixPlan plan = r::plan_sync(env, knowledge, in.locked, g.threads);
   const r::Fingerprint fingerprint = r::fingerprint_of(env, plan);
   clock.lap("plan");
-  run.doc
-      .set("plan", [&](JsonWriter& w) { write_plan_fix(w, env, knowledge, plan, fingerprint, tags, in.problems); })
+  run.doc.set("plan", [&](JsonWriter& w) { write_plan_fix(w, env, knowledge, plan, fingerprint, tags, in.problems); })
       .set("unpinned", in.unpinned)
       .set("fetched", in.fetched);
   const Style st = style_for(g);

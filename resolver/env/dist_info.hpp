@@ -127,10 +127,10 @@ struct DistInfo {
   std::optional<std::string> wheel_generator;
   std::optional<bool> root_is_purelib;
   std::vector<std::string> wheel_tags;
-  std::optional<std::string> direct_url;     // PEP 610 "url"
+  std::optional<std::string> direct_url;         // PEP 610 "url"
   std::optional<std::string> direct_url_sha256;  // PEP 610 archive_info's sha256 (hex), when given
-  std::vector<RequirementRef> requirements;  // metadata.requires_dist, parsed once
-  std::string develop_path;                  // egg_link: the project folder it points at
+  std::vector<RequirementRef> requirements;      // metadata.requires_dist, parsed once
+  std::string develop_path;                      // egg_link: the project folder it points at
 
   // The file its rows come from: RECORD, or an egg-info folder's installed-files.txt.
   [[nodiscard]] std::string record_name() const {
