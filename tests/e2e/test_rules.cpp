@@ -132,10 +132,9 @@ TEST(ExplainCommand, AnUnknownRuleExitsTwoNamingTheClosestIds) {
 TEST(CommandLine, AnUnknownCommandIsNamedWithTheCommandsThereAre) {
   const auto top = run_shell(shell_quote(k_bin) + " frobnicate 2>&1");
   EXPECT_EQ(top.exit_code, 2);
-  EXPECT_THAT(
-      top.out,
-      HasSubstr("cudafix: error: unknown command 'frobnicate'; the commands are: scan, why, doctor, "
-                "verify, plan, rules, explain, remove, install, apply, fix, history, rollback, snapshot, guard, demo"));
+  EXPECT_THAT(top.out, HasSubstr("cudafix: error: unknown command 'frobnicate'; the commands are: scan, why, doctor, "
+                                 "verify, plan, rules, explain, remove, install, apply, fix, sync, lock, history, "
+                                 "rollback, snapshot, guard, demo"));
   // After options that take a value, and inside `plan`.
   const auto after = run_shell(shell_quote(k_bin) + " --venv /tmp --threads 2 frob 2>&1");
   EXPECT_EQ(after.exit_code, 2);
