@@ -93,6 +93,22 @@ def entry_point_scripts(info_dir):
     return names
 
 
+def members_outside(site_real, info, arc, path, members, skipped):
+    """A file the dist installed beside site-packages, under the prefix (bin/ninja,
+    share/man/man1/ttx.1), packed where a wheel carries it: {name}-{version}.data/scripts/ for
+    bin/, {name}-{version}.data/data/ for the rest, as the wheel spec's install schemes map them."""
+    prefix = os.path.normpath(os.path.join(site_real, "..", "..", ".."))
+    if not path.startswith(prefix + os.sep):
+        raise PackError(f"{info}/RECORD: {arc} is outside the environment's prefix")
+    rel = os.path.relpath(path, prefix)
+    data = info[: -len(".dist-info")] + ".data"
+    target = f"{data}/scripts/{rel[4:]}" if rel.startswith("bin/") else f"{data}/data/{rel}"
+    if os.path.isfile(path):
+        members.append((target, path))
+    else:
+        skipped.append(arc)
+
+
 def members_of(site, info, record_rows, scripts):
     """(arcname, source path) for each file of the dist that belongs in the wheel."""
     site_real = os.path.realpath(site)
@@ -106,7 +122,8 @@ def members_of(site, info, record_rows, scripts):
         if not inside:
             if os.path.basename(path) in scripts:
                 continue  # the installer makes it again from entry_points.txt
-            raise PackError(f"{info}/RECORD: {arc} is outside site-packages (only entry-point scripts may be)")
+            members_outside(site_real, info, arc, path, members, skipped)
+            continue
         if os.path.isabs(arc) or ".." in arc.split("/"):
             raise PackError(f"{info}/RECORD: {arc} is not a plain relative path")
         if "__pycache__" in arc.split("/") or arc.endswith(".pyc"):
