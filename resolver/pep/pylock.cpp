@@ -168,6 +168,21 @@ std::string url_file_name(std::string_view url) {
   return out;
 }
 
+// The 1-based line of the first control character TOML allows nowhere raw (all but tab, and LF
+// and CR as line ends): a valid lock holds none, and toml++ 3.3 asserts on a NUL in a key
+// (parse_key), an abort where assertions are on and undefined behaviour where they are off, so
+// such a file is refused before toml++ sees it.
+std::optional<std::size_t> raw_control_character(std::string_view t) {
+  std::size_t line = 1;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const auto c = static_cast<unsigned char>(t[i]);
+    if (c == '\n') ++line;
+    const bool line_end = c == '\n' || (c == '\r' && i + 1 < t.size() && t[i + 1] == '\n');
+    if ((c < 0x20 && c != '\t' && !line_end) || c == 0x7f) return line;
+  }
+  return std::nullopt;
+}
+
 // The 1-based line of the first byte past ASCII outside a string or a comment, where TOML allows
 // none. toml++ 3.3 (Debian 12's) reaches __builtin_unreachable() on U+00A1 to U+0499 there
 // (is_non_ascii_horizontal_whitespace), undefined behaviour on a hostile file: such a file is
@@ -543,6 +558,8 @@ std::string LockFile::file_name() const {
 Lock parse_lock(std::string_view text, std::string_view file, std::vector<std::string>* warnings) {
   const Reader r(file);
   if (text.size() > k_lock_file_max) r.fail("(file)", fmt::format("larger than {} bytes", k_lock_file_max));
+  if (const auto line = raw_control_character(text))
+    throw Error(fmt::format("{}: line {}: a control character TOML allows only escaped in a string", file, *line));
   if (const auto line = non_ascii_outside_strings(text))
     throw Error(fmt::format("{}: line {}: a character past ASCII outside a string or a comment", file, *line));
   toml::table top;

@@ -206,6 +206,13 @@ TEST(Pylock, RefusesBadPackagesAndMoreThanOneSource) {
               HasSubstr("pylock.toml: line 4: a character past ASCII outside a string or a comment"));
   EXPECT_THAT(refusal("lock-version = \"1.0\"\ncreated-by = \"t\\u0000\"\npackages = []\n"),
               HasSubstr("created-by: holds a NUL character"));
+  // A raw control character (TOML allows them only escaped): fuzz_pylock's
+  // tests/fuzz/regressions/pylock-nul-in-table-name reached toml++'s assertion in parse_key.
+  EXPECT_THAT(refusal(read_file(test::source_dir() + "/tests/fuzz/regressions/pylock-nul-in-table-name")),
+              HasSubstr("pylock.toml: line 4: a control character TOML allows only escaped in a string"));
+  EXPECT_THAT(refusal(std::string("lock-version = \"1.0\"\ncreated-by = \"t\x01\"\npackages = []\n")),
+              HasSubstr("pylock.toml: line 2: a control character"));
+  EXPECT_EQ(refusal("lock-version = \"1.0\"\r\ncreated-by = \"\tt\"\r\npackages = []\r\n"), "");
 }
 
 TEST(Pylock, APathStaysText) {
