@@ -28,6 +28,7 @@
 #include "cli/json_writer.hpp"
 #include "cli/printable.hpp"
 #include "cli/text_output.hpp"
+#include "installer/probe/runner.hpp"
 #include "installer/probe/verify.hpp"
 #include "installer/source/find_links.hpp"
 #include "installer/source/sources.hpp"
@@ -88,7 +89,7 @@ int run_verify(const GlobalOptions& g, const VerifyCliOptions& v, std::ostream& 
   if (!(v.timeout_s > 0)) throw r::Error(fmt::format("--timeout must be positive, not {}", v.timeout_s));
   const auto& [env, knowledge, settings] = scan_kept(g);
   installer::probe::VerifyOptions opts;
-  opts.probe = probe_path();
+  opts.probe = installer::probe::installed_probe();
   opts.timeout = std::chrono::milliseconds(static_cast<long long>(v.timeout_s * 1000));
   opts.consumer = v.consumer;
   opts.nccl = v.nccl;

@@ -246,9 +246,10 @@ int carry_out(FixRun& run, const Retention& keep) {
   clock.lap("confirm");
   tx::Transaction t(env.layout.root_real, "fix");
   StepChecks checks;
-  const auto done =
-      installer::apply::carry_out_plan(env, knowledge, prepared, t, apply, verify_steps_options(g, !o.no_verify),
-                                       !o.no_verify, checks, [&clock](const char* phase) { clock.lap(phase); });
+  const auto done = installer::apply::carry_out_plan(
+      env, knowledge, prepared, t, apply,
+      installer::apply::VerifyStepsOptions::for_command(scan_options(g), !o.no_verify, notes(g)), !o.no_verify, checks,
+      [&clock](const char* phase) { clock.lap(phase); });
   if (done.failed) return verification_failed(g, out, "fix", env, t, *done.failed, checks);
 
   // The caches answer only for folders and objects whose stamps are the ones kept, and keep

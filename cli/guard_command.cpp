@@ -25,6 +25,7 @@
 #include "cli/text_output.hpp"
 #include "cli/transaction_steps.hpp"
 #include "installer/guard/guarded_command.hpp"
+#include "installer/probe/runner.hpp"
 #include "installer/probe/verdict.hpp"
 #include "installer/txn/file_ops.hpp"
 #include "installer/txn/guard_record.hpp"
@@ -309,7 +310,7 @@ const tx::SnapshotInfo& snapshot_before(gd::GuardedCommand& guarded, HeldCommand
 gd::Settings guard_settings(const GlobalOptions& g, const GuardCliOptions& o, const Retention& keep) {
   gd::Settings gs;
   gs.command = o.command;
-  gs.probe = o.no_verify ? "" : probe_path();
+  gs.probe = o.no_verify ? "" : installer::probe::installed_probe();
   gs.threads = g.threads;
   gs.keep = o.keep;
   gs.retention_root = keep.root;

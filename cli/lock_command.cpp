@@ -11,6 +11,7 @@
 #include "cli/printable.hpp"
 #include "cli/session.hpp"
 #include "installer/probe/lock_verdict.hpp"
+#include "installer/probe/runner.hpp"
 #include "installer/probe/verify.hpp"
 #include "installer/source/wheel_origin.hpp"
 #include "resolver/base/atomic_file.hpp"
@@ -96,7 +97,7 @@ std::string lock_json(const r::Environment& env, const r::LockOfEnvironment& mad
 int verify_into(const GlobalOptions& g, const LockCliOptions& o, const Scanned& scanned, r::Lock& lock) {
   if (!(o.timeout_s > 0)) throw r::Error(fmt::format("--timeout must be positive, not {}", o.timeout_s));
   installer::probe::VerifyOptions opts;
-  opts.probe = probe_path();
+  opts.probe = installer::probe::installed_probe();
   opts.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
   const auto report = installer::probe::verify_environment(scanned.env, scanned.knowledge, opts);
   lock.verified = installer::probe::lock_verdicts(scanned.env, report, utc_now());

@@ -421,16 +421,4 @@ void print_timings(const r::Environment& env) {
   if (!e.problem.empty()) std::cerr << fmt::format("{:>22}: {}\n", "ELF store problem", e.problem);
 }
 
-// cudafix-probe is installed beside the cudafix binary.
-std::string probe_path() {
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) throw r::Error(fmt::format("cannot find cudafix's own path: {}", ec.message()));
-  const std::string probe = (self.parent_path() / "cudafix-probe").string();
-  if (::access(probe.c_str(), X_OK) != 0)
-    throw r::Error(
-        fmt::format("the probe helper {} is missing or not executable; it is installed beside cudafix", probe));
-  return probe;
-}
-
 }  // namespace cudafix::cli

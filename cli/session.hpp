@@ -84,8 +84,6 @@ const Scanned& scan_kept(const GlobalOptions& g);
 // --lock-timeout, and what is said while waiting for <venv>/.lock.
 [[nodiscard]] std::chrono::milliseconds lock_wait(const GlobalOptions& g);
 void say_waiting(const std::string& what);
-// cudafix-probe, installed beside the cudafix binary.
-[[nodiscard]] std::string probe_path();
 // The wheel sources the options and the environment name (installer/source/sources.hpp): the
 // command line over PIP_* over UV_*; no index under --no-index; the wheel cache in cache_dir().
 [[nodiscard]] installer::source::SourceSettings wheel_source_settings(const GlobalOptions& g,

@@ -342,9 +342,10 @@ int carry_out_sync(SyncRun& run, const r::FixPlan& plan, const r::Fingerprint& f
   clock.lap("confirm");
   tx::Transaction t(env.layout.root_real, "sync");
   StepChecks checks;
-  const auto done =
-      installer::apply::carry_out_plan(env, knowledge, prepared, t, apply, verify_steps_options(g, !o.no_verify),
-                                       !o.no_verify, checks, [&clock](const char* phase) { clock.lap(phase); });
+  const auto done = installer::apply::carry_out_plan(
+      env, knowledge, prepared, t, apply,
+      installer::apply::VerifyStepsOptions::for_command(scan_options(g), !o.no_verify, notes(g)), !o.no_verify, checks,
+      [&clock](const char* phase) { clock.lap(phase); });
   if (done.failed) return verification_failed(g, out, "sync", env, t, *done.failed, checks);
   std::string summary =
       fmt::format("synced {} to {}: {}\n", env.layout.root, o.lock, count_of(said.size(), "step", "steps"));

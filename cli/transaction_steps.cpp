@@ -92,13 +92,9 @@ installer::apply::ApplyOptions apply_options(const GlobalOptions& g, const r::En
   return o;
 }
 
-installer::apply::VerifyStepsOptions verify_steps_options(const GlobalOptions& g, bool verify) {
-  installer::apply::VerifyStepsOptions o;
-  o.scan = scan_options(g);
-  // --no-verify runs no probe: a cudafix copied without its helper still installs.
-  if (verify) o.probe.probe = probe_path();
-  if (!g.quiet && !g.json) o.note = [](const std::string& line) { std::cerr << line << '\n'; };
-  return o;
+std::function<void(const std::string&)> notes(const GlobalOptions& g) {
+  if (g.quiet || g.json) return {};
+  return [](const std::string& line) { std::cerr << line << '\n'; };
 }
 
 namespace pr = installer::probe;

@@ -61,10 +61,8 @@ int report_done(const GlobalOptions& g, std::ostream& out, const std::string& co
 // What installer/apply takes from the command line: the threads, the wheel sources a step's
 // wheel is downloaded from (--offline, the indexes, the cache), the progress bar of each wheel.
 [[nodiscard]] installer::apply::ApplyOptions apply_options(const GlobalOptions& g, const resolver::Environment& env);
-// The step verification's options: the scan as the command scans, the probe beside the binary
-// (found, or its absence an error, only where `verify`: --no-verify needs none), and its notes on
-// standard error unless -q or --json.
-[[nodiscard]] installer::apply::VerifyStepsOptions verify_steps_options(const GlobalOptions& g, bool verify);
+// Where the step verification's notes go: standard error, unless -q or --json (none).
+[[nodiscard]] std::function<void(const std::string&)> notes(const GlobalOptions& g);
 
 // The baseline and each step's result, as fix, apply and install report them under "verification"
 // (null where the steps were not verified, --no-verify).

@@ -548,8 +548,9 @@ int run_apply(const GlobalOptions& options, const ApplyCliOptions& o, std::ostre
 
   tx::Transaction t(layout.root_real, "apply " + o.plan);
   StepChecks checks;
-  const auto done = installer::apply::carry_out_plan(env, knowledge, prepared, t, apply,
-                                                     verify_steps_options(g, !o.no_verify), !o.no_verify, checks);
+  const auto done = installer::apply::carry_out_plan(
+      env, knowledge, prepared, t, apply,
+      installer::apply::VerifyStepsOptions::for_command(scan_options(g), !o.no_verify, notes(g)), !o.no_verify, checks);
   if (done.failed) return verification_failed(g, out, "apply", env, t, *done.failed, checks);
   const std::size_t files = done.files;
   const std::string text_out = fmt::format("applied {} ({} files){}", count_of(said.size(), "step", "steps"), files,
@@ -634,8 +635,9 @@ int run_install(const GlobalOptions& g, const InstallCliOptions& o, std::ostream
   }
   StepChecks checks;
   checks.skip = o.no_verify;
-  const auto check =
-      installer::apply::step_verifier(env, knowledge, labels, t, verify_steps_options(g, !o.no_verify), checks);
+  const auto check = installer::apply::step_verifier(
+      env, knowledge, labels, t,
+      installer::apply::VerifyStepsOptions::for_command(scan_options(g), !o.no_verify, notes(g)), checks);
   if (const auto failed = installer::apply::carry_out_verified(t, check, checks))
     return verification_failed(g, out, "install", env, t, *failed, checks);
   report_done(g, out, "install", env.layout.root, t,

@@ -158,6 +158,12 @@ struct VerifyStepsOptions {
   // A line for the user after the baseline and after each step verified ("verified after step 1
   // (...): ..."); none: nothing said.
   std::function<void(const std::string&)> note;
+
+  // A write command's: its scan, and the probe installed beside cudafix (probe::installed_probe,
+  // its absence an error) where `verify`; none where not, so that a cudafix copied without its
+  // helper still installs with --no-verify.
+  [[nodiscard]] static VerifyStepsOptions for_command(resolver::ScanOptions scan, bool verify,
+                                                      std::function<void(const std::string&)> note);
 };
 
 // The baseline probe, started before the transaction is staged so that the driver's

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "installer/apply/plan_apply.hpp"
+#include "installer/probe/runner.hpp"
 #include "resolver/base/text.hpp"
 
 namespace cudafix::installer::apply {
@@ -106,6 +107,15 @@ std::vector<std::size_t> probe_groups(const tx::Transaction& t) {
 }
 
 }  // namespace
+
+VerifyStepsOptions VerifyStepsOptions::for_command(r::ScanOptions scan, bool verify,
+                                                   std::function<void(const std::string&)> note) {
+  VerifyStepsOptions o;
+  o.scan = std::move(scan);
+  if (verify) o.probe.probe = pr::installed_probe();
+  o.note = std::move(note);
+  return o;
+}
 
 namespace {
 

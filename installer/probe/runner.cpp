@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
@@ -217,6 +218,17 @@ ProbeRun run_probe(const ProbeCommand& c) {
   if (run.errors.size() > k_stderr_keep) run.errors.erase(0, run.errors.size() - k_stderr_keep);
   run.ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return run;
+}
+
+std::string installed_probe() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw resolver::Error(fmt::format("cannot find cudafix's own path: {}", ec.message()));
+  const std::string probe = (self.parent_path() / "cudafix-probe").string();
+  if (::access(probe.c_str(), X_OK) != 0)
+    throw resolver::Error(
+        fmt::format("the probe helper {} is missing or not executable; it is installed beside cudafix", probe));
+  return probe;
 }
 
 }  // namespace cudafix::installer::probe

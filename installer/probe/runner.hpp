@@ -34,6 +34,10 @@ struct ProbeRun {
 // Throws resolver::Error when the child cannot be started.
 [[nodiscard]] ProbeRun run_probe(const ProbeCommand& command);
 
+// cudafix-probe's path: installed beside the running binary (the bundle, the wheel and `make
+// install` put it there). Throws resolver::Error when it is missing or not executable.
+[[nodiscard]] std::string installed_probe();
+
 // The program's own environment with LD_LIBRARY_PATH replaced by `ld_library_path` (removed when
 // empty), so the probe's loader searches what the loader model assumed.
 [[nodiscard]] std::vector<std::string> environment_with_library_path(const std::vector<std::string>& ld_library_path);
