@@ -203,7 +203,7 @@ Configuration load_configuration(const GlobalOptions& g, const std::optional<std
   files.insert(files.end(), g.rules.begin(), g.rules.end());
   for (const auto& f : files) {
     // Parsed once, each reader handed the one table.
-    const toml::table doc = rules::parse_toml(read_settings_file(f), f);
+    const toml::table doc = r::parse_toml(read_settings_file(f), f);
     refuse_unknown_tables(doc, f);
     rules::merge_knowledge(doc, f, c.knowledge);
     rules::merge_rule_settings(doc, f, c.rule_settings);

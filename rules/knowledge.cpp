@@ -133,15 +133,6 @@ void read_extras(const toml::table& doc, const std::string& source, r::Knowledge
 
 }  // namespace
 
-toml::table parse_toml(std::string_view text, const std::string& source) {
-  try {
-    return toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw r::Error(
-        fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
-  }
-}
-
 void merge_knowledge(const toml::table& doc, const std::string& source, r::Knowledge& into) {
   read_groups(doc, "driver", source, into.driver);
   read_groups(doc, "optional", source, into.optional);
@@ -152,7 +143,7 @@ void merge_knowledge(const toml::table& doc, const std::string& source, r::Knowl
 
 r::Knowledge builtin_knowledge() {
   r::Knowledge k;
-  merge_knowledge(parse_toml(k_knowledge, "built-in knowledge.toml"), "built-in knowledge.toml", k);
+  merge_knowledge(r::parse_toml(k_knowledge, "built-in knowledge.toml"), "built-in knowledge.toml", k);
   return k;
 }
 

@@ -1,24 +1,20 @@
 // Reading TOML into resolver::Knowledge and rule settings: the built-in file embedded at build
 // time, then the user's files on top (later tables extend and replace earlier ones by name). A
-// file is parsed once (parse_toml) and its one table handed to each reader.
+// file is parsed once (resolver::parse_toml) and its one table handed to each reader.
 #pragma once
 
 #include <string>
 #include <string_view>
 
-#include <toml++/toml.h>
-
+#include "resolver/base/toml_checked.hpp"
 #include "resolver/env/knowledge.hpp"
 #include "rules/doctor.hpp"
 
 namespace cudafix::rules {
 
-// Parses one TOML document; throws resolver::Error with `source`:line:column on a syntax error.
-[[nodiscard]] toml::table parse_toml(std::string_view text, const std::string& source);
-
 // The knowledge shipped with cudafix (rules/data/knowledge.toml).
 [[nodiscard]] resolver::Knowledge builtin_knowledge();
-// Adds the knowledge tables of one parsed TOML document (parse_toml) to `into`. Throws
+// Adds the knowledge tables of one parsed TOML document (resolver::parse_toml) to `into`. Throws
 // resolver::Error naming `source` and the line for a table of the wrong shape.
 void merge_knowledge(const toml::table& doc, const std::string& source, resolver::Knowledge& into);
 // Reads the `[rules.*]` tables of one parsed TOML document into `into`. Throws resolver::Error

@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <toml++/toml.h>
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
@@ -17,6 +16,7 @@
 
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/base/toml_checked.hpp"
 #include "resolver/pep/pep440.hpp"
 
 extern char** environ;
@@ -190,11 +190,16 @@ std::optional<FoundPython> follow_asdf(const fs::path& shims, const InterpreterL
 
 // `[tools] python = "3.11"`, `["3.11", "3.10"]` or `{ version = "3.11" }`.
 std::optional<Choice> mise_toml_choice(const fs::path& file) {
+  // A regular file of at most 1 MiB (a FIFO or a device named mise.toml in a folder above the
+  // working one must not hang or fill the lookup), read as TOML; else, as mise would, it chooses
+  // nothing.
+  const auto text = try_read_file(file, std::uint64_t{1} << 20);
+  if (!text) return std::nullopt;
   toml::table parsed;
   try {
-    parsed = toml::parse_file(file.string());
-  } catch (const toml::parse_error&) {
-    return std::nullopt;  // not TOML: as mise would, it chooses nothing
+    parsed = parse_toml(*text, file.string());
+  } catch (const Error&) {
+    return std::nullopt;
   }
   const toml::node_view python = parsed["tools"]["python"];
   Choice c{{}, file.string()};

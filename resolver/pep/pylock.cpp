@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -17,6 +16,7 @@
 
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/text.hpp"
+#include "resolver/base/toml_checked.hpp"
 #include "resolver/pep/pep440.hpp"
 #include "resolver/pep/pep508.hpp"
 #include "resolver/pep/wheel_name.hpp"
@@ -563,15 +563,10 @@ Lock parse_lock(std::string_view text, std::string_view file, std::vector<std::s
   const Reader r(file);
   if (text.size() > k_lock_file_max) r.fail("(file)", fmt::format("larger than {} bytes", k_lock_file_max));
   if (const auto line = raw_control_character(text))
-    throw Error(fmt::format("{}: line {}: a control character TOML allows only escaped in a string", file, *line));
+    throw Error(fmt::format("{}:{}: a control character TOML allows only escaped in a string", file, *line));
   if (const auto line = non_ascii_outside_strings(text))
-    throw Error(fmt::format("{}: line {}: a character past ASCII outside a string or a comment", file, *line));
-  toml::table top;
-  try {
-    top = toml::parse(text, file);
-  } catch (const toml::parse_error& e) {
-    throw Error(fmt::format("{}: line {}: {}", file, e.source().begin.line, e.description()));
-  }
+    throw Error(fmt::format("{}:{}: a character past ASCII outside a string or a comment", file, *line));
+  const toml::table top = parse_toml(text, std::string(file));
   Lock lock;
   read_lock_version(r, top, lock, warnings);
   lock.environments = r.strings(top, "environments", "");

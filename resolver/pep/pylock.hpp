@@ -7,7 +7,8 @@
 // k_lock_max_string bytes in any one string), every key's type is checked, and a problem throws
 // Error naming the file and the key as a path: "pylock.toml: packages[3].wheels[0].hashes.sha256:
 // expected 64 hex digits". Before toml++ reads it, a byte past ASCII outside a string or a comment
-// (TOML allows none there) is refused: toml++ 3.3 reaches undefined behaviour on some. What is
+// (TOML allows none there) is refused with its line: toml++ 3.3 mistakes some for its own
+// invariants (resolver/base/toml_checked.cpp makes those checks). What is
 // checked beyond types:
 //   - lock-version: "1.N"; another major is refused (the spec's MUST), a newer minor is read with
 //     a warning (its SHOULD);

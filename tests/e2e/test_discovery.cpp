@@ -4,6 +4,8 @@
 // the managers lay them out; each interpreter prefix holds a dist of its own name, so the dists
 // the scan lists say which one was chosen. Where this machine has a real pyenv, its shim is
 // also asked for sys.prefix and cudafix must agree.
+#include <sys/stat.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -159,6 +161,24 @@ TEST_F(Shims, MisesTomlChoosesTheNewestInstallItPrefixes) {
   EXPECT_EQ(dist_names(scan.doc), "mise31210 ");
   EXPECT_THAT(scan.doc["layout"]["found_by"].get<std::string>(),
               HasSubstr(home_ + "/work/mise.toml says 3.12 (the newest installed: 3.12.10)"));
+}
+
+TEST_F(Shims, MisesFilesThatAreNoTomlOrNoFileChooseNothing) {
+  // Nearer the working folder than the real one: a FIFO (which blocked the lookup for good, no
+  // writer ever opening it) and a file that broke toml++'s parse_key assertion (`[[:`); each
+  // chooses nothing, as mise's own reading of a broken file does, and the lookup goes on upward.
+  const std::string mise = home_ + "/.local/share/mise";
+  write_script(mise + "/bin/mise", "exit 1\n");
+  fs::create_directories(mise + "/shims");
+  fs::create_symlink(mise + "/bin/mise", mise + "/shims/python3");
+  make_prefix(mise + "/installs/python/3.12.10", "3.12", "mise31210");
+  test::write_file(home_ + "/work/mise.toml", "[tools]\npython = \"3.12\"\n");
+  ASSERT_EQ(::mkfifo((home_ + "/work/proj/mise.toml").c_str(), 0644), 0);
+  test::write_file(project_ + "/mise.toml", "[[:tools]]\npython = \"3.11\"\n");
+  const auto scan = run("scan", mise + "/shims:/usr/bin:/bin", "timeout 60");
+  ASSERT_EQ(scan.exit_code, 0) << scan.out;
+  EXPECT_EQ(dist_names(scan.doc), "mise31210 ");
+  EXPECT_THAT(scan.doc["layout"]["found_by"].get<std::string>(), HasSubstr(home_ + "/work/mise.toml says 3.12"));
 }
 
 TEST_F(Shims, DashPTakesAnInterpreterAVersionOrAFolder) {
