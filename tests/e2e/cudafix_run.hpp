@@ -2,15 +2,20 @@
 // the binary for its JSON, and real wheels and venvs made for a test.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -63,15 +68,55 @@ inline RunResult venv_pip(const std::string& venv, const std::string& args) {
                    args);
 }
 
+// The venv with pip alone that make_venv copies, made by `python3 -m venv` once for every test
+// process of a build: ctest runs each suite in a process of its own, and a venv with pip takes
+// 6 s to make on 2 cores (ensurepip), which 60 suites paid each under both builds. It is made in
+// $CUDAFIX_TEST_SHARED (the build tree's test-shared/: tests/CMakeLists.txt) under a lock, named
+// after the interpreter (its file's size and time) and the pip wheels ensurepip installs from, so
+// that an upgraded python3 makes another. Without the variable (a test binary run by hand): made
+// in `own`, for this process alone.
+inline std::string base_venv(const std::string& own) {
+  namespace fs = std::filesystem;
+  const char* shared = std::getenv("CUDAFIX_TEST_SHARED");
+  const auto make = [](const std::string& at) {
+    const auto made = run_shell(k_python + " -m venv " + shell_quote(at));
+    if (made.exit_code != 0) throw std::runtime_error("python3 -m venv " + at + ": " + made.out);
+  };
+  if (!shared || !*shared) {
+    make(own);
+    return own;
+  }
+  std::error_code ec;
+  std::string key;
+  const auto python = fs::canonical(k_python, ec);
+  key += python.string() + std::to_string(fs::file_size(python, ec)) +
+         std::to_string(fs::last_write_time(python, ec).time_since_epoch().count());
+  for (const auto& e : fs::directory_iterator("/usr/share/python-wheels", ec)) key += e.path().filename().string();
+  const std::string dir = std::string(shared) + "/venv-" + std::to_string(std::hash<std::string>{}(key));
+  fs::create_directories(shared);
+  const int lock = ::open((std::string(shared) + "/venv.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) throw std::runtime_error("cannot lock " + std::string(shared));
+  if (!fs::exists(dir + "/.made")) {
+    fs::remove_all(dir + ".tmp");
+    make(dir + ".tmp");
+    fs::remove_all(dir);
+    fs::rename(dir + ".tmp", dir);
+    std::ofstream(dir + "/.made") << key;
+  }
+  ::close(lock);
+  return dir;
+}
+
 // A venv made by `python3 -m venv` at `dir`, with `wheels` installed by its own pip one at a time,
 // in this order.
 //
 // Made once per process for each list of wheels and copied after that (`cp -a`): a venv with pip
 // takes 6 s to make on 2 cores and a wheel 1 s to install, a copy 0.3 s. A copy is the venv pip
 // made, file for file; only the absolute paths a venv keeps of itself (pyvenv.cfg's command, the
-// activate scripts, the shebangs of bin/ scripts) name the first one, which stays until the
-// process ends. The tests run pip as `bin/python3 -m pip`, so none of those paths is followed; a
-// venv whose wheels add scripts to bin/ is made afresh each time, so that its shebangs are its own.
+// activate scripts, the shebangs of bin/ scripts) name the first one (base_venv's), which stays
+// until the process ends. The tests run pip as `bin/python3 -m pip`, so none of those paths is
+// followed; a venv whose wheels add scripts to bin/ is made afresh each time, so that its
+// shebangs are its own.
 inline void make_venv(const std::string& dir, const std::vector<std::string>& wheels) {
   static TempDir made_before;
   static std::map<std::string, std::string> venv_for;  // the wheels, stamped -> a venv made from them
@@ -90,12 +135,7 @@ inline void make_venv(const std::string& dir, const std::vector<std::string>& wh
   };
   if (const auto it = venv_for.find(key); it != venv_for.end()) return copy(it->second);
   // The venv with pip alone, the base of every other.
-  if (!venv_for.count("")) {
-    const std::string base = made_before.path() + "/0";
-    const auto made = run_shell(k_python + " -m venv " + shell_quote(base));
-    ASSERT_EQ(made.exit_code, 0) << made.out;
-    venv_for[""] = base;
-  }
+  if (!venv_for.count("")) venv_for[""] = base_venv(made_before.path() + "/0");
   ASSERT_NO_FATAL_FAILURE(copy(venv_for[""]));
   const auto scripts = [](const std::string& venv) {
     std::size_t n = 0;

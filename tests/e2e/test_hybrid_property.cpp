@@ -76,9 +76,7 @@ class HybridProperty : public ::testing::Test {
     fs::create_directories(links_);
     fs::create_directories(elf_);
     for (int m : {12, 13}) add_major(m);
-    base_ = tmp_->path() + "/base";
-    const auto made = run_shell(test::k_python + " -m venv " + shell_quote(base_));
-    ASSERT_EQ(made.exit_code, 0) << made.out;
+    base_ = test::base_venv(tmp_->path() + "/base");
   }
   static void TearDownTestSuite() { delete tmp_; }
 
