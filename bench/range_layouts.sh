@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# What `plan fix` reads by range of an index's wheel, for three layouts of its large object
+# What `plan fix` reads by range of an index's wheel, for four layouts of its large object
 # (tests/e2e/make_big_object.py: code-like .rodata, then PT_DYNAMIC, then .data): the segment near
-# the end (CUDA libraries: a small .data), in the middle (gcc's layout with a large .data), and
-# early (a small .rodata). For each: the bytes read against the wheel's size, the requests the
+# the end (CUDA libraries: a small .data), in the middle (gcc's layout with a large .data), early
+# (a small .rodata), and NCCL's (bytes that do not deflate before the segment); then real objects
+# gcc built, and a wheel of six Debian libraries. For each: the bytes read against the wheel's size, the requests the
 # index saw for the plan, the seconds, and the plan's peak RSS (/usr/bin/time -v). The venv is the
 # e2e tests' broken one (pip's uninstall of the cu13 cuDNN deleted the cu12 dist's library).
-#   bench/range_layouts.sh [CUDAFIX (build/cudafix)]
+#   [LAYOUTS="nccl gcc"] bench/range_layouts.sh [CUDAFIX (build/cudafix)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:-build/cudafix}")
@@ -29,9 +30,18 @@ lib=nvidia/cudnn/lib
 # nvidia-cudnn-cu12, which the venv wants.
 members() {
   case "$1" in
-  end | middle | early)
-    set -- $layout
-    python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn.so.9" libcudnn.so.9 "$2" "$3" >/dev/null
+  end | middle | early | nccl)
+    local sizes
+    case "$1" in  # RODATA_MB DATA_MB [--random MB]
+    end) sizes="24 0.5" ;;
+    middle) sizes="12 12" ;;
+    early) sizes="0.5 24" ;;
+    # NCCL 2.28's shape, an eighth of its size: 24 MB that do not deflate (its fatbins) before
+    # the segment, 3.5 MB that deflate to a third after it (its debug sections).
+    nccl) sizes=${NCCL_SIZES:-"2 3.5 --random 24"} ;;
+    esac
+    # shellcheck disable=SC2086 # the sizes are words
+    python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn.so.9" libcudnn.so.9 $sizes >/dev/null
     echo "$lib/libcudnn.so.9=$dir/objects/libcudnn.so.9" ;;
   # Real objects gcc built, .dynamic after .text, .rodata and .eh_frame: z3 (23 MB, 19 MB of
   # code, .dynamic 14 KB before the end) and Python 3.11 (7.7 MB, 1.1 MB of .data after it).
@@ -45,8 +55,7 @@ members() {
     done ;;
   esac
 }
-for layout in "end 24 0.5" "middle 12 12" "early 0.5 24" gcc debian; do
-  name=${layout%% *}
+for name in ${LAYOUTS:-end middle early nccl gcc debian}; do
   dir="$tmp/$name"
   mkdir -p "$dir/objects"
   wheel=$(mk "$dir" nvidia-cudnn-cu12 9.10.2.21 $(members "$name") --deflate)

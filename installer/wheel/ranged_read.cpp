@@ -492,7 +492,7 @@ class RangeReader {
   RangedMembers run(std::vector<zip::Entry> members) {
     wanted_ = std::move(members);
     first_round();
-    for (const int pass : {1, 2, 3}) window_pass(pass);
+    for (const int pass : {1, 2, 3, 4}) window_pass(pass);
     for (const Deep& d : deep_)
       if (d.overrun) throw inflates_past_size(label_, *d.member);
     prefetch_strings();
@@ -740,9 +740,11 @@ std::optional<std::uint64_t> RangeReader::estimate_from_end(const Deep& d, std::
 }
 
 // This pass's window for an object's segment, or none: the segment is known, or lies in the
-// head, or this pass has no window for it. Pass 1: around the estimate; pass 2: from the
-// estimate to the other (estimate_from_end) where they differ, else wider; pass 3: wider, where
-// pass 2 was the span between the estimates.
+// head, or this pass has no window for it. Pass 1: around the estimate. Near the end: the window
+// at the end grown back (pass 2), around the estimate from the end (pass 3), the window at the
+// end as far back as the segment can lie (passes 3 or 4). Elsewhere, pass 2: from the estimate to
+// the other (estimate_from_end) where they differ by a few windows, around the other where they
+// differ by more, else wider; pass 3: wider, where pass 2 was not.
 std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
   const zip::Entry& m = *d.member;
   if (m.method != 8 || d.layout.dynamic_size == 0 || d.dyn || d.segment_in_head()) return std::nullopt;
@@ -761,7 +763,7 @@ std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
     // Only exact places: a window that ends with the member, near the end, or where the segment
     // lies in its second half and inflating from there to the end, twice, costs less than from
     // the start (by a map of the stream, on every core, where the whole file is at hand).
-    if (pass == 3) return std::nullopt;
+    if (pass >= 3) return std::nullopt;
     if (after <= 4 * k_window) return at_end(pass == 1 ? k_window / 4 : beyond);
     const std::uint64_t from_start =
         whole_.empty() ? d.layout.dynamic_offset : d.layout.dynamic_offset / r::thread_count(0);
@@ -784,13 +786,35 @@ std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
   // before it: Python 3.11's segment lies 157 KB past the first estimate, 145 KB before the
   // second. The window from one to the other, at most four windows wide, grows pass 1's.
   const auto other = estimate_from_end(d, d.layout.dynamic_offset);
-  const bool span = other && std::max(*other, estimate_at) - std::min(*other, estimate_at) > lead;
-  if (pass == 2 && span) {
-    const std::uint64_t low = std::min(*other, estimate_at);
-    return around(low, std::min(std::max(*other, estimate_at), low + 3 * window));
+  const std::uint64_t apart = other ? std::max(*other, estimate_at) - std::min(*other, estimate_at) : 0;
+  const bool span = other && apart > lead, close = span && apart <= 3 * window;
+  if (pass == 2 && close) return around(std::min(*other, estimate_at), std::max(*other, estimate_at));
+  // Estimates far apart: what lies between the head and the end deflates unlike either. NCCL
+  // 2.28's 190 MB before its segment are fatbins that do not deflate (0.999) and its 28 MB after
+  // it debug sections (0.1-0.5): from the head's ratio the segment should lie 17 MB early, from
+  // the end window's 0.5 MB late. A window around the one counted back from the end, a quarter of
+  // the distance to the end wide (mostly before it: a block boundary must come first).
+  const auto around_other = [&]() -> std::optional<Ask> {
+    const std::uint64_t wide = std::clamp<std::uint64_t>((end - *other) / 4, window, 8 * k_window);
+    const std::uint64_t first = std::max(m.data_offset, *other > 3 * wide / 4 ? *other - 3 * wide / 4 : 0);
+    const std::uint64_t last = std::min(end - 1, first + wide - 1);
+    if (first < d.end_first && last + 1 >= d.end_first) return at_end(end - first);
+    return Ask{0, false, first, last};
+  };
+  if (after <= 4 * k_window) {
+    // Near the end: the window at the end grown back to eight times what is at hand, then around
+    // the estimate from the end (the grown window's first boundary gives one), then as far back
+    // as the segment can lie. The raw bytes after it bound its distance, but the zeros that pad
+    // NVIDIA's objects between sections deflate to almost nothing: cuDNN 9.19's precompiled
+    // engines keep 2.3 MB after the segment in 124 KB deflated, where reaching back 2.5 MB at
+    // once read twenty times what was needed.
+    if (pass == 2) return at_end(std::min(beyond, 8 * (end - d.end_first)));
+    if (pass == 3 && other && !close) return around_other();
+    return pass >= 3 ? at_end(beyond) : std::nullopt;
   }
-  if (pass == 3 && !span) return std::nullopt;
-  if (after <= 4 * k_window) return at_end(beyond);
+  if (pass == 2 && span) return around_other();
+  if (pass >= 3 && !span) return std::nullopt;
+  if (pass == 4) return std::nullopt;
   // A wider one mostly before the estimate (a block boundary must come first), wider with the
   // member (cuDNN 9.19's runtime_compiled library, 16 MB deflated: 2.3 MB early, where .lrodata
   // after the segment deflates to 0.88 and the code before it to 0.42).

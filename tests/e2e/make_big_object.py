@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Builds a large shared object, as CUDA libraries are large, with the compiler.
 
-  make_big_object.py OUT SONAME RODATA_MB DATA_MB [cc flags...]
+  make_big_object.py OUT SONAME RODATA_MB DATA_MB [--random MB] [cc flags...]
 
 Its .rodata holds RODATA_MB and its .data DATA_MB of bytes that deflate about as a CUDA
 library does (a few thousand distinct words, drawn at random), so that PT_DYNAMIC (in the
 writable segment, after .rodata and before .data) lies deep in the file, at a place set by the
-two sizes. Extra arguments go to cc (-Wl,--no-as-needed -lm, -Wl,-rpath,...).
+two sizes. --random MB adds that many bytes that do not deflate (as NVIDIA's fatbins: 190 MB of
+NCCL's, before its segment) after .rodata's. Extra arguments go to cc (-Wl,--no-as-needed -lm, -Wl,-rpath,...).
 """
 import os
 import random
@@ -15,6 +16,10 @@ import sys
 import tempfile
 
 out, soname, rodata_mb, data_mb = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+cc_args = sys.argv[5:]
+random_mb = 0.0
+if cc_args[:1] == ["--random"]:
+    random_mb, cc_args = float(cc_args[1]), cc_args[2:]
 rng = random.Random(soname)
 words = [bytes(rng.randrange(256) for _ in range(rng.randrange(4, 24))) for _ in range(1500)]
 
@@ -29,6 +34,8 @@ def blob(path, size):
 
 with tempfile.TemporaryDirectory() as tmp:
     blob(os.path.join(tmp, "ro.bin"), int(rodata_mb * (1 << 20)))
+    with open(os.path.join(tmp, "ro.bin"), "ab") as f:
+        f.write(rng.randbytes(int(random_mb * (1 << 20))))
     blob(os.path.join(tmp, "rw.bin"), int(data_mb * (1 << 20)))
     src = os.path.join(tmp, "big.c")
     with open(src, "w") as f:
@@ -36,5 +43,5 @@ with tempfile.TemporaryDirectory() as tmp:
         f.write('__asm__(".section .data.blob,\\"aw\\"\\n.incbin \\"rw.bin\\"\\n.previous\\n");\n')
         f.write("int cudafix_big_object(void) { return 1; }\n")
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", os.path.abspath(out), f"-Wl,-soname,{soname}", "big.c"]
-                   + sys.argv[5:], cwd=tmp, check=True)
+                   + cc_args, cwd=tmp, check=True)
 print(os.path.abspath(out))
