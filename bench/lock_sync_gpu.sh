@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# On the GPU machine: issue 56's proof, and issue 54's range figures for the real wheels, on
+# On the GPU machine: issue 56's proof, on
 # hardlink copies of the real CUDA 13 torch venv.
 # 1. every dist of the venv packed back into a wheel (bench/pack_dist_wheel.py, 16 at a time,
 #    deflated as NVIDIA's wheels are);
-# 2. range planning (issue 54): the cuDNN and NCCL wheels served by the tests' index server on
-#    127.0.0.1, `plan fix` after pip uninstalled each from a copy: bytes read against the wheel's
-#    size, the requests the server saw, the seconds, the planner's peak RSS (getrusage);
+# 2. (range planning of the real wheels is bench/range_real_gpu.sh's);
 # 3. uv writes a pylock.toml from that folder (uv pip compile --no-index --find-links);
 # 4. two copies broken alike by pip (nvidia-cudnn-cu13 uninstalled): `cudafix sync` of one, with the
 #    live verification, and `uv pip sync` of the other, timed side by side; each compared with the
@@ -33,38 +31,6 @@ ls "$site" | sed -n 's/-[^-]*\.dist-info$//p' > /tmp/names.txt
 xargs -P 16 -I{} "$py" bench/pack_dist_wheel.py "$site" {} /tmp/wheels < /tmp/names.txt > /tmp/pack.log 2>&1
 say "  packed $(ls /tmp/wheels | wc -l) wheels of $(wc -l < /tmp/names.txt) dists ($(du -sh /tmp/wheels | cut -f1)) in $(secs_since "$s")"
 grep -v '^wheel:' /tmp/pack.log | head -5 >> "$log"
-
-say "== range planning from the index (issue 54)"
-printf '  %-20s %12s %12s %8s %9s %7s %7s\n' dist read wheel fraction requests secs "RSS MB" >> "$log"
-for dist in nvidia-cudnn-cu13 nvidia-nccl-cu13; do
-  copy_venv /tmp/r
-  rm -rf /tmp/idx && mkdir -p /tmp/idx
-  ln /tmp/wheels/"$(echo $dist | tr - _)"-*.whl /tmp/idx/
-  /tmp/r/bin/python3 -m pip uninstall -y -q "$dist" >> "$log" 2>&1
-  rm -f /tmp/port /tmp/idx.log
-  "$py" tests/e2e/index_server.py /tmp/idx /tmp/idx.log > /tmp/port 2>/dev/null &
-  server=$!
-  for _ in $(seq 50); do [ -s /tmp/port ] && break; sleep 0.1; done
-  rm -rf /tmp/cfcache
-  s=$EPOCHREALTIME
-  CUDAFIX_CACHE_DIR=/tmp/cfcache timeout 300 "$py" -c 'import resource, subprocess, sys
-subprocess.run(sys.argv[1:])
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, file=sys.stderr)' \
-    "$C" plan fix --json --venv /tmp/r --index-url "http://127.0.0.1:$(cat /tmp/port)/simple" > /tmp/plan.json 2> /tmp/rss
-  secs=$(secs_since "$s")
-  kill $server
-  "$py" - /tmp/plan.json "$dist" "$(grep -c '"range": "' /tmp/idx.log)" "$secs" "$(tail -1 /tmp/rss)" >> "$log" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for s in d["steps"]:
-    r = (s["wheel"] or {}).get("read")
-    if s["name"] == sys.argv[2] and r:
-        print(f"  {sys.argv[2]:<20} {r['bytes']:>12} {r['of']:>12} {100*r['bytes']/r['of']:>7.2f}% {sys.argv[3]:>9} {sys.argv[4]:>7} {sys.argv[5]:>7}")
-        break
-else:
-    print("  ", sys.argv[2], "no ranged step:", [(s["action"], s["name"]) for s in d["steps"]], d.get("source_problems"))
-PY
-done
 
 say "== uv writes the lock"
 ls "$site" | sed -n 's/\(.*\)-\([^-]*\)\.dist-info$/\1==\2/p' > /tmp/req.in

@@ -76,6 +76,15 @@ class Shims : public ::testing::Test {
     for (const auto& d : scan["dists"]) out += d["name"].get<std::string>() + " ";
     return out;
   }
+  // mise's data folder, its shims' python3 a link to its binary (which fails: following the shim
+  // must not need it).
+  std::string mise_shims() const {
+    const std::string mise = home_ + "/.local/share/mise";
+    write_script(mise + "/bin/mise", "exit 1\n");
+    fs::create_directories(mise + "/shims");
+    fs::create_symlink(mise + "/bin/mise", mise + "/shims/python3");
+    return mise;
+  }
   std::string shim_path() const { return pyenv_ + "/shims:" + tmp_.path() + "/sysbin:/usr/bin:/bin"; }
 
   TempDir tmp_;
@@ -149,10 +158,7 @@ TEST_F(Shims, AsdfsToolVersionsChoosesItsInstall) {
 }
 
 TEST_F(Shims, MisesTomlChoosesTheNewestInstallItPrefixes) {
-  const std::string mise = home_ + "/.local/share/mise";
-  write_script(mise + "/bin/mise", "exit 1\n");
-  fs::create_directories(mise + "/shims");
-  fs::create_symlink(mise + "/bin/mise", mise + "/shims/python3");
+  const std::string mise = mise_shims();
   make_prefix(mise + "/installs/python/3.12.3", "3.12", "mise3123");
   make_prefix(mise + "/installs/python/3.12.10", "3.12", "mise31210");
   test::write_file(home_ + "/work/mise.toml", "[tools]\npython = \"3.12\"\nnode = \"22\"\n");
@@ -167,10 +173,7 @@ TEST_F(Shims, MisesFilesThatAreNoTomlOrNoFileChooseNothing) {
   // Nearer the working folder than the real one: a FIFO (which blocked the lookup for good, no
   // writer ever opening it) and a file that broke toml++'s parse_key assertion (`[[:`); each
   // chooses nothing, as mise's own reading of a broken file does, and the lookup goes on upward.
-  const std::string mise = home_ + "/.local/share/mise";
-  write_script(mise + "/bin/mise", "exit 1\n");
-  fs::create_directories(mise + "/shims");
-  fs::create_symlink(mise + "/bin/mise", mise + "/shims/python3");
+  const std::string mise = mise_shims();
   make_prefix(mise + "/installs/python/3.12.10", "3.12", "mise31210");
   test::write_file(home_ + "/work/mise.toml", "[tools]\npython = \"3.12\"\n");
   ASSERT_EQ(::mkfifo((home_ + "/work/proj/mise.toml").c_str(), 0644), 0);
