@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Wheels of a few megabytes whose object declares gigabytes (zeros, each deflate ratio under the
 1000:1 cap), to measure what planning holds in memory while it reads them:
-  segment_mid    3 GiB declared, 3.4 MB deflated: PT_DYNAMIC halfway, its strings near the start;
-  headers_late   3 GiB declared: the program headers 64 KiB before the end (the first bytes do not
+  segment_mid    1.5 GiB declared, 1.8 MB deflated: PT_DYNAMIC halfway, its strings near the start;
+  headers_late   1.5 GiB declared: the program headers 64 KiB before the end (the first bytes do not
                  say where the segment lies: the object is read from its start), PT_DYNAMIC halfway;
   small_whole    900 MiB declared from under 1 MiB deflated (a member small enough to be read whole):
                  PT_DYNAMIC 1 MiB before its end;
@@ -129,7 +129,7 @@ def main():
                      "declared": obj.size})
 
     common = {STRTAB: S.bytes, SYMTAB: bytes(24)}
-    size = 3 << 30
+    size = 3 << 29  # 1.5 GiB: planning that kept what it inflated held 2.25 GB
     dyn_at = size // 2
     ehdr, phdrs = headers(size, dyn_at)
     add("segment_mid", lambda: Object(size, {**common, 0: ehdr + phdrs, dyn_at: segment()}, 256 << 10))
