@@ -38,7 +38,7 @@ std::string sha256_of(const std::string& file) {
   return run_shell("sha256sum " + shell_quote(file) + " | cut -d' ' -f1 | tr -d '\\n'").out;
 }
 
-void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+using test::write_file;
 
 std::string python_file(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string path = dir + "/" + name;
@@ -151,9 +151,16 @@ TEST(Sync, AVenvBrokenByPipIsBroughtBackToItsLockFileForFile) {
   ASSERT_EQ(test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(wheels().alpha2)).exit_code, 0);
   ASSERT_EQ(test::venv_pip(venv, "install -q --no-index --no-deps " + shell_quote(wheels().gamma)).exit_code, 0);
   ASSERT_NE(installed_state(venv), healthy);
+  // Beside the venv, what sync must leave as it is: the lock's own wheels folder, and a folder
+  // shaped as a site-packages' (a library of the same name, a dist-info of a locked dist).
+  const std::string outside = t.path() + "/outside";
+  write_file(outside + "/nvidia/cu13/lib/libcublas.so.13", "canary");
+  write_file(outside + "/beta-1.0.dist-info/RECORD", "canary");
+  const std::string beside = test::tree_of(outside) + test::tree_of(t.path() + "/wheels");
 
   const auto r = sync(t, lock, venv, "-y --no-verify");
   ASSERT_EQ(r.exit_code, 0) << r.out.substr(0, 4000);
+  EXPECT_EQ(test::tree_of(outside) + test::tree_of(t.path() + "/wheels"), beside);
   std::set<std::string> steps(r.doc["steps"].begin(), r.doc["steps"].end());
   EXPECT_EQ(steps, (std::set<std::string>{"install alpha 1.0", "install beta 1.0", "reinstall nvidia-cublas 13.1.0.3",
                                           "remove gamma 1.0"}))
