@@ -23,12 +23,18 @@ w4=$(mk "$tmp/base" torch12like 2.7.0 "torch/lib/libtorch_cuda.so=$fx/torch12/li
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/python3" -m pip install -q --no-index --no-deps "$w1" "$w2" "$w3" "$w4"
 "$tmp/venv/bin/python3" -m pip uninstall -q -y nvidia-cudnn-cu13
-# What planning holds before any range is read: the same plan from the small wheel in a
-# --find-links folder, its peak RSS the floor each layout's RSS is read against.
-env -u VIRTUAL_ENV -u PIP_FIND_LINKS CUDAFIX_CACHE_DIR="$tmp/base-cache" /usr/bin/time -v "$bin" plan fix --json \
-  --venv "$tmp/venv" --ld-so-cache /dev/null --ld-library-path '' --find-links "$tmp/base" >/dev/null 2>"$tmp/base-time" || true
-echo "planning from a local wheel (no range read): peak RSS" \
-  "$(($(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/base-time") / 1024)) MB"
+# What planning holds before any range is read: the same plan from an index that has no wheel
+# (libcurl and its TLS libraries loaded, nothing fetched), the floor the layouts' RSS is read against.
+mkdir -p "$tmp/empty"
+python3 tests/e2e/index_server.py "$tmp/empty" "$tmp/empty.log" >"$tmp/empty.port" 2>/dev/null &
+server=$!
+for _ in $(seq 50); do [ -s "$tmp/empty.port" ] && break; sleep 0.1; done
+env -u VIRTUAL_ENV -u PIP_FIND_LINKS CUDAFIX_CACHE_DIR="$tmp/empty-cache" /usr/bin/time -v "$bin" plan fix --json \
+  --venv "$tmp/venv" --ld-so-cache /dev/null --ld-library-path '' \
+  --index-url "http://127.0.0.1:$(cat "$tmp/empty.port")/simple" >/dev/null 2>"$tmp/empty-time" || true
+kill "$server"
+echo "planning from an index that has no wheel (nothing read by range): peak RSS" \
+  "$(($(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/empty-time") / 1024)) MB"
 printf '%-8s %10s %10s %8s %9s %6s %8s\n' layout read wheel fraction requests secs "RSS MB"
 sys=/usr/lib/x86_64-linux-gnu
 lib=nvidia/cudnn/lib
