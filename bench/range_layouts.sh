@@ -45,7 +45,7 @@ members() {
     done ;;
   esac
 }
-for layout in "end 24 0.5" "middle 12 12" "early 0.5 24" gcc debian; do
+for layout in ${LAYOUTS:-"end 24 0.5" "middle 12 12" "early 0.5 24" gcc debian}; do
   name=${layout%% *}
   dir="$tmp/$name"
   mkdir -p "$dir/objects"
