@@ -915,9 +915,14 @@ void RangeReader::prefetch_strings() {
     if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings) || d.head_end.raw == 0 ||
         !d.names.empty())
       continue;
-    // At the head's deflate ratio (.dynsym and .dynstr, which it mostly holds), a quarter more.
+    // At the highest ratios of the tables before them (installer/wheel/strings_window), else at
+    // the head's deflate ratio and a quarter more; what falls short is fetched as it is inflated.
     const double ratio = static_cast<double>(d.head_end.compressed) / static_cast<double>(d.head_end.raw);
-    const auto reach = static_cast<std::uint64_t>(static_cast<double>(strings->second - d.head_end.raw) * ratio * 1.25);
+    auto reach = static_cast<std::uint64_t>(static_cast<double>(strings->second - d.head_end.raw) * ratio * 1.25);
+    if (const auto tables = tables_layout(dyn, d.layout, m.size, d.head_place())) {
+      const std::uint64_t highest = deflated_place(*tables, strings->second, true);
+      reach = std::min(reach, highest - std::min(highest, d.head_end.compressed));
+    }
     const std::uint64_t have = m.data_offset + d.head_compressed.size();
     const std::uint64_t want = std::min({d.end(), have + reach + 4096, have + limits_.chunk});
     if (want <= have) continue;
