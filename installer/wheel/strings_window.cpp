@@ -45,16 +45,17 @@ bool all_fit(const std::vector<std::uint8_t>& starts, std::size_t at, const std:
 }
 
 // The deflate ratios, lowest and highest, of the sections before the names as GNU ld orders them:
-// what precedes .dynsym (.gnu.hash: hashes and bloom words, 0.76-0.87), .dynsym (24-byte symbols,
-// 0.32-0.36 in the large tables) and .dynstr, whose ratio follows the length of its names (C++'s
-// long mangled ones, 49 bytes on average in libstdc++, deflate to 0.11; C's, 18-23 bytes, to
-// 0.23-0.38): about 5.5 over their mean length, within the band below. Measured on Debian's
-// libstdc++, libcrypto, libxml2, libcurl, libarchive, libssl, libz3 and libpython3.11 deflated at
-// zipfile's level.
+// what precedes .dynsym (.gnu.hash: hashes and bloom words, 0.70-1.08), .dynsym (24-byte symbols,
+// 0.27-0.37) and .dynstr, whose ratio follows the length of its names (C++'s long mangled ones,
+// 49 bytes on average in libstdc++, deflate to 0.11; C's, 16-23 bytes, to 0.16-0.33): about 5.5
+// over their mean length, within the band below. Measured on 34 of Debian's libraries whose
+// names lie over 40 KB past the head deflated at zipfile's level (libstdc++, libcrypto, libxml2,
+// libpython3.11, libprotobuf, libicu, libgio, libX11, ...); the band misses one, libgrpc_unsecure,
+// whose 78-byte names deflate to twice the estimate (it is then read from its start).
 struct Ratios {
   double low, high;
 };
-constexpr Ratios k_before_symtab{0.7, 0.95}, k_symtab{0.28, 0.40}, k_unknown{0.10, 1.0};
+constexpr Ratios k_before_symtab{0.7, 1.08}, k_symtab{0.27, 0.38}, k_unknown{0.10, 1.0};
 constexpr double k_strtab_scale = 5.5, k_strtab_low = 0.75, k_strtab_high = 1.4;
 
 // .dynstr's ratios from the mean length of its names (.dynsym's 24-byte entries count them).
@@ -67,9 +68,14 @@ Ratios strtab_ratios(const NamesLayout& l) {
 }
 
 // A block boundary must come before the names (blocks of symbols and their names deflate to
-// 15-30 KB): the window starts this many compressed bytes before the lowest estimate, and ends
-// this many after the highest (the names may end a block: the next one's start is read too).
-constexpr std::uint64_t k_lead = 32 * 1024, k_trail = 8 * 1024;
+// 15-30 KB), and enough of the table before them that they copy nothing unknown: bytes copied
+// from before the decode's start stay unknown along chains of copies (decoded from the block
+// just before libstdc++'s names, 40% of 424 KB are unknown, the names among them; from the block
+// before that, they are known). The window starts this many compressed bytes before the lowest
+// estimate (of 34 Debian libraries whose names lie deep, 32 KiB found them in 4 of the 9 windows
+// tried, 48 KiB in 5 of 6), and ends this many after the highest (the names may end a block: the
+// next one's start is read).
+constexpr std::uint64_t k_lead = 48 * 1024, k_trail = 8 * 1024;
 constexpr std::uint64_t k_spread = 64 * 1024;  // names further apart than this are not looked for by a window
 // Bounds on the search for the names' place, which checks each name at each place a name starts:
 // Debian's libraries give 2 to 15 names, the decode of a window of .dynstr a few MB.

@@ -870,7 +870,7 @@ TEST_F(RangePlan, AWheelOfDebiansLibrariesIsReadByRangeNotWhole) {
 // (libstdc++.so.6: the last 1 KB of 300 KB of symbol names, 116 KB into its 754 KB deflated): by
 // range, the names are read from a window of the stream there, found by their fingerprint, not
 // inflated from the object's start. Main read 375 KB of libstdc++ so and 173 KB of libcrypto:
-// 26.2% of this wheel (695,897 of 2,651,418 bytes); now 11.9%. The plan's names are what
+// 26.2% of this wheel (695,897 of 2,651,418 bytes); now 13.3%. The plan's names are what
 // readelf -d says.
 TEST_F(RangePlan, NamesAtTheEndOfALargeDynstrAreReadFromAWindowThereNotFromTheStart) {
   TempDir t;
