@@ -885,7 +885,7 @@ void RangeReader::names_pass() {
     if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings)) continue;
     auto ask = names_ask(dyn, d.layout, m.size, d.head_place());
     if (!ask) continue;
-    const auto at = names_window_place(ask->layout, limits_.window / 4);
+    const auto at = names_window_place(ask->layout, limits_.window);
     if (!at) continue;
     ranges.emplace_back(m.data_offset + at->first, m.data_offset + at->last);
     asks.emplace_back(&d, std::move(*ask));

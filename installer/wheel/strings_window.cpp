@@ -71,11 +71,11 @@ Ratios strtab_ratios(const NamesLayout& l) {
 // 15-30 KB), and enough of the table before them that they copy nothing unknown: bytes copied
 // from before the decode's start stay unknown along chains of copies (decoded from the block
 // just before libstdc++'s names, 40% of 424 KB are unknown, the names among them; from the block
-// before that, they are known). The window starts this many compressed bytes before the lowest
-// estimate (of 34 Debian libraries whose names lie deep, 32 KiB found them in 4 of the 9 windows
-// tried, 48 KiB in 5 of 6), and ends this many after the highest (the names may end a block: the
-// next one's start is read).
-constexpr std::uint64_t k_lead = 48 * 1024, k_trail = 8 * 1024;
+// before that, they are known). The window starts this share of RangeLimits::window (48 KiB of
+// 1 MiB) before the lowest estimate (of 34 Debian libraries whose names lie deep, 32 KiB found
+// them in 4 of the 9 windows tried, 48 KiB in 5 of 6), ends this share (8 KiB) after the highest
+// (the names may end a block: the next one's start is read), and is at most a quarter of it.
+constexpr std::uint64_t k_lead_per_window = 48, k_trail_per_window = 8;  // of 1024
 constexpr std::uint64_t k_spread = 64 * 1024;  // names further apart than this are not looked for by a window
 // Bounds on the search for the names' place, which checks each name at each place a name starts:
 // Debian's libraries give 2 to 15 names, the decode of a window of .dynstr a few MB.
@@ -133,12 +133,13 @@ std::uint64_t deflated_place(const NamesLayout& l, std::uint64_t raw, bool high)
   return static_cast<std::uint64_t>(std::min(static_cast<double>(l.compressed), at));
 }
 
-std::optional<NamesWindowPlace> names_window_place(const NamesLayout& l, std::uint64_t most) {
+std::optional<NamesWindowPlace> names_window_place(const NamesLayout& l, std::uint64_t window) {
+  const std::uint64_t lead = window / 1024 * k_lead_per_window, trail = window / 1024 * k_trail_per_window;
   const std::uint64_t low = deflated_place(l, l.first, false), high = deflated_place(l, l.last, true);
-  const NamesWindowPlace w{low > k_lead ? low - k_lead : 0, std::min(l.compressed, high + k_trail)};
+  const NamesWindowPlace w{low > lead ? low - lead : 0, std::min(l.compressed, high + trail)};
   // From the head's end, inflating reads up to the names exactly: worth a window only where that
   // reads a quarter more than the window does.
-  if (w.last <= w.first || w.last - w.first > most ||
+  if (w.last <= w.first || w.last - w.first > window / 4 ||
       4 * (w.first - std::min(w.first, l.head_compressed)) < w.last - w.first)
     return std::nullopt;
   return w;

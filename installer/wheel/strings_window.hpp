@@ -52,8 +52,10 @@ struct NamesWindowPlace {
   std::uint64_t first = 0, last = 0;
 };
 // nullopt where the window would cost about what inflating from the head's end to the names does
-// (they lie a few blocks in: what from the start reads, exactly) or more than `most`.
-[[nodiscard]] std::optional<NamesWindowPlace> names_window_place(const NamesLayout& l, std::uint64_t most);
+// (they lie a few blocks in: what from the start reads, exactly) or more than a quarter of
+// `window` (RangeLimits::window, of which its lead and trail are shares: the fuzz target's small
+// limits take this path too).
+[[nodiscard]] std::optional<NamesWindowPlace> names_window_place(const NamesLayout& l, std::uint64_t window);
 
 // Where the object's byte `raw` should lie in the member's compressed data (from its first byte),
 // at the lowest or the highest of the ratios of the sections from the head's end to it (those of
