@@ -183,20 +183,22 @@ bool could_start_stored(const unsigned char* p, std::size_t n, std::uint64_t bit
 }
 
 // The first bit in [from, to) of `p` (n bytes) where a dynamic-Huffman or a stored block could
-// start and zlib reads three whole blocks from it, or (`at_end`: `p` ends where the stream must)
-// reads on without an error to a final block that ends exactly at the end of `p`; nullopt: none,
-// or `budget` spent trying.
+// start and zlib reads `enough` whole blocks from it (three, fewer where the caller proves what it
+// decodes by other means), or (`at_end`: `p` ends where the stream must) reads on without an
+// error to a final block that ends exactly at the end of `p`; nullopt: none, or `budget` spent
+// trying.
 std::optional<std::uint64_t> block_start(const unsigned char* p, std::size_t n, std::uint64_t from, std::uint64_t to,
-                                         std::uint64_t& produced, InflateBudget* budget, bool at_end = false) {
+                                         std::uint64_t& produced, InflateBudget* budget, bool at_end = false,
+                                         int enough = 3) {
   for (std::uint64_t bit = from; bit < to && bit + 64 < n * 8; ++bit) {
     if (!could_start_block(p, n, bit) && !could_start_stored(p, n, bit)) continue;
     const std::size_t start = bit / 8 + (bit % 8 ? 1 : 0);
     Inflater probe(0, budget);
     probe.prime(p[bit / 8], static_cast<int>(bit % 8));
-    const int whole_blocks = probe.blocks(p + start, n - start, 3);
+    const int whole_blocks = probe.blocks(p + start, n - start, enough);
     produced += probe.produced;
     if (probe.over_budget) return std::nullopt;
-    if (whole_blocks >= 3 || (at_end && probe.ended_at_input_end)) return bit;
+    if (whole_blocks >= enough || (at_end && probe.ended_at_input_end)) return bit;
   }
   return std::nullopt;
 }
@@ -316,7 +318,7 @@ std::uint64_t window_budget(std::uint64_t window) { return (std::uint64_t{64} <<
 
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
                                      const std::function<bool(const WindowDecode&)>& take, InflateBudget* parent,
-                                     bool ends_stream) {
+                                     bool ends_stream, int enough) {
   const auto* p = reinterpret_cast<const unsigned char*>(window.data());
   const std::size_t n = window.size();
   // The time is the parent's (a member's): a window alone has no deadline of its own.
@@ -324,7 +326,7 @@ std::uint64_t decode_from_boundaries(const std::string& window, int limit,
   std::uint64_t produced = 0;
   std::uint64_t from = 0;
   for (int tried = 0; tried < limit && !budget.spent(); ++tried) {
-    const auto bit = block_start(p, n, from, std::uint64_t{n} * 8, produced, &budget, ends_stream);
+    const auto bit = block_start(p, n, from, std::uint64_t{n} * 8, produced, &budget, ends_stream, enough);
     if (!bit) break;
     from = *bit + 1;
     Inflater zeros(0, &budget), ones(0xff, &budget);

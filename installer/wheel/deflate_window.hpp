@@ -132,9 +132,11 @@ std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uin
 // `parent` (if any) pays for too. `ends_stream`: the window ends where the member's stream must
 // end, and a start from which zlib reads on to a final block ending exactly there counts as a
 // boundary though fewer than three blocks follow it (a short window at a member's end holds one
-// or two of its 20-30 KB blocks). Returns how many bytes it inflated in all.
+// or two of its 20-30 KB blocks). `enough`: the whole blocks that prove a start (fewer where
+// `take` proves what it finds by its own means: installer/wheel/strings_window). Returns how many
+// bytes it inflated in all.
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
                                      const std::function<bool(const WindowDecode&)>& take,
-                                     InflateBudget* parent = nullptr, bool ends_stream = false);
+                                     InflateBudget* parent = nullptr, bool ends_stream = false, int enough = 3);
 
 }  // namespace cudafix::installer

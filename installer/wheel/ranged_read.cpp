@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "installer/wheel/deflate_window.hpp"
+#include "installer/wheel/strings_window.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
 #include "resolver/elf/elf_pieces.hpp"
@@ -406,8 +407,13 @@ r::ElfRead read_from_start(const std::string& head, FromStart& stream, std::uint
 // Whether a dynamic segment found mid-stream agrees with what is known of the object exactly
 // (its first bytes, a window inflated to its end): the string table starts with NUL where DT_STRTAB says, every name it
 // gives starts a string there, SONAME and NEEDED name shared objects, and DT_SYMTAB's first symbol is the null one. A
-// misread byte of an address or an offset fails one of these.
-bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::ElfPieces& known) {
+// misread byte of an address or an offset fails one of these. `by_fingerprint`: the names were
+// found by a window in .dynstr (installer/wheel/strings_window), without the table's first byte,
+// which is then checked where known: the fingerprint checked the same of the names (a NUL
+// before each, known, printable, NUL-terminated, ".so" in NEEDED and SONAME) at every offset the
+// segment gives, their differences exact, at the one place in the window where all of them fit.
+bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::ElfPieces& known,
+                     bool by_fingerprint = false) {
   std::uint64_t strtab = 0, strsz = 0, symtab = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> names;  // tag, offset
   for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
@@ -420,7 +426,7 @@ bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::Elf
   const auto str = l.file_offset(strtab);
   if (!str || strsz == 0 || strsz > known.size || *str > known.size - strsz) return false;
   const char* first = known.bytes(*str, 1);
-  if (!first || *first != '\0') return false;
+  if (first ? *first != '\0' : !by_fingerprint) return false;
   for (const auto& [tag, off] : names) {
     if (off == 0 || off >= strsz) return false;
     const char* before = known.bytes(*str + off - 1, 1);
@@ -459,10 +465,18 @@ struct Deep {
   std::optional<Anchor> end_start;                            // the first proved boundary in them
   std::optional<std::pair<std::uint64_t, std::string>> tail;  // the object's end, known exactly
   std::optional<std::string> dyn;                             // its dynamic segment, found by a window
+  // The names its segment gives, found by a window in its .dynstr (installer/wheel/strings_window):
+  // each with the NUL before and after it, at the file offset of that NUL before.
+  std::vector<std::pair<std::uint64_t, std::string>> names;
   bool overrun = false;          // a decode that ended with the member inflated more than it declares
   bool end_unconfirmed = false;  // the window at the end placed a segment no section table confirms
   std::uint64_t inflated = 0;    // by its window decodes
   [[nodiscard]] bool segment_in_head() const { return head.size() >= layout.dynamic_offset + layout.dynamic_size; }
+  // Its dynamic segment, where a window found it or its head holds it.
+  [[nodiscard]] std::string segment() const {
+    return dyn ? *dyn : head.substr(layout.dynamic_offset, layout.dynamic_size);
+  }
+  [[nodiscard]] HeadPlace head_place() const { return {head_end.compressed, head_end.raw, member->compressed}; }
   [[nodiscard]] std::uint64_t end() const { return member->data_offset + member->compressed; }
 };
 
@@ -495,6 +509,7 @@ class RangeReader {
     for (const int pass : {1, 2, 3, 4}) window_pass(pass);
     for (const Deep& d : deep_)
       if (d.overrun) throw inflates_past_size(label_, *d.member);
+    names_pass();
     prefetch_strings();
     for (Deep& d : deep_) finish(d);
     return std::move(out_);
@@ -552,6 +567,7 @@ class RangeReader {
   [[nodiscard]] bool section_table_agrees(const Deep& d, const WindowFind& end) const;
   [[nodiscard]] std::optional<Ask> window_for(const Deep& d, int pass) const;
   void window_pass(int pass);
+  void names_pass();
   void prefetch_strings();
   void finish(Deep& d);
 
@@ -876,6 +892,39 @@ void RangeReader::window_pass(int pass) {
   for (Deep& d : deep_) out_.inflated += std::exchange(d.inflated, 0);
 }
 
+// The names each known segment gives, where they lie deep in a .dynstr that precedes most of the
+// object (GNU ld's layout): a window around their estimated place for each (only by HTTP: a place
+// found by what the bytes read as is not exact, RangeLimits::mid_stream), fetched at once and
+// decoded side by side. Where a window finds them, they are not inflated from the start.
+void RangeReader::names_pass() {
+  if (!limits_.mid_stream) return;
+  std::vector<std::pair<Deep*, NamesAsk>> asks;
+  Ranges ranges;
+  for (Deep& d : deep_) {
+    const zip::Entry& m = *d.member;
+    if (m.method != 8 || d.layout.dynamic_size == 0 || (!d.dyn && !d.segment_in_head()) || d.head_end.raw == 0)
+      continue;
+    const std::string dyn = d.segment();
+    const auto strings = strings_needed(dyn, d.layout, m.size);
+    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings)) continue;
+    auto ask = names_ask(dyn, d.layout, m.size, d.head_place());
+    if (!ask) continue;
+    const auto at = names_window_place(ask->layout, limits_.window);
+    if (!at) continue;
+    ranges.emplace_back(m.data_offset + at->first, m.data_offset + at->last);
+    asks.emplace_back(&d, std::move(*ask));
+  }
+  if (ranges.empty()) return;
+  auto bytes = fetch(ranges);
+  r::parallel_for(asks.size(), 0, [&](std::size_t k) {
+    auto& [d, ask] = asks[k];
+    auto found = names_in_window(bytes[k], ask.refs, ask.layout.strtab, d->budget.get());
+    d->inflated += found.inflated;
+    if (found.found) d->names = std::move(found.pieces);
+  });
+  for (Deep& d : deep_) out_.inflated += std::exchange(d.inflated, 0);
+}
+
 // The strings of each object whose segment is known that lie past its head and are read from
 // its start: the compressed bytes up to where they should end fetched for all at once, after
 // the head's (what inflating from the start then reads first, as the head's bytes).
@@ -885,12 +934,19 @@ void RangeReader::prefetch_strings() {
   for (Deep& d : deep_) {
     const zip::Entry& m = *d.member;
     if (m.method != 8 || d.layout.dynamic_size == 0 || (!d.dyn && !d.segment_in_head())) continue;
-    const auto strings = strings_needed(d.dyn ? *d.dyn : d.head.substr(d.layout.dynamic_offset, d.layout.dynamic_size),
-                                        d.layout, m.size);
-    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings) || d.head_end.raw == 0) continue;
-    // At the head's deflate ratio (.dynsym and .dynstr, which it mostly holds), a quarter more.
+    const std::string dyn = d.segment();
+    const auto strings = strings_needed(dyn, d.layout, m.size);
+    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings) || d.head_end.raw == 0 ||
+        !d.names.empty())
+      continue;
+    // At the highest ratios of the tables before them (installer/wheel/strings_window), else at
+    // the head's deflate ratio and a quarter more; what falls short is fetched as it is inflated.
     const double ratio = static_cast<double>(d.head_end.compressed) / static_cast<double>(d.head_end.raw);
-    const auto reach = static_cast<std::uint64_t>(static_cast<double>(strings->second - d.head_end.raw) * ratio * 1.25);
+    auto reach = static_cast<std::uint64_t>(static_cast<double>(strings->second - d.head_end.raw) * ratio * 1.25);
+    if (const auto tables = tables_layout(dyn, d.layout, m.size, d.head_place())) {
+      const std::uint64_t highest = deflated_place(*tables, strings->second, true);
+      reach = std::min(reach, highest - std::min(highest, d.head_end.compressed));
+    }
     const std::uint64_t have = m.data_offset + d.head_compressed.size();
     const std::uint64_t want = std::min({d.end(), have + reach + 4096, have + limits_.chunk});
     if (want <= have) continue;
@@ -1029,18 +1085,20 @@ void RangeReader::finish(Deep& d) {
   // What is known of the object exactly: its first bytes, and the window that reached its end.
   Pieces known{m.size, {{0, d.head}}};
   if (d.tail) known.v.push_back(*d.tail);
+  for (const auto& name : d.names) known.v.push_back(name);
   if (d.dyn && m.method == 8) {
     if (strings) ranges.strings_from_end(*strings, known);
-    if (strings && !known.span(strings->first, strings->second - strings->first))
+    if (strings && !known.span(strings->first, strings->second - strings->first) && d.names.empty())
       if (auto got = ranges.from_start(strings->first, strings->second - strings->first))
         known.v.emplace_back(strings->first, std::move(*got));
-    if (!strings || !consistent_with(dyn, d.layout, known.view())) {
+    if (!strings || !consistent_with(dyn, d.layout, known.view(), !d.names.empty())) {
       // The window's reading does not hold: the segment from the start instead.
       --out_.objects_by_window;
       ++out_.objects_from_start;
       dyn = ranges.segment_from_start();
       strings = strings_needed(dyn, d.layout, m.size);
       known.v = {{0, d.head}};
+      d.names.clear();
     }
   }
   // The pieces the loader reads, where they lie in the object. Without the strings (DT_STRTAB
@@ -1051,6 +1109,8 @@ void RangeReader::finish(Deep& d) {
     ranges.strings_from_end(*strings, known);
     if (const char* str = known.span(strings->first, len)) {
       pieces.v.emplace_back(strings->first, std::string(str, len));
+    } else if (!d.names.empty()) {
+      pieces.v.insert(pieces.v.end(), d.names.begin(), d.names.end());
     } else if (m.method == 0) {
       pieces.v.emplace_back(strings->first,
                             fetch({{m.data_offset + strings->first, m.data_offset + strings->second - 1}}).front());

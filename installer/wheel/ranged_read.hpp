@@ -25,9 +25,11 @@
 //      RangeLimits::mid_stream allows or not. Where no window holds it, the member is
 //      inflated from its start up to the segment instead, and counted;
 //   3. the strings the segment names (SONAME, NEEDED, RPATH, RUNPATH), from the bytes at hand,
-//      the window at the end grown back to them, or inflated from the start (all objects'
-//      fetched at once), and the object read by resolver/elf as the loader reads it, from
-//      those pieces alone.
+//      the window at the end grown back to them, by HTTP a window of .dynstr where GNU ld puts
+//      them near the start, the names found there by their fingerprint
+//      (installer/wheel/strings_window), or inflated from the start (all objects' fetched at
+//      once), and the object read by resolver/elf as the loader reads it, from those pieces
+//      alone.
 #pragma once
 
 #include <cstdint>

@@ -78,6 +78,24 @@ class Image {
 
   // The first range inside the file asked for that no piece holds.
   [[nodiscard]] const std::optional<std::pair<std::uint64_t, std::uint64_t>>& missing() const { return missing_; }
+  // Whether [offset, offset + n) lies in the file but no one piece holds it: an object known in
+  // pieces whose reader gave the names of its string table alone (installer/wheel/strings_window).
+  [[nodiscard]] bool in_no_piece(std::uint64_t offset, std::uint64_t n) const {
+    return pieces_ && offset <= *size_ && n <= *size_ - offset;
+  }
+  // Of an object known in pieces: the bytes from `offset` to the end of the piece that holds the
+  // most of them (`n` set to how many, at most `most`), or nullptr.
+  const char* rest_of_piece(std::uint64_t offset, std::uint64_t most, std::uint64_t& n) const {
+    const char* best = nullptr;
+    n = 0;
+    if (!pieces_) return nullptr;
+    for (const auto& [at, piece] : pieces_->pieces)
+      if (offset >= at && offset - at < piece.size() && piece.size() - (offset - at) > n) {
+        n = std::min<std::uint64_t>(most, piece.size() - (offset - at));
+        best = piece.data() + (offset - at);
+      }
+    return best;
+  }
 
  private:
   const ElfPieces* pieces_ = nullptr;
@@ -123,18 +141,27 @@ class StringReader {
     if (off < size_) wanted_.push_back(off);
   }
 
-  // Reads every range; false when the file cannot.
+  // Reads every range; false when the file cannot. Of an object known in pieces, a range inside
+  // the file that no piece holds is not read: each string is then read from the piece that holds
+  // its start (`at`).
   bool read() {
     std::sort(wanted_.begin(), wanted_.end());
-    if (size_ <= k_whole) return add(0, size_);
+    if (size_ <= k_whole) return add(0, size_) || (skipped_ = image_.in_no_piece(table_, size_));
     for (std::size_t i = 0; i < wanted_.size();) {
       const std::uint64_t begin = wanted_[i];
       std::uint64_t last = begin;
       while (++i < wanted_.size() && wanted_[i] - last <= k_gap) last = wanted_[i];
-      if (!add(begin, std::min<std::uint64_t>(size_, last + k_tail))) return false;
+      const std::uint64_t end = std::min<std::uint64_t>(size_, last + k_tail);
+      if (add(begin, end)) continue;
+      if (table_ > UINT64_MAX - end || !image_.in_no_piece(table_ + begin, end - begin)) return false;
+      skipped_ = true;
     }
     return true;
   }
+
+  // Whether read() left a range to the pieces that hold each string: one not found is then
+  // unread, not outside the table.
+  [[nodiscard]] bool skipped() const { return skipped_; }
 
   // The NUL-terminated string at `off`, or nothing when the offset or the terminator is
   // outside the table. A string longer than its range's tail is read again, whole.
@@ -147,6 +174,9 @@ class StringReader {
       if (r.end == size_) return std::nullopt;
       break;
     }
+    std::uint64_t n = 0;
+    if (const char* p = table_ <= UINT64_MAX - off ? image_.rest_of_piece(table_ + off, size_ - off, n) : nullptr)
+      if (const void* nul = std::memchr(p, 0, n)) return std::string(p, static_cast<const char*>(nul));
     if (!add(off, size_)) return std::nullopt;
     return at(off);
   }
@@ -170,6 +200,7 @@ class StringReader {
   }
 
   Image& image_;
+  bool skipped_ = false;  // a range no one piece held was left to the strings' own pieces
   std::uint64_t table_;
   std::uint64_t size_;
   std::vector<std::uint64_t> wanted_;
@@ -329,6 +360,7 @@ ElfRead read_elf(Image& image, unsigned encoding, const std::string& name) {
     return invalid(name, *str_off, "cannot read the string table");
   }
   auto outside = [&](const char* tag, std::uint64_t off) {
+    if (strings.skipped() && off < strsz) return invalid(name, *str_off, "cannot read the string table");
     return invalid(name, *str_off + off,
                    fmt::format("{} string offset {} is outside the string table ({} bytes)", tag, off, strsz));
   };

@@ -703,6 +703,7 @@ class RangePlan : public WheelSources {
   struct RangeRead {
     std::uint64_t bytes = 0, of = 0;
     std::size_t requests = 0;
+    json objects;  // what the plan by range knows of each object
   };
   static RangeRead plan_by_range_as_whole(const TempDir& t, const std::string& venv, const std::string& dir) {
     const auto whole = plan_fix(t, venv, "--find-links " + shell_quote(dir));
@@ -715,7 +716,30 @@ class RangePlan : public WheelSources {
     EXPECT_EQ(w["objects"], whole.doc["steps"][0]["wheel"]["objects"])
         << "what the whole wheel says, object for object";
     EXPECT_EQ(p.doc["steps"][0]["writes"], whole.doc["steps"][0]["writes"]);
-    return {w["read"]["bytes"].get<std::uint64_t>(), w["read"]["of"].get<std::uint64_t>(), server.file_requests()};
+    return {w["read"]["bytes"].get<std::uint64_t>(), w["read"]["of"].get<std::uint64_t>(), server.file_requests(),
+            w["objects"]};
+  }
+  // What `readelf -d` says an object's SONAME and NEEDED are, as a plan's object gives them.
+  static json readelf_names(const std::string& object) {
+    const auto r = run_shell("readelf -d " + shell_quote(object));
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    json out{{"soname", nullptr}, {"needed", json::array()}};
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const auto open = line.find('['), close = line.rfind(']');
+      if (open == std::string::npos || close == std::string::npos || close < open) continue;
+      const std::string name = line.substr(open + 1, close - open - 1);
+      if (line.find("(NEEDED)") != std::string::npos) out["needed"].push_back(name);
+      if (line.find("(SONAME)") != std::string::npos) out["soname"] = name;
+    }
+    return out;
+  }
+  // The plan's object at `path` in the wheel: its SONAME and NEEDED.
+  static json names_of(const json& objects, const std::string& path) {
+    for (const auto& o : objects)
+      if (o["path"] == path) return {{"soname", o["soname"]}, {"needed", o["needed"]}};
+    ADD_FAILURE() << path << " not among the plan's objects: " << objects.dump(1);
+    return {};
   }
   static inline std::string big_, big_wheel_, big_base_;
 };
@@ -844,9 +868,10 @@ TEST_F(RangePlan, AWheelShapedAsNcclsIsReadByRangeNotWhole) {
 
 // Libraries gcc built, as Debian ships them (.dynstr near the start, .dynamic a few KB before the
 // end after .text, .rodata and .eh_frame): read by their heads and windows at their ends, not
-// whole: under 35% of a wheel of libstdc++, libcurl, libssl and libcrypto (26% here; main read
-// 112% of it: those under 1 MiB deflated whole, the others inflated from a window reaching back
-// to their strings, then from their start).
+// whole: under 35% of a wheel of libstdc++, libcurl, libssl and libcrypto (15.4% here since
+// libstdc++'s and libcrypto's names are read from a window of their .dynstr, 26% before; an
+// older main read 112% of it: those under 1 MiB deflated whole, the others inflated from a window
+// reaching back to their strings, then from their start).
 TEST_F(RangePlan, AWheelOfDebiansLibrariesIsReadByRangeNotWhole) {
   TempDir t;
   const std::string dir = t.path() + "/wheels", lib = "/usr/lib/x86_64-linux-gnu/";
@@ -863,6 +888,55 @@ TEST_F(RangePlan, AWheelOfDebiansLibrariesIsReadByRangeNotWhole) {
   const auto read = plan_by_range_as_whole(t, big_venv(t), dir);
   EXPECT_LT(read.bytes * 100, read.of * 35) << read.bytes << " of " << read.of << " bytes read";
   std::cout << "read " << read.bytes << " of " << read.of << " bytes in " << read.requests << " requests\n";
+}
+
+// Libraries whose NEEDED and SONAME lie at the end of a .dynstr that GNU ld puts near their start
+// (libstdc++.so.6: the last 1 KB of 300 KB of symbol names, 116 KB into its 754 KB deflated): by
+// range, the names are read from a window of the stream there, found by their fingerprint, not
+// inflated from the object's start. Main read 375 KB of libstdc++ so and 173 KB of libcrypto:
+// 26.2% of this wheel (695,897 of 2,651,418 bytes); now 13.3%. The plan's names are what
+// readelf -d says.
+TEST_F(RangePlan, NamesAtTheEndOfALargeDynstrAreReadFromAWindowThereNotFromTheStart) {
+  TempDir t;
+  const std::string dir = t.path() + "/wheels", lib = "/usr/lib/x86_64-linux-gnu/";
+  const std::vector<std::string> names{"libstdc++.so.6", "libcrypto.so.3"};
+  for (const auto& name : names)
+    if (!fs::is_regular_file(lib + name)) GTEST_SKIP() << "Debian's " << name << " not found under " << lib;
+  fs::create_directories(dir);
+  std::string members = " nvidia/cudnn/lib/libcudnn.so.9=" + test::k_fixtures + "/verify/cudnn/v91400/libcudnn.so.9";
+  for (const auto& name : names) members += " nvidia/cudnn/lib/" + name + "=" + lib + name;
+  test::make_wheel(dir, "nvidia-cudnn-cu12 9.10.2.21" + members + " --deflate");
+  const auto read = plan_by_range_as_whole(t, big_venv(t), dir);
+  EXPECT_LT(read.bytes * 100, read.of * 18) << read.bytes << " of " << read.of << " bytes read";
+  for (const auto& name : names)
+    EXPECT_EQ(names_of(read.objects, "nvidia/cudnn/lib/" + name), readelf_names(lib + name)) << name;
+  std::cout << "read " << read.bytes << " of " << read.of << " bytes in " << read.requests << " requests\n";
+}
+
+// tests/e2e/make_planted_names.py: libstdc++ with a copy of its names' block planted 8 KB before
+// the real one in .dynstr, the same offsets' shape, other names (LIBM.so.6). From a --find-links
+// folder (the file at hand: only exact places) and by range (both copies fit in the window: the
+// names are then read from the start), the plan's names are the loader's, never the planted ones.
+TEST_F(RangePlan, APlantedCopyOfTheNamesInTheirWindowIsNeverTakenForThem) {
+  TempDir t;
+  const std::string source = "/usr/lib/x86_64-linux-gnu/libstdc++.so.6";
+  if (!fs::is_regular_file(source)) GTEST_SKIP() << source << " not found";
+  const std::string dir = t.path() + "/wheels", object = t.path() + "/libstdc++.so.6";
+  fs::create_directories(dir);
+  const auto made = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_planted_names.py") +
+                              " " + shell_quote(source) + " " + shell_quote(object));
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const json planted = json::parse(made.out);
+  const json real = readelf_names(object);
+  ASSERT_EQ(real["needed"].size() + 1, planted.size()) << made.out;
+  ASSERT_NE(planted.back(), real["soname"]);
+  test::make_wheel(dir, "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + test::k_fixtures +
+                            "/verify/cudnn/v91400/libcudnn.so.9 nvidia/cudnn/lib/libstdc++.so.6=" + object +
+                            " --deflate");
+  // By range, and (inside) against the plan from the whole wheel in the folder.
+  const auto read = plan_by_range_as_whole(t, big_venv(t), dir);
+  EXPECT_EQ(names_of(read.objects, "nvidia/cudnn/lib/libstdc++.so.6"), real);
+  for (const auto& name : planted) EXPECT_THAT(read.objects.dump(), Not(HasSubstr(name.get<std::string>())));
 }
 
 // tests/e2e/make_hostile_streams.py's attacks on the windows a plan inflates from a guessed block
