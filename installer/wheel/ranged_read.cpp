@@ -471,6 +471,9 @@ struct Deep {
   bool overrun = false;          // a decode that ended with the member inflated more than it declares
   bool end_unconfirmed = false;  // the window at the end placed a segment no section table confirms
   std::uint64_t inflated = 0;    // by its window decodes
+  // The windows asked for its segment so far (RangeReader::window_for), one bit each.
+  enum Tried : unsigned { span = 1, end_grown = 2, around_end_estimate = 4, wide = 8 };
+  unsigned tried = 0;
   [[nodiscard]] bool segment_in_head() const { return head.size() >= layout.dynamic_offset + layout.dynamic_size; }
   // Its dynamic segment, where a window found it or its head holds it.
   [[nodiscard]] std::string segment() const {
@@ -486,6 +489,7 @@ struct Ask {
   std::size_t deep = 0;
   bool at_end = false;
   std::uint64_t first = 0, last = 0;
+  unsigned kind = 0;  // a Deep::tried bit: which of the windows for its segment this is
 };
 
 // read_members_by_ranges, in rounds of ranges fetched at once: the members' heads (and the ends
@@ -506,7 +510,7 @@ class RangeReader {
   RangedMembers run(std::vector<zip::Entry> members) {
     wanted_ = std::move(members);
     first_round();
-    for (const int pass : {1, 2, 3, 4}) window_pass(pass);
+    for (const int pass : {1, 2, 3, 4, 5}) window_pass(pass);
     for (const Deep& d : deep_)
       if (d.overrun) throw inflates_past_size(label_, *d.member);
     names_pass();
@@ -756,11 +760,12 @@ std::optional<std::uint64_t> RangeReader::estimate_from_end(const Deep& d, std::
 }
 
 // This pass's window for an object's segment, or none: the segment is known, or lies in the
-// head, or this pass has no window for it. Pass 1: around the estimate. Near the end: the window
-// at the end grown back (pass 2), around the estimate from the end (pass 3), the window at the
-// end as far back as the segment can lie (passes 3 or 4). Elsewhere, pass 2: from the estimate to
-// the other (estimate_from_end) where they differ by a few windows, around the other where they
-// differ by more, else wider; pass 3: wider, where pass 2 was not.
+// head, or no window is left for it. Pass 1: around the estimate. Then, near the end: the window
+// between the estimates where they are close, the window at the end grown back, around the
+// estimate from the end where the two are far apart, then the window at the end as far back as
+// the segment can lie.
+// Elsewhere: the window between the estimates, the window at the end grown back where it gave no
+// estimate, around the estimate from the end where the two are far apart, then a wide one.
 std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
   const zip::Entry& m = *d.member;
   if (m.method != 8 || d.layout.dynamic_size == 0 || d.dyn || d.segment_in_head()) return std::nullopt;
@@ -798,45 +803,62 @@ std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
     return Ask{0, false, first, last};
   };
   if (pass == 1) return d.end_unconfirmed ? at_end(k_window / 4) : around(estimate_at, estimate_at);
+  // After pass 1, the first window of these not asked yet, cheapest first.
+  const auto kind = [&d](std::optional<Ask> a, unsigned k) -> std::optional<Ask> {
+    if (a) a->kind = k;
+    return (d.tried & k) || !a ? std::nullopt : a;
+  };
   // The bytes after the segment (.data) may deflate as those at the end do rather than as those
   // before it: Python 3.11's segment lies 157 KB past the first estimate, 145 KB before the
-  // second. The window from one to the other, at most four windows wide, grows pass 1's.
+  // second. The window from one to the other, at most four windows wide.
   const auto other = estimate_from_end(d, d.layout.dynamic_offset);
   const std::uint64_t apart = other ? std::max(*other, estimate_at) - std::min(*other, estimate_at) : 0;
   const bool span = other && apart > lead, close = span && apart <= 3 * window;
-  if (pass == 2 && close) return around(std::min(*other, estimate_at), std::max(*other, estimate_at));
+  const auto between = [&] {
+    const std::uint64_t low = std::min(*other, estimate_at);
+    return around(low, std::min(std::max(*other, estimate_at), low + 3 * window));
+  };
+  // A window at the end with no proved block boundary gives no estimate from the end (NCCL's last
+  // blocks, of .strtab, deflate to more than its first window): grown back to eight times what
+  // is at hand, it does; where the segment lies near the end, it may hold it. The raw bytes after
+  // the segment bound its distance, but the zeros that pad NVIDIA's objects between sections
+  // deflate to almost nothing: cuDNN 9.19's precompiled engines keep 2.3 MB after the segment in
+  // 124 KB deflated, where reaching back 2.5 MB at once read twenty times what was needed.
+  const auto grown = [&] { return at_end(std::min(beyond, 8 * (end - d.end_first))); };
   // Estimates far apart: what lies between the head and the end deflates unlike either. NCCL
   // 2.28's 190 MB before its segment are fatbins that do not deflate (0.999) and its 28 MB after
   // it debug sections (0.1-0.5): from the head's ratio the segment should lie 17 MB early, from
-  // the end window's 0.5 MB late. A window around the one counted back from the end, a quarter of
-  // the distance to the end wide (mostly before it: a block boundary must come first).
-  const auto around_other = [&]() -> std::optional<Ask> {
+  // the end's 0.5 MB late. A window around the one counted back from the end, a quarter of the
+  // distance to the end wide (mostly before it: a block boundary must come first).
+  const auto around_end_estimate = [&]() -> std::optional<Ask> {
     const std::uint64_t wide = std::clamp<std::uint64_t>((end - *other) / 4, window, 8 * k_window);
     const std::uint64_t first = std::max(m.data_offset, *other > 3 * wide / 4 ? *other - 3 * wide / 4 : 0);
     const std::uint64_t last = std::min(end - 1, first + wide - 1);
     if (first < d.end_first && last + 1 >= d.end_first) return at_end(end - first);
     return Ask{0, false, first, last};
   };
+  using T = Deep::Tried;
   if (after <= 4 * k_window) {
-    // Near the end: the window at the end grown back to eight times what is at hand, then around
-    // the estimate from the end (the grown window's first boundary gives one), then as far back
-    // as the segment can lie. The raw bytes after it bound its distance, but the zeros that pad
-    // NVIDIA's objects between sections deflate to almost nothing: cuDNN 9.19's precompiled
-    // engines keep 2.3 MB after the segment in 124 KB deflated, where reaching back 2.5 MB at
-    // once read twenty times what was needed.
-    if (pass == 2) return at_end(std::min(beyond, 8 * (end - d.end_first)));
-    if (pass == 3 && other && !close) return around_other();
-    return pass >= 3 ? at_end(beyond) : std::nullopt;
+    // Near the end, last: as far back as the segment can lie, an exact place.
+    if (close)
+      if (auto a = kind(between(), T::span)) return a;
+    if (auto a = kind(grown(), T::end_grown)) return a;
+    if (span && !close)
+      if (auto a = kind(around_end_estimate(), T::around_end_estimate)) return a;
+    return at_end(beyond);
   }
-  if (pass == 2 && span) return around_other();
-  if (pass >= 3 && !span) return std::nullopt;
-  if (pass == 4) return std::nullopt;
+  if (span)
+    if (auto a = kind(between(), T::span)) return a;
+  if (!other)
+    if (auto a = kind(grown(), T::end_grown)) return a;
+  if (span && !close)
+    if (auto a = kind(around_end_estimate(), T::around_end_estimate)) return a;
   // A wider one mostly before the estimate (a block boundary must come first), wider with the
   // member (cuDNN 9.19's runtime_compiled library, 16 MB deflated: 2.3 MB early, where .lrodata
   // after the segment deflates to 0.88 and the code before it to 0.42).
   const std::uint64_t wide = std::clamp<std::uint64_t>(m.compressed / 4, 2 * k_window, 8 * k_window);
   const std::uint64_t first = std::max(m.data_offset, estimate_at > 3 * wide / 4 ? estimate_at - 3 * wide / 4 : 0);
-  return Ask{0, false, first, std::min(end - 1, first + wide - 1)};
+  return kind(Ask{0, false, first, std::min(end - 1, first + wide - 1)}, T::wide);
 }
 
 // One round of windows for the segments not found yet, fetched at once (only the bytes not at
@@ -847,6 +869,7 @@ void RangeReader::window_pass(int pass) {
   for (std::size_t i = 0; i < deep_.size(); ++i)
     if (auto a = window_for(deep_[i], pass)) {
       a->deep = i;
+      deep_[i].tried |= a->kind;
       asks.push_back(*a);
     }
   if (asks.empty()) return;
