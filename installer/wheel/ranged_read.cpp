@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "installer/wheel/deflate_window.hpp"
+#include "installer/wheel/segment_find.hpp"
 #include "installer/wheel/strings_window.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
@@ -22,40 +23,30 @@ namespace r = cudafix::resolver;
 
 namespace {
 
+using segment_find::Anchor;
+using segment_find::bytes_of;
+using segment_find::consistent_with;
+using segment_find::dynamic_in_window;
+using segment_find::Fetch;
+using segment_find::FromStart;
+using segment_find::inflate_to_end;
+using segment_find::inflates_past_size;
+using segment_find::over_budget;
+using segment_find::Pieces;
+using segment_find::read_from_start;
+using segment_find::strings_needed;
+using segment_find::u32;
+using segment_find::u64;
+using segment_find::WindowFind;
+
 constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
 constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
 constexpr std::uint64_t k_piece = 2 << 20;        // a map of a stream decodes pieces of this many bytes at once
-
-std::uint32_t u32(const unsigned char* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24); }
-std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p + 4)} << 32); }
-const unsigned char* bytes_of(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
 
 // Where a member's data starts, from the fetched bytes that begin at its local header (which
 // must agree with the central directory).
 std::uint64_t data_start(const zip::Entry& m, const std::string& from_header, const std::string& label) {
   return zip::parse_local_header(bytes_of(from_header), from_header.size(), m, label);
-}
-
-bool valid_dynamic_tag(std::uint64_t tag) {
-  return tag <= 37 || (tag >= 0x6ffffd00 && tag <= 0x6fffffff) || (tag >= 0x70000000 && tag <= 0x7fffffff);
-}
-
-// A PT_DYNAMIC of `size` bytes at `p`: valid tags, DT_STRTAB and DT_STRSZ, DT_NULL after the
-// last entry and only DT_NULL from there.
-bool reads_as_dynamic(const unsigned char* p, std::size_t size) {
-  bool strtab = false, strsz = false, ended = false;
-  for (std::size_t at = 0; at + 16 <= size; at += 16) {
-    const std::uint64_t tag = u64(p + at);
-    if (ended) {
-      if (tag != 0) return false;
-      continue;
-    }
-    if (!valid_dynamic_tag(tag)) return false;
-    if (tag == 0) ended = true;
-    strtab |= tag == 5;
-    strsz |= tag == 10;
-  }
-  return ended && strtab && strsz;
 }
 
 // What reading one member may cost: inflating it from its start, a few times over (a map of its
@@ -66,28 +57,10 @@ std::unique_ptr<InflateBudget> member_budget(std::uint64_t size, InflateBudget* 
   return std::make_unique<InflateBudget>(4 * size + (std::uint64_t{512} << 20), std::chrono::seconds(seconds), wheel);
 }
 
-// A member whose reading spent its budget (crafted block headers that each decode for long, a
-// stream that never proves a boundary): named, never read on and on.
-r::Error over_budget(const std::string& label, const zip::Entry& m, const InflateBudget& b) {
-  if (b.out_of_time())
-    return r::Error(fmt::format("{}: {}: reading its deflate stream took over {:.0f} s, its budget; not planned from",
-                                label, m.name, b.seconds()));
-  return r::Error(
-      fmt::format("{}: {}: reading its deflate stream inflated over {} bytes, its budget for a member of {} "
-                  "bytes; not planned from",
-                  label, m.name, b.bytes(), m.size));
-}
-
 // Why resolver/elf refused a member, named by the wheel's URL and the member's name.
 r::Error not_valid_elf(const std::string& label, const std::string& member, const r::Diagnostic& d) {
   const std::string at = d.offset ? fmt::format(" (at offset {:#x})", *d.offset) : "";
   return r::Error(fmt::format("{}: {} is not a valid ELF object{}: {}", label, member, at, d.message));
-}
-
-// A member whose deflate stream holds more than its entry says (a megabyte of it can inflate to a
-// gigabyte): what it holds past that is not what will be installed.
-r::Error inflates_past_size(const std::string& label, const zip::Entry& m) {
-  return r::Error(fmt::format("{}: {} inflates to more than the {} bytes its entry says", label, m.name, m.size));
 }
 
 // What an object's first bytes say of where its dynamic segment lies, read by resolver/elf's
@@ -121,331 +94,6 @@ void keep_elf(RangedMembers& out, const std::string& member, const r::ElfRead& e
   if (elf.status == r::ElfReadStatus::ok) out.elf.emplace(member, elf.info);
   if (elf.status == r::ElfReadStatus::invalid && invalid == InvalidElf::refuse)
     throw not_valid_elf(label, member, elf.diagnostic);
-}
-
-// The dynamic segment in a window of compressed bytes, inflated from each plausible block
-// boundary in turn: nullopt where no start gives it, known whole and unambiguous.
-// Pieces of an object, each where it lies in the file: what is known of it so far.
-struct Pieces {
-  std::uint64_t size = 0;  // the object's
-  std::vector<std::pair<std::uint64_t, std::string>> v;
-  // Views of them for resolver/elf, valid until `v` changes.
-  [[nodiscard]] r::ElfPieces view() const {
-    r::ElfPieces out{size, {}};
-    for (const auto& [at, bytes] : v) out.pieces.emplace_back(at, bytes);
-    return out;
-  }
-  // The `len` bytes at `off`, or nullptr where no one piece holds them all.
-  [[nodiscard]] const char* span(std::uint64_t off, std::uint64_t len) const { return view().bytes(off, len); }
-};
-
-// Where a member's deflate stream is known to give a place of the object: a proved block
-// boundary (`compressed` bytes into the member's data) before which `raw` bytes inflate. Two of
-// them give the deflate ratio of the bytes between (installer/wheel/ranged_read.hpp, step 2).
-struct Anchor {
-  std::uint64_t compressed = 0, raw = 0;
-};
-
-struct WindowFind {
-  std::optional<std::string> dyn;
-  std::uint64_t inflated = 0;
-  // A window inflated to the member's end: its bytes known exactly, at their place in the file,
-  // and where in the window (bytes) the decode started, `raw` the place in the object there.
-  std::optional<std::pair<std::uint64_t, std::string>> tail;
-  std::optional<Anchor> start;
-  // That decode whole, against either dictionary, its first byte at `end_base` in the object.
-  std::string end_zeros, end_ones;
-  std::uint64_t end_base = 0;
-  // A decode that ended exactly with the member inflated more than the member declares.
-  bool overrun = false;
-};
-
-// The dynamic segment in a window of compressed bytes: inflated from each plausible block
-// boundary in turn. A window that ends with the member places what it inflates exactly (from
-// the end back), the segment included; elsewhere the segment is found by what it reads as.
-WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
-                             std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream,
-                             InflateBudget* budget) {
-  WindowFind out;
-  const auto take = [&](const WindowDecode& w) {
-    const std::string& a = w.zeros;
-    const std::string& b = w.ones;
-    const std::size_t len = std::min(a.size(), b.size());
-    // A decode from a true block boundary: it inflated the rest of the window without an error
-    // (a false start ends early or fails). A later boundary decodes a suffix of the same stream
-    // and knows less of it, so where this one does not place the segment, none will.
-    const bool genuine = a.size() >= window.size() / 2;
-    // A stream that ends inside the window is not the member's; in a window that ends with the
-    // member, the member's stream ends exactly there. Either is a start in planted bytes.
-    if (w.ended_early || (ends_member && !w.ended)) return false;
-    // The member's stream holds more than it declares: counted back from its end, every place
-    // would be off by what it holds past its size (install refuses the member).
-    if (ends_member && w.ended && a.size() > member_size) {
-      out.overrun = true;
-      return true;
-    }
-    if (ends_member && w.ended && a.size() == b.size()) {
-      const std::uint64_t base = member_size - a.size();
-      // The tail known exactly: from past the last byte the two decodes disagree on. Kept for
-      // the strings at the object's end, and as an anchor of the deflate ratio.
-      const auto keep_tail = [&] {
-        std::size_t agreed = a.size();
-        while (agreed > 0 && a[agreed - 1] == b[agreed - 1]) --agreed;
-        out.tail = std::pair{base + agreed, a.substr(agreed)};
-        out.start = Anchor{w.bit / 8, base};
-        out.end_zeros = a;
-        out.end_ones = b;
-        out.end_base = base;
-      };
-      if (genuine && !out.start) keep_tail();
-      if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
-      // Known only where both decodes agree: bytes copied from before the window differ.
-      // Known only where both decodes agree: bytes copied from before the window differ. By
-      // HTTP (mid_stream) they are taken as the zeros they almost always are, as mid-stream
-      // below: runs of zeros in .dynamic copied from runs of zeros before the window (a 32 KiB
-      // window at a Debian library's end knows a fifth of its 600 bytes), and the segment checked
-      // against what is known of the object exactly (consistent_with).
-      if (!mid_stream && a.compare(dyn_offset - base, dyn_size, b, dyn_offset - base, dyn_size) != 0) return genuine;
-      std::string dyn = a.substr(dyn_offset - base, dyn_size);
-      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return genuine;
-      out.dyn = std::move(dyn);
-      keep_tail();
-      return true;
-    }
-    if (!mid_stream) return genuine;  // a place told by what the bytes read as is not exact
-    // The segment read 16 bytes late still reads as one when zeros follow it (an unrelocated
-    // GOT): of the matches, the one with the most entries before DT_NULL is the segment. Bytes
-    // the two decodes disagree on came from before the window; they are taken as the zeros
-    // they almost always are (runs of zeros copied from runs of zeros) and the segment is
-    // checked against the object's known first bytes afterwards (consistent_with_head).
-    std::optional<std::string> found;
-    std::size_t found_entries = 0, found_unknown = 0;
-    bool ambiguous = false;
-    for (std::size_t at = 0; at + dyn_size <= len; ++at) {
-      if (u64(bytes_of(a) + at) != 1 && u64(bytes_of(a) + at) != 14) continue;  // DT_NEEDED or DT_SONAME first
-      if (!reads_as_dynamic(bytes_of(a) + at, dyn_size)) continue;
-      std::size_t unknown = 0;
-      for (std::size_t k = 0; k < dyn_size; ++k) unknown += a[at + k] != b[at + k] ? 1 : 0;
-      std::size_t entries = 0;
-      while (entries * 16 < dyn_size && u64(bytes_of(a) + at + entries * 16) != 0) ++entries;
-      std::string candidate = a.substr(at, dyn_size);
-      const bool better = !found || entries > found_entries || (entries == found_entries && unknown < found_unknown);
-      if (found && entries == found_entries && unknown == found_unknown && *found != candidate) ambiguous = true;
-      if (better) {
-        found = std::move(candidate);
-        found_entries = entries;
-        found_unknown = unknown;
-        ambiguous = false;
-      }
-    }
-    if (!found || ambiguous) return genuine;
-    out.dyn = std::move(found);
-    return true;
-  };
-  out.inflated = decode_from_boundaries(window, 12, take, budget, ends_member);
-  return out;
-}
-
-// The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read;
-// nullopt where no PT_LOAD maps DT_STRTAB or the table runs out of the object (`size` bytes).
-std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const r::ElfLayout& l,
-                                                                      std::uint64_t size) {
-  std::uint64_t strtab = 0, strsz = 0, last = 0;
-  bool any = false;
-  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
-    const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
-    if (tag == 5) strtab = val;
-    if (tag == 10) strsz = val;
-    if (tag == 1 || tag == 14 || tag == 15 || tag == 29) {
-      last = std::max(last, val);
-      any = true;
-    }
-  }
-  const auto begin = l.file_offset(strtab);
-  if (!begin || *begin > size) return std::nullopt;
-  const std::uint64_t reach = last < UINT64_MAX - 4096 ? last + 4096 : UINT64_MAX;
-  const std::uint64_t length = strsz <= 64 * 1024 || !any ? strsz : std::min(strsz, reach);
-  if (length > size - *begin) return std::nullopt;
-  return std::pair{*begin, *begin + length};
-}
-
-// A window that ends with the member, inflated from its first block boundary to the end: its
-// bytes at their place in the file, those only the two decodes agree on, or nullopt.
-std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
-                                                                    std::uint64_t member_size, std::uint64_t from,
-                                                                    std::uint64_t to, std::uint64_t& inflated,
-                                                                    InflateBudget* budget, bool& overrun) {
-  std::optional<std::pair<std::uint64_t, std::string>> out;
-  const auto take = [&](const WindowDecode& w) {
-    if (w.ended_early) return false;                              // a stream planted in the window: not the member's
-    if (w.ended && w.zeros.size() > member_size) overrun = true;  // more than it declares
-    // A true boundary's decode that does not reach the stream's end: no later one will.
-    if (!w.ended || w.zeros.size() > member_size) return w.zeros.size() >= window.size() / 2;
-    const std::uint64_t base = member_size - w.zeros.size();
-    // The window starts too late, or the strings depend on bytes before it: no reading.
-    if (from >= base && to <= member_size &&
-        w.zeros.compare(from - base, to - from, w.ones, from - base, to - from) == 0)
-      out = std::pair{base, w.zeros};
-    return true;
-  };
-  inflated += decode_from_boundaries(window, 12, take, budget, true);
-  return out;
-}
-
-// Bytes [first, last] of the wheel for each range (ReadRanges, each range checked first).
-using Fetch = std::function<std::vector<std::string>(const std::vector<std::pair<std::uint64_t, std::uint64_t>>&)>;
-
-constexpr std::uint64_t k_keep = std::uint64_t{16} << 20;      // inflating from the start keeps the last this many
-constexpr std::uint64_t k_max_kept = std::uint64_t{64} << 20;  // the most read of one member from its start
-
-// A member inflated from its start for the ranges planning reads of it (its dynamic segment, the
-// strings it names, headers that lie deep): only the last k_keep bytes stay in memory as the
-// stream passes (3 MB of deflate data may declare 3 GB, and keeping all it inflated held 4.5 GB),
-// a range that fell out of them is inflated again from the start under the member's budget, and
-// what is asked of it in all is at most k_max_kept. The compressed bytes are fetched a chunk at a
-// time.
-class FromStart {
- public:
-  // `seed`: the member's first compressed bytes, fetched already (with its headers).
-  FromStart(const zip::Entry& m, const Fetch& fetch, std::uint64_t chunk, InflateBudget* budget,
-            const std::string& label, std::string seed = {})
-      : m_(m), fetch_(fetch), chunk_(chunk), budget_(budget), label_(label), seed_(std::move(seed)) {}
-  // The `len` bytes at `off` of the member; nullopt where its data end before them. Throws
-  // where it inflates past its declared size, its data are damaged, its budget is spent or more
-  // than k_max_kept is asked of it.
-  std::optional<std::string> bytes(std::uint64_t off, std::uint64_t len) {
-    if (off > m_.size || len > m_.size - off) return std::nullopt;
-    asked_ += len;
-    if (asked_ > k_max_kept)
-      throw r::Error(fmt::format("{}: {}: planning would read over {} bytes of it from its start; not planned from",
-                                 label_, m_.name, k_max_kept));
-    if (len == 0) return std::string();
-    if (m_.method == 0) return fetch_({{m_.data_offset + off, m_.data_offset + off + len - 1}}).front();
-    if (!z_ || off < base_) restart();
-    advance(off + len, off);
-    if (base_ + z_->out.size() < off + len) return std::nullopt;
-    return z_->out.substr(off - base_, len);
-  }
-  std::uint64_t inflated = 0;  // in all, restarts included
-
- private:
-  void restart() {
-    z_ = std::make_unique<Inflater>(-1, budget_);
-    in_ = seed_.substr(0, std::min<std::uint64_t>(seed_.size(), m_.compressed));
-    in_at_ = 0;
-    fetched_ = in_.size();
-    base_ = 0;
-  }
-  // How much to fetch next to inflate up to `to`: what the ratio so far says it takes, and a
-  // quarter more, between 16 KiB and a chunk (a string table 200 KB in is not fetched by the MiB).
-  [[nodiscard]] std::uint64_t next_take(std::uint64_t to) const {
-    const std::uint64_t have = base_ + z_->out.size();
-    std::uint64_t want = chunk_;
-    if (have > 0 && to > have && fetched_ > 0)
-      want = static_cast<std::uint64_t>(static_cast<double>(to - have) * static_cast<double>(fetched_) /
-                                        static_cast<double>(have) * 1.25) +
-             4096;
-    return std::min(
-        {std::max<std::uint64_t>(want, std::min<std::uint64_t>(chunk_, 16 * 1024)), chunk_, m_.compressed - fetched_});
-  }
-  // Inflates until the bytes before `to` are at hand or the data end, keeping those from `keep`.
-  void advance(std::uint64_t to, std::uint64_t keep) {
-    while (base_ + z_->out.size() < to && !z_->ended) {
-      if (in_at_ == in_.size()) {
-        if (fetched_ >= m_.compressed) return;
-        const std::uint64_t take = next_take(to);
-        in_ = fetch_({{m_.data_offset + fetched_, m_.data_offset + fetched_ + take - 1}}).front();
-        fetched_ += take;
-        in_at_ = 0;
-      }
-      const std::uint64_t before = z_->produced;
-      const auto* in = reinterpret_cast<const unsigned char*>(in_.data()) + in_at_;
-      const bool fed = z_->feed(in, in_.size() - in_at_, z_->out.size() + (std::size_t{1} << 20));
-      in_at_ = in_.size() - z_->unread();
-      inflated += z_->produced - before;
-      if (z_->over_budget) throw over_budget(label_, m_, *budget_);
-      if (!fed) throw r::Error(fmt::format("{}: {}'s deflate data is damaged", label_, m_.name));
-      if (base_ + z_->out.size() > m_.size) throw inflates_past_size(label_, m_);
-      // Dropped a window's worth at a time: each byte is moved once at most.
-      if (z_->out.size() > 2 * k_keep) {
-        const std::uint64_t drop = std::min<std::uint64_t>(z_->out.size() - k_keep, keep > base_ ? keep - base_ : 0);
-        z_->out.erase(0, drop);
-        base_ += drop;
-      }
-    }
-  }
-  const zip::Entry& m_;
-  const Fetch& fetch_;
-  std::uint64_t chunk_;
-  InflateBudget* budget_;
-  const std::string& label_;
-  std::unique_ptr<Inflater> z_;
-  std::string in_;             // the compressed chunk being inflated
-  std::size_t in_at_ = 0;      // its bytes inflated so far
-  std::uint64_t fetched_ = 0;  // compressed bytes fetched
-  std::uint64_t base_ = 0;     // where z_->out starts in the member
-  std::uint64_t asked_ = 0;
-  std::string seed_;
-};
-
-// An object whose first bytes do not say where its segment lies (its headers lie deep, it is no
-// little-endian ELF64, its PT_DYNAMIC is large), read by resolver/elf from pieces: each range it
-// finds missing is inflated from the start and the object read again, the strings one range a
-// round at most.
-r::ElfRead read_from_start(const std::string& head, FromStart& stream, std::uint64_t size, const std::string& name) {
-  Pieces known{size, {{0, head}}};
-  for (int round = 0; round < 256; ++round) {
-    const auto missing = r::missing_piece(known.view(), name);
-    if (!missing) break;
-    auto got = stream.bytes(missing->first, missing->second);
-    if (!got) break;  // the data end before it: invalid, as the reader says
-    known.v.emplace_back(missing->first, std::move(*got));
-  }
-  return r::read_elf_pieces(known.view(), name);
-}
-
-// Whether a dynamic segment found mid-stream agrees with what is known of the object exactly
-// (its first bytes, a window inflated to its end): the string table starts with NUL where DT_STRTAB says, every name it
-// gives starts a string there, SONAME and NEEDED name shared objects, and DT_SYMTAB's first symbol is the null one. A
-// misread byte of an address or an offset fails one of these. `by_fingerprint`: the names were
-// found by a window in .dynstr (installer/wheel/strings_window), without the table's first byte,
-// which is then checked where known: the fingerprint checked the same of the names (a NUL
-// before each, known, printable, NUL-terminated, ".so" in NEEDED and SONAME) at every offset the
-// segment gives, their differences exact, at the one place in the window where all of them fit.
-bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::ElfPieces& known,
-                     bool by_fingerprint = false) {
-  std::uint64_t strtab = 0, strsz = 0, symtab = 0;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> names;  // tag, offset
-  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
-    const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
-    if (tag == 5) strtab = val;
-    if (tag == 10) strsz = val;
-    if (tag == 6) symtab = val;
-    if (tag == 1 || tag == 14 || tag == 15 || tag == 29) names.emplace_back(tag, val);
-  }
-  const auto str = l.file_offset(strtab);
-  if (!str || strsz == 0 || strsz > known.size || *str > known.size - strsz) return false;
-  const char* first = known.bytes(*str, 1);
-  if (first ? *first != '\0' : !by_fingerprint) return false;
-  for (const auto& [tag, off] : names) {
-    if (off == 0 || off >= strsz) return false;
-    const char* before = known.bytes(*str + off - 1, 1);
-    if (!before || *before != '\0') return false;  // not the start of a string
-    std::string name;
-    for (std::uint64_t k = off; k < strsz; ++k) {
-      const char* c = known.bytes(*str + k, 1);
-      if (!c) return false;
-      if (*c == '\0') break;
-      name += *c;
-    }
-    if (name.empty() || std::any_of(name.begin(), name.end(), [](char c) { return c < 0x20 || c == 0x7f; }))
-      return false;
-    if ((tag == 1 || tag == 14) && name.find(".so") == std::string::npos) return false;
-  }
-  if (const auto sym = l.file_offset(symtab))
-    if (const char* null_symbol = known.bytes(*sym, 24))
-      return std::all_of(null_symbol, null_symbol + 24, [](char c) { return c == '\0'; });
-  return true;
 }
 
 using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;

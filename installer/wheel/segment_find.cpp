@@ -1,0 +1,244 @@
+// installer/wheel/segment_find.hpp: what range planning reads of one large object.
+#include "installer/wheel/segment_find.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace cudafix::installer::segment_find {
+namespace {
+
+bool valid_dynamic_tag(std::uint64_t tag) {
+  return tag <= 37 || (tag >= 0x6ffffd00 && tag <= 0x6fffffff) || (tag >= 0x70000000 && tag <= 0x7fffffff);
+}
+
+// A PT_DYNAMIC of `size` bytes at `p`: valid tags, DT_STRTAB and DT_STRSZ, DT_NULL after the
+// last entry and only DT_NULL from there.
+bool reads_as_dynamic(const unsigned char* p, std::size_t size) {
+  bool strtab = false, strsz = false, ended = false;
+  for (std::size_t at = 0; at + 16 <= size; at += 16) {
+    const std::uint64_t tag = u64(p + at);
+    if (ended) {
+      if (tag != 0) return false;
+      continue;
+    }
+    if (!valid_dynamic_tag(tag)) return false;
+    if (tag == 0) ended = true;
+    strtab |= tag == 5;
+    strsz |= tag == 10;
+  }
+  return ended && strtab && strsz;
+}
+
+}  // namespace
+
+// A member whose reading spent its budget (crafted block headers that each decode for long, a
+// stream that never proves a boundary): named, never read on and on.
+r::Error over_budget(const std::string& label, const zip::Entry& m, const InflateBudget& b) {
+  if (b.out_of_time())
+    return r::Error(fmt::format("{}: {}: reading its deflate stream took over {:.0f} s, its budget; not planned from",
+                                label, m.name, b.seconds()));
+  return r::Error(
+      fmt::format("{}: {}: reading its deflate stream inflated over {} bytes, its budget for a member of {} "
+                  "bytes; not planned from",
+                  label, m.name, b.bytes(), m.size));
+}
+
+// A member whose deflate stream holds more than its entry says (a megabyte of it can inflate to a
+// gigabyte): what it holds past that is not what will be installed.
+r::Error inflates_past_size(const std::string& label, const zip::Entry& m) {
+  return r::Error(fmt::format("{}: {} inflates to more than the {} bytes its entry says", label, m.name, m.size));
+}
+
+// The dynamic segment in a window of compressed bytes: inflated from each plausible block
+// boundary in turn. A window that ends with the member places what it inflates exactly (from
+// the end back), the segment included; elsewhere the segment is found by what it reads as.
+WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
+                             std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream,
+                             InflateBudget* budget) {
+  WindowFind out;
+  const auto take = [&](const WindowDecode& w) {
+    const std::string& a = w.zeros;
+    const std::string& b = w.ones;
+    const std::size_t len = std::min(a.size(), b.size());
+    // A decode from a true block boundary: it inflated the rest of the window without an error
+    // (a false start ends early or fails). A later boundary decodes a suffix of the same stream
+    // and knows less of it, so where this one does not place the segment, none will.
+    const bool genuine = a.size() >= window.size() / 2;
+    // A stream that ends inside the window is not the member's; in a window that ends with the
+    // member, the member's stream ends exactly there. Either is a start in planted bytes.
+    if (w.ended_early || (ends_member && !w.ended)) return false;
+    // The member's stream holds more than it declares: counted back from its end, every place
+    // would be off by what it holds past its size (install refuses the member).
+    if (ends_member && w.ended && a.size() > member_size) {
+      out.overrun = true;
+      return true;
+    }
+    if (ends_member && w.ended && a.size() == b.size()) {
+      const std::uint64_t base = member_size - a.size();
+      // The tail known exactly: from past the last byte the two decodes disagree on. Kept for
+      // the strings at the object's end, and as an anchor of the deflate ratio.
+      const auto keep_tail = [&] {
+        std::size_t agreed = a.size();
+        while (agreed > 0 && a[agreed - 1] == b[agreed - 1]) --agreed;
+        out.tail = std::pair{base + agreed, a.substr(agreed)};
+        out.start = Anchor{w.bit / 8, base};
+        out.end_zeros = a;
+        out.end_ones = b;
+        out.end_base = base;
+      };
+      if (genuine && !out.start) keep_tail();
+      if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
+      // Known only where both decodes agree: bytes copied from before the window differ.
+      // Known only where both decodes agree: bytes copied from before the window differ. By
+      // HTTP (mid_stream) they are taken as the zeros they almost always are, as mid-stream
+      // below: runs of zeros in .dynamic copied from runs of zeros before the window (a 32 KiB
+      // window at a Debian library's end knows a fifth of its 600 bytes), and the segment checked
+      // against what is known of the object exactly (consistent_with).
+      if (!mid_stream && a.compare(dyn_offset - base, dyn_size, b, dyn_offset - base, dyn_size) != 0) return genuine;
+      std::string dyn = a.substr(dyn_offset - base, dyn_size);
+      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return genuine;
+      out.dyn = std::move(dyn);
+      keep_tail();
+      return true;
+    }
+    if (!mid_stream) return genuine;  // a place told by what the bytes read as is not exact
+    // The segment read 16 bytes late still reads as one when zeros follow it (an unrelocated
+    // GOT): of the matches, the one with the most entries before DT_NULL is the segment. Bytes
+    // the two decodes disagree on came from before the window; they are taken as the zeros
+    // they almost always are (runs of zeros copied from runs of zeros) and the segment is
+    // checked against the object's known first bytes afterwards (consistent_with_head).
+    std::optional<std::string> found;
+    std::size_t found_entries = 0, found_unknown = 0;
+    bool ambiguous = false;
+    for (std::size_t at = 0; at + dyn_size <= len; ++at) {
+      if (u64(bytes_of(a) + at) != 1 && u64(bytes_of(a) + at) != 14) continue;  // DT_NEEDED or DT_SONAME first
+      if (!reads_as_dynamic(bytes_of(a) + at, dyn_size)) continue;
+      std::size_t unknown = 0;
+      for (std::size_t k = 0; k < dyn_size; ++k) unknown += a[at + k] != b[at + k] ? 1 : 0;
+      std::size_t entries = 0;
+      while (entries * 16 < dyn_size && u64(bytes_of(a) + at + entries * 16) != 0) ++entries;
+      std::string candidate = a.substr(at, dyn_size);
+      const bool better = !found || entries > found_entries || (entries == found_entries && unknown < found_unknown);
+      if (found && entries == found_entries && unknown == found_unknown && *found != candidate) ambiguous = true;
+      if (better) {
+        found = std::move(candidate);
+        found_entries = entries;
+        found_unknown = unknown;
+        ambiguous = false;
+      }
+    }
+    if (!found || ambiguous) return genuine;
+    out.dyn = std::move(found);
+    return true;
+  };
+  out.inflated = decode_from_boundaries(window, 12, take, budget, ends_member);
+  return out;
+}
+
+// The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read;
+// nullopt where no PT_LOAD maps DT_STRTAB or the table runs out of the object (`size` bytes).
+std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const r::ElfLayout& l,
+                                                                      std::uint64_t size) {
+  std::uint64_t strtab = 0, strsz = 0, last = 0;
+  bool any = false;
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
+    const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
+    if (tag == 5) strtab = val;
+    if (tag == 10) strsz = val;
+    if (tag == 1 || tag == 14 || tag == 15 || tag == 29) {
+      last = std::max(last, val);
+      any = true;
+    }
+  }
+  const auto begin = l.file_offset(strtab);
+  if (!begin || *begin > size) return std::nullopt;
+  const std::uint64_t reach = last < UINT64_MAX - 4096 ? last + 4096 : UINT64_MAX;
+  const std::uint64_t length = strsz <= 64 * 1024 || !any ? strsz : std::min(strsz, reach);
+  if (length > size - *begin) return std::nullopt;
+  return std::pair{*begin, *begin + length};
+}
+
+// A window that ends with the member, inflated from its first block boundary to the end: its
+// bytes at their place in the file, those only the two decodes agree on, or nullopt.
+std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
+                                                                    std::uint64_t member_size, std::uint64_t from,
+                                                                    std::uint64_t to, std::uint64_t& inflated,
+                                                                    InflateBudget* budget, bool& overrun) {
+  std::optional<std::pair<std::uint64_t, std::string>> out;
+  const auto take = [&](const WindowDecode& w) {
+    if (w.ended_early) return false;                              // a stream planted in the window: not the member's
+    if (w.ended && w.zeros.size() > member_size) overrun = true;  // more than it declares
+    // A true boundary's decode that does not reach the stream's end: no later one will.
+    if (!w.ended || w.zeros.size() > member_size) return w.zeros.size() >= window.size() / 2;
+    const std::uint64_t base = member_size - w.zeros.size();
+    // The window starts too late, or the strings depend on bytes before it: no reading.
+    if (from >= base && to <= member_size &&
+        w.zeros.compare(from - base, to - from, w.ones, from - base, to - from) == 0)
+      out = std::pair{base, w.zeros};
+    return true;
+  };
+  inflated += decode_from_boundaries(window, 12, take, budget, true);
+  return out;
+}
+
+// An object whose first bytes do not say where its segment lies (its headers lie deep, it is no
+// little-endian ELF64, its PT_DYNAMIC is large), read by resolver/elf from pieces: each range it
+// finds missing is inflated from the start and the object read again, the strings one range a
+// round at most.
+r::ElfRead read_from_start(const std::string& head, FromStart& stream, std::uint64_t size, const std::string& name) {
+  Pieces known{size, {{0, head}}};
+  for (int round = 0; round < 256; ++round) {
+    const auto missing = r::missing_piece(known.view(), name);
+    if (!missing) break;
+    auto got = stream.bytes(missing->first, missing->second);
+    if (!got) break;  // the data end before it: invalid, as the reader says
+    known.v.emplace_back(missing->first, std::move(*got));
+  }
+  return r::read_elf_pieces(known.view(), name);
+}
+
+// Whether a dynamic segment found mid-stream agrees with what is known of the object exactly
+// (its first bytes, a window inflated to its end): the string table starts with NUL where DT_STRTAB says, every name it
+// gives starts a string there, SONAME and NEEDED name shared objects, and DT_SYMTAB's first symbol is the null one. A
+// misread byte of an address or an offset fails one of these. `by_fingerprint`: the names were
+// found by a window in .dynstr (installer/wheel/strings_window), without the table's first byte,
+// which is then checked where known: the fingerprint checked the same of the names (a NUL
+// before each, known, printable, NUL-terminated, ".so" in NEEDED and SONAME) at every offset the
+// segment gives, their differences exact, at the one place in the window where all of them fit.
+bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::ElfPieces& known, bool by_fingerprint) {
+  std::uint64_t strtab = 0, strsz = 0, symtab = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> names;  // tag, offset
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
+    const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
+    if (tag == 5) strtab = val;
+    if (tag == 10) strsz = val;
+    if (tag == 6) symtab = val;
+    if (tag == 1 || tag == 14 || tag == 15 || tag == 29) names.emplace_back(tag, val);
+  }
+  const auto str = l.file_offset(strtab);
+  if (!str || strsz == 0 || strsz > known.size || *str > known.size - strsz) return false;
+  const char* first = known.bytes(*str, 1);
+  if (first ? *first != '\0' : !by_fingerprint) return false;
+  for (const auto& [tag, off] : names) {
+    if (off == 0 || off >= strsz) return false;
+    const char* before = known.bytes(*str + off - 1, 1);
+    if (!before || *before != '\0') return false;  // not the start of a string
+    std::string name;
+    for (std::uint64_t k = off; k < strsz; ++k) {
+      const char* c = known.bytes(*str + k, 1);
+      if (!c) return false;
+      if (*c == '\0') break;
+      name += *c;
+    }
+    if (name.empty() || std::any_of(name.begin(), name.end(), [](char c) { return c < 0x20 || c == 0x7f; }))
+      return false;
+    if ((tag == 1 || tag == 14) && name.find(".so") == std::string::npos) return false;
+  }
+  if (const auto sym = l.file_offset(symtab))
+    if (const char* null_symbol = known.bytes(*sym, 24))
+      return std::all_of(null_symbol, null_symbol + 24, [](char c) { return c == '\0'; });
+  return true;
+}
+
+}  // namespace cudafix::installer::segment_find
