@@ -2,7 +2,8 @@
 # What `plan fix` reads by range of an index's wheel, for four layouts of its large object
 # (tests/e2e/make_big_object.py: code-like .rodata, then PT_DYNAMIC, then .data): the segment near
 # the end (CUDA libraries: a small .data), in the middle (gcc's layout with a large .data), early
-# (a small .rodata), and NCCL's (bytes that do not deflate before the segment); then real objects
+# (a small .rodata), NCCL's (bytes that do not deflate before the segment) and cuDNN's (those, and
+# 2 MB of padding between the last sections after it); then real objects
 # gcc built, and a wheel of six Debian libraries. For each: the bytes read against the wheel's size, the requests the
 # index saw for the plan, the seconds, and the plan's peak RSS (/usr/bin/time -v). The venv is the
 # e2e tests' broken one (pip's uninstall of the cu13 cuDNN deleted the cu12 dist's library).
@@ -42,7 +43,7 @@ lib=nvidia/cudnn/lib
 # nvidia-cudnn-cu12, which the venv wants.
 members() {
   case "$1" in
-  end | middle | early | nccl)
+  end | middle | early | nccl | cudnn)
     local sizes
     case "$1" in  # RODATA_MB DATA_MB [--random MB]
     end) sizes="24 0.5" ;;
@@ -51,6 +52,10 @@ members() {
     # NCCL 2.28's shape, an eighth of its size: 24 MB that do not deflate (its fatbins) before
     # the segment, 3.5 MB that deflate to a third after it (its debug sections).
     nccl) sizes=${NCCL_SIZES:-"2 3.5 --random 24"} ;;
+    # cuDNN 9.19's precompiled engines, an eighth of their size: fatbins that do not deflate
+    # before the segment, and after it a small .data and 2 MB of zeros that belong to no section
+    # before the last one (2.3 MB after the segment, 124 KB of it deflated).
+    cudnn) sizes=${CUDNN_SIZES:-"7 0.02 --random 22 --padded 0.3"} ;;
     esac
     # shellcheck disable=SC2086 # the sizes are words
     python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn.so.9" libcudnn.so.9 $sizes >/dev/null
@@ -67,7 +72,7 @@ members() {
     done ;;
   esac
 }
-for name in ${LAYOUTS:-end middle early nccl gcc debian}; do
+for name in ${LAYOUTS:-end middle early nccl cudnn gcc debian}; do
   dir="$tmp/$name"
   mkdir -p "$dir/objects"
   wheel=$(mk "$dir" nvidia-cudnn-cu12 9.10.2.21 $(members "$name") --deflate)
@@ -76,7 +81,7 @@ for name in ${LAYOUTS:-end middle early nccl gcc debian}; do
   server=$!
   for _ in $(seq 50); do [ -s "$dir/port" ] && break; sleep 0.1; done
   start=$(date +%s.%N)
-  env -u VIRTUAL_ENV -u PIP_FIND_LINKS CUDAFIX_CACHE_DIR="$dir/cache" /usr/bin/time -v "$bin" plan fix --json \
+  env -u VIRTUAL_ENV -u PIP_FIND_LINKS CUDAFIX_CACHE_DIR="$dir/cache" ${TIMEV:-/usr/bin/time -v} "$bin" plan fix --json \
     --venv "$tmp/venv" --ld-so-cache /dev/null --ld-library-path '' --index-url "http://127.0.0.1:$(cat "$dir/port")/simple" \
     >"$dir/plan.json" 2>"$dir/time" || true
   secs=$(echo "$(date +%s.%N) - $start" | bc)

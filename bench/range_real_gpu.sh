@@ -3,11 +3,11 @@
 # hardlink copy of the real CUDA 13 torch venv (bench/pack_dist_wheel.py) and served by the tests'
 # index server on 127.0.0.1 after pip uninstalled it from a copy: `plan fix` by range, the bytes it
 # read against the wheel's size, the requests the server saw, the seconds and the plan's peak RSS
-# (/usr/bin/time -v where it exists, else getrusage). Each wheel's objects are profiled
+# (getrusage), with the same plan's from an index that has no wheel (the floor). Each wheel's objects are profiled
 # (bench/elf_deflate_profile.py: where their sections lie deflated), and the server's log and the
 # profiles are kept under $OUT for reading by hand.
 #   carry: .dev/release (BUILD=build-gpu contrib/release/make_bundle.sh .dev/release)
-#   OUT=/tmp/out bash bench/range_real_gpu.sh [DIST...]   writes $OUT/range_real_gpu.log
+#   OUT=/tmp/out [NO_PROFILE=1] bash bench/range_real_gpu.sh [DIST...]   writes $OUT/range_real_gpu.log
 set -u
 cd "$(dirname "$0")/.." || exit 1
 log=${OUT:-/tmp/out}/range_real_gpu.log
@@ -25,38 +25,47 @@ for dist in "${dists[@]}"; do
 done
 wait
 say "== $("$C" --version 2>&1 | head -1); $(nproc) cores"
-printf '%-20s %12s %12s %8s %9s %7s %7s\n' dist read wheel fraction requests secs "RSS MB" >> "$log"
+printf '%-20s %12s %12s %8s %9s %7s %7s %7s\n' dist read wheel fraction requests secs "RSS MB" "floor" >> "$log"
 for dist in "${dists[@]}"; do
   wheel=$(ls /tmp/wheels/"$(echo "$dist" | tr - _)"-*.whl)
   copy_venv /tmp/r
   rm -rf /tmp/idx && mkdir -p /tmp/idx && ln "$wheel" /tmp/idx/
   /tmp/r/bin/python3 -m pip uninstall -y -q "$dist" >> "$log" 2>&1
-  rm -f /tmp/port /tmp/idx.log
-  "$py" tests/e2e/index_server.py /tmp/idx /tmp/idx.log > /tmp/port 2>/dev/null &
-  server=$!
-  for _ in $(seq 50); do [ -s /tmp/port ] && break; sleep 0.1; done
-  rm -rf /tmp/cfcache
-  s=$EPOCHREALTIME
-  CUDAFIX_CACHE_DIR=/tmp/cfcache timeout 300 "$py" -c 'import resource, subprocess, sys
+  # The plan's peak RSS, first from an index that has no wheel (what planning holds before any
+  # range is read: the floor), then from the one that has it.
+  plan_from() {
+    rm -f /tmp/port "$2"
+    "$py" tests/e2e/index_server.py "$1" "$2" > /tmp/port 2>/dev/null &
+    server=$!
+    for _ in $(seq 50); do [ -s /tmp/port ] && break; sleep 0.1; done
+    rm -rf /tmp/cfcache
+    CUDAFIX_CACHE_DIR=/tmp/cfcache timeout 300 "$py" -c 'import resource, subprocess, sys
 subprocess.run(sys.argv[1:])
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, file=sys.stderr)' \
-    "$C" plan fix --json --venv /tmp/r --index-url "http://127.0.0.1:$(cat /tmp/port)/simple" > /tmp/plan.json 2> /tmp/rss
+      "$C" plan fix --json --venv /tmp/r --index-url "http://127.0.0.1:$(cat /tmp/port)/simple" > /tmp/plan.json 2> /tmp/rss
+    kill $server
+  }
+  rm -rf /tmp/empty && mkdir -p /tmp/empty
+  plan_from /tmp/empty /tmp/empty.log
+  floor=$(tail -1 /tmp/rss)
+  s=$EPOCHREALTIME
+  plan_from /tmp/idx /tmp/idx.log
   secs=$(secs_since "$s")
-  kill $server
   cp /tmp/idx.log "$OUT/$dist.requests.jsonl"
-  "$py" - /tmp/plan.json "$dist" "$(grep -c '"range": "' /tmp/idx.log)" "$secs" "$(tail -1 /tmp/rss)" >> "$log" <<'PY'
+  "$py" - /tmp/plan.json "$dist" "$(grep -c '"range": "' /tmp/idx.log)" "$secs" "$(tail -1 /tmp/rss)" "$floor" >> "$log" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for s in d["steps"]:
     r = (s["wheel"] or {}).get("read")
     if s["name"] == sys.argv[2] and r:
-        print(f"{sys.argv[2]:<20} {r['bytes']:>12} {r['of']:>12} {100*r['bytes']/r['of']:>7.2f}% {sys.argv[3]:>9} {sys.argv[4]:>7} {sys.argv[5]:>7}")
+        print(f"{sys.argv[2]:<20} {r['bytes']:>12} {r['of']:>12} {100*r['bytes']/r['of']:>7.2f}% {sys.argv[3]:>9} {sys.argv[4]:>7} {sys.argv[5]:>7} {sys.argv[6]:>7}")
         break
 else:
     print(sys.argv[2], "no ranged step:", [(s["action"], s["name"]) for s in d["steps"]], d.get("source_problems"))
 PY
-  # Each object of the wheel, profiled (the members over 1 MiB: the ones read by range).
-  "$py" - "$wheel" "$OUT/$dist.profile.txt" <<'PY'
+  # Each object of the wheel, profiled (the members over 1 MiB: the ones read by range), unless
+  # NO_PROFILE is set.
+  [ -n "${NO_PROFILE:-}" ] || "$py" - "$wheel" "$OUT/$dist.profile.txt" <<'PY'
 import os, subprocess, sys, tempfile, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, open(sys.argv[2], "w") as out, tempfile.TemporaryDirectory() as tmp:
     for i in z.infolist():

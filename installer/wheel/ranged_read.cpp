@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -34,14 +35,16 @@ using segment_find::inflates_past_size;
 using segment_find::over_budget;
 using segment_find::Pieces;
 using segment_find::read_from_start;
+using segment_find::SectionExtents;
 using segment_find::strings_needed;
 using segment_find::u32;
 using segment_find::u64;
 using segment_find::WindowFind;
 
-constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
-constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
-constexpr std::uint64_t k_piece = 2 << 20;        // a map of a stream decodes pieces of this many bytes at once
+constexpr std::size_t k_local_slack = 1024;        // a local header's extra field beyond the central one's
+constexpr std::uint64_t k_max_dynamic = 1 << 20;   // a larger PT_DYNAMIC is read from the object's start
+constexpr std::uint64_t k_piece = 2 << 20;         // a map of a stream decodes pieces of this many bytes at once
+constexpr std::uint64_t k_block_slack = 64 << 10;  // a deflate block before a segment, where its decode starts
 
 // Where a member's data starts, from the fetched bytes that begin at its local header (which
 // must agree with the central directory).
@@ -118,15 +121,20 @@ struct Deep {
   std::vector<std::pair<std::uint64_t, std::string>> names;
   bool overrun = false;          // a decode that ended with the member inflated more than it declares
   bool end_unconfirmed = false;  // the window at the end placed a segment no section table confirms
-  std::uint64_t inflated = 0;    // by its window decodes
+  // Where its sections hold its bytes, from the section header table the window at the end
+  // inflated where it agrees with its headers (RangeReader::section_table).
+  std::optional<SectionExtents> sections;
+  std::uint64_t inflated = 0;  // by its window decodes
   // The windows asked for its segment so far (RangeReader::window_for), one bit each.
-  enum Tried : unsigned { span = 1, end_grown = 2, around_end_estimate = 4, wide = 8 };
+  enum Tried : unsigned { span = 1, end_grown = 2, around_end_estimate = 4, wide = 8, end_sized = 16, refined = 32 };
   unsigned tried = 0;
   [[nodiscard]] bool segment_in_head() const { return head.size() >= layout.dynamic_offset + layout.dynamic_size; }
   // Its dynamic segment, where a window found it or its head holds it.
   [[nodiscard]] std::string segment() const {
     return dyn ? *dyn : head.substr(layout.dynamic_offset, layout.dynamic_size);
   }
+  // The bytes before `raw` as the deflate ratio is measured: gaps between sections count little.
+  [[nodiscard]] std::uint64_t measure(std::uint64_t raw) const { return sections ? sections->measure(raw) : raw; }
   [[nodiscard]] HeadPlace head_place() const { return {head_end.compressed, head_end.raw, member->compressed}; }
   [[nodiscard]] std::uint64_t end() const { return member->data_offset + member->compressed; }
 };
@@ -216,7 +224,8 @@ class RangeReader {
   void take_head(zip::Entry& m, std::string& head);
   void take_end(Deep& d, std::uint64_t first, std::string bytes);
   void decode_end(Deep& d);
-  [[nodiscard]] bool section_table_agrees(const Deep& d, const WindowFind& end) const;
+  [[nodiscard]] std::optional<std::string_view> section_table(const Deep& d, const WindowFind& end) const;
+  [[nodiscard]] static std::optional<std::uint64_t> bound_after_segment(const Deep& d);
   [[nodiscard]] std::optional<Ask> window_for(const Deep& d, int pass) const;
   void window_pass(int pass);
   void names_pass();
@@ -348,34 +357,51 @@ void RangeReader::decode_end(Deep& d) {
   // ends with, found where its ELF header says and naming the segment's place, confirms it; a
   // quarter window confirms it as before (a stream holding more inflates more than the member
   // from there), or is fetched in pass 1.
-  d.end_unconfirmed = found.dyn && !section_table_agrees(d, found) && d.end_bytes.size() < limits_.window / 4 &&
-                      d.end_first > m.data_offset;
+  const auto table = section_table(d, found);
+  if (table && !d.sections) d.sections.emplace(*table, u64(bytes_of(d.head) + 0x28), m.size);
+  d.end_unconfirmed = found.dyn && !table && d.end_bytes.size() < limits_.window / 4 && d.end_first > m.data_offset;
   if (!d.segment_in_head() && found.dyn && !d.end_unconfirmed) d.dyn = std::move(found.dyn);
   d.inflated += found.inflated;  // added to out_ after the decodes, which run side by side
 }
 
-// Whether the object's end, as the window at the end inflated it, holds the section header
-// table where its ELF header says (the last bytes gcc's and NVIDIA's objects hold): its first
-// entry null, and an SHT_DYNAMIC entry at the place and of the size of PT_DYNAMIC. Bytes the two
-// decodes disagree on are taken as zeros by HTTP (mid_stream), as the segment's are; elsewhere
-// they fail it.
-bool RangeReader::section_table_agrees(const Deep& d, const WindowFind& end) const {
-  if (d.head.size() < 64 || end.end_zeros.empty() || end.end_zeros.size() != end.end_ones.size()) return false;
+// The object's section header table where the window at the end inflated it, found where its ELF
+// header says (the last bytes gcc's and NVIDIA's objects hold) and agreeing with its headers: its
+// first entry null, and an SHT_DYNAMIC entry at the place and of the size of PT_DYNAMIC. Bytes
+// the two decodes disagree on are taken as zeros by HTTP (mid_stream), as the segment's are;
+// elsewhere they fail it.
+std::optional<std::string_view> RangeReader::section_table(const Deep& d, const WindowFind& end) const {
+  if (d.head.size() < 64 || end.end_zeros.empty() || end.end_zeros.size() != end.end_ones.size()) return std::nullopt;
   const auto* h = bytes_of(d.head);
   const std::uint64_t shoff = u64(h + 0x28), entsize = h[0x3a] | (h[0x3b] << 8), count = h[0x3c] | (h[0x3d] << 8);
   const std::uint64_t size = d.member->size;
-  if (entsize != 64 || count == 0 || shoff > size || count * 64 > size - shoff || shoff < end.end_base) return false;
+  if (entsize != 64 || count == 0 || shoff > size || count * 64 > size - shoff || shoff < end.end_base)
+    return std::nullopt;
   const std::size_t at = shoff - end.end_base;
-  if (at + count * 64 > end.end_zeros.size()) return false;
-  if (!limits_.mid_stream && end.end_zeros.compare(at, count * 64, end.end_ones, at, count * 64) != 0) return false;
-  const auto* table = bytes_of(end.end_zeros) + at;
-  if (std::any_of(table, table + 64, [](unsigned char c) { return c != 0; })) return false;
+  if (at + count * 64 > end.end_zeros.size()) return std::nullopt;
+  if (!limits_.mid_stream && end.end_zeros.compare(at, count * 64, end.end_ones, at, count * 64) != 0)
+    return std::nullopt;
+  const std::string_view table(end.end_zeros.data() + at, count * 64);
+  if (std::any_of(table.begin(), table.begin() + 64, [](char c) { return c != 0; })) return std::nullopt;
   for (std::uint64_t k = 1; k < count; ++k) {
-    const auto* e = table + k * 64;
+    const auto* e = bytes_of(table) + k * 64;
     if (u32(e + 4) == 6 && u64(e + 0x18) == d.layout.dynamic_offset && u64(e + 0x20) == d.layout.dynamic_size)
-      return true;
+      return table;
   }
-  return false;
+  return std::nullopt;
+}
+
+// What the bytes from the object's segment to its end should deflate to at most, from where its
+// sections hold its bytes: the sections' own bytes as they are (code and data deflate to less), the
+// gaps between them at 1/256 (the zeros that pad NVIDIA's objects to a page or a 2 MiB boundary
+// deflate to 1/1000), and a block's worth before the segment, where a decode must start. cuDNN
+// 9.19's precompiled engines keep 2.3 MB after their segment, 2 MB of it gaps, in 124 KB deflated:
+// bounded by the raw bytes, the window at the end reached back 2.5 MB. Only a window's size rests
+// on it: a table that lies costs a miss and the wider window after it. nullopt: no table known.
+std::optional<std::uint64_t> RangeReader::bound_after_segment(const Deep& d) {
+  if (!d.sections) return std::nullopt;
+  const std::uint64_t from = d.layout.dynamic_offset, size = d.member->size, after = size - from;
+  const std::uint64_t content = std::min(d.sections->content(from, size), after);
+  return content + content / 1000 + (after - content) / 256 + k_block_slack;
 }
 
 // Where in the wheel the object's byte `raw` should lie deflated: between the two proved places
@@ -390,8 +416,11 @@ std::uint64_t RangeReader::estimate(const Deep& d, std::uint64_t raw) const {
   if (d.end_start && d.end_start->raw >= raw && d.end_start->raw > lo.raw && d.end_start->compressed >= lo.compressed)
     hi = *d.end_start;
   if (hi.raw <= lo.raw || hi.compressed < lo.compressed) return m.data_offset;
-  const double ratio = static_cast<double>(hi.compressed - lo.compressed) / static_cast<double>(hi.raw - lo.raw);
-  const auto at = lo.compressed + static_cast<std::uint64_t>(ratio * static_cast<double>(raw - lo.raw));
+  const std::uint64_t span = d.measure(hi.raw) - d.measure(lo.raw);
+  if (span == 0) return m.data_offset;
+  const double ratio = static_cast<double>(hi.compressed - lo.compressed) / static_cast<double>(span);
+  const auto at =
+      lo.compressed + static_cast<std::uint64_t>(ratio * static_cast<double>(d.measure(raw) - d.measure(lo.raw)));
   return m.data_offset + std::min(at, m.compressed);
 }
 
@@ -401,9 +430,10 @@ std::optional<std::uint64_t> RangeReader::estimate_from_end(const Deep& d, std::
   const zip::Entry& m = *d.member;
   if (!d.end_start || d.end_start->raw <= raw || d.end_start->raw >= m.size || d.end_start->compressed > m.compressed)
     return std::nullopt;
-  const double ratio =
-      static_cast<double>(m.compressed - d.end_start->compressed) / static_cast<double>(m.size - d.end_start->raw);
-  const auto back = static_cast<std::uint64_t>(ratio * static_cast<double>(m.size - raw));
+  const std::uint64_t span = d.measure(m.size) - d.measure(d.end_start->raw);
+  if (span == 0) return std::nullopt;
+  const double ratio = static_cast<double>(m.compressed - d.end_start->compressed) / static_cast<double>(span);
+  const auto back = static_cast<std::uint64_t>(ratio * static_cast<double>(d.measure(m.size) - d.measure(raw)));
   return m.data_offset + (back < m.compressed ? m.compressed - back : 0);
 }
 
@@ -450,18 +480,28 @@ std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
     if (first < d.end_first && d.end_first - first <= last - first + 1) return at_end(end - first);
     return Ask{0, false, first, last};
   };
-  if (pass == 1) return d.end_unconfirmed ? at_end(k_window / 4) : around(estimate_at, estimate_at);
+  // The bytes after the segment (.data) may deflate as those at the end do rather than as those
+  // before it: Python 3.11's segment lies 137 KB past the first estimate, 163 KB before the
+  // second. The window from one to the other, at most four windows wide.
+  const auto other = estimate_from_end(d, d.layout.dynamic_offset);
+  const std::uint64_t apart = other ? std::max(*other, estimate_at) - std::min(*other, estimate_at) : 0;
+  const bool span = other && apart > lead, close = span && apart <= 3 * window;
+  if (pass == 1) {
+    if (d.end_unconfirmed) return at_end(k_window / 4);
+    // Estimates close together, where the window at the end holds an eighth of the bytes after
+    // the segment or more: first around the middle of the two (Python's segment, above: its end
+    // window holds 197 KB of the 1.3 MB after it). Where it holds less, its ratio says little of
+    // the rest: a 12 MB .data whose last 42 KB with the symbols after them put the estimate from
+    // the end 277 KB early, and the one from the head was exact.
+    const bool end_holds = d.end_start && 8 * (m.size - d.end_start->raw) >= after;
+    const std::uint64_t centre = close && end_holds ? std::midpoint(estimate_at, *other) : estimate_at;
+    return around(centre, centre);
+  }
   // After pass 1, the first window of these not asked yet, cheapest first.
   const auto kind = [&d](std::optional<Ask> a, unsigned k) -> std::optional<Ask> {
     if (a) a->kind = k;
     return (d.tried & k) || !a ? std::nullopt : a;
   };
-  // The bytes after the segment (.data) may deflate as those at the end do rather than as those
-  // before it: Python 3.11's segment lies 157 KB past the first estimate, 145 KB before the
-  // second. The window from one to the other, at most four windows wide.
-  const auto other = estimate_from_end(d, d.layout.dynamic_offset);
-  const std::uint64_t apart = other ? std::max(*other, estimate_at) - std::min(*other, estimate_at) : 0;
-  const bool span = other && apart > lead, close = span && apart <= 3 * window;
   const auto between = [&] {
     const std::uint64_t low = std::min(*other, estimate_at);
     return around(low, std::min(std::max(*other, estimate_at), low + 3 * window));
@@ -485,18 +525,38 @@ std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
     if (first < d.end_first && last + 1 >= d.end_first) return at_end(end - first);
     return Ask{0, false, first, last};
   };
+  // The window at the end reaching back as far as the section header table says the bytes
+  // after the segment deflate to at most (bound_after_segment), where that is less than `below`.
   using T = Deep::Tried;
+  // Estimates that agree, moved since the window of pass 1 by a place the window at the end grown
+  // back proved (and the section header table it held): around them, where not at hand already.
+  const auto refined = [&]() -> std::optional<Ask> {
+    if (span) return std::nullopt;
+    auto a = around(estimate_at, estimate_at);
+    if (!a || (!a->at_end && a->first >= d.mid_first && a->last < d.mid_first + d.mid_bytes.size()))
+      return std::nullopt;
+    return kind(a, T::refined);
+  };
+  const auto sized = [&](std::uint64_t below) -> std::optional<Ask> {
+    const auto bound = bound_after_segment(d);
+    if (!bound || *bound >= below) return std::nullopt;
+    return kind(at_end(*bound), T::end_sized);
+  };
   if (after <= 4 * k_window) {
     // Near the end, last: as far back as the segment can lie, an exact place.
     if (close)
       if (auto a = kind(between(), T::span)) return a;
+    if (auto a = refined()) return a;
+    if (auto a = sized(8 * (end - d.end_first))) return a;
     if (auto a = kind(grown(), T::end_grown)) return a;
     if (span && !close)
       if (auto a = kind(around_end_estimate(), T::around_end_estimate)) return a;
+    if (auto a = sized(beyond)) return a;
     return at_end(beyond);
   }
   if (span)
     if (auto a = kind(between(), T::span)) return a;
+  if (auto a = refined()) return a;
   if (!other)
     if (auto a = kind(grown(), T::end_grown)) return a;
   if (span && !close)
@@ -505,6 +565,7 @@ std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
   // member (cuDNN 9.19's runtime_compiled library, 16 MB deflated: 2.3 MB early, where .lrodata
   // after the segment deflates to 0.88 and the code before it to 0.42).
   const std::uint64_t wide = std::clamp<std::uint64_t>(m.compressed / 4, 2 * k_window, 8 * k_window);
+  if (auto a = sized(wide)) return a;
   const std::uint64_t first = std::max(m.data_offset, estimate_at > 3 * wide / 4 ? estimate_at - 3 * wide / 4 : 0);
   return kind(Ask{0, false, first, std::min(end - 1, first + wide - 1)}, T::wide);
 }

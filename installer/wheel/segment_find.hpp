@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,7 +28,7 @@ inline std::uint32_t u32(const unsigned char* p) {
   return p[0] | (p[1] << 8) | (p[2] << 16) | (std::uint32_t{p[3]} << 24);
 }
 inline std::uint64_t u64(const unsigned char* p) { return u32(p) | (std::uint64_t{u32(p + 4)} << 32); }
-inline const unsigned char* bytes_of(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+inline const unsigned char* bytes_of(std::string_view s) { return reinterpret_cast<const unsigned char*>(s.data()); }
 
 // A member whose reading spent its budget (crafted block headers that each decode for long, a
 // stream that never proves a boundary): named, never read on and on.
@@ -55,6 +56,26 @@ struct Pieces {
 // them give the deflate ratio of the bytes between (installer/wheel/ranged_read.hpp, step 2).
 struct Anchor {
   std::uint64_t compressed = 0, raw = 0;
+};
+
+// Where an object's sections hold its bytes, from its section header table: the measure the
+// deflate ratio is taken by between two places. The gaps between sections (zeros that pad to a
+// page or a 2 MiB boundary: 2 MB of the 2.3 MB after cuDNN 9.19's precompiled engines' segment)
+// deflate to about nothing, so a gap counts 1/256 of its bytes; a section its own. The table is
+// what the stream says and may lie: it only places windows, never the bytes taken from them.
+class SectionExtents {
+ public:
+  // From `table` (64-byte ELF64 section headers, the null one first, at `table_at` in an object
+  // of `size` bytes): the sections that hold bytes of the file and lie inside it, and the table
+  // itself, merged.
+  SectionExtents(std::string_view table, std::uint64_t table_at, std::uint64_t size);
+  // The bytes before `raw`, gaps counted 1/256.
+  [[nodiscard]] std::uint64_t measure(std::uint64_t raw) const;
+  // The bytes of [first, last) that sections hold.
+  [[nodiscard]] std::uint64_t content(std::uint64_t first, std::uint64_t last) const;
+
+ private:
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> extents_;  // [first, last), in order, apart
 };
 
 struct WindowFind {
