@@ -8,12 +8,12 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <utility>
 
 #include "installer/wheel/deflate_window.hpp"
 #include "installer/wheel/segment_find.hpp"
+#include "installer/wheel/segment_place.hpp"
 #include "installer/wheel/strings_window.hpp"
 #include "resolver/base/diagnostic.hpp"
 #include "resolver/base/parallel.hpp"
@@ -35,16 +35,18 @@ using segment_find::inflates_past_size;
 using segment_find::over_budget;
 using segment_find::Pieces;
 using segment_find::read_from_start;
-using segment_find::SectionExtents;
 using segment_find::strings_needed;
 using segment_find::u32;
 using segment_find::u64;
 using segment_find::WindowFind;
+using segment_place::Ask;
+using segment_place::Deep;
+using segment_place::estimate;
+using segment_place::window_for;
 
-constexpr std::size_t k_local_slack = 1024;        // a local header's extra field beyond the central one's
-constexpr std::uint64_t k_max_dynamic = 1 << 20;   // a larger PT_DYNAMIC is read from the object's start
-constexpr std::uint64_t k_piece = 2 << 20;         // a map of a stream decodes pieces of this many bytes at once
-constexpr std::uint64_t k_block_slack = 64 << 10;  // a deflate block before a segment, where its decode starts
+constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
+constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
+constexpr std::uint64_t k_piece = 2 << 20;        // a map of a stream decodes pieces of this many bytes at once
 
 // Where a member's data starts, from the fetched bytes that begin at its local header (which
 // must agree with the central directory).
@@ -101,53 +103,6 @@ void keep_elf(RangedMembers& out, const std::string& member, const r::ElfRead& e
 
 using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;
 
-// A large object read by ranges: what is known of it, as the rounds of reading add to it.
-struct Deep {
-  zip::Entry* member = nullptr;
-  r::ElfLayout layout;          // dynamic_size 0: read from its start, whole
-  std::string head;             // its first bytes, inflated
-  std::string head_compressed;  // the compressed bytes they came from
-  Anchor head_end;              // where the head's inflate stopped
-  std::unique_ptr<InflateBudget> budget;
-  std::uint64_t end_first = 0;  // the member's compressed bytes from here to its end are at hand
-  std::string end_bytes;        //   (a window that ends with it, grown backwards)
-  std::uint64_t mid_first = 0;  // and from here on, a window around where the segment should lie
-  std::string mid_bytes;
-  std::optional<Anchor> end_start;                            // the first proved boundary in them
-  std::optional<std::pair<std::uint64_t, std::string>> tail;  // the object's end, known exactly
-  std::optional<std::string> dyn;                             // its dynamic segment, found by a window
-  // The names its segment gives, found by a window in its .dynstr (installer/wheel/strings_window):
-  // each with the NUL before and after it, at the file offset of that NUL before.
-  std::vector<std::pair<std::uint64_t, std::string>> names;
-  bool overrun = false;          // a decode that ended with the member inflated more than it declares
-  bool end_unconfirmed = false;  // the window at the end placed a segment no section table confirms
-  // Where its sections hold its bytes, from the section header table the window at the end
-  // inflated where it agrees with its headers (RangeReader::section_table).
-  std::optional<SectionExtents> sections;
-  std::uint64_t inflated = 0;  // by its window decodes
-  // The windows asked for its segment so far (RangeReader::window_for), one bit each.
-  enum Tried : unsigned { span = 1, end_grown = 2, around_end_estimate = 4, wide = 8, end_sized = 16, refined = 32 };
-  unsigned tried = 0;
-  [[nodiscard]] bool segment_in_head() const { return head.size() >= layout.dynamic_offset + layout.dynamic_size; }
-  // Its dynamic segment, where a window found it or its head holds it.
-  [[nodiscard]] std::string segment() const {
-    return dyn ? *dyn : head.substr(layout.dynamic_offset, layout.dynamic_size);
-  }
-  // The bytes before `raw` as the deflate ratio is measured: gaps between sections count little.
-  [[nodiscard]] std::uint64_t measure(std::uint64_t raw) const { return sections ? sections->measure(raw) : raw; }
-  [[nodiscard]] HeadPlace head_place() const { return {head_end.compressed, head_end.raw, member->compressed}; }
-  [[nodiscard]] std::uint64_t end() const { return member->data_offset + member->compressed; }
-};
-
-// One round's window of a member: one that ends with it (the bytes at hand grown back to
-// `first`), or one around where its segment should lie.
-struct Ask {
-  std::size_t deep = 0;
-  bool at_end = false;
-  std::uint64_t first = 0, last = 0;
-  unsigned kind = 0;  // a Deep::tried bit: which of the windows for its segment this is
-};
-
 // read_members_by_ranges, in rounds of ranges fetched at once: the members' heads (and the ends
 // of the large ones), then windows where the segments should lie, wider ones where they were not,
 // then each object's segment and strings from what is at hand, a map of its stream or its start.
@@ -175,7 +130,6 @@ class RangeReader {
     return std::move(out_);
   }
 
-  [[nodiscard]] std::uint64_t estimate(const Deep& d, std::uint64_t raw) const;
   // Whether the strings [first, second) are read from a window at the end (NVIDIA's libraries
   // keep .dynstr last) rather than from the start (gcc puts it near the start): where reaching
   // back there costs less.
@@ -184,7 +138,6 @@ class RangeReader {
     return m.method == 8 && m.size - strings.first <= 8 * limits_.window &&
            d.end() - estimate(d, strings.first) <= estimate(d, strings.second) - m.data_offset;
   }
-  [[nodiscard]] std::optional<std::uint64_t> estimate_from_end(const Deep& d, std::uint64_t raw) const;
   // Bytes [first, last] of the wheel for each range, each checked first and counted.
   std::vector<std::string> fetch(const Ranges& ranges) {
     for (const auto& [first, last] : ranges)
@@ -225,8 +178,6 @@ class RangeReader {
   void take_end(Deep& d, std::uint64_t first, std::string bytes);
   void decode_end(Deep& d);
   [[nodiscard]] std::optional<std::string_view> section_table(const Deep& d, const WindowFind& end) const;
-  [[nodiscard]] static std::optional<std::uint64_t> bound_after_segment(const Deep& d);
-  [[nodiscard]] std::optional<Ask> window_for(const Deep& d, int pass) const;
   void window_pass(int pass);
   void names_pass();
   void prefetch_strings();
@@ -390,193 +341,13 @@ std::optional<std::string_view> RangeReader::section_table(const Deep& d, const 
   return std::nullopt;
 }
 
-// What the bytes from the object's segment to its end should deflate to at most, from where its
-// sections hold its bytes: the sections' own bytes as they are (code and data deflate to less), the
-// gaps between them at 1/256 (the zeros that pad NVIDIA's objects to a page or a 2 MiB boundary
-// deflate to 1/1000), and a block's worth before the segment, where a decode must start. cuDNN
-// 9.19's precompiled engines keep 2.3 MB after their segment, 2 MB of it gaps, in 124 KB deflated:
-// bounded by the raw bytes, the window at the end reached back 2.5 MB. Only a window's size rests
-// on it: a table that lies costs a miss and the wider window after it. nullopt: no table known.
-std::optional<std::uint64_t> RangeReader::bound_after_segment(const Deep& d) {
-  if (!d.sections) return std::nullopt;
-  const std::uint64_t from = d.layout.dynamic_offset, size = d.member->size, after = size - from;
-  const std::uint64_t content = std::min(d.sections->content(from, size), after);
-  return content + content / 1000 + (after - content) / 256 + k_block_slack;
-}
-
-// Where in the wheel the object's byte `raw` should lie deflated: between the two proved places
-// around it (the end of the head, the first boundary of the window at its end; else the
-// member's start and end), at the deflate ratio measured between them. The bytes before a
-// segment deflate unlike those after it (code before, .data and tables after), so a window at
-// the end that starts past the segment makes the estimate from the bytes before it alone.
-std::uint64_t RangeReader::estimate(const Deep& d, std::uint64_t raw) const {
-  const zip::Entry& m = *d.member;
-  Anchor lo{0, 0}, hi{m.compressed, m.size};
-  if (d.head_end.raw <= raw && d.head_end.compressed <= m.compressed) lo = d.head_end;
-  if (d.end_start && d.end_start->raw >= raw && d.end_start->raw > lo.raw && d.end_start->compressed >= lo.compressed)
-    hi = *d.end_start;
-  if (hi.raw <= lo.raw || hi.compressed < lo.compressed) return m.data_offset;
-  const std::uint64_t span = d.measure(hi.raw) - d.measure(lo.raw);
-  if (span == 0) return m.data_offset;
-  const double ratio = static_cast<double>(hi.compressed - lo.compressed) / static_cast<double>(span);
-  const auto at =
-      lo.compressed + static_cast<std::uint64_t>(ratio * static_cast<double>(d.measure(raw) - d.measure(lo.raw)));
-  return m.data_offset + std::min(at, m.compressed);
-}
-
-// Where the object's byte `raw` should lie were the bytes from it to the end deflated as those
-// the window at the end inflated; nullopt where that window starts before it.
-std::optional<std::uint64_t> RangeReader::estimate_from_end(const Deep& d, std::uint64_t raw) const {
-  const zip::Entry& m = *d.member;
-  if (!d.end_start || d.end_start->raw <= raw || d.end_start->raw >= m.size || d.end_start->compressed > m.compressed)
-    return std::nullopt;
-  const std::uint64_t span = d.measure(m.size) - d.measure(d.end_start->raw);
-  if (span == 0) return std::nullopt;
-  const double ratio = static_cast<double>(m.compressed - d.end_start->compressed) / static_cast<double>(span);
-  const auto back = static_cast<std::uint64_t>(ratio * static_cast<double>(d.measure(m.size) - d.measure(raw)));
-  return m.data_offset + (back < m.compressed ? m.compressed - back : 0);
-}
-
-// This pass's window for an object's segment, or none: the segment is known, or lies in the
-// head, or no window is left for it. Pass 1: around the estimate. Then, near the end: the window
-// between the estimates where they are close, the window at the end grown back, around the
-// estimate from the end where the two are far apart, then the window at the end as far back as
-// the segment can lie.
-// Elsewhere: the window between the estimates, the window at the end grown back where it gave no
-// estimate, around the estimate from the end where the two are far apart, then a wide one.
-std::optional<Ask> RangeReader::window_for(const Deep& d, int pass) const {
-  const zip::Entry& m = *d.member;
-  if (m.method != 8 || d.layout.dynamic_size == 0 || d.dyn || d.segment_in_head()) return std::nullopt;
-  const std::uint64_t end = d.end(), k_window = limits_.window;
-  const std::uint64_t after = m.size - d.layout.dynamic_offset;  // bytes from the segment to the end
-  // A window that ends with the member, reaching back `reach` bytes: only what is not at hand.
-  const auto at_end = [&](std::uint64_t reach) -> std::optional<Ask> {
-    const std::uint64_t first = end > reach ? std::max(m.data_offset, end - reach) : m.data_offset;
-    if (first >= d.end_first) return std::nullopt;
-    return Ask{0, true, first, d.end_first - 1};
-  };
-  // What follows the segment deflates to at most about its own size: a window that ends with
-  // the member and reaches that far back holds it.
-  const std::uint64_t beyond = after + after / 1000 + k_window / 4;
-  if (!limits_.mid_stream) {
-    // Only exact places: a window that ends with the member, near the end, or where the segment
-    // lies in its second half and inflating from there to the end, twice, costs less than from
-    // the start (by a map of the stream, on every core, where the whole file is at hand).
-    if (pass >= 3) return std::nullopt;
-    if (after <= 4 * k_window) return at_end(pass == 1 ? k_window / 4 : beyond);
-    const std::uint64_t from_start =
-        whole_.empty() ? d.layout.dynamic_offset : d.layout.dynamic_offset / r::thread_count(0);
-    if (pass == 1 || 2 * after >= from_start) return std::nullopt;
-    return at_end(beyond);
-  }
-  // Around the estimates: a block boundary (blocks deflate to 20-30 KB) must come before the
-  // segment and three whole blocks after it. Where reaching back from the end to there costs no
-  // more, the window at the end grows instead (its places are exact).
-  const std::uint64_t window = k_window / 8, lead = 3 * window / 8;
-  const std::uint64_t estimate_at = estimate(d, d.layout.dynamic_offset);
-  const auto around = [&](std::uint64_t low, std::uint64_t high) -> std::optional<Ask> {
-    const std::uint64_t first = std::max(m.data_offset, low > lead ? low - lead : 0);
-    const std::uint64_t last = std::min(end - 1, std::max(first, high > lead ? high - lead : 0) + window - 1);
-    if (first < d.end_first && d.end_first - first <= last - first + 1) return at_end(end - first);
-    return Ask{0, false, first, last};
-  };
-  // The bytes after the segment (.data) may deflate as those at the end do rather than as those
-  // before it: Python 3.11's segment lies 137 KB past the first estimate, 163 KB before the
-  // second. The window from one to the other, at most four windows wide.
-  const auto other = estimate_from_end(d, d.layout.dynamic_offset);
-  const std::uint64_t apart = other ? std::max(*other, estimate_at) - std::min(*other, estimate_at) : 0;
-  const bool span = other && apart > lead, close = span && apart <= 3 * window;
-  if (pass == 1) {
-    if (d.end_unconfirmed) return at_end(k_window / 4);
-    // Estimates close together, where the window at the end holds an eighth of the bytes after
-    // the segment or more: first around the middle of the two (Python's segment, above: its end
-    // window holds 197 KB of the 1.3 MB after it). Where it holds less, its ratio says little of
-    // the rest: a 12 MB .data whose last 42 KB with the symbols after them put the estimate from
-    // the end 277 KB early, and the one from the head was exact.
-    const bool end_holds = d.end_start && 8 * (m.size - d.end_start->raw) >= after;
-    const std::uint64_t centre = close && end_holds ? std::midpoint(estimate_at, *other) : estimate_at;
-    return around(centre, centre);
-  }
-  // After pass 1, the first window of these not asked yet, cheapest first.
-  const auto kind = [&d](std::optional<Ask> a, unsigned k) -> std::optional<Ask> {
-    if (a) a->kind = k;
-    return (d.tried & k) || !a ? std::nullopt : a;
-  };
-  const auto between = [&] {
-    const std::uint64_t low = std::min(*other, estimate_at);
-    return around(low, std::min(std::max(*other, estimate_at), low + 3 * window));
-  };
-  // A window at the end with no proved block boundary gives no estimate from the end (NCCL's last
-  // blocks, of .strtab, deflate to more than its first window): grown back to eight times what
-  // is at hand, it does; where the segment lies near the end, it may hold it. The raw bytes after
-  // the segment bound its distance, but the zeros that pad NVIDIA's objects between sections
-  // deflate to almost nothing: cuDNN 9.19's precompiled engines keep 2.3 MB after the segment in
-  // 124 KB deflated, where reaching back 2.5 MB at once read twenty times what was needed.
-  const auto grown = [&] { return at_end(std::min(beyond, 8 * (end - d.end_first))); };
-  // Estimates far apart: what lies between the head and the end deflates unlike either. NCCL
-  // 2.28's 190 MB before its segment are fatbins that do not deflate (0.999) and its 28 MB after
-  // it debug sections (0.1-0.5): from the head's ratio the segment should lie 17 MB early, from
-  // the end's 0.5 MB late. A window around the one counted back from the end, a quarter of the
-  // distance to the end wide (mostly before it: a block boundary must come first).
-  const auto around_end_estimate = [&]() -> std::optional<Ask> {
-    const std::uint64_t wide = std::clamp<std::uint64_t>((end - *other) / 4, window, 8 * k_window);
-    const std::uint64_t first = std::max(m.data_offset, *other > 3 * wide / 4 ? *other - 3 * wide / 4 : 0);
-    const std::uint64_t last = std::min(end - 1, first + wide - 1);
-    if (first < d.end_first && last + 1 >= d.end_first) return at_end(end - first);
-    return Ask{0, false, first, last};
-  };
-  // The window at the end reaching back as far as the section header table says the bytes
-  // after the segment deflate to at most (bound_after_segment), where that is less than `below`.
-  using T = Deep::Tried;
-  // Estimates that agree, moved since the window of pass 1 by a place the window at the end grown
-  // back proved (and the section header table it held): around them, where not at hand already.
-  const auto refined = [&]() -> std::optional<Ask> {
-    if (span) return std::nullopt;
-    auto a = around(estimate_at, estimate_at);
-    if (!a || (!a->at_end && a->first >= d.mid_first && a->last < d.mid_first + d.mid_bytes.size()))
-      return std::nullopt;
-    return kind(a, T::refined);
-  };
-  const auto sized = [&](std::uint64_t below) -> std::optional<Ask> {
-    const auto bound = bound_after_segment(d);
-    if (!bound || *bound >= below) return std::nullopt;
-    return kind(at_end(*bound), T::end_sized);
-  };
-  if (after <= 4 * k_window) {
-    // Near the end, last: as far back as the segment can lie, an exact place.
-    if (close)
-      if (auto a = kind(between(), T::span)) return a;
-    if (auto a = refined()) return a;
-    if (auto a = sized(8 * (end - d.end_first))) return a;
-    if (auto a = kind(grown(), T::end_grown)) return a;
-    if (span && !close)
-      if (auto a = kind(around_end_estimate(), T::around_end_estimate)) return a;
-    if (auto a = sized(beyond)) return a;
-    return at_end(beyond);
-  }
-  if (span)
-    if (auto a = kind(between(), T::span)) return a;
-  if (auto a = refined()) return a;
-  if (!other)
-    if (auto a = kind(grown(), T::end_grown)) return a;
-  if (span && !close)
-    if (auto a = kind(around_end_estimate(), T::around_end_estimate)) return a;
-  // A wider one mostly before the estimate (a block boundary must come first), wider with the
-  // member (cuDNN 9.19's runtime_compiled library, 16 MB deflated: 2.3 MB early, where .lrodata
-  // after the segment deflates to 0.88 and the code before it to 0.42).
-  const std::uint64_t wide = std::clamp<std::uint64_t>(m.compressed / 4, 2 * k_window, 8 * k_window);
-  if (auto a = sized(wide)) return a;
-  const std::uint64_t first = std::max(m.data_offset, estimate_at > 3 * wide / 4 ? estimate_at - 3 * wide / 4 : 0);
-  return kind(Ask{0, false, first, std::min(end - 1, first + wide - 1)}, T::wide);
-}
-
 // One round of windows for the segments not found yet, fetched at once (only the bytes not at
 // hand: a window at the end grows back, one around an estimate grows either way) and decoded
 // side by side.
 void RangeReader::window_pass(int pass) {
   std::vector<Ask> asks;
   for (std::size_t i = 0; i < deep_.size(); ++i)
-    if (auto a = window_for(deep_[i], pass)) {
+    if (auto a = window_for(deep_[i], pass, limits_, !whole_.empty())) {
       a->deep = i;
       deep_[i].tried |= a->kind;
       asks.push_back(*a);

@@ -14,9 +14,11 @@
 //      inflated from a deflate block boundary found in it (installer/wheel/deflate_window).
 //      Where it should be is told by the places proved so far (the head's end, the first
 //      boundary of the window at the end) and the deflate ratio measured between them, and
-//      by the ratio of the end's bytes where those after the segment deflate otherwise; a
-//      window there, wider ones after it, or the window at the end grown back to it where
-//      that costs no more. The 32 KiB before a window are unknown, so it is inflated twice,
+//      by the ratio of the end's bytes where those after the segment deflate otherwise. Where
+//      the window at the end holds the section header table, the bytes are weighed by it: the
+//      gaps between sections (zeros) count 1/256, and what the sections after the segment can
+//      deflate to bounds how far back from the end it lies. A window there, wider ones after
+//      it, or the window at the end grown back to it where that costs no more. The 32 KiB before a window are unknown, so it is inflated twice,
 //      against a dictionary of zeros and one of 0xff: only bytes both agree on are known, and
 //      the dynamic segment is taken where it reads as one (its size, valid tags, DT_STRTAB
 //      and DT_STRSZ, DT_NULL last) and agrees with what is known of the object exactly (its
