@@ -128,12 +128,9 @@ class Windows {
   }
 
   // After pass 1 elsewhere: the first window not asked yet, cheapest first, then a wide one.
-  // Estimates far apart skip the window between them: its first windows lie beside the one of
-  // pass 1, where the wide one looks too (NCCL 2.28 read 512 KB there, cuDNN 9.19's
-  // runtime_compiled engines 384 KB, before the windows that held their segments).
   [[nodiscard]] std::optional<Ask> elsewhere() const {
-    if (close_)
-      if (auto a = kind(between(), T::span)) return a;
+    if (span_)
+      if (auto a = kind(close_ ? between() : beside(), T::span)) return a;
     if (auto a = refined()) return a;
     if (!other_)
       if (auto a = kind(grown(), T::end_grown)) return a;
@@ -167,6 +164,14 @@ class Windows {
   [[nodiscard]] std::optional<Ask> between() const {
     const std::uint64_t low = std::min(*other_, estimate_);
     return around(low, std::min(std::max(*other_, estimate_), low + 3 * window_));
+  }
+  // Estimates far apart: pass 1's window grown by one towards the other estimate, not the three
+  // of between() (NCCL 2.28 read 512 KB there, cuDNN 9.19's runtime_compiled engines 384 KB,
+  // before the windows that held their segments). Its heuristic library's segment lies where pass
+  // 1's window ends, with too few blocks after it there to be proved.
+  [[nodiscard]] std::optional<Ask> beside() const {
+    const std::uint64_t toward = *other_ > estimate_ ? estimate_ + window_ : estimate_ - std::min(estimate_, window_);
+    return around(std::min(estimate_, toward), std::max(estimate_, toward));
   }
   // A window at the end with no proved block boundary gives no estimate from the end (NCCL's
   // last blocks, of .strtab, deflate to more than its first window): grown back to eight times

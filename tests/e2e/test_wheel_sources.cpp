@@ -847,9 +847,9 @@ TEST_F(RangePlan, AWheelOfALargeObjectAndManySmallOnesIsReadByRangeFromUnder5Per
 // the segment (its 190 MB of fatbins; 12 MB here), and after it more than a window's worth that
 // deflates to a third (its 28 MB of debug sections; 5 MB here). From the head's ratio the segment
 // should lie megabytes early, from the end window's close by: the window around the second finds
-// it. Under 10% of the wheel in at most 6 requests (4.4% in 4; 7.1% in 5 before the estimates
-// far apart skipped the window between them; an older main: 113% in 19, the object inflated from
-// its start after three windows missed).
+// it. Under 10% of the wheel in at most 6 requests (5.3% in 5; 7.1% in 5 before estimates far
+// apart tried one window beside pass 1's rather than three; an older main: 113% in 19, the object
+// inflated from its start after three windows missed).
 TEST_F(RangePlan, AWheelShapedAsNcclsIsReadByRangeNotWhole) {
   TempDir t;
   const std::string dir = t.path() + "/wheels", objects = t.path() + "/objects";
