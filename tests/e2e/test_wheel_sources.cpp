@@ -719,6 +719,24 @@ class RangePlan : public WheelSources {
     return {w["read"]["bytes"].get<std::uint64_t>(), w["read"]["of"].get<std::uint64_t>(), server.file_requests(),
             w["objects"]};
   }
+  // make_big_object.py's libcudnn.so.9 of `sizes` (RODATA_MB DATA_MB [--random MB] [--padded
+  // MB]), under t's objects/: its path.
+  static std::string big_object(const TempDir& t, const std::string& sizes) {
+    const std::string objects = t.path() + "/objects", object = objects + "/libcudnn.so.9";
+    fs::create_directories(objects);
+    const auto made = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_big_object.py") +
+                                " " + shell_quote(object) + " libcudnn.so.9 " + sizes + " 2>&1");
+    EXPECT_EQ(made.exit_code, 0) << made.out;
+    return object;
+  }
+  // A deflated wheel of nvidia-cudnn-cu12 whose libcudnn.so.9 is `object`, alone in t's wheels/:
+  // that folder.
+  static std::string wheel_of(const TempDir& t, const std::string& object) {
+    const std::string dir = t.path() + "/wheels";
+    fs::create_directories(dir);
+    test::make_wheel(dir, "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + object + " --deflate");
+    return dir;
+  }
   // What `readelf -d` says an object's SONAME and NEEDED are, as a plan's object gives them.
   static json readelf_names(const std::string& object) {
     const auto r = run_shell("readelf -d " + shell_quote(object));
@@ -852,16 +870,7 @@ TEST_F(RangePlan, AWheelOfALargeObjectAndManySmallOnesIsReadByRangeFromUnder5Per
 // inflated from its start after three windows missed).
 TEST_F(RangePlan, AWheelShapedAsNcclsIsReadByRangeNotWhole) {
   TempDir t;
-  const std::string dir = t.path() + "/wheels", objects = t.path() + "/objects";
-  fs::create_directories(dir);
-  fs::create_directories(objects);
-  ASSERT_EQ(run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_big_object.py") + " " +
-                      shell_quote(objects + "/libcudnn.so.9") + " libcudnn.so.9 1 5 --random 12 2>&1")
-                .exit_code,
-            0);
-  test::make_wheel(
-      dir, "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + objects + "/libcudnn.so.9 --deflate");
-  const auto read = plan_by_range_as_whole(t, big_venv(t), dir);
+  const auto read = plan_by_range_as_whole(t, big_venv(t), wheel_of(t, big_object(t, "1 5 --random 12")));
   EXPECT_LT(read.bytes * 100, read.of * 10) << read.bytes << " of " << read.of << " bytes read";
   EXPECT_LE(read.requests, 6U);
   std::cout << "read " << read.bytes << " of " << read.of << " bytes in " << read.requests << " requests\n";
@@ -877,34 +886,20 @@ TEST_F(RangePlan, AWheelShapedAsNcclsIsReadByRangeNotWhole) {
 // 5; main: 25.8%, the window at the end reaching back as far as the raw bytes after the segment).
 TEST_F(RangePlan, AWheelShapedAsCudnnsIsReadAsFarAsItsSectionsSayNotItsRawBytes) {
   TempDir t;
-  const std::string dir = t.path() + "/wheels", objects = t.path() + "/objects";
-  fs::create_directories(dir);
-  fs::create_directories(objects);
-  ASSERT_EQ(run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_big_object.py") + " " +
-                      shell_quote(objects + "/libcudnn.so.9") + " libcudnn.so.9 1 0.02 --random 6 --padded 0.3 2>&1")
-                .exit_code,
-            0);
-  test::make_wheel(
-      dir, "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + objects + "/libcudnn.so.9 --deflate");
-  const auto read = plan_by_range_as_whole(t, big_venv(t), dir);
+  const auto read =
+      plan_by_range_as_whole(t, big_venv(t), wheel_of(t, big_object(t, "1 0.02 --random 6 --padded 0.3")));
   EXPECT_LT(read.bytes * 100, read.of * 10) << read.bytes << " of " << read.of << " bytes read";
   EXPECT_LE(read.requests, 5U);
   std::cout << "read " << read.bytes << " of " << read.of << " bytes in " << read.requests << " requests\n";
 }
 
 // The section header table is what the stream says, and may lie: one that says no section
-// holds a byte after the segment (every size there 0, so that the window at the end would be
-// sized to reach back 64 KB) costs a window that misses, never a wrong plan: the objects are what
-// the whole wheel says, read by range.
+// holds a byte after the segment (every size there 0, so that the window at the end is sized to
+// reach back 64 KB and the bytes after the segment weigh as zeros) moves the windows, never the
+// plan: the objects are what the whole wheel says and readelf, read by range.
 TEST_F(RangePlan, ASectionTableThatLiesCostsAWindowNotAWrongPlan) {
   TempDir t;
-  const std::string dir = t.path() + "/wheels", objects = t.path() + "/objects", object = objects + "/libcudnn.so.9";
-  fs::create_directories(dir);
-  fs::create_directories(objects);
-  ASSERT_EQ(run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_big_object.py") + " " +
-                      shell_quote(object) + " libcudnn.so.9 1 0.02 --random 6 --padded 0.3 2>&1")
-                .exit_code,
-            0);
+  const std::string object = big_object(t, "1 0.02 --random 6 --padded 0.3");
   const auto lie = run_shell(test::k_python + " - " + shell_quote(object) + R"( <<'PY'
 import struct, sys
 data = bytearray(open(sys.argv[1], "rb").read())
@@ -924,8 +919,7 @@ PY
 )");
   ASSERT_EQ(lie.exit_code, 0) << lie.out;
   ASSERT_GE(std::stoi(lie.out), 3) << "sections after the segment made to lie";
-  test::make_wheel(dir, "nvidia-cudnn-cu12 9.10.2.21 nvidia/cudnn/lib/libcudnn.so.9=" + object + " --deflate");
-  const auto read = plan_by_range_as_whole(t, big_venv(t), dir);
+  const auto read = plan_by_range_as_whole(t, big_venv(t), wheel_of(t, object));
   EXPECT_EQ(names_of(read.objects, "nvidia/cudnn/lib/libcudnn.so.9"), readelf_names(object));
   EXPECT_LT(read.bytes * 100, read.of * 50) << read.bytes << " of " << read.of << " bytes read";
   std::cout << "read " << read.bytes << " of " << read.of << " bytes in " << read.requests << " requests\n";
