@@ -309,7 +309,8 @@ void RangeReader::decode_end(Deep& d) {
   // quarter window confirms it as before (a stream holding more inflates more than the member
   // from there), or is fetched in pass 1.
   const auto table = section_table(d, found);
-  if (table && !d.sections) d.sections.emplace(*table, u64(bytes_of(d.head) + 0x28), m.size);
+  // Each wider window at the end knows more of the table: the last one read is kept.
+  if (table) d.sections.emplace(*table, u64(bytes_of(d.head) + 0x28), m.size);
   d.end_unconfirmed = found.dyn && !table && d.end_bytes.size() < limits_.window / 4 && d.end_first > m.data_offset;
   if (!d.segment_in_head() && found.dyn && !d.end_unconfirmed) d.dyn = std::move(found.dyn);
   d.inflated += found.inflated;  // added to out_ after the decodes, which run side by side
@@ -350,6 +351,7 @@ void RangeReader::window_pass(int pass) {
     if (auto a = window_for(deep_[i], pass, limits_, !whole_.empty())) {
       a->deep = i;
       deep_[i].tried |= a->kind;
+      if (pass == 1 && !a->at_end) deep_[i].first_window = {a->first, a->last + 1};
       asks.push_back(*a);
     }
   if (asks.empty()) return;

@@ -16,16 +16,16 @@
 //      boundary of the window at the end) and the deflate ratio measured between them, and
 //      by the ratio of the end's bytes where those after the segment deflate otherwise. Where
 //      the window at the end holds the section header table, the bytes are weighed by it: the
-//      gaps between sections (zeros) count 1/256, and what the sections after the segment can
-//      deflate to bounds how far back from the end it lies. A window there, wider ones after
-//      it, or the window at the end grown back to it where that costs no more. The 32 KiB before a window are unknown, so it is inflated twice,
-//      against a dictionary of zeros and one of 0xff: only bytes both agree on are known, and
-//      the dynamic segment is taken where it reads as one (its size, valid tags, DT_STRTAB
-//      and DT_STRSZ, DT_NULL last) and agrees with what is known of the object exactly (its
-//      first bytes, a window inflated to its end). A window that ends with the member places
-//      it exactly; elsewhere its place is told by what it reads as, which
-//      RangeLimits::mid_stream allows or not. Where no window holds it, the member is
-//      inflated from its start up to the segment instead, and counted;
+//      gaps between sections (zeros) count 1/256, and what the sections after the segment
+//      should deflate to at most sizes a first window at the end (the table may lie: it only
+//      places windows). A window there, wider ones after it, or the window at the end grown
+//      back to it where that costs no more (installer/wheel/segment_place). The 32 KiB before
+//      a window are unknown, so it is inflated twice, against a dictionary of zeros and one of
+//      0xff: only bytes both agree on are known, and the dynamic segment is taken where it reads as one (its size,
+//      valid tags, DT_STRTAB and DT_STRSZ, DT_NULL last) and agrees with what is known of the object exactly (its first
+//      bytes, a window inflated to its end). A window that ends with the member places it exactly; elsewhere its place
+//      is told by what it reads as, which RangeLimits::mid_stream allows or not. Where no window holds it, the member
+//      is inflated from its start up to the segment instead, and counted;
 //   3. the strings the segment names (SONAME, NEEDED, RPATH, RUNPATH), from the bytes at hand,
 //      the window at the end grown back to them, by HTTP a window of .dynstr where GNU ld puts
 //      them near the start, the names found there by their fingerprint

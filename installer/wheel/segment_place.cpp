@@ -2,6 +2,7 @@
 #include "installer/wheel/segment_place.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 #include "resolver/base/parallel.hpp"
@@ -10,6 +11,20 @@ namespace cudafix::installer::segment_place {
 
 namespace {
 constexpr std::uint64_t k_block_slack = 64 << 10;  // a deflate block before a segment, where its decode starts
+
+// The measure the ratio between the places `lo` < `hi` is taken by: the bytes weighed by the
+// sections (Deep::measure), or the raw bytes where the two weigh the same (both in one gap).
+std::function<std::uint64_t(std::uint64_t)> measure_between(const Deep& d, std::uint64_t lo, std::uint64_t hi) {
+  if (d.measure(hi) == d.measure(lo)) return [](std::uint64_t raw) { return raw; };
+  return [&d](std::uint64_t raw) { return d.measure(raw); };
+}
+
+// `bytes` at `ratio`, at most `most`: a ratio made large by a table that weighs little between
+// two places never overflows the cast.
+std::uint64_t scaled(double ratio, std::uint64_t bytes, std::uint64_t most) {
+  const double v = ratio * static_cast<double>(bytes);
+  return v >= static_cast<double>(most) ? most : static_cast<std::uint64_t>(v);
+}
 }  // namespace
 
 // What the bytes from the object's segment to its end should deflate to at most, from where its
@@ -38,12 +53,10 @@ std::uint64_t estimate(const Deep& d, std::uint64_t raw) {
   if (d.end_start && d.end_start->raw >= raw && d.end_start->raw > lo.raw && d.end_start->compressed >= lo.compressed)
     hi = *d.end_start;
   if (hi.raw <= lo.raw || hi.compressed < lo.compressed) return m.data_offset;
-  const std::uint64_t span = d.measure(hi.raw) - d.measure(lo.raw);
-  if (span == 0) return m.data_offset;
-  const double ratio = static_cast<double>(hi.compressed - lo.compressed) / static_cast<double>(span);
-  const auto at =
-      lo.compressed + static_cast<std::uint64_t>(ratio * static_cast<double>(d.measure(raw) - d.measure(lo.raw)));
-  return m.data_offset + std::min(at, m.compressed);
+  const auto measure = measure_between(d, lo.raw, hi.raw);
+  const double ratio =
+      static_cast<double>(hi.compressed - lo.compressed) / static_cast<double>(measure(hi.raw) - measure(lo.raw));
+  return m.data_offset + lo.compressed + scaled(ratio, measure(raw) - measure(lo.raw), m.compressed - lo.compressed);
 }
 
 // Where the object's byte `raw` should lie were the bytes from it to the end deflated as those
@@ -52,11 +65,10 @@ std::optional<std::uint64_t> estimate_from_end(const Deep& d, std::uint64_t raw)
   const zip::Entry& m = *d.member;
   if (!d.end_start || d.end_start->raw <= raw || d.end_start->raw >= m.size || d.end_start->compressed > m.compressed)
     return std::nullopt;
-  const std::uint64_t span = d.measure(m.size) - d.measure(d.end_start->raw);
-  if (span == 0) return std::nullopt;
-  const double ratio = static_cast<double>(m.compressed - d.end_start->compressed) / static_cast<double>(span);
-  const auto back = static_cast<std::uint64_t>(ratio * static_cast<double>(d.measure(m.size) - d.measure(raw)));
-  return m.data_offset + (back < m.compressed ? m.compressed - back : 0);
+  const auto measure = measure_between(d, d.end_start->raw, m.size);
+  const double ratio = static_cast<double>(m.compressed - d.end_start->compressed) /
+                       static_cast<double>(measure(m.size) - measure(d.end_start->raw));
+  return m.data_offset + m.compressed - scaled(ratio, measure(m.size) - measure(raw), m.compressed);
 }
 
 namespace {
@@ -130,7 +142,7 @@ class Windows {
   // After pass 1 elsewhere: the first window not asked yet, cheapest first, then a wide one.
   [[nodiscard]] std::optional<Ask> elsewhere() const {
     if (span_)
-      if (auto a = kind(close_ ? between() : beside(), T::span)) return a;
+      if (auto a = close_ ? kind(between(), T::span) : kind(beside(), T::beside)) return a;
     if (auto a = refined()) return a;
     if (!other_)
       if (auto a = kind(grown(), T::end_grown)) return a;
@@ -147,10 +159,12 @@ class Windows {
 
  private:
   [[nodiscard]] std::optional<Ask> at_end(std::uint64_t reach) const { return segment_place::at_end(d_, reach); }
+  // A window around [low, high]; none where the window at the end holds it already.
   [[nodiscard]] std::optional<Ask> around(std::uint64_t low, std::uint64_t high) const {
     const std::uint64_t first = std::max(m_.data_offset, low > lead_ ? low - lead_ : 0);
     const std::uint64_t last = std::min(end_ - 1, std::max(first, high > lead_ ? high - lead_ : 0) + window_ - 1);
-    if (first < d_.end_first && d_.end_first - first <= last - first + 1) return at_end(end_ - first);
+    if (first >= d_.end_first || last < first) return std::nullopt;
+    if (d_.end_first - first <= last - first + 1) return at_end(end_ - first);
     return Ask{0, false, first, last};
   }
   // A window not asked for yet, marked as the kind it is.
@@ -194,7 +208,11 @@ class Windows {
   [[nodiscard]] std::optional<Ask> refined() const {
     if (span_) return std::nullopt;
     auto a = around(estimate_, estimate_);
-    if (!a || (!a->at_end && a->first >= d_.mid_first && a->last < d_.mid_first + d_.mid_bytes.size()))
+    const auto inside = [&a](std::uint64_t first, std::uint64_t bytes) {
+      return a->first >= first && a->last < first + bytes;
+    };
+    if (!a || (!a->at_end && (inside(d_.mid_first, d_.mid_bytes.size()) ||
+                              inside(d_.first_window.first, d_.first_window.second - d_.first_window.first))))
       return std::nullopt;
     return kind(a, T::refined);
   }
@@ -241,13 +259,16 @@ std::optional<Ask> exact_window(const Deep& d, int pass, std::uint64_t k_window,
 
 }  // namespace
 
-// Pass 1: around the estimate. Then, near the end: the window between the estimates where they
-// are close, around the estimates where they moved, the window at the end grown back (first as
-// far as the section header table says, where that is less), around the estimate from the end
-// where the two are far apart, then the window at the end as far back as the segment can lie.
-// Elsewhere: the window between the estimates, around the estimates where they moved, the window
-// at the end grown back where it gave no estimate, around the estimate from the end where the
-// two are far apart, then a wide one.
+// Pass 1: around the estimate (around the middle of the two where they are close and the window
+// at the end holds an eighth of the bytes after the segment). Then, near the end: the window
+// between the estimates where they are close, around the estimates where they moved, the window
+// at the end grown back (first as far as the section header table says, where that is less),
+// around the estimate from the end where the two are far apart, then the window at the end as
+// far back as the segment can lie. Elsewhere: the window between the estimates where they are
+// close, pass 1's grown by one towards the other where they are far apart, around the estimates
+// where they moved, the window at the end grown back where it gave no estimate, around the
+// estimate from the end where the two are far apart, the window at the end as far as the
+// section header table says where that is less than a wide one, then the wide one.
 std::optional<Ask> window_for(const Deep& d, int pass, const RangeLimits& limits, bool whole_at_hand) {
   const zip::Entry& m = *d.member;
   if (m.method != 8 || d.layout.dynamic_size == 0 || d.dyn || d.segment_in_head()) return std::nullopt;

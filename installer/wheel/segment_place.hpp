@@ -49,7 +49,17 @@ struct Deep {
   std::optional<SectionExtents> sections;
   std::uint64_t inflated = 0;  // by its window decodes
   // The windows asked for its segment so far (window_for), one bit each.
-  enum Tried : unsigned { span = 1, end_grown = 2, around_end_estimate = 4, wide = 8, end_sized = 16, refined = 32 };
+  enum Tried : unsigned {
+    span = 1,
+    end_grown = 2,
+    around_end_estimate = 4,
+    wide = 8,
+    end_sized = 16,
+    refined = 32,
+    beside = 64
+  };
+  // Pass 1's window around the estimate, [first, last + 1) (its bytes may be dropped since).
+  std::pair<std::uint64_t, std::uint64_t> first_window;
   unsigned tried = 0;
   [[nodiscard]] bool segment_in_head() const { return head.size() >= layout.dynamic_offset + layout.dynamic_size; }
   // Its dynamic segment, where a window found it or its head holds it.
@@ -73,7 +83,8 @@ struct Ask {
 
 // Where in the wheel the object's byte `raw` should lie deflated: between the two proved places
 // around it (the end of the head, the first boundary of the window at its end; else the
-// member's start and end), at the deflate ratio measured between them.
+// member's start and end), at the deflate ratio measured between them, the bytes weighed by
+// the sections where the section header table is known (Deep::measure).
 [[nodiscard]] std::uint64_t estimate(const Deep& d, std::uint64_t raw);
 // Where the object's byte `raw` should lie were the bytes from it to the end deflated as those
 // the window at the end inflated; nullopt where that window starts before it.
