@@ -81,7 +81,7 @@ for name in ${LAYOUTS:-end middle early nccl cudnn gcc debian}; do
   server=$!
   for _ in $(seq 50); do [ -s "$dir/port" ] && break; sleep 0.1; done
   start=$(date +%s.%N)
-  env -u VIRTUAL_ENV -u PIP_FIND_LINKS CUDAFIX_CACHE_DIR="$dir/cache" ${TIMEV:-/usr/bin/time -v} "$bin" plan fix --json \
+  env -u VIRTUAL_ENV -u PIP_FIND_LINKS CUDAFIX_CACHE_DIR="$dir/cache" /usr/bin/time -v "$bin" plan fix --json \
     --venv "$tmp/venv" --ld-so-cache /dev/null --ld-library-path '' --index-url "http://127.0.0.1:$(cat "$dir/port")/simple" \
     >"$dir/plan.json" 2>"$dir/time" || true
   secs=$(echo "$(date +%s.%N) - $start" | bc)
