@@ -45,6 +45,7 @@ struct EnvLayout {
   std::optional<std::string> externally_managed;
 
   [[nodiscard]] const SiteDir* purelib() const;
+  // Where pip installs a wheel's files: platlib, else purelib (one folder in a venv).
   [[nodiscard]] const SiteDir* platlib() const;
 };
 

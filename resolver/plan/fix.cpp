@@ -170,11 +170,6 @@ struct State {
   WhatIf what_if;
 };
 
-// Where pip installs a wheel's files (platlib; they are one folder in a venv).
-const SiteDir* install_site(const Environment& env) {
-  return env.layout.platlib() ? env.layout.platlib() : env.layout.purelib();
-}
-
 DistInfo dist_from_wheel(const Wheel& w, const SiteDir& site) {
   DistInfo d;
   d.dir_name = w.dist_info;
@@ -250,7 +245,7 @@ void apply_reinstall(const Environment& env, Step& step, State& s) {
 void apply_assumed_install(const Environment& env, const Knowledge& k, Step& step, State& s) {
   step.simulated = false;
   const auto family = k.family_of_dist(step.name);
-  const SiteDir* site = install_site(env);
+  const SiteDir* site = env.layout.platlib();
   if (!family || !site) return;
   const FamilyMajor& fm = family->first->majors.at(family->second);
   if (fm.folders.empty()) return;
@@ -277,7 +272,7 @@ void apply_install(const Environment& env, const Knowledge& k, Step& step, State
     apply_assumed_install(env, k, step, s);
     return;
   }
-  const SiteDir* site = install_site(env);
+  const SiteDir* site = env.layout.platlib();
   if (!site) return;
   const int index = static_cast<int>(s.what_if.added_dists.size());
   s.what_if.added_dists.push_back(dist_from_wheel(*step.wheel, *site));

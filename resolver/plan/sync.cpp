@@ -69,10 +69,6 @@ void check_rows(std::vector<RowCheck>& rows, unsigned threads) {
   });
 }
 
-const SiteDir* install_site(const Environment& env) {
-  return env.layout.platlib() ? env.layout.platlib() : env.layout.purelib();
-}
-
 // Who writes a path, and with which bytes (RECORD's hash).
 struct Writer {
   std::string who;
@@ -84,7 +80,7 @@ struct Writer {
 // problem, naming both and the path.
 std::string overlapping_paths(const Environment& env, const std::vector<LockedDist>& locked) {
   std::map<std::string, Writer> writers;
-  const SiteDir* site = install_site(env);
+  const SiteDir* site = env.layout.platlib();
   for (const auto& l : locked) {
     const std::vector<RecordRow>* rows = nullptr;
     std::string folder, who;
