@@ -11,10 +11,8 @@
 #   OUT=/tmp/out bash bench/dlopen_family_gpu.sh   writes $OUT/dlopen_family_gpu.log
 set -u
 cd "$(dirname "$0")/.." || exit 1
-log=${OUT:-/tmp/out}/dlopen_family_gpu.log
 source bench/gpu_lib.sh
-: > "$log"
-unpack_bundle
+gpu_start dlopen_family_gpu
 say "== $("$C" --version 2>&1 | head -1)"
 command -v nvidia-smi > /dev/null && say "   $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 say "   host: $(ldconfig -p | grep -m1 'libcudnn_engines_precompiled.so.9 ')"

@@ -15,12 +15,8 @@
 #   OUT=/tmp/out bash bench/lock_sync_gpu.sh   writes $OUT/lock_sync_gpu.log
 set -u
 cd "$(dirname "$0")/.." || exit 1
-log=${OUT:-/tmp/out}/lock_sync_gpu.log
 source bench/gpu_lib.sh
-: > "$log"
-unpack_bundle
-py=/opt/torch/.venv/bin/python3
-secs_since() { awk -v s="$1" -v e="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", e - s }'; }
+gpu_start lock_sync_gpu
 say "== $("$C" --version 2>&1 | head -1); uv $(uv --version | cut -d' ' -f2); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 copy_venv /tmp/v
 site=$(ls -d /tmp/v/lib/python3*/site-packages)
@@ -29,7 +25,7 @@ rm -rf /tmp/wheels && mkdir -p /tmp/wheels
 s=$EPOCHREALTIME
 ls "$site" | sed -n 's/-[^-]*\.dist-info$//p' > /tmp/names.txt
 xargs -P 16 -I{} "$py" bench/pack_dist_wheel.py "$site" {} /tmp/wheels < /tmp/names.txt > /tmp/pack.log 2>&1
-say "  packed $(ls /tmp/wheels | wc -l) wheels of $(wc -l < /tmp/names.txt) dists ($(du -sh /tmp/wheels | cut -f1)) in $(secs_since "$s")"
+say "  packed $(ls /tmp/wheels | wc -l) wheels of $(wc -l < /tmp/names.txt) dists ($(du -sh /tmp/wheels | cut -f1)) in $(secs_since "$s" "%.1f s")"
 grep -v '^wheel:' /tmp/pack.log | head -5 >> "$log"
 
 say "== uv writes the lock"

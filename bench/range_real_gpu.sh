@@ -10,14 +10,10 @@
 #   OUT=/tmp/out [NO_PROFILE=1] bash bench/range_real_gpu.sh [DIST...]   writes $OUT/range_real_gpu.log
 set -u
 cd "$(dirname "$0")/.." || exit 1
-log=${OUT:-/tmp/out}/range_real_gpu.log
 source bench/gpu_lib.sh
-: > "$log"
-unpack_bundle
-py=/opt/torch/.venv/bin/python3
+gpu_start range_real_gpu
 dists=("$@")
 [ ${#dists[@]} -gt 0 ] || dists=(nvidia-nccl-cu13 nvidia-cudnn-cu13)
-secs_since() { awk -v s="$1" -v e="$EPOCHREALTIME" 'BEGIN { printf "%.2f", e - s }'; }
 site=$(ls -d /opt/torch/.venv/lib/python3*/site-packages)
 rm -rf /tmp/wheels && mkdir -p /tmp/wheels
 for dist in "${dists[@]}"; do
