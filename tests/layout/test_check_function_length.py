@@ -54,6 +54,14 @@ class CheckFunctionLength(unittest.TestCase):
         self.assertNotIn("shown", out)
         self.assertIn("2 problems", out)
 
+    def test_a_function_in_a_nested_inline_namespace_is_counted(self):
+        # resolver/'s files open `namespace cudafix::resolver::inline base {`, where ctags 5.9
+        # alone finds no function: six over 100 lines went unseen.
+        rc, out = run_checker({"resolver/base/a.cpp": "namespace cudafix::resolver::inline base {\n" +
+                               function("hidden_long", 120) + "}\n"})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("resolver/base/a.cpp: hidden_long is 120 lines, over 100", out)
+
     def test_tests_and_other_folders_are_not_counted(self):
         rc, out = run_checker({"tests/unit/t.cpp": function("long_test", 300), "bench/b.cpp": function("bench", 300),
                                "rules/tests/x.cpp": function("helper", 300)})
