@@ -50,7 +50,9 @@ void Inflater::prime(unsigned char byte, int skip) {
 bool Inflater::feed(const unsigned char* in, std::size_t n, std::size_t limit) {
   z_.next_in = const_cast<unsigned char*>(in);
   z_.avail_in = static_cast<uInt>(n);
-  while (z_.avail_in > 0 && !ended && out.size() < limit) {
+  // On while input is left, and after: zlib may hold output it had no room for (a long copy, codes
+  // in its bit buffer) when the last feed stopped at `limit` with its input used up.
+  while (!ended && out.size() < limit) {
     const std::size_t before = out.size();
     // While discarding, whole steps whatever `limit` (a span of 100 bytes 1 GB deep is not read
     // 100 bytes at a time); what they inflate past `limit` is dropped below.
@@ -294,31 +296,121 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
   return proved;
 }
 
-std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uint64_t first, std::uint64_t len,
-                                       std::uint64_t& inflated, InflateBudget* budget) {
+std::optional<std::pair<std::string, std::string>> decode_both(std::string_view s, std::uint64_t bit,
+                                                               std::uint64_t first, std::uint64_t len,
+                                                               std::uint64_t& inflated, InflateBudget* budget) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  if (first < at.out) return std::nullopt;
   const auto decode = [&](int fill) -> std::optional<std::string> {
     Inflater z(fill, budget);
-    z.discard = first - at.out;  // never held: a block before `first` may inflate to gigabytes
-    const std::size_t start = position(z, p, at.bit);
+    z.discard = first;  // never held: a block before `first` may inflate to gigabytes
+    const std::size_t start = position(z, p, bit);
     const bool fed = start <= s.size() && z.feed(p + start, s.size() - start, len);
     inflated += z.produced;
     if (!fed || z.discard > 0 || z.out.size() < len) return std::nullopt;
     return std::move(z.out);
   };
-  if (at.bit == 0) return decode(-1);
   auto zeros = decode(0x00);
-  const auto ones = decode(0xff);
-  if (!zeros || !ones || *zeros != *ones) return std::nullopt;
-  return zeros;
+  if (!zeros) return std::nullopt;
+  auto ones = decode(0xff);
+  if (!ones) return std::nullopt;
+  return std::pair{std::move(*zeros), std::move(*ones)};
+}
+
+std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uint64_t first, std::uint64_t len,
+                                       std::uint64_t& inflated, InflateBudget* budget) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  if (first < at.out) return std::nullopt;
+  if (at.bit == 0) {  // the stream's start: nothing before it to stand in for
+    Inflater z(-1, budget);
+    z.discard = first - at.out;
+    const bool fed = z.feed(p, s.size(), len);
+    inflated += z.produced;
+    if (!fed || z.discard > 0 || z.out.size() < len) return std::nullopt;
+    return std::move(z.out);
+  }
+  auto both = decode_both(s, at.bit, first - at.out, len, inflated, budget);
+  if (!both || both->first != both->second) return std::nullopt;
+  return std::move(both->first);
 }
 
 std::uint64_t window_budget(std::uint64_t window) { return (std::uint64_t{64} << 20) + 32 * window; }
 
+namespace {
+
+// What `keep` holds of a decode, `piece` (either dictionary's) the bytes inflated after `w`'s.
+void keep_piece(WindowDecode& w, std::string_view zeros, std::string_view ones, const WindowKeep& keep) {
+  if (keep.suffix == 0) {
+    const std::size_t room = w.size < keep.prefix
+                                 ? static_cast<std::size_t>(std::min<std::uint64_t>(keep.prefix - w.size, zeros.size()))
+                                 : 0;
+    w.zeros.append(zeros.substr(0, room));
+    w.ones.append(ones.substr(0, room));
+    return;
+  }
+  // Never more than `suffix` held, what the piece pushes past it dropped from the front first;
+  // reserved once (grown by doubling, the two held 3 MB for a 256 KiB suffix).
+  const auto room = static_cast<std::size_t>(std::min<std::uint64_t>(keep.suffix, k_most_decoded));
+  if (w.zeros.capacity() < std::min<std::size_t>(room, std::size_t{1} << 20)) {
+    w.zeros.reserve(std::min<std::size_t>(room, std::size_t{1} << 20));
+    w.ones.reserve(std::min<std::size_t>(room, std::size_t{1} << 20));
+  }
+  const std::size_t take = std::min(zeros.size(), room);
+  const std::size_t over = w.zeros.size() + take > room ? w.zeros.size() + take - room : 0;
+  w.zeros.erase(0, over);
+  w.ones.erase(0, over);
+  w.zeros.append(zeros.substr(zeros.size() - take));
+  w.ones.append(ones.substr(ones.size() - take));
+}
+
+// The window `p` (n bytes) inflated from `bit` against both dictionaries in step, a piece at a
+// time, kept as `keep` says; nullopt where the data are damaged (a false start, mostly) or the
+// budget is spent. The two decodes inflate the same lengths: what a code inflates to does not
+// depend on the history it copies from.
+std::optional<WindowDecode> decode_at(const unsigned char* p, std::size_t n, std::uint64_t bit, const WindowKeep& keep,
+                                      InflateBudget& budget, std::uint64_t& produced) {
+  constexpr std::size_t k_piece = std::size_t{64} << 10;
+  Inflater zeros(0, &budget), ones(0xff, &budget);
+  std::size_t in_zeros = position(zeros, p, bit), in_ones = position(ones, p, bit);
+  WindowDecode w;
+  w.bit = bit;
+  std::string carry_zeros, carry_ones;  // the `overlap` bytes before the next piece
+  if (keep.scan) keep.scan(0, {}, {});
+  bool damaged = false;
+  while (w.size < k_most_decoded && !zeros.ended) {
+    zeros.out.clear();
+    ones.out.clear();
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(k_piece, k_most_decoded - w.size));
+    const bool fed = zeros.feed(p + in_zeros, n - in_zeros, want) && ones.feed(p + in_ones, n - in_ones, want);
+    in_zeros = n - zeros.unread();
+    in_ones = n - ones.unread();
+    damaged = !fed || zeros.out.size() != ones.out.size() || zeros.ended != ones.ended;
+    if (damaged || zeros.out.empty()) break;
+    if (keep.scan && keep.overlap == 0) keep.scan(w.size, zeros.out, ones.out);
+    if (keep.scan && keep.overlap > 0) {
+      carry_zeros += zeros.out;
+      carry_ones += ones.out;
+      keep.scan(w.size + zeros.out.size() - carry_zeros.size(), carry_zeros, carry_ones);
+      const std::size_t kept = std::min(keep.overlap, carry_zeros.size());
+      carry_zeros.erase(0, carry_zeros.size() - kept);
+      carry_ones.erase(0, carry_ones.size() - kept);
+    }
+    keep_piece(w, zeros.out, ones.out, keep);
+    w.size += zeros.out.size();
+  }
+  produced += zeros.produced + ones.produced;
+  if (damaged) return std::nullopt;
+  w.first = keep.suffix > 0 ? w.size - w.zeros.size() : 0;
+  const bool exact = zeros.ended_at_input_end;
+  w.ended = zeros.ended && exact;
+  w.ended_early = zeros.ended && !exact;
+  return w;
+}
+
+}  // namespace
+
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
-                                     const std::function<bool(const WindowDecode&)>& take, InflateBudget* parent,
-                                     bool ends_stream, int enough) {
+                                     const std::function<bool(WindowDecode&)>& take, InflateBudget* parent,
+                                     bool ends_stream, int enough, const WindowKeep& keep) {
   const auto* p = reinterpret_cast<const unsigned char*>(window.data());
   const std::size_t n = window.size();
   // The time is the parent's (a member's): a window alone has no deadline of its own.
@@ -329,15 +421,8 @@ std::uint64_t decode_from_boundaries(const std::string& window, int limit,
     const auto bit = block_start(p, n, from, std::uint64_t{n} * 8, produced, &budget, ends_stream, enough);
     if (!bit) break;
     from = *bit + 1;
-    Inflater zeros(0, &budget), ones(0xff, &budget);
-    const std::size_t start = position(zeros, p, *bit);
-    position(ones, p, *bit);
-    const bool fed = zeros.feed(p + start, n - start, 64 << 20) && ones.feed(p + start, n - start, 64 << 20);
-    produced += zeros.produced + ones.produced;
-    if (!fed) continue;
-    const bool exact = zeros.ended_at_input_end;
-    const WindowDecode w{std::move(zeros.out), std::move(ones.out), zeros.ended && exact, zeros.ended && !exact, *bit};
-    if (take(w)) return produced;
+    auto w = decode_at(p, n, *bit, keep, budget, produced);
+    if (w && take(*w)) return produced;
   }
   return produced;
 }

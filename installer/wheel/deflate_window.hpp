@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cudafix::installer {
@@ -58,7 +59,8 @@ class Inflater {
   void prime(unsigned char byte, int skip);
   // Feeds `in`, keeping at most `limit` bytes of output in all (after the first `discard`
   // dropped; the input of a feed that ended discarding may be inflated past `limit`). False on
-  // damaged data. What it stopped short of is unread().
+  // damaged data. What it stopped short of is unread(); a feed of what is left after it (of no
+  // bytes at all where none is left) goes on where it stopped.
   bool feed(const unsigned char* in, std::size_t n, std::size_t limit);
   // Bytes of the last feed's input not inflated yet (it stopped at `limit` or the stream's end).
   [[nodiscard]] std::size_t unread() const { return z_.avail_in; }
@@ -87,12 +89,31 @@ class Inflater {
 };
 
 struct WindowDecode {
-  std::string zeros, ones;  // the window inflated against either dictionary
-  bool ended = false;       // it reached the stream's end exactly at the window's end
+  // The bytes kept of the decode (WindowKeep), against either dictionary, the first of them
+  // `first` bytes into it.
+  std::string zeros, ones;
+  std::uint64_t first = 0;
+  std::uint64_t size = 0;  // the bytes it inflated in all
+  bool ended = false;      // it reached the stream's end exactly at the window's end
   // Its final block ended before the window did: not a decode of the member's stream, which
   // ends at the member's end (a stream planted in a stored block's bytes does this).
   bool ended_early = false;
   std::uint64_t bit = 0;  // where in the window the decode started
+};
+
+// What each decode of a window keeps. A window of a few MB compressed inflates to several times
+// that, twice (one decode per dictionary): the decodes run in step, a piece at a time, and only
+// what a caller asks for stays (the real cuDNN wheel's plan held 128 MB of whole decodes).
+struct WindowKeep {
+  // Nonzero: the last `suffix` bytes of each decode (a window at the member's end, whose bytes
+  // are placed counting back from it); else the first `prefix`.
+  std::uint64_t suffix = 0;
+  std::uint64_t prefix = UINT64_MAX;
+  // Sees each piece as it is inflated, after the `overlap` bytes that came before it (a pattern
+  // that straddles two pieces is seen whole once), `at` bytes into the decode; a call with no
+  // bytes: a new decode starts.
+  std::function<void(std::uint64_t at, std::string_view zeros, std::string_view ones)> scan;
+  std::size_t overlap = 0;
 };
 
 // A block boundary of a deflate stream, proved: the stream's start, or where the decode from the
@@ -116,6 +137,13 @@ std::vector<Boundary> map_stream(std::string_view s, Boundary from, std::uint64_
                                  std::uint64_t piece, unsigned threads, std::uint64_t& inflated, bool& too_long,
                                  InflateBudget* budget = nullptr);
 
+// The `len` bytes `first` bytes into the decode of `s` from its bit `bit` (a block boundary),
+// against a dictionary of 0x00 and one of 0xff; nullopt where the data are damaged or end first.
+std::optional<std::pair<std::string, std::string>> decode_both(std::string_view s, std::uint64_t bit,
+                                                               std::uint64_t first, std::uint64_t len,
+                                                               std::uint64_t& inflated,
+                                                               InflateBudget* budget = nullptr);
+
 // The `len` inflated bytes from `first` on, decoded from the proved boundary `at`: from the
 // stream's start exactly, elsewhere against both dictionaries and known only where they agree.
 // nullopt where any of them depends on the bytes before `at`, or the data are damaged.
@@ -133,10 +161,15 @@ std::optional<std::string> decode_span(std::string_view s, Boundary at, std::uin
 // end, and a start from which zlib reads on to a final block ending exactly there counts as a
 // boundary though fewer than three blocks follow it (a short window at a member's end holds one
 // or two of its 20-30 KB blocks). `enough`: the whole blocks that prove a start (fewer where
-// `take` proves what it finds by its own means: installer/wheel/strings_window). Returns how many
-// bytes it inflated in all.
+// `take` proves what it finds by its own means: installer/wheel/strings_window). `keep`: what
+// `take` is given of each decode (each is at most k_most_decoded long). Returns how many bytes
+// it inflated in all.
 std::uint64_t decode_from_boundaries(const std::string& window, int limit,
-                                     const std::function<bool(const WindowDecode&)>& take,
-                                     InflateBudget* parent = nullptr, bool ends_stream = false, int enough = 3);
+                                     const std::function<bool(WindowDecode&)>& take, InflateBudget* parent = nullptr,
+                                     bool ends_stream = false, int enough = 3, const WindowKeep& keep = {});
+
+// A decode of a window inflating past this is cut there (true blocks inflate a window of a few
+// MB to some tens of MB).
+inline constexpr std::uint64_t k_most_decoded = std::uint64_t{64} << 20;
 
 }  // namespace cudafix::installer

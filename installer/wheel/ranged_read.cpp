@@ -177,6 +177,7 @@ class RangeReader {
   void take_head(zip::Entry& m, std::string& head);
   void take_end(Deep& d, std::uint64_t first, std::string bytes);
   void decode_end(Deep& d);
+  void keep_needed_tail(Deep& d) const;
   [[nodiscard]] std::optional<std::string_view> section_table(const Deep& d, const WindowFind& end) const;
   void window_pass(int pass);
   void names_pass();
@@ -297,11 +298,13 @@ void RangeReader::take_end(Deep& d, std::uint64_t first, std::string bytes) {
 void RangeReader::decode_end(Deep& d) {
   const zip::Entry& m = *d.member;
   if (d.end_bytes.empty() || m.method != 8 || d.layout.dynamic_size == 0 || d.dyn) return;
+  // Of the decode, its bytes from the section header table on (where the ELF header puts it),
+  // or from the segment on where that comes first.
+  const std::uint64_t shoff = d.head.size() >= 64 ? u64(bytes_of(d.head) + 0x28) : UINT64_MAX;
   auto found = dynamic_in_window(d.end_bytes, d.layout.dynamic_size, true, m.size, d.layout.dynamic_offset,
-                                 limits_.mid_stream, d.budget.get());
+                                 limits_.mid_stream, d.budget.get(), shoff == 0 ? UINT64_MAX : shoff);
   d.overrun |= found.overrun;
   if (found.start) d.end_start = Anchor{d.end_first - m.data_offset + found.start->compressed, found.start->raw};
-  if (found.tail) d.tail = std::move(found.tail);
   // Counted back from the end, a place is exact only where the stream ends at the member's
   // declared size: a stream that holds more (install refuses it) would put a segment planted
   // in what it holds past that where the real one lies. The section header table the object
@@ -311,9 +314,35 @@ void RangeReader::decode_end(Deep& d) {
   const auto table = section_table(d, found);
   // Each wider window at the end knows more of the table: the last one read is kept.
   if (table) d.sections.emplace(*table, u64(bytes_of(d.head) + 0x28), m.size);
+  if (found.start) {
+    std::string known = std::move(found.end_zeros);
+    known.erase(0, found.end_agreed);
+    d.tail = std::pair{found.end_base + found.end_agreed, std::move(known)};
+  }
   d.end_unconfirmed = found.dyn && !table && d.end_bytes.size() < limits_.window / 4 && d.end_first > m.data_offset;
   if (!d.segment_in_head() && found.dyn && !d.end_unconfirmed) d.dyn = std::move(found.dyn);
+  keep_needed_tail(d);
   d.inflated += found.inflated;  // added to out_ after the decodes, which run side by side
+}
+
+// Of the object's end known exactly, only what its segment, once known, says is read from there:
+// its strings and symbol table (a window at an NVIDIA object's end holds MBs of zeros and code).
+void RangeReader::keep_needed_tail(Deep& d) const {
+  if (!d.tail || (!d.dyn && !d.segment_in_head())) return;
+  const std::string dyn = d.segment();
+  const auto strings = strings_needed(dyn, d.layout, d.member->size);
+  std::uint64_t from = strings ? strings->first : UINT64_MAX;
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16)
+    if (u64(bytes_of(dyn) + at) == 6)
+      if (const auto symtab = d.layout.file_offset(u64(bytes_of(dyn) + at + 8))) from = std::min(from, *symtab);
+  auto& [first, bytes] = *d.tail;
+  if (from >= first + bytes.size()) {
+    d.tail.reset();
+  } else if (from > first) {
+    bytes.erase(0, from - first);
+    bytes.shrink_to_fit();
+    first = from;
+  }
 }
 
 // The object's section header table where the window at the end inflated it, found where its ELF
@@ -392,7 +421,10 @@ void RangeReader::window_pass(int pass) {
     auto found = dynamic_in_window(d.mid_bytes, d.layout.dynamic_size, false, d.member->size, d.layout.dynamic_offset,
                                    limits_.mid_stream, d.budget.get());
     d.inflated += found.inflated;
-    if (found.dyn) d.dyn = std::move(found.dyn);
+    if (!found.dyn) return;
+    d.dyn = std::move(found.dyn);
+    d.mid_bytes = std::string();  // no window is asked for a known segment
+    keep_needed_tail(d);
   });
   for (Deep& d : deep_) out_.inflated += std::exchange(d.inflated, 0);
 }

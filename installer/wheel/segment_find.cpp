@@ -84,88 +84,127 @@ r::Error inflates_past_size(const std::string& label, const zip::Entry& m) {
   return r::Error(fmt::format("{}: {} inflates to more than the {} bytes its entry says", label, m.name, m.size));
 }
 
+namespace {
+
+// The segment found mid-stream by what it reads as, over a decode's pieces as they stream. The
+// segment read 16 bytes late still reads as one when zeros follow it (an unrelocated GOT): of
+// the matches, the one with the most entries before DT_NULL is the segment. Bytes the two
+// decodes disagree on came from before the window; they are taken as the zeros they almost
+// always are (runs of zeros copied from runs of zeros) and the segment is checked against the
+// object's known first bytes afterwards (consistent_with).
+class SegmentScan {
+ public:
+  explicit SegmentScan(std::size_t dyn_size) : dyn_size_(dyn_size) {}
+  void operator()(std::string_view a, std::string_view b) {
+    if (a.empty()) *this = SegmentScan(dyn_size_);  // a new decode
+    for (std::size_t at = 0; at + dyn_size_ <= a.size(); ++at) {
+      if (u64(bytes_of(a) + at) != 1 && u64(bytes_of(a) + at) != 14) continue;  // DT_NEEDED or DT_SONAME first
+      if (!reads_as_dynamic(bytes_of(a) + at, dyn_size_)) continue;
+      std::size_t unknown = 0;
+      for (std::size_t k = 0; k < dyn_size_; ++k) unknown += a[at + k] != b[at + k] ? 1 : 0;
+      std::size_t entries = 0;
+      while (entries * 16 < dyn_size_ && u64(bytes_of(a) + at + entries * 16) != 0) ++entries;
+      const std::string_view candidate = a.substr(at, dyn_size_);
+      const bool better = !found_ || entries > entries_ || (entries == entries_ && unknown < unknown_);
+      if (found_ && entries == entries_ && unknown == unknown_ && *found_ != candidate) ambiguous_ = true;
+      if (better) {
+        found_ = std::string(candidate);
+        entries_ = entries;
+        unknown_ = unknown;
+        ambiguous_ = false;
+      }
+    }
+  }
+  // The one segment the decode read as, if one is better than any other.
+  [[nodiscard]] std::optional<std::string> segment() const { return ambiguous_ ? std::nullopt : found_; }
+
+ private:
+  std::size_t dyn_size_;
+  std::optional<std::string> found_;
+  std::size_t entries_ = 0, unknown_ = 0;
+  bool ambiguous_ = false;
+};
+
+// The segment `at` bytes into a decode of the window at the member's end (`zeros` and `ones`,
+// against either dictionary), where it reads as one, else nullopt. Known only where both decodes
+// agree: bytes copied from before the window differ. By HTTP (mid_stream) they are taken as the
+// zeros they almost always are: runs of zeros in .dynamic copied from runs of zeros before the
+// window (a 32 KiB window at a Debian library's end knows a fifth of its 600 bytes), and the
+// segment checked against what is known of the object exactly (consistent_with).
+std::optional<std::string> segment_from(const std::string& zeros, const std::string& ones, std::size_t at,
+                                        std::size_t dyn_size, bool mid_stream) {
+  if (at > zeros.size() || dyn_size > zeros.size() - at) return std::nullopt;
+  if (!mid_stream && zeros.compare(at, dyn_size, ones, at, dyn_size) != 0) return std::nullopt;
+  std::string dyn = zeros.substr(at, dyn_size);
+  if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return std::nullopt;
+  return dyn;
+}
+
+// What a decode of the window at a member's end keeps: its bytes from the section header table or
+// the segment on, whichever comes first, up to this many (past them, the zeros and code a window
+// at an NVIDIA object's end inflates to are not held; a segment further back is decoded again).
+constexpr std::uint64_t k_kept_at_end = std::uint64_t{256} << 10;
+
+}  // namespace
+
 // The dynamic segment in a window of compressed bytes: inflated from each plausible block
 // boundary in turn. A window that ends with the member places what it inflates exactly (from
 // the end back), the segment included; elsewhere the segment is found by what it reads as.
 WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
                              std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream,
-                             InflateBudget* budget) {
+                             InflateBudget* budget, std::uint64_t keep_from) {
   WindowFind out;
-  const auto take = [&](const WindowDecode& w) {
-    const std::string& a = w.zeros;
-    const std::string& b = w.ones;
-    const std::size_t len = std::min(a.size(), b.size());
+  SegmentScan scan(dyn_size);
+  WindowKeep keep;
+  if (ends_member) {
+    keep.suffix = std::min(member_size - std::min({dyn_offset, keep_from, member_size - 1}), k_kept_at_end);
+  } else {
+    keep.prefix = 0;
+    keep.overlap = dyn_size > 0 ? dyn_size - 1 : 0;
+    if (mid_stream) keep.scan = [&](std::uint64_t, std::string_view a, std::string_view b) { scan(a, b); };
+  }
+  const auto take = [&](WindowDecode& w) {
     // A decode from a true block boundary: it inflated the rest of the window without an error
     // (a false start ends early or fails). A later boundary decodes a suffix of the same stream
     // and knows less of it, so where this one does not place the segment, none will.
-    const bool genuine = a.size() >= window.size() / 2;
+    const bool genuine = w.size >= window.size() / 2;
     // A stream that ends inside the window is not the member's; in a window that ends with the
     // member, the member's stream ends exactly there. Either is a start in planted bytes.
     if (w.ended_early || (ends_member && !w.ended)) return false;
+    if (!ends_member) {
+      if (!mid_stream) return genuine;  // a place told by what the bytes read as is not exact
+      out.dyn = scan.segment();
+      return out.dyn || genuine;
+    }
     // The member's stream holds more than it declares: counted back from its end, every place
     // would be off by what it holds past its size (install refuses the member).
-    if (ends_member && w.ended && a.size() > member_size) {
+    if (w.size > member_size) {
       out.overrun = true;
       return true;
     }
-    if (ends_member && w.ended && a.size() == b.size()) {
-      const std::uint64_t base = member_size - a.size();
-      // The tail known exactly: from past the last byte the two decodes disagree on. Kept for
-      // the strings at the object's end, and as an anchor of the deflate ratio.
-      const auto keep_tail = [&] {
-        std::size_t agreed = a.size();
-        while (agreed > 0 && a[agreed - 1] == b[agreed - 1]) --agreed;
-        out.tail = std::pair{base + agreed, a.substr(agreed)};
-        out.start = Anchor{w.bit / 8, base};
-        out.end_zeros = a;
-        out.end_ones = b;
-        out.end_base = base;
-      };
-      if (genuine && !out.start) keep_tail();
-      if (dyn_offset < base || dyn_offset + dyn_size > member_size) return genuine;
-      // Known only where both decodes agree: bytes copied from before the window differ. By
-      // HTTP (mid_stream) they are taken as the zeros they almost always are, as mid-stream
-      // below: runs of zeros in .dynamic copied from runs of zeros before the window (a 32 KiB
-      // window at a Debian library's end knows a fifth of its 600 bytes), and the segment checked
-      // against what is known of the object exactly (consistent_with).
-      if (!mid_stream && a.compare(dyn_offset - base, dyn_size, b, dyn_offset - base, dyn_size) != 0) return genuine;
-      std::string dyn = a.substr(dyn_offset - base, dyn_size);
-      if (!reads_as_dynamic(bytes_of(dyn), dyn_size)) return genuine;
-      out.dyn = std::move(dyn);
-      keep_tail();
-      return true;
+    const std::uint64_t base = member_size - w.size, kept_at = base + w.first;
+    std::optional<std::string> dyn;
+    if (dyn_offset >= kept_at) {
+      dyn = segment_from(w.zeros, w.ones, dyn_offset - kept_at, dyn_size, mid_stream);
+    } else if (dyn_offset >= base) {
+      if (auto both = decode_both(window, w.bit, dyn_offset - base, dyn_size, out.inflated, budget))
+        dyn = segment_from(both->first, both->second, 0, dyn_size, mid_stream);
     }
-    if (!mid_stream) return genuine;  // a place told by what the bytes read as is not exact
-    // The segment read 16 bytes late still reads as one when zeros follow it (an unrelocated
-    // GOT): of the matches, the one with the most entries before DT_NULL is the segment. Bytes
-    // the two decodes disagree on came from before the window; they are taken as the zeros
-    // they almost always are (runs of zeros copied from runs of zeros) and the segment is
-    // checked against the object's known first bytes afterwards (consistent_with_head).
-    std::optional<std::string> found;
-    std::size_t found_entries = 0, found_unknown = 0;
-    bool ambiguous = false;
-    for (std::size_t at = 0; at + dyn_size <= len; ++at) {
-      if (u64(bytes_of(a) + at) != 1 && u64(bytes_of(a) + at) != 14) continue;  // DT_NEEDED or DT_SONAME first
-      if (!reads_as_dynamic(bytes_of(a) + at, dyn_size)) continue;
-      std::size_t unknown = 0;
-      for (std::size_t k = 0; k < dyn_size; ++k) unknown += a[at + k] != b[at + k] ? 1 : 0;
-      std::size_t entries = 0;
-      while (entries * 16 < dyn_size && u64(bytes_of(a) + at + entries * 16) != 0) ++entries;
-      std::string candidate = a.substr(at, dyn_size);
-      const bool better = !found || entries > found_entries || (entries == found_entries && unknown < found_unknown);
-      if (found && entries == found_entries && unknown == found_unknown && *found != candidate) ambiguous = true;
-      if (better) {
-        found = std::move(candidate);
-        found_entries = entries;
-        found_unknown = unknown;
-        ambiguous = false;
-      }
+    // The kept bytes known exactly (past the last byte the two decodes disagree on), for the
+    // strings at the object's end, and an anchor of the deflate ratio.
+    if (dyn || (genuine && !out.start)) {
+      out.end_agreed = w.zeros.size();
+      while (out.end_agreed > 0 && w.zeros[out.end_agreed - 1] == w.ones[out.end_agreed - 1]) --out.end_agreed;
+      out.start = Anchor{w.bit / 8, base};
+      out.end_zeros = std::move(w.zeros);
+      out.end_ones = std::move(w.ones);
+      out.end_base = kept_at;
     }
-    if (!found || ambiguous) return genuine;
-    out.dyn = std::move(found);
+    if (!dyn) return genuine;
+    out.dyn = std::move(dyn);
     return true;
   };
-  out.inflated = decode_from_boundaries(window, 12, take, budget, ends_member);
+  out.inflated += decode_from_boundaries(window, 12, take, budget, ends_member, 3, keep);
   return out;
 }
 
@@ -193,25 +232,29 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
 }
 
 // A window that ends with the member, inflated from its first block boundary to the end: its
-// bytes at their place in the file, those only the two decodes agree on, or nullopt.
+// bytes from `from` on at their place in the file, where the two decodes agree on [from, to),
+// or nullopt.
 std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
                                                                     std::uint64_t member_size, std::uint64_t from,
                                                                     std::uint64_t to, std::uint64_t& inflated,
                                                                     InflateBudget* budget, bool& overrun) {
   std::optional<std::pair<std::uint64_t, std::string>> out;
-  const auto take = [&](const WindowDecode& w) {
-    if (w.ended_early) return false;                              // a stream planted in the window: not the member's
-    if (w.ended && w.zeros.size() > member_size) overrun = true;  // more than it declares
+  if (from >= to || to > member_size) return out;
+  WindowKeep keep;
+  keep.prefix = 0;  // the strings decoded again once the decode's length places them
+  const auto take = [&](WindowDecode& w) {
+    if (w.ended_early) return false;                      // a stream planted in the window: not the member's
+    if (w.ended && w.size > member_size) overrun = true;  // more than it declares
     // A true boundary's decode that does not reach the stream's end: no later one will.
-    if (!w.ended || w.zeros.size() > member_size) return w.zeros.size() >= window.size() / 2;
-    const std::uint64_t base = member_size - w.zeros.size();
+    if (!w.ended || w.size > member_size) return w.size >= window.size() / 2;
     // The window starts too late, or the strings depend on bytes before it: no reading.
-    if (from >= base && to <= member_size &&
-        w.zeros.compare(from - base, to - from, w.ones, from - base, to - from) == 0)
-      out = std::pair{base, w.zeros};
+    const std::uint64_t base = member_size - w.size;
+    if (from < base) return true;
+    auto both = decode_both(window, w.bit, from - base, to - from, inflated, budget);
+    if (both && both->first == both->second) out = std::pair{from, std::move(both->first)};
     return true;
   };
-  inflated += decode_from_boundaries(window, 12, take, budget, true);
+  inflated += decode_from_boundaries(window, 12, take, budget, true, 3, keep);
   return out;
 }
 

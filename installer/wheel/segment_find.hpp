@@ -81,11 +81,14 @@ class SectionExtents {
 struct WindowFind {
   std::optional<std::string> dyn;
   std::uint64_t inflated = 0;
-  // A window inflated to the member's end: its bytes known exactly, at their place in the file,
-  // and where in the window (bytes) the decode started, `raw` the place in the object there.
-  std::optional<std::pair<std::uint64_t, std::string>> tail;
+  // A window inflated to the member's end: where in the window (bytes) the decode started,
+  // `raw` the place in the object there, and from which of its kept bytes (end_zeros) on the
+  // object is known exactly (past the last byte the two decodes disagree on).
   std::optional<Anchor> start;
-  // That decode whole, against either dictionary, its first byte at `end_base` in the object.
+  std::size_t end_agreed = 0;
+  // What that decode kept (from the section header table or the segment, whichever comes first,
+  // to the end, at most the last 256 KiB), against either dictionary, its first byte at `end_base`
+  // in the object.
   std::string end_zeros, end_ones;
   std::uint64_t end_base = 0;
   // A decode that ended exactly with the member inflated more than the member declares.
@@ -94,10 +97,12 @@ struct WindowFind {
 
 // The dynamic segment in a window of compressed bytes: inflated from each plausible block
 // boundary in turn. A window that ends with the member places what it inflates exactly (from
-// the end back), the segment included; elsewhere the segment is found by what it reads as.
+// the end back), the segment included, and keeps its bytes from `keep_from` (the section header
+// table) or the segment on, at most its last 256 KiB; elsewhere the segment is found by what it reads as, as the decode
+// streams.
 WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
                              std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream,
-                             InflateBudget* budget);
+                             InflateBudget* budget, std::uint64_t keep_from = UINT64_MAX);
 
 // The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read;
 // nullopt where no PT_LOAD maps DT_STRTAB or the table runs out of the object (`size` bytes).
@@ -105,7 +110,7 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
                                                                       std::uint64_t size);
 
 // A window that ends with the member, inflated from its first block boundary to the end: its
-// bytes at their place in the file, those only the two decodes agree on, or nullopt.
+// bytes [from, to) at their place in the file, where the two decodes agree on them, or nullopt.
 std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
                                                                     std::uint64_t member_size, std::uint64_t from,
                                                                     std::uint64_t to, std::uint64_t& inflated,

@@ -188,7 +188,7 @@ NamesFound names_in_window(const std::string& window, const std::vector<NameRef>
   // .dynstr): a false start decodes noise, in which no place fits every name, or falls in step
   // with the stream at a block's end, as it may after three blocks too. So each plausible start
   // is tried in turn, a few at most, until one's decode has a single place where all fit.
-  const auto take = [&](const WindowDecode& w) {
+  const auto take = [&](WindowDecode& w) {
     if (w.ended_early) return false;  // a stream that ends inside the window is not the member's
     const auto at = fit_names(w.zeros, w.ones, refs);
     if (!at) return false;
@@ -200,7 +200,9 @@ NamesFound names_in_window(const std::string& window, const std::vector<NameRef>
     out.found = true;
     return true;
   };
-  out.inflated = decode_from_boundaries(window, k_starts, take, parent, false, 1);
+  WindowKeep keep;
+  keep.prefix = k_most_scanned;
+  out.inflated = decode_from_boundaries(window, k_starts, take, parent, false, 1, keep);
   return out;
 }
 
