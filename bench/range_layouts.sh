@@ -3,9 +3,11 @@
 # (tests/e2e/make_big_object.py: code-like .rodata, then PT_DYNAMIC, then .data): the segment near
 # the end (CUDA libraries: a small .data), in the middle (gcc's layout with a large .data), early
 # (a small .rodata), NCCL's (bytes that do not deflate before the segment) and cuDNN's (those, and
-# 2 MB of padding between the last sections after it); then real objects
+# 2 MB of padding between the last sections after it), one with 100 MB of zeros after its segment;
+# then real objects
 # gcc built, and a wheel of six Debian libraries. For each: the bytes read against the wheel's size, the requests the
-# index saw for the plan, the seconds, and the plan's peak RSS (/usr/bin/time -v). The venv is the
+# index saw for the plan, the seconds, the plan's peak RSS (/usr/bin/time -v), the largest range
+# asked for, and what planning adds over the floor against twice that range (issue 54: at most 1). The venv is the
 # e2e tests' broken one (pip's uninstall of the cu13 cuDNN deleted the cu12 dist's library).
 #   [LAYOUTS="nccl gcc"] bench/range_layouts.sh [CUDAFIX (build/cudafix)]
 set -euo pipefail
@@ -36,14 +38,15 @@ env -u VIRTUAL_ENV -u PIP_FIND_LINKS CUDAFIX_CACHE_DIR="$tmp/empty-cache" /usr/b
 kill "$server"
 echo "planning from an index that has no wheel (nothing read by range): peak RSS" \
   "$(($(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/empty-time") / 1024)) MB"
-printf '%-8s %10s %10s %8s %9s %6s %8s\n' layout read wheel fraction requests secs "RSS MB"
+floor_kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/empty-time")
+printf '%-8s %10s %10s %8s %9s %6s %8s %11s %9s\n' layout read wheel fraction requests secs "RSS MB" "largest KB" "over/2x"
 sys=/usr/lib/x86_64-linux-gnu
 lib=nvidia/cudnn/lib
 # Each layout's members, ARCNAME=SOURCE (the big objects made here), of a wheel of
 # nvidia-cudnn-cu12, which the venv wants.
 members() {
   case "$1" in
-  end | middle | early | nccl | cudnn)
+  end | middle | early | nccl | cudnn | zeros)
     local sizes
     case "$1" in  # RODATA_MB DATA_MB [--random MB]
     end) sizes="24 0.5" ;;
@@ -56,6 +59,9 @@ members() {
     # before the segment, and after it a small .data and 2 MB of zeros that belong to no section
     # before the last one (2.3 MB after the segment, 124 KB of it deflated).
     cudnn) sizes=${CUDNN_SIZES:-"7 0.02 --random 22 --padded 0.3"} ;;
+    # 100 MB of zeros after .data (a zero-initialized array kept in the file): each window at
+    # the end inflates a thousand times over, which the decodes scan as they stream, never hold.
+    zeros) sizes="4 0.1 --zeros 100" ;;
     esac
     # shellcheck disable=SC2086 # the sizes are words
     python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn.so.9" libcudnn.so.9 $sizes >/dev/null
@@ -72,7 +78,7 @@ members() {
     done ;;
   esac
 }
-for name in ${LAYOUTS:-end middle early nccl cudnn gcc debian}; do
+for name in ${LAYOUTS:-end middle early nccl cudnn zeros gcc debian}; do
   dir="$tmp/$name"
   mkdir -p "$dir/objects"
   wheel=$(mk "$dir" nvidia-cudnn-cu12 9.10.2.21 $(members "$name") --deflate)
@@ -86,13 +92,20 @@ for name in ${LAYOUTS:-end middle early nccl cudnn gcc debian}; do
     >"$dir/plan.json" 2>"$dir/time" || true
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   kill "$server"
-  python3 - "$name" "$dir/plan.json" "$dir/log.jsonl" "$dir/time" "$secs" <<'EOF'
+  python3 - "$name" "$dir/plan.json" "$dir/log.jsonl" "$dir/time" "$secs" "$floor_kb" <<'EOF'
 import json, re, sys
-name, plan, log, timing, secs = sys.argv[1:]
+name, plan, log, timing, secs, floor_kb = sys.argv[1:]
 w = json.load(open(plan))["steps"][0]["wheel"] or {}
 r = w.get("read") or {"bytes": 0, "of": 1}
-requests = sum(1 for line in open(log) if json.loads(line)["path"].startswith("/files/"))
-rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(timing).read()).group(1)) // 1024
-print(f"{name:<8} {r['bytes']:>10} {r['of']:>10} {100 * r['bytes'] / r['of']:>7.2f}% {requests:>9} {float(secs):>6.1f} {rss:>8}")
+requests = [json.loads(line) for line in open(log)]
+requests = [q for q in requests if q["path"].startswith("/files/")]
+# The largest range asked for (ranges of one round close together are one request): the largest
+# window or more.
+largest = max((int(b) - int(a) + 1 for a, b in (q["range"][6:].split("-") for q in requests if q["range"]) if a), default=0)
+rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(timing).read()).group(1))
+# The memory planning adds over the floor, against twice the largest window (issue 54's bound: at most 1).
+over = (rss_kb - int(floor_kb)) / (2 * largest / 1024) if largest else float("nan")
+print(f"{name:<8} {r['bytes']:>10} {r['of']:>10} {100 * r['bytes'] / r['of']:>7.2f}% {len(requests):>9} {float(secs):>6.1f} "
+      f"{rss_kb // 1024:>8} {largest // 1024:>11} {over:>9.2f}")
 EOF
 done

@@ -7,7 +7,10 @@
 # (bench/elf_deflate_profile.py: where their sections lie deflated), and the server's log and the
 # profiles are kept under $OUT for reading by hand.
 #   carry: .dev/release (BUILD=build-gpu contrib/release/make_bundle.sh .dev/release)
-#   OUT=/tmp/out [NO_PROFILE=1] bash bench/range_real_gpu.sh [DIST...]   writes $OUT/range_real_gpu.log
+# BASELINE: another cudafix binary built relocatable (bench/make_relocatable.sh), whose plans of
+# the same wheels, venv and server are measured in the same run, a row each after this build's.
+#   OUT=/tmp/out [NO_PROFILE=1] [BASELINE=.dev/baseline/cudafix] bash bench/range_real_gpu.sh [DIST...]
+#   writes $OUT/range_real_gpu.log
 set -u
 cd "$(dirname "$0")/.." || exit 1
 source bench/gpu_lib.sh
@@ -21,7 +24,7 @@ for dist in "${dists[@]}"; do
 done
 wait
 say "== $("$C" --version 2>&1 | head -1); $(nproc) cores"
-printf '%-20s %12s %12s %8s %9s %7s %7s %7s\n' dist read wheel fraction requests secs "RSS MB" "floor" >> "$log"
+printf '%-26s %12s %12s %8s %9s %7s %7s %7s\n' dist read wheel fraction requests secs "RSS MB" "floor" >> "$log"
 for dist in "${dists[@]}"; do
   wheel=$(ls /tmp/wheels/"$(echo "$dist" | tr - _)"-*.whl)
   copy_venv /tmp/r
@@ -38,27 +41,33 @@ for dist in "${dists[@]}"; do
     CUDAFIX_CACHE_DIR=/tmp/cfcache timeout 300 "$py" -c 'import resource, subprocess, sys
 subprocess.run(sys.argv[1:])
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, file=sys.stderr)' \
-      "$C" plan fix --json --venv /tmp/r --index-url "http://127.0.0.1:$(cat /tmp/port)/simple" > /tmp/plan.json 2> /tmp/rss
+      "$3" plan fix --json --venv /tmp/r --index-url "http://127.0.0.1:$(cat /tmp/port)/simple" > /tmp/plan.json 2> /tmp/rss
     kill $server
   }
   rm -rf /tmp/empty && mkdir -p /tmp/empty
-  plan_from /tmp/empty /tmp/empty.log
-  floor=$(tail -1 /tmp/rss)
-  s=$EPOCHREALTIME
-  plan_from /tmp/idx /tmp/idx.log
-  secs=$(secs_since "$s")
-  cp /tmp/idx.log "$OUT/$dist.requests.jsonl"
-  "$py" - /tmp/plan.json "$dist" "$(grep -c '"range": "' /tmp/idx.log)" "$secs" "$(tail -1 /tmp/rss)" "$floor" >> "$log" <<'PY'
+  bins=("$C")
+  [ -z "${BASELINE:-}" ] || { cp "$BASELINE" /tmp/cf/bin/cudafix-baseline && bins+=(/tmp/cf/bin/cudafix-baseline); }
+  for bin in "${bins[@]}"; do
+    plan_from /tmp/empty /tmp/empty.log "$bin"
+    floor=$(tail -1 /tmp/rss)
+    s=$EPOCHREALTIME
+    plan_from /tmp/idx /tmp/idx.log "$bin"
+    secs=$(secs_since "$s")
+    row=$dist
+    [ "$bin" = "$C" ] || row="$dist(base)"
+    cp /tmp/idx.log "$OUT/$row.requests.jsonl"
+    "$py" - /tmp/plan.json "$dist" "$(grep -c '"range": "' /tmp/idx.log)" "$secs" "$(tail -1 /tmp/rss)" "$floor" "$row" >> "$log" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for s in d["steps"]:
     r = (s["wheel"] or {}).get("read")
     if s["name"] == sys.argv[2] and r:
-        print(f"{sys.argv[2]:<20} {r['bytes']:>12} {r['of']:>12} {100*r['bytes']/r['of']:>7.2f}% {sys.argv[3]:>9} {sys.argv[4]:>7} {sys.argv[5]:>7} {sys.argv[6]:>7}")
+        print(f"{sys.argv[7]:<26} {r['bytes']:>12} {r['of']:>12} {100*r['bytes']/r['of']:>7.2f}% {sys.argv[3]:>9} {sys.argv[4]:>7} {sys.argv[5]:>7} {sys.argv[6]:>7}")
         break
 else:
-    print(sys.argv[2], "no ranged step:", [(s["action"], s["name"]) for s in d["steps"]], d.get("source_problems"))
+    print(sys.argv[7], "no ranged step:", [(s["action"], s["name"]) for s in d["steps"]], d.get("source_problems"))
 PY
+  done
   # Each object of the wheel, profiled (the members over 1 MiB: the ones read by range), unless
   # NO_PROFILE is set.
   [ -n "${NO_PROFILE:-}" ] || "$py" - "$wheel" "$OUT/$dist.profile.txt" <<'PY'
