@@ -133,11 +133,6 @@ std::string planned_wheel_file(const r::PlanWheel& wheel, const ApplyOptions& op
   return got.file;
 }
 
-bool same_version(const std::string& a, const std::string& b) {
-  const auto va = r::Version::parse(a), vb = r::Version::parse(b);
-  return va && vb ? *va == *vb : a == b;
-}
-
 // The step's dist, found in the environment by its dist-info folder, and checked to be the one
 // the step names (the prompt shows the name and version: they must be what is changed).
 std::optional<int> bound_dist(const r::Environment& env, const r::PlanStep& st, const std::string& where) {
@@ -155,7 +150,8 @@ std::optional<int> bound_dist(const r::Environment& env, const r::PlanStep& st, 
     if (env.dists[i].dir_name == *st.dist) found = static_cast<int>(i);
   if (!found) throw r::Error(fmt::format("{}.dist: {} is not installed in {}", where, *st.dist, env.layout.root));
   const auto& d = env.dists[static_cast<std::size_t>(*found)];
-  const bool same = d.normalized == r::normalize_name(st.name) && (!needs_dist || same_version(d.version, st.version));
+  const bool same =
+      d.normalized == r::normalize_name(st.name) && (!needs_dist || r::same_version(d.version, st.version));
   if (!same)
     throw r::Error(fmt::format("{}: says {} {} {}, but its dist {} is {}", where, r::to_string(st.action), st.name,
                                st.version, *st.dist, r::dist_label(d)));
@@ -204,7 +200,7 @@ PreparedStep bound_step(const r::Environment& env, const r::PlanStep& st, const 
     auto read = read_wheel(wheel.path, target ? target->tags : std::vector<std::string>{});
     if (read.sha256 != st.wheel->sha256)
       throw r::Error(fmt::format("{} changed since the plan was made (its SHA-256 differs)", wheel.path));
-    if (r::normalize_name(wheel.name) != r::normalize_name(st.name) || !same_version(wheel.version, st.version))
+    if (r::normalize_name(wheel.name) != r::normalize_name(st.name) || !r::same_version(wheel.version, st.version))
       throw r::Error(fmt::format("{}.wheel: {} is {} {}, not the step's {} {}", where, wheel.path, wheel.name,
                                  wheel.version, st.name, st.version));
     wheels.push_back(std::move(read));

@@ -21,15 +21,10 @@ namespace r = cudafix::resolver;
 
 namespace {
 
-bool same_version(const std::string& a, const std::string& b) {
-  const auto va = r::Version::parse(a), vb = r::Version::parse(b);
-  return va && vb ? *va == *vb : a == b;
-}
-
 // A wheel file name of the dist's project and version whose tags are the ones its WHEEL file
 // lists (any, where it lists none).
 bool names_the_dist(const r::WheelName& w, const r::DistInfo& d) {
-  if (w.normalized != d.normalized || !same_version(w.version, d.version)) return false;
+  if (w.normalized != d.normalized || !r::same_version(w.version, d.version)) return false;
   if (d.wheel_tags.empty()) return true;
   const std::set<std::string> want(d.wheel_tags.begin(), d.wheel_tags.end());
   const std::set<std::string> have(w.tags.begin(), w.tags.end());

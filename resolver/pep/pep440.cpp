@@ -63,6 +63,11 @@ int cmp_u64(std::uint64_t a, std::uint64_t b) { return a < b ? -1 : a > b ? 1 : 
 
 }  // namespace
 
+bool same_version(std::string_view a, std::string_view b) {
+  const auto va = Version::parse(a), vb = Version::parse(b);
+  return va && vb ? *va == *vb : a == b;
+}
+
 std::optional<Version> Version::parse(std::string_view text) {
   const std::string low = lower(trim(text));
   Cursor c(low);

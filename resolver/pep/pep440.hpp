@@ -48,6 +48,10 @@ class Version {
   std::vector<LocalPart> local_;
 };
 
+// Whether two version strings name the same version: equal as PEP 440 orders them ("1.0" and
+// "1.0.0"), or, where either is no PEP 440 version, the same text.
+[[nodiscard]] bool same_version(std::string_view a, std::string_view b);
+
 // One clause: `>=1.0`, `==2.*`, `~=1.4.2`, `===foo`.
 class Specifier {
  public:

@@ -120,11 +120,6 @@ LockOfEnvironment lock_of(const Environment& env, const LockRequest& request) {
 
 namespace {
 
-bool same_version(const std::string& a, const std::string& b) {
-  const auto va = Version::parse(a), vb = Version::parse(b);
-  return va && vb ? *va == *vb : a == b;
-}
-
 // Whether a lock package applies here: no marker, or one true for `markers` (one that cannot be
 // evaluated counts as applying: the drift then says so rather than hides it).
 bool applies(const LockPackage& p, const MarkerEnvironment& markers) {

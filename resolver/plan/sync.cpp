@@ -19,11 +19,6 @@ namespace cudafix::resolver::inline plan {
 
 namespace {
 
-bool same_version(const std::string& a, const std::string& b) {
-  const auto va = Version::parse(a), vb = Version::parse(b);
-  return va && vb ? *va == *vb : a == b;
-}
-
 // The first file of `d` whose bytes are not what its RECORD row says (its size, then its
 // SHA-256), as "PATH differs"; empty when every hashed row matches. Compiled bytecode is left
 // out: the interpreter may write it again.

@@ -381,5 +381,17 @@ TEST(Pep508, TheOracleItselfRaisesOnThatMarker) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("InvalidVersion"));
 }
 
+// A dist installed as 1.0 is the lock's 1.0.0 (a plan's step, a wheel's name): equal as PEP 440
+// orders them, and text that is no version only the same text.
+TEST(Pep440, SameVersionIsPep440EqualityAndTextWhereEitherIsNoVersion) {
+  EXPECT_TRUE(same_version("1.0", "1.0.0"));
+  EXPECT_TRUE(same_version("2.7.0+cu128", "2.7+cu128"));
+  EXPECT_TRUE(same_version("1.0rc1", "1.0c1"));
+  EXPECT_FALSE(same_version("1.0", "1.0.1"));
+  EXPECT_FALSE(same_version("2.7.0+cu128", "2.7.0+cu130"));
+  EXPECT_TRUE(same_version("not a version", "not a version"));
+  EXPECT_FALSE(same_version("not a version", "1.0"));
+}
+
 }  // namespace
 }  // namespace cudafix::resolver
