@@ -44,6 +44,13 @@ using segment_place::Deep;
 using segment_place::estimate;
 using segment_place::window_for;
 
+// Where the segment's DT_SYMTAB lies in the file, if a PT_LOAD maps it.
+std::optional<std::uint64_t> symbol_table_at(const std::string& dyn, const r::ElfLayout& l) {
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16)
+    if (u64(bytes_of(dyn) + at) == 6) return l.file_offset(u64(bytes_of(dyn) + at + 8));
+  return std::nullopt;
+}
+
 constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
 constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
 constexpr std::uint64_t k_piece = 2 << 20;        // a map of a stream decodes pieces of this many bytes at once
@@ -178,7 +185,7 @@ class RangeReader {
   void take_end(Deep& d, std::uint64_t first, std::string bytes);
   void decode_end(Deep& d);
   void keep_needed_tail(Deep& d) const;
-  [[nodiscard]] std::optional<std::string_view> section_table(const Deep& d, const WindowFind& end) const;
+  [[nodiscard]] std::optional<std::string> section_table(Deep& d, const WindowFind& end) const;
   void window_pass(int pass);
   void names_pass();
   void prefetch_strings();
@@ -332,9 +339,7 @@ void RangeReader::keep_needed_tail(Deep& d) const {
   const std::string dyn = d.segment();
   const auto strings = strings_needed(dyn, d.layout, d.member->size);
   std::uint64_t from = strings ? strings->first : UINT64_MAX;
-  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16)
-    if (u64(bytes_of(dyn) + at) == 6)
-      if (const auto symtab = d.layout.file_offset(u64(bytes_of(dyn) + at + 8))) from = std::min(from, *symtab);
+  if (const auto symtab = symbol_table_at(dyn, d.layout)) from = std::min(from, *symtab);
   auto& [first, bytes] = *d.tail;
   if (from >= first + bytes.size()) {
     d.tail.reset();
@@ -347,26 +352,35 @@ void RangeReader::keep_needed_tail(Deep& d) const {
 
 // The object's section header table where the window at the end inflated it, found where its ELF
 // header says (the last bytes gcc's and NVIDIA's objects hold) and agreeing with its headers: its
-// first entry null, and an SHT_DYNAMIC entry at the place and of the size of PT_DYNAMIC. Bytes
-// the two decodes disagree on are taken as zeros by HTTP (mid_stream), as the segment's are;
-// elsewhere they fail it.
-std::optional<std::string_view> RangeReader::section_table(const Deep& d, const WindowFind& end) const {
-  if (d.head.size() < 64 || end.end_zeros.empty() || end.end_zeros.size() != end.end_ones.size()) return std::nullopt;
+// first entry null, and an SHT_DYNAMIC entry at the place and of the size of PT_DYNAMIC. Where it
+// lies before the bytes the decode kept (over 256 KiB from the end, as patchelf leaves it before
+// the .dynamic and .dynstr it moves there), it is decoded again. Bytes the two decodes disagree
+// on are taken as zeros by HTTP (mid_stream), as the segment's are; elsewhere they fail it.
+std::optional<std::string> RangeReader::section_table(Deep& d, const WindowFind& end) const {
+  if (d.head.size() < 64 || !end.start || end.end_zeros.size() != end.end_ones.size()) return std::nullopt;
   const auto* h = bytes_of(d.head);
   const std::uint64_t shoff = u64(h + 0x28), entsize = h[0x3a] | (h[0x3b] << 8), count = h[0x3c] | (h[0x3d] << 8);
-  const std::uint64_t size = d.member->size;
-  if (entsize != 64 || count == 0 || shoff > size || count * 64 > size - shoff || shoff < end.end_base)
+  const std::uint64_t size = d.member->size, len = count * 64;
+  if (entsize != 64 || count == 0 || shoff > size || len > size - shoff || shoff < end.start->raw) return std::nullopt;
+  std::string zeros, ones;
+  if (shoff >= end.end_base) {
+    const std::size_t at = shoff - end.end_base;
+    if (at + len > end.end_zeros.size()) return std::nullopt;
+    zeros = end.end_zeros.substr(at, len);
+    ones = end.end_ones.substr(at, len);
+  } else if (auto both =
+                 decode_both(d.end_bytes, end.start_bit, shoff - end.start->raw, len, d.inflated, d.budget.get())) {
+    zeros = std::move(both->first);
+    ones = std::move(both->second);
+  } else {
     return std::nullopt;
-  const std::size_t at = shoff - end.end_base;
-  if (at + count * 64 > end.end_zeros.size()) return std::nullopt;
-  if (!limits_.mid_stream && end.end_zeros.compare(at, count * 64, end.end_ones, at, count * 64) != 0)
-    return std::nullopt;
-  const std::string_view table(end.end_zeros.data() + at, count * 64);
-  if (std::any_of(table.begin(), table.begin() + 64, [](char c) { return c != 0; })) return std::nullopt;
+  }
+  if (!limits_.mid_stream && zeros != ones) return std::nullopt;
+  if (std::any_of(zeros.begin(), zeros.begin() + 64, [](char c) { return c != 0; })) return std::nullopt;
   for (std::uint64_t k = 1; k < count; ++k) {
-    const auto* e = bytes_of(table) + k * 64;
+    const auto* e = bytes_of(zeros) + k * 64;
     if (u32(e + 4) == 6 && u64(e + 0x18) == d.layout.dynamic_offset && u64(e + 0x20) == d.layout.dynamic_size)
-      return table;
+      return zeros;
   }
   return std::nullopt;
 }
@@ -558,22 +572,27 @@ class MemberRanges {
     return elf;
   }
   // The strings [first, second) near the end (NVIDIA's libraries keep .dynstr last): the window
-  // at the member's end grown back to them, inflated to the end; where reaching back there costs
-  // less than inflating up to them from the start (gcc puts .dynstr near the start).
-  void strings_from_end(const std::pair<std::uint64_t, std::uint64_t>& strings, Pieces& known) {
+  // at the member's end grown back to them (unless its decode starts before them already),
+  // inflated to the end; where reaching back there costs less than inflating up to them from
+  // the start (gcc puts .dynstr near the start). The segment's null symbol is read there too
+  // where the decode reaches it, for consistent_with.
+  void strings_from_end(const std::pair<std::uint64_t, std::uint64_t>& strings, const std::string& dyn, Pieces& known) {
     if (known.span(strings.first, strings.second - strings.first) || !reader_.strings_at_end(d_, strings)) return;
     const std::uint64_t end = d_.end();
     const std::uint64_t reach = (m_.size - strings.first) + (m_.size - strings.first) / 1000 + limits_.window / 4;
     const std::uint64_t first = end > reach ? std::max(m_.data_offset, end - reach) : m_.data_offset;
-    if (first < d_.end_first) {
+    const bool at_hand = d_.end_start && d_.end_start->raw <= strings.first;
+    if (first < d_.end_first && !at_hand) {
       d_.end_bytes = reader_.fetch({{first, d_.end_first - 1}}).front() + d_.end_bytes;
       d_.end_first = first;
     }
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted{strings};
+    if (const auto symtab = symbol_table_at(dyn, d_.layout); symtab && *symtab <= m_.size - 24)
+      if (!known.span(*symtab, 24)) wanted.emplace_back(*symtab, *symtab + 24);
     bool overrun = false;
-    auto t =
-        inflate_to_end(d_.end_bytes, m_.size, strings.first, strings.second, out_.inflated, d_.budget.get(), overrun);
+    auto got = inflate_to_end(d_.end_bytes, m_.size, wanted, out_.inflated, d_.budget.get(), overrun);
     if (overrun) throw inflates_past_size(label_, m_);
-    if (t) known.v.push_back(std::move(*t));
+    for (auto& piece : got) known.v.push_back(std::move(piece));
   }
 
  private:
@@ -624,7 +643,7 @@ void RangeReader::finish(Deep& d) {
   if (d.tail) known.v.push_back(*d.tail);
   for (const auto& name : d.names) known.v.push_back(name);
   if (d.dyn && m.method == 8) {
-    if (strings) ranges.strings_from_end(*strings, known);
+    if (strings) ranges.strings_from_end(*strings, dyn, known);
     if (strings && !known.span(strings->first, strings->second - strings->first) && d.names.empty())
       if (auto got = ranges.from_start(strings->first, strings->second - strings->first))
         known.v.emplace_back(strings->first, std::move(*got));
@@ -643,7 +662,7 @@ void RangeReader::finish(Deep& d) {
   Pieces pieces{m.size, {{0, d.head}, {d.layout.dynamic_offset, dyn}}};
   if (strings) {
     const std::uint64_t len = strings->second - strings->first;
-    ranges.strings_from_end(*strings, known);
+    ranges.strings_from_end(*strings, dyn, known);
     if (const char* str = known.span(strings->first, len)) {
       pieces.v.emplace_back(strings->first, std::string(str, len));
     } else if (!d.names.empty()) {

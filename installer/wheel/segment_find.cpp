@@ -97,6 +97,9 @@ class SegmentScan {
   explicit SegmentScan(std::size_t dyn_size) : dyn_size_(dyn_size) {}
   void operator()(std::string_view a, std::string_view b) {
     if (a.empty()) *this = SegmentScan(dyn_size_);  // a new decode
+    // Fewer than four entries (DT_NEEDED or DT_SONAME, DT_STRTAB, DT_STRSZ, DT_NULL) read as no
+    // segment; a PT_DYNAMIC under 8 bytes would have the first tag read past the piece.
+    if (dyn_size_ < 64) return;
     for (std::size_t at = 0; at + dyn_size_ <= a.size(); ++at) {
       if (u64(bytes_of(a) + at) != 1 && u64(bytes_of(a) + at) != 14) continue;  // DT_NEEDED or DT_SONAME first
       if (!reads_as_dynamic(bytes_of(a) + at, dyn_size_)) continue;
@@ -196,6 +199,7 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
       out.end_agreed = w.zeros.size();
       while (out.end_agreed > 0 && w.zeros[out.end_agreed - 1] == w.ones[out.end_agreed - 1]) --out.end_agreed;
       out.start = Anchor{w.bit / 8, base};
+      out.start_bit = w.bit;
       out.end_zeros = std::move(w.zeros);
       out.end_ones = std::move(w.ones);
       out.end_base = kept_at;
@@ -231,27 +235,28 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std:
   return std::pair{*begin, *begin + length};
 }
 
-// A window that ends with the member, inflated from its first block boundary to the end: its
-// bytes from `from` on at their place in the file, where the two decodes agree on [from, to),
-// or nullopt.
-std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
-                                                                    std::uint64_t member_size, std::uint64_t from,
-                                                                    std::uint64_t to, std::uint64_t& inflated,
-                                                                    InflateBudget* budget, bool& overrun) {
-  std::optional<std::pair<std::uint64_t, std::string>> out;
-  if (from >= to || to > member_size) return out;
+// A window that ends with the member, inflated from its first block boundary to the end: of
+// `ranges` ([first, last) of the object), each that the decode reaches and both dictionaries
+// agree on, at its place in the file.
+std::vector<std::pair<std::uint64_t, std::string>> inflate_to_end(
+    const std::string& window, std::uint64_t member_size,
+    const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges, std::uint64_t& inflated, InflateBudget* budget,
+    bool& overrun) {
+  std::vector<std::pair<std::uint64_t, std::string>> out;
   WindowKeep keep;
-  keep.prefix = 0;  // the strings decoded again once the decode's length places them
+  keep.prefix = 0;  // the ranges decoded again once the decode's length places them
   const auto take = [&](WindowDecode& w) {
     if (w.ended_early) return false;                      // a stream planted in the window: not the member's
     if (w.ended && w.size > member_size) overrun = true;  // more than it declares
     // A true boundary's decode that does not reach the stream's end: no later one will.
     if (!w.ended || w.size > member_size) return w.size >= window.size() / 2;
-    // The window starts too late, or the strings depend on bytes before it: no reading.
+    // A range the window starts too late for, or whose bytes depend on those before it: not read.
     const std::uint64_t base = member_size - w.size;
-    if (from < base) return true;
-    auto both = decode_both(window, w.bit, from - base, to - from, inflated, budget);
-    if (both && both->first == both->second) out = std::pair{from, std::move(both->first)};
+    for (const auto& [from, to] : ranges) {
+      if (from < base || from >= to || to > member_size) continue;
+      auto both = decode_both(window, w.bit, from - base, to - from, inflated, budget);
+      if (both && both->first == both->second) out.emplace_back(from, std::move(both->first));
+    }
     return true;
   };
   inflated += decode_from_boundaries(window, 12, take, budget, true, 3, keep);

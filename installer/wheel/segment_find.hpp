@@ -85,6 +85,7 @@ struct WindowFind {
   // `raw` the place in the object there, and from which of its kept bytes (end_zeros) on the
   // object is known exactly (past the last byte the two decodes disagree on).
   std::optional<Anchor> start;
+  std::uint64_t start_bit = 0;  // that start, in bits into the window
   std::size_t end_agreed = 0;
   // What that decode kept (from the section header table or the segment, whichever comes first,
   // to the end, at most the last 256 KiB), against either dictionary, its first byte at `end_base`
@@ -109,12 +110,13 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
 std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const r::ElfLayout& l,
                                                                       std::uint64_t size);
 
-// A window that ends with the member, inflated from its first block boundary to the end: its
-// bytes [from, to) at their place in the file, where the two decodes agree on them, or nullopt.
-std::optional<std::pair<std::uint64_t, std::string>> inflate_to_end(const std::string& window,
-                                                                    std::uint64_t member_size, std::uint64_t from,
-                                                                    std::uint64_t to, std::uint64_t& inflated,
-                                                                    InflateBudget* budget, bool& overrun);
+// A window that ends with the member, inflated from its first block boundary to the end: of
+// `ranges` ([first, last) of the object), each that the decode reaches and both dictionaries
+// agree on, at its place in the file. `overrun`: the decode inflated more than the member holds.
+std::vector<std::pair<std::uint64_t, std::string>> inflate_to_end(
+    const std::string& window, std::uint64_t member_size,
+    const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges, std::uint64_t& inflated, InflateBudget* budget,
+    bool& overrun);
 
 // Bytes [first, last] of the wheel for each range (ReadRanges, each range checked first).
 using Fetch = std::function<std::vector<std::string>(const std::vector<std::pair<std::uint64_t, std::uint64_t>>&)>;
@@ -155,6 +157,7 @@ class FromStart {
  private:
   void restart() {
     z_ = std::make_unique<Inflater>(-1, budget_);
+    drained_ = false;
     in_ = seed_.substr(0, std::min<std::uint64_t>(seed_.size(), m_.compressed));
     in_at_ = 0;
     fetched_ = in_.size();
@@ -175,8 +178,11 @@ class FromStart {
   // Inflates until the bytes before `to` are at hand or the data end, keeping those from `keep`.
   void advance(std::uint64_t to, std::uint64_t keep) {
     while (base_ + z_->out.size() < to && !z_->ended) {
-      if (in_at_ == in_.size()) {
-        if (fetched_ >= m_.compressed) return;
+      // Its data all fed: once more with no input, for what zlib held of the last feed (one that
+      // stopped at its limit with its input used up), then no more.
+      if (in_at_ == in_.size() && fetched_ >= m_.compressed && drained_) return;
+      drained_ = in_at_ == in_.size() && fetched_ >= m_.compressed;
+      if (in_at_ == in_.size() && !drained_) {
         const std::uint64_t take = next_take(to);
         in_ = fetch_({{m_.data_offset + fetched_, m_.data_offset + fetched_ + take - 1}}).front();
         fetched_ += take;
@@ -209,6 +215,7 @@ class FromStart {
   std::uint64_t fetched_ = 0;  // compressed bytes fetched
   std::uint64_t base_ = 0;     // where z_->out starts in the member
   std::uint64_t asked_ = 0;
+  bool drained_ = false;  // fed with no input once its data were all fed
   std::string seed_;
 };
 

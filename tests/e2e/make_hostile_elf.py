@@ -7,7 +7,8 @@ test venv lacks, so that `cudafix plan fix --index-url` reads it by range from a
 the folder), whose nvidia/cudnn/lib/libcudnn.so.9 is a 1.2 MiB ELF64 object (larger than the
 planner reads whole, so that it reads the object's headers and then the ranges they name) with
 one field crafted. Prints a JSON list of {"case", "dir", "wheel", "expect"}: `expect` is a
-phrase cudafix's refusal must contain besides the member's name.
+phrase cudafix's refusal must contain besides the member's name, or null where the object is
+valid and planned from by range as from the whole wheel.
 
 Cases:
   dynamic-wraps        stored; PT_DYNAMIC's offset is 2^64 - 61440, so that the member's data
@@ -17,6 +18,8 @@ Cases:
   phdrs-wrap           stored; e_phoff is 2^64 - 56 with two entries: phoff + phnum * 56 wraps to 56
   strtab-wraps         stored; a PT_LOAD whose offset plus (DT_STRTAB - vaddr) wraps past 2^64
   strings-past-end     deflated; DT_STRTAB names strings that run past the end of the object
+  dynamic-tiny         deflated; PT_DYNAMIC is 4 bytes, deep in the object (past its head), so
+                       that the windows around where it should lie are scanned for it
 """
 import base64
 import hashlib
@@ -128,5 +131,10 @@ cases.append(("strtab-wraps", path, "DT_STRTAB"))
 path = wheel("strings-past-end", elf([(PT_LOAD, 0, 0, SIZE + 0x10000), (PT_DYNAMIC, DYN_AT, DYN_AT, 80)],
                                      dyn=dynamic(strtab=SIZE - 8), seed=5), DEFLATED)
 cases.append(("strings-past-end", path, "string table"))
+
+# Half way in, far past the head the planner reads first: found (or not) by the windows' scan,
+# which must not read a segment's first tag past the bytes decoded.
+path = wheel("dynamic-tiny", elf([(PT_LOAD, 0, 0, SIZE), (PT_DYNAMIC, SIZE // 2, SIZE // 2, 4)], seed=6), DEFLATED)
+cases.append(("dynamic-tiny", path, None))
 
 print(json.dumps([{"case": c, "dir": os.path.dirname(p), "wheel": p, "expect": e} for c, p, e in cases]))

@@ -428,14 +428,16 @@ TEST_F(WheelSources, TricklingOrEndlessAnswersFailWithinTheirBoundsAndSayWhy) {
 // member named, nothing crashes, and neither the venv nor anything outside it changes, whether
 // the plan is asked for or `fix -y` would act on it. (Before, the first crashed the planner with
 // SIGSEGV, writing below a mapping; the others were planned from as objects without a dynamic
-// section.)
+// section.) A PT_DYNAMIC of 4 bytes deep in the object is valid and names nothing: it is planned
+// as the whole wheel says, and the windows scanned for it read no tag past their bytes (the
+// sanitizer build's heap-buffer-overflow before the scan's guard).
 TEST_F(WheelSources, AWheelWhoseObjectLiesAboutItsLayoutIsRefusedByNameAndNothingCrashes) {
   TempDir gen;
   const auto made = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_hostile_elf.py") +
                               " " + shell_quote(gen.path()));
   ASSERT_EQ(made.exit_code, 0) << made.out;
   const auto cases = json::parse(made.out);
-  ASSERT_EQ(cases.size(), 5U);
+  ASSERT_EQ(cases.size(), 6U);
   for (const auto& c : cases) {
     const std::string name = c["case"];
     TempDir t;
@@ -446,6 +448,14 @@ TEST_F(WheelSources, AWheelWhoseObjectLiesAboutItsLayoutIsRefusedByNameAndNothin
     const std::string url = server.url() + "/files/" + fs::path(c["wheel"].get<std::string>()).filename().string();
     const auto p = plan_fix(t, v, "--index-url " + server.url() + "/simple");
     EXPECT_LT(p.exit_code, 128) << name << ": killed by a signal\n" << p.err;
+    if (c["expect"].is_null()) {
+      const auto whole = plan_fix(t, v, "--find-links " + shell_quote(c["dir"].get<std::string>()));
+      EXPECT_EQ(p.exit_code, 0) << name << p.err;
+      ASSERT_TRUE(p.doc["steps"][0]["wheel"].is_object()) << name << p.doc.dump(1);
+      EXPECT_THAT(p.doc["steps"][0]["wheel"]["source"].get<std::string>(), HasSubstr("read by range")) << name;
+      EXPECT_EQ(p.doc["steps"][0]["wheel"]["objects"], whole.doc["steps"][0]["wheel"]["objects"]) << name;
+      continue;
+    }
     EXPECT_EQ(p.exit_code, 2) << name << p.err;  // the plan's wheel refused: it cannot be applied
     ASSERT_EQ(p.doc["source_problems"].size(), 1U) << name << p.doc.dump(1);
     const std::string why = p.doc["source_problems"][0];
