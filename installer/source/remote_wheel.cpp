@@ -114,6 +114,18 @@ std::vector<zip::Entry> central_directory(HttpClient& http, const std::string& u
   return out;
 }
 
+// The whole wheel of `size` bytes into `file`, as `apply` keeps it.
+void download_whole(HttpClient& http, const std::string& url, std::uint64_t size, const std::string& file) {
+  HttpRequest whole;
+  whole.url = url;
+  whole.range = std::pair<std::uint64_t, std::uint64_t>{0, size - 1};
+  whole.into = file;
+  const auto answer = http.get(whole);
+  if (!answer.ok()) throw r::Error(answer.error);
+  if (answer.bytes != size)
+    throw r::Error(fmt::format("{}: the server sent {} bytes of a wheel of {}", redact(url), answer.bytes, size));
+}
+
 }  // namespace
 
 RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::vector<std::string>& supported_tags,
@@ -136,17 +148,8 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   }
   out.size = tail_answer.total_size;
   const std::string tail = r::try_read_file(temporary_file).value_or("");
-  if (tail.size() < out.size && out.size <= limits.whole_wheel) {
-    // A small wheel: fetched whole, as apply will need it, rather than read by range.
-    HttpRequest whole;
-    whole.url = url;
-    whole.range = std::pair<std::uint64_t, std::uint64_t>{0, out.size - 1};
-    whole.into = temporary_file;
-    const auto answer = http.get(whole);
-    if (!answer.ok()) throw r::Error(answer.error);
-    if (answer.bytes != out.size)
-      throw r::Error(fmt::format("{}: the server sent {} bytes of a wheel of {}", redact(url), answer.bytes, out.size));
-  }
+  // A small wheel: fetched whole, as apply will need it, rather than read by range.
+  if (tail.size() < out.size && out.size <= limits.whole_wheel) download_whole(http, url, out.size, temporary_file);
   if (tail.size() >= out.size || out.size <= limits.whole_wheel) {  // a small wheel: all of it is here
     out.downloaded = temporary_file;
     out.whole_because_small = true;
@@ -166,11 +169,26 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
     if (e.name == dist_info + "/METADATA" || e.name == dist_info + "/RECORD" || looks_like_elf_member(e.name))
       wanted.push_back(std::move(e));
   const Known end_of_file{out.size - tail.size(), tail};
+  // At most half the wheel by range: past that the whole file costs less than what is left to
+  // read, and `apply` needs it anyway (an object of bytes that do not deflate, its segment deep,
+  // had the plan read 1.3 times the wheel by range).
+  std::uint64_t asked = http.bytes_received() - before;
+  struct OverHalf {};
   const auto read = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+    for (const auto& [first, last] : ranges) asked += last >= first ? last - first + 1 : 0;
+    if (asked > out.size / 2) throw OverHalf{};
     return fetch(http, url, ranges, limits.gap, end_of_file);
   };
-  auto got =
-      read_members_by_ranges(read, out.size, std::move(wanted), dist_info, redact(url), limits, InvalidElf::refuse);
+  RangedMembers got;
+  try {
+    got = read_members_by_ranges(read, out.size, std::move(wanted), dist_info, redact(url), limits, InvalidElf::refuse);
+  } catch (const OverHalf&) {
+    download_whole(http, url, out.size, temporary_file);
+    out.downloaded = temporary_file;
+    out.whole_because_ranges = true;
+    out.fetched = http.bytes_received() - before;
+    return out;
+  }
   out.objects_by_window = got.objects_by_window;
   out.objects_from_start = got.objects_from_start;
   out.members_whole = got.members_whole;

@@ -22,7 +22,8 @@ namespace cudafix::installer::source {
 struct RemoteRead {
   std::optional<resolver::Wheel> wheel;  // read by range: file empty, url and sha256 set
   std::string downloaded;                // the whole file is here: the server ignored Range, or
-  bool whole_because_small = false;      // the wheel is smaller than the first request
+  bool whole_because_small = false;      // the wheel is smaller than the first request, or
+  bool whole_because_ranges = false;     // reading it by range would read over half of it
   std::uint64_t fetched = 0;             // body bytes received for it
   std::uint64_t size = 0;                // the wheel's size
   std::size_t objects_by_window = 0;     // dynamic segments found mid-stream

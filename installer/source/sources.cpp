@@ -342,8 +342,12 @@ bool WheelSources::by_range(const Candidate& c, Obtained& o) {
       return true;
     }
     // The whole file came, and is kept as a download.
-    o.origin += read.whole_because_small ? ", downloaded whole (smaller than a read by range)"
-                                         : ", downloaded whole (the server ignores Range)";
+    o.origin += read.whole_because_small    ? ", downloaded whole (smaller than a read by range)"
+                : read.whole_because_ranges ? fmt::format(
+                                                  ", downloaded whole (a read by range would read over half of "
+                                                  "it; {} bytes by range first)",
+                                                  read.fetched - read.size)
+                                            : ", downloaded whole (the server ignores Range)";
     o.file = keep_download(tmp, c.file, o.problem);
     o.downloaded = !o.file.empty();
   } catch (const r::Error& e) {
