@@ -7,6 +7,8 @@
 # (bench/elf_deflate_profile.py: where their sections lie deflated), and the server's log and the
 # profiles are kept under $OUT for reading by hand.
 #   carry: .dev/release (BUILD=build-gpu contrib/release/make_bundle.sh .dev/release)
+# WRAP: a command each plan runs under (WRAP="taskset -c 0": one core; WRAP="env
+# MALLOC_ARENA_MAX=1": one malloc arena), to tell what of the RSS the threads hold.
 # BASELINE: another cudafix binary built relocatable (bench/make_relocatable.sh), whose plans of
 # the same wheels, venv and server are measured in the same run, a row each after this build's.
 #   OUT=/tmp/out [NO_PROFILE=1] [BASELINE=.dev/baseline/cudafix] bash bench/range_real_gpu.sh [DIST...]
@@ -41,7 +43,7 @@ for dist in "${dists[@]}"; do
     CUDAFIX_CACHE_DIR=/tmp/cfcache timeout 300 "$py" -c 'import resource, subprocess, sys
 subprocess.run(sys.argv[1:])
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, file=sys.stderr)' \
-      "$3" plan fix --json --venv /tmp/r --index-url "http://127.0.0.1:$(cat /tmp/port)/simple" > /tmp/plan.json 2> /tmp/rss
+      ${WRAP:-} "$3" plan fix --json --venv /tmp/r --index-url "http://127.0.0.1:$(cat /tmp/port)/simple" > /tmp/plan.json 2> /tmp/rss
     kill $server
   }
   rm -rf /tmp/empty && mkdir -p /tmp/empty

@@ -145,6 +145,11 @@ class RangeReader {
     return m.method == 8 && m.size - strings.first <= 8 * limits_.window &&
            d.end() - estimate(d, strings.first) <= estimate(d, strings.second) - m.data_offset;
   }
+  // Whether the window at hand at the object's end decodes from before its byte `raw` on (a
+  // proved block boundary there): what lies past it is inflated from those bytes, never fetched.
+  [[nodiscard]] static bool end_decodes(const Deep& d, std::uint64_t raw) {
+    return d.end_start && d.end_start->raw <= raw;
+  }
   // Bytes [first, last] of the wheel for each range, each checked first and counted.
   std::vector<std::string> fetch(const Ranges& ranges) {
     for (const auto& [first, last] : ranges)
@@ -487,8 +492,8 @@ void RangeReader::prefetch_strings() {
     if (m.method != 8 || d.layout.dynamic_size == 0 || (!d.dyn && !d.segment_in_head())) continue;
     const std::string dyn = d.segment();
     const auto strings = strings_needed(dyn, d.layout, m.size);
-    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings) || d.head_end.raw == 0 ||
-        !d.names.empty())
+    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings) || end_decodes(d, strings->first) ||
+        d.head_end.raw == 0 || !d.names.empty())
       continue;
     // At the highest ratios of the tables before them (installer/wheel/strings_window), else at
     // the head's deflate ratio and a quarter more; what falls short is fetched as it is inflated.
@@ -571,17 +576,19 @@ class MemberRanges {
     out_.inflated += std::exchange(stream_.inflated, 0);
     return elf;
   }
-  // The strings [first, second) near the end (NVIDIA's libraries keep .dynstr last): the window
-  // at the member's end grown back to them (unless its decode starts before them already),
-  // inflated to the end; where reaching back there costs less than inflating up to them from
-  // the start (gcc puts .dynstr near the start). The segment's null symbol is read there too
-  // where the decode reaches it, for consistent_with.
+  // The strings [first, second) near the end (NVIDIA's libraries keep .dynstr last): inflated
+  // to the end from the window at the member's end where its decode starts before them (its
+  // bytes are at hand; a decode keeps only its last 256 KiB), else from that window grown back
+  // to them where reaching back there costs less than inflating up to them from the start (gcc
+  // puts .dynstr near the start). The segment's null symbol is read there too where the decode
+  // reaches it, for consistent_with.
   void strings_from_end(const std::pair<std::uint64_t, std::uint64_t>& strings, const std::string& dyn, Pieces& known) {
-    if (known.span(strings.first, strings.second - strings.first) || !reader_.strings_at_end(d_, strings)) return;
+    if (known.span(strings.first, strings.second - strings.first) || m_.method != 8) return;
+    const bool at_hand = RangeReader::end_decodes(d_, strings.first);
+    if (!at_hand && !reader_.strings_at_end(d_, strings)) return;
     const std::uint64_t end = d_.end();
     const std::uint64_t reach = (m_.size - strings.first) + (m_.size - strings.first) / 1000 + limits_.window / 4;
     const std::uint64_t first = end > reach ? std::max(m_.data_offset, end - reach) : m_.data_offset;
-    const bool at_hand = d_.end_start && d_.end_start->raw <= strings.first;
     if (first < d_.end_first && !at_hand) {
       d_.end_bytes = reader_.fetch({{first, d_.end_first - 1}}).front() + d_.end_bytes;
       d_.end_first = first;
