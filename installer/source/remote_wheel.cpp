@@ -176,7 +176,7 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   struct OverHalf {};
   const auto read = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
     for (const auto& [first, last] : ranges) asked += last >= first ? last - first + 1 : 0;
-    if (asked > out.size / 2) throw OverHalf{};
+    if (limits.whole_past_half && asked > out.size / 2) throw OverHalf{};
     return fetch(http, url, ranges, limits.gap, end_of_file);
   };
   RangedMembers got;

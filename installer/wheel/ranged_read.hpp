@@ -67,6 +67,10 @@ struct RangeLimits {
   // one there, which `apply` then finds from the downloaded file); false: only segments whose
   // place is known exactly (from the start, or counted back from the member's end).
   bool mid_stream = true;
+  // By HTTP: a read by range that would fetch over half the wheel stops, and the wheel is
+  // downloaded whole instead (apply needs it anyway); false: read by range to the end (the unit
+  // tests' small limits on wheels of a few kilobytes).
+  bool whole_past_half = true;
 };
 
 // Bytes [first, last] of the wheel for each range, in order, each exactly that long.

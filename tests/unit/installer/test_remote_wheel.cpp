@@ -53,6 +53,7 @@ RangeLimits small_limits() {
   l.head = 512;
   l.window = 4096;
   l.chunk = 2048;
+  l.whole_past_half = false;  // these wheels of a few KB are read by range to the end
   return l;
 }
 
@@ -82,15 +83,17 @@ TEST(RemoteWheel, ReadByRangeItKnowsOfEachObjectWhatTheWholeWheelSays) {
 }
 
 // tests/e2e/make_hostile_elf.py's wheels (the e2e test serves them from a real index): each is
-// an Error that names the wheel's URL and the member, never a crash.
+// an Error that names the wheel's URL and the member, never a crash (but the one that is a valid
+// object, which the e2e test plans from).
 TEST(RemoteWheel, AnObjectThatLiesAboutItsLayoutIsAnErrorNamingTheMember) {
   TempDir t;
   const auto made = run_shell("/usr/bin/python3 " + shell_quote(k_source + "/tests/e2e/make_hostile_elf.py") + " " +
                               shell_quote(t.path()));
   ASSERT_EQ(made.exit_code, 0) << made.out;
   const auto cases = nlohmann::json::parse(made.out);
-  ASSERT_EQ(cases.size(), 5U);
+  ASSERT_EQ(cases.size(), 6U);
   for (const auto& c : cases) {
+    if (c["expect"].is_null()) continue;
     const std::string wheel = c["wheel"];
     HttpClient http(test::serve_from_memory(resolver::try_read_file(wheel).value()));
     const Picked picked = picked_from(wheel);
