@@ -47,10 +47,14 @@ Ranges coalesced(Ranges ranges, std::uint64_t gap) {
   return out;
 }
 
+// What a read by range may still fetch ran out: the wheel is downloaded whole instead.
+struct OverHalf {};
+
 // Bytes [first, last] of the wheel for each range (or from `known`), all at once: ranges near
-// each other (`gap`) one request, each checked to be as long as asked.
+// each other (`gap`) one request, each checked to be as long as asked. `left`: the bytes the
+// requests may take in all, less what they take (OverHalf, before any is made, past it).
 std::vector<std::string> fetch(HttpClient& http, const std::string& url, const Ranges& ranges, std::uint64_t gap,
-                               const Known& known = {}) {
+                               const Known& known = {}, std::uint64_t* left = nullptr) {
   std::vector<std::string> out(ranges.size());
   Ranges wanted;
   std::vector<std::size_t> asked;
@@ -67,6 +71,12 @@ std::vector<std::string> fetch(HttpClient& http, const std::string& url, const R
     asked.push_back(i);
   }
   const Ranges merged = coalesced(wanted, gap);
+  if (left) {
+    std::uint64_t bytes = 0;
+    for (const auto& [first, last] : merged) bytes += last - first + 1;
+    if (bytes > *left) throw OverHalf{};
+    *left -= bytes;
+  }
   std::vector<HttpRequest> requests;
   for (const auto& range : merged) {
     HttpRequest req;
@@ -172,12 +182,10 @@ RemoteRead read_remote_wheel(HttpClient& http, const Picked& picked, const std::
   // At most half the wheel by range: past that the whole file costs less than what is left to
   // read, and `apply` needs it anyway (an object of bytes that do not deflate, its segment deep,
   // had the plan read 1.3 times the wheel by range).
-  std::uint64_t asked = http.bytes_received() - before;
-  struct OverHalf {};
+  const std::uint64_t tail_read = http.bytes_received() - before;
+  std::uint64_t left = out.size / 2 > tail_read ? out.size / 2 - tail_read : 0;
   const auto read = [&](const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
-    for (const auto& [first, last] : ranges) asked += last >= first ? last - first + 1 : 0;
-    if (limits.whole_past_half && asked > out.size / 2) throw OverHalf{};
-    return fetch(http, url, ranges, limits.gap, end_of_file);
+    return fetch(http, url, ranges, limits.gap, end_of_file, limits.whole_past_half ? &left : nullptr);
   };
   RangedMembers got;
   try {
