@@ -28,6 +28,7 @@ using segment_find::Anchor;
 using segment_find::bytes_of;
 using segment_find::consistent_with;
 using segment_find::dynamic_in_window;
+using segment_find::end_bytes_at;
 using segment_find::Fetch;
 using segment_find::FromStart;
 using segment_find::inflate_to_end;
@@ -36,6 +37,7 @@ using segment_find::over_budget;
 using segment_find::Pieces;
 using segment_find::read_from_start;
 using segment_find::strings_needed;
+using segment_find::symbol_table_at;
 using segment_find::u32;
 using segment_find::u64;
 using segment_find::WindowFind;
@@ -43,13 +45,6 @@ using segment_place::Ask;
 using segment_place::Deep;
 using segment_place::estimate;
 using segment_place::window_for;
-
-// Where the segment's DT_SYMTAB lies in the file, if a PT_LOAD maps it.
-std::optional<std::uint64_t> symbol_table_at(const std::string& dyn, const r::ElfLayout& l) {
-  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16)
-    if (u64(bytes_of(dyn) + at) == 6) return l.file_offset(u64(bytes_of(dyn) + at + 8));
-  return std::nullopt;
-}
 
 constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
 constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
@@ -367,19 +362,10 @@ std::optional<std::string> RangeReader::section_table(Deep& d, const WindowFind&
   const std::uint64_t shoff = u64(h + 0x28), entsize = h[0x3a] | (h[0x3b] << 8), count = h[0x3c] | (h[0x3d] << 8);
   const std::uint64_t size = d.member->size, len = count * 64;
   if (entsize != 64 || count == 0 || shoff > size || len > size - shoff || shoff < end.start->raw) return std::nullopt;
-  std::string zeros, ones;
-  if (shoff >= end.end_base) {
-    const std::size_t at = shoff - end.end_base;
-    if (at + len > end.end_zeros.size()) return std::nullopt;
-    zeros = end.end_zeros.substr(at, len);
-    ones = end.end_ones.substr(at, len);
-  } else if (auto both =
-                 decode_both(d.end_bytes, end.start_bit, shoff - end.start->raw, len, d.inflated, d.budget.get())) {
-    zeros = std::move(both->first);
-    ones = std::move(both->second);
-  } else {
-    return std::nullopt;
-  }
+  auto both = end_bytes_at(d.end_bytes, end.start_bit, end.start->raw, end.end_base, end.end_zeros, end.end_ones, shoff,
+                           len, d.inflated, d.budget.get());
+  if (!both) return std::nullopt;
+  auto& [zeros, ones] = *both;
   if (!limits_.mid_stream && zeros != ones) return std::nullopt;
   if (std::any_of(zeros.begin(), zeros.begin() + 64, [](char c) { return c != 0; })) return std::nullopt;
   for (std::uint64_t k = 1; k < count; ++k) {

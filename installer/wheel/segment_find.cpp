@@ -150,6 +150,25 @@ constexpr std::uint64_t k_kept_at_end = std::uint64_t{256} << 10;
 
 }  // namespace
 
+std::optional<std::uint64_t> symbol_table_at(const std::string& dyn, const r::ElfLayout& l) {
+  std::optional<std::uint64_t> symtab;  // the last entry, as the loader takes it
+  for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16)
+    if (u64(bytes_of(dyn) + at) == 6) symtab = u64(bytes_of(dyn) + at + 8);
+  return symtab ? l.file_offset(*symtab) : std::nullopt;
+}
+
+std::optional<std::pair<std::string, std::string>> end_bytes_at(const std::string& window, std::uint64_t bit,
+                                                                std::uint64_t base, std::uint64_t kept_at,
+                                                                const std::string& zeros, const std::string& ones,
+                                                                std::uint64_t first, std::uint64_t len,
+                                                                std::uint64_t& inflated, InflateBudget* budget) {
+  if (first < base) return std::nullopt;
+  if (first < kept_at) return decode_both(window, bit, first - base, len, inflated, budget);
+  const std::uint64_t at = first - kept_at;
+  if (at > zeros.size() || len > zeros.size() - at || zeros.size() != ones.size()) return std::nullopt;
+  return std::pair{zeros.substr(at, len), ones.substr(at, len)};
+}
+
 // The dynamic segment in a window of compressed bytes: inflated from each plausible block
 // boundary in turn. A window that ends with the member places what it inflates exactly (from
 // the end back), the segment included; elsewhere the segment is found by what it reads as.
@@ -187,12 +206,9 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     }
     const std::uint64_t base = member_size - w.size, kept_at = base + w.first;
     std::optional<std::string> dyn;
-    if (dyn_offset >= kept_at) {
-      dyn = segment_from(w.zeros, w.ones, dyn_offset - kept_at, dyn_size, mid_stream);
-    } else if (dyn_offset >= base) {
-      if (auto both = decode_both(window, w.bit, dyn_offset - base, dyn_size, out.inflated, budget))
-        dyn = segment_from(both->first, both->second, 0, dyn_size, mid_stream);
-    }
+    if (auto both =
+            end_bytes_at(window, w.bit, base, kept_at, w.zeros, w.ones, dyn_offset, dyn_size, out.inflated, budget))
+      dyn = segment_from(both->first, both->second, 0, dyn_size, mid_stream);
     // The kept bytes known exactly (past the last byte the two decodes disagree on), for the
     // strings at the object's end, and an anchor of the deflate ratio.
     if (dyn || (genuine && !out.start)) {
@@ -288,13 +304,12 @@ r::ElfRead read_from_start(const std::string& head, FromStart& stream, std::uint
 // before each, known, printable, NUL-terminated, ".so" in NEEDED and SONAME) at every offset the
 // segment gives, their differences exact, at the one place in the window where all of them fit.
 bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::ElfPieces& known, bool by_fingerprint) {
-  std::uint64_t strtab = 0, strsz = 0, symtab = 0;
+  std::uint64_t strtab = 0, strsz = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> names;  // tag, offset
   for (std::size_t at = 0; at + 16 <= dyn.size(); at += 16) {
     const std::uint64_t tag = u64(bytes_of(dyn) + at), val = u64(bytes_of(dyn) + at + 8);
     if (tag == 5) strtab = val;
     if (tag == 10) strsz = val;
-    if (tag == 6) symtab = val;
     if (tag == 1 || tag == 14 || tag == 15 || tag == 29) names.emplace_back(tag, val);
   }
   const auto str = l.file_offset(strtab);
@@ -316,7 +331,7 @@ bool consistent_with(const std::string& dyn, const r::ElfLayout& l, const r::Elf
       return false;
     if ((tag == 1 || tag == 14) && name.find(".so") == std::string::npos) return false;
   }
-  if (const auto sym = l.file_offset(symtab))
+  if (const auto sym = symbol_table_at(dyn, l))
     if (const char* null_symbol = known.bytes(*sym, 24))
       return std::all_of(null_symbol, null_symbol + 24, [](char c) { return c == '\0'; });
   return true;

@@ -107,6 +107,20 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
 
 // The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read;
 // nullopt where no PT_LOAD maps DT_STRTAB or the table runs out of the object (`size` bytes).
+// Where the segment's DT_SYMTAB (its last, as the loader takes it) lies in the file, if a PT_LOAD
+// maps it.
+std::optional<std::uint64_t> symbol_table_at(const std::string& dyn, const r::ElfLayout& l);
+
+// The `len` bytes at `first` of the object from a decode of the window at its end that started
+// at `bit` of `window`, where byte `base` of the object lies, and kept its bytes from `kept_at`
+// on (`zeros`, `ones`, against either dictionary): taken from those where they hold them, else
+// decoded again from `bit`; nullopt where the decode does not reach them.
+std::optional<std::pair<std::string, std::string>> end_bytes_at(const std::string& window, std::uint64_t bit,
+                                                                std::uint64_t base, std::uint64_t kept_at,
+                                                                const std::string& zeros, const std::string& ones,
+                                                                std::uint64_t first, std::uint64_t len,
+                                                                std::uint64_t& inflated, InflateBudget* budget);
+
 std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const r::ElfLayout& l,
                                                                       std::uint64_t size);
 
