@@ -477,6 +477,8 @@ TEST_F(WheelSources, AWheelWhoseObjectLiesAboutItsLayoutIsRefusedByNameAndNothin
       }
       EXPECT_EQ(whole_downloads, 1U) << name;
       EXPECT_LE(by_range * 2, size) << name << ": " << by_range << " of " << size << " bytes by range";
+      EXPECT_EQ(test::tree_of(v), before) << name << test::tree_diff(before, test::tree_of(v));
+      EXPECT_EQ(canaries.changes(), "") << name;
       continue;
     }
     EXPECT_EQ(p.exit_code, 2) << name << p.err;  // the plan's wheel refused: it cannot be applied
