@@ -116,7 +116,9 @@ std::optional<std::size_t> fit_names(const std::string& zeros, const std::string
 }
 
 std::uint64_t deflated_place(const NamesLayout& l, std::uint64_t raw, bool high) {
-  const bool ordered = l.head_raw <= l.symtab && l.symtab < l.strtab && l.strtab <= raw;
+  // The head may end inside .dynsym or .dynstr (8 KB deflated holds 19 KB of libz3's .gnu.hash
+  // and .dynsym): the regions it holds count nothing, the rest at their own ratios.
+  const bool ordered = l.symtab > 0 && l.symtab < l.strtab && l.strtab <= raw;
   const Ratios str = ordered ? strtab_ratios(l) : k_unknown;
   // The raw bytes from the head's end to `raw`, each region at its own ratios.
   const std::array<std::pair<std::uint64_t, Ratios>, 3> regions{

@@ -73,5 +73,23 @@ TEST(StringsWindow, ALibrarysNameWithoutSoOrUnprintableIsNoFit) {
   EXPECT_FALSE(fit_names(t, t, k_refs).has_value());
 }
 
+// libz3.so.4 (Debian 12) deflated at zipfile's level: its 9,217-byte head inflates to 19,313 bytes,
+// past .dynsym's start (6,992), and the end of its .dynstr (64,433) lies 21,302 bytes into the
+// member. Placed by the tables' ratios, what is fetched for the strings ends a little past that;
+// placed at the unknown band's (as when the head had to end before .dynsym), at 64 KB.
+TEST(StringsWindow, AHeadEndingInsideDynsymStillPlacesTheStringsByTheTables) {
+  NamesLayout l;
+  l.head_compressed = 9217;
+  l.head_raw = 19313;
+  l.symtab = 6992;
+  l.strtab = 31424;
+  l.strsz = 33009;
+  l.compressed = 10219723;
+  const std::uint64_t high = deflated_place(l, l.strtab + l.strsz, true);
+  EXPECT_GE(high, 21302U);
+  EXPECT_LE(high, 21302U + 2048);
+  EXPECT_LE(deflated_place(l, l.strtab + l.strsz, false), 21302U);
+}
+
 }  // namespace
 }  // namespace cudafix::installer
