@@ -3,8 +3,8 @@
 # (tests/e2e/make_big_object.py: code-like .rodata, then PT_DYNAMIC, then .data): the segment near
 # the end (CUDA libraries: a small .data), in the middle (gcc's layout with a large .data), early
 # (a small .rodata), NCCL's (bytes that do not deflate before the segment) and cuDNN's (those, and
-# 2 MB of padding between the last sections after it), one with 100 MB of zeros after its segment;
-# then real objects
+# 2 MB of padding between the last sections after it), one with 100 MB of zeros after its segment,
+# six of those shapes in one wheel (cuDNN's seven large objects, read in the same rounds); then real objects
 # gcc built, and a wheel of six Debian libraries. For each: the bytes read against the wheel's size, the requests the
 # index saw for the plan, the seconds, the plan's peak RSS (/usr/bin/time -v), the largest range
 # asked for, and what planning adds over the floor against twice that range (issue 54: at most 1). The venv is the
@@ -66,6 +66,17 @@ members() {
     # shellcheck disable=SC2086 # the sizes are words
     python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn.so.9" libcudnn.so.9 $sizes >/dev/null
     echo "$lib/libcudnn.so.9=$dir/objects/libcudnn.so.9" ;;
+  # cuDNN 9.19's wheel has seven large objects, each planned at once: six of the shapes above
+  # with their segments at different depths, each read by its own windows in the same rounds.
+  many)
+    local i=0 sizes
+    for sizes in "24 0.5" "12 12" "2 3.5 --random 24" "7 0.02 --random 22 --padded 0.3" "6 1 --random 10" "16 2"; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086 # the sizes are words
+      python3 tests/e2e/make_big_object.py "$dir/objects/libcudnn_$i.so.9" "libcudnn_$i.so.9" $sizes >/dev/null
+      echo "$lib/libcudnn_$i.so.9=$dir/objects/libcudnn_$i.so.9"
+    done
+    echo "$lib/libcudnn.so.9=$fx/cudnn/v91400/libcudnn.so.9" ;;
   # Real objects gcc built, .dynamic after .text, .rodata and .eh_frame: z3 (23 MB, 19 MB of
   # code, .dynamic 14 KB before the end) and Python 3.11 (7.7 MB, 1.1 MB of .data after it).
   gcc) echo "$lib/libcudnn.so.9=$fx/cudnn/v91400/libcudnn.so.9 $lib/libz3.so.4=$sys/libz3.so.4" \
@@ -78,7 +89,7 @@ members() {
     done ;;
   esac
 }
-for name in ${LAYOUTS:-end middle early nccl cudnn zeros gcc debian}; do
+for name in ${LAYOUTS:-end middle early nccl cudnn zeros many gcc debian}; do
   dir="$tmp/$name"
   mkdir -p "$dir/objects"
   wheel=$(mk "$dir" nvidia-cudnn-cu12 9.10.2.21 $(members "$name") --deflate)
