@@ -11,7 +11,7 @@
 # MALLOC_ARENA_MAX=1": one malloc arena), to tell what of the RSS the threads hold.
 # BASELINE: another cudafix binary built relocatable (bench/make_relocatable.sh), whose plans of
 # the same wheels, venv and server are measured in the same run, a row each after this build's.
-#   OUT=/tmp/out [NO_PROFILE=1] [BASELINE=.dev/baseline/cudafix] bash bench/range_real_gpu.sh [DIST...]
+#   OUT=/tmp/out [NO_PROFILE=1] [REUSE_WHEELS=1] [BASELINE=.dev/baseline/cudafix] bash bench/range_real_gpu.sh [DIST...]
 #   writes $OUT/range_real_gpu.log
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -20,9 +20,13 @@ gpu_start range_real_gpu
 dists=("$@")
 [ ${#dists[@]} -gt 0 ] || dists=(nvidia-nccl-cu13 nvidia-cudnn-cu13)
 site=$(ls -d /opt/torch/.venv/lib/python3*/site-packages)
-rm -rf /tmp/wheels && mkdir -p /tmp/wheels
+# REUSE_WHEELS=1: the wheels an earlier run in this machine packed are planned again (packing
+# cuDNN's takes a minute of the device's time).
+[ -n "${REUSE_WHEELS:-}" ] || rm -rf /tmp/wheels
+mkdir -p /tmp/wheels
 for dist in "${dists[@]}"; do
-  "$py" bench/pack_dist_wheel.py "$site" "$dist" /tmp/wheels >> "$log" 2>&1 &
+  ls /tmp/wheels/"$(echo "$dist" | tr - _)"-*.whl > /dev/null 2>&1 ||
+    "$py" bench/pack_dist_wheel.py "$site" "$dist" /tmp/wheels >> "$log" 2>&1 &
 done
 wait
 say "== $("$C" --version 2>&1 | head -1); $(nproc) cores"
@@ -40,6 +44,7 @@ for dist in "${dists[@]}"; do
     server=$!
     for _ in $(seq 50); do [ -s /tmp/port ] && break; sleep 0.1; done
     rm -rf /tmp/cfcache
+    # shellcheck disable=SC2086 # WRAP is words
     CUDAFIX_CACHE_DIR=/tmp/cfcache timeout 300 "$py" -c 'import resource, subprocess, sys
 subprocess.run(sys.argv[1:])
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, file=sys.stderr)' \
