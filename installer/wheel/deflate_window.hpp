@@ -2,7 +2,7 @@
 // (installer/wheel/ranged_read.hpp): an Inflater fed in pieces, and each plausible block
 // boundary in a window tried in turn. A boundary counts where a dynamic-Huffman header with a
 // complete code-length code, or a stored block's header whose LEN and NLEN agree, starts and zlib
-// then reads three whole blocks (one, where the caller proves what it decodes by its own means).
+// then reads three whole blocks (fewer, where the caller checks what it decodes by its own means).
 // The 32 KiB before the window are unknown: each decode is made twice, against a dictionary of 0x00 and one of 0xff,
 // and only the bytes both agree on are known.
 #pragma once

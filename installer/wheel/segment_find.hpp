@@ -100,7 +100,7 @@ struct WindowFind {
 // boundary in turn. A window that ends with the member places what it inflates exactly (from
 // the end back), the segment included, and keeps its bytes from `keep_from` (the section header
 // table) or the segment on, at most its last 256 KiB; elsewhere the segment is found by what it reads as, as the decode
-// streams, from a start one whole block proves (a window at the end, and one whose place must be
+// streams, from a start two whole blocks prove (a window at the end, and one whose place must be
 // exact, take three).
 WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
                              std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream,

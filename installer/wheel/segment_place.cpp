@@ -158,7 +158,7 @@ class Windows {
   [[nodiscard]] bool near() const { return after_ <= 4 * k_window_; }
   // The width of the windows around an estimate alone (pass 1's, refined()): a block boundary
   // before the segment (the lead) and the segment's bytes after it, with a quarter window for
-  // where the estimate errs. One whole block proves a start there (segment_find's
+  // where the estimate errs. Two whole blocks prove a start there (segment_find's
   // dynamic_in_window): three needed 80 KB past Python 3.11's estimate, a third of its wheel's read.
   [[nodiscard]] std::uint64_t first_width() const { return lead_ + window_ / 4; }
 
