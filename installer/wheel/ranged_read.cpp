@@ -566,19 +566,33 @@ class MemberRanges {
   // to the end from the window at the member's end where its decode starts before them (its
   // bytes are at hand; a decode keeps only its last 256 KiB), else from that window grown back
   // to them where reaching back there costs less than inflating up to them from the start (gcc
-  // puts .dynstr near the start). The segment's null symbol is read there too where the decode
-  // reaches it, for consistent_with.
+  // puts .dynstr near the start) or costs little (they lie in the last window of the object,
+  // whatever the estimates say). Where the decode at hand leaves them unknown, the window grows
+  // back too: cuDNN 9.19's heuristic library keeps its .dynstr after 1.59 MB of zeros, which a
+  // decode starting among them knows nothing of (it read 21 MB from the start instead). The
+  // segment's null symbol is read there too where the decode reaches it, for consistent_with.
   void strings_from_end(const std::pair<std::uint64_t, std::uint64_t>& strings, const std::string& dyn, Pieces& known) {
     if (known.span(strings.first, strings.second - strings.first) || m_.method != 8) return;
     const bool at_hand = RangeReader::end_decodes(d_, strings.first);
-    if (!at_hand && !reader_.strings_at_end(d_, strings)) return;
-    const std::uint64_t end = d_.end();
-    const std::uint64_t reach = (m_.size - strings.first) + (m_.size - strings.first) / 1000 + limits_.window / 4;
-    const std::uint64_t first = end > reach ? std::max(m_.data_offset, end - reach) : m_.data_offset;
-    if (first < d_.end_first && !at_hand) {
-      d_.end_bytes = reader_.fetch({{first, d_.end_first - 1}}).front() + d_.end_bytes;
-      d_.end_first = first;
+    const std::uint64_t end = d_.end(), after = m_.size - strings.first;
+    std::uint64_t reach = after + after / 1000 + limits_.window / 4;  // deflate holds X bytes in X + X/1000 at most
+    if (!at_hand && !reader_.strings_at_end(d_, strings) && 2 * reach > m_.compressed) return;
+    if (at_hand) {
+      strings_in_end_window(strings, dyn, known);
+      if (known.span(strings.first, strings.second - strings.first)) return;
+      reach = std::max(reach, 2 * (end - d_.end_first));
     }
+    const std::uint64_t first = end > reach ? std::max(m_.data_offset, end - reach) : m_.data_offset;
+    if (first >= d_.end_first) return;
+    d_.end_bytes = reader_.fetch({{first, d_.end_first - 1}}).front() + d_.end_bytes;
+    d_.end_first = first;
+    strings_in_end_window(strings, dyn, known);
+  }
+
+ private:
+  // The strings, and the null symbol, from the window at the member's end as far as it reaches.
+  void strings_in_end_window(const std::pair<std::uint64_t, std::uint64_t>& strings, const std::string& dyn,
+                             Pieces& known) {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted{strings};
     if (const auto symtab = symbol_table_at(dyn, d_.layout); symtab && *symtab <= m_.size - 24)
       if (!known.span(*symtab, 24)) wanted.emplace_back(*symtab, *symtab + 24);
@@ -588,7 +602,6 @@ class MemberRanges {
     for (auto& piece : got) known.v.push_back(std::move(piece));
   }
 
- private:
   RangeReader& reader_;
   Deep& d_;
   const zip::Entry& m_;
