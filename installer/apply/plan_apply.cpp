@@ -2,6 +2,7 @@
 #include "installer/apply/plan_apply.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -179,6 +180,38 @@ void check_paths(const r::Environment& env, const std::vector<r::PlanPath>& plan
   throw r::Error(fmt::format("{}: lists a path twice", where));
 }
 
+// What a plan says of one object, as the wheel read whole says it.
+r::PlanObject as_planned(const std::string& path, const r::ElfInfo& elf) {
+  return {path, elf.soname, elf.needed, elf.rpath, elf.runpath};
+}
+
+// What the plan's step says of each object against the wheel read whole: a plan made by range
+// reads each object's dynamic section from a few windows of its deflate stream, which crafted
+// bytes can make read as another segment (a plan naming libraries the wheel's objects do not
+// need); a plan file can be edited too. What was shown and approved must be what is installed.
+void check_objects(const r::PlanWheel& planned, const r::Wheel& read, const std::string& where) {
+  std::map<std::string, r::PlanObject> listed;
+  for (const auto& o : planned.objects) listed.emplace(o.path, o);
+  const auto says = [](const r::PlanObject& o) {
+    return fmt::format("SONAME {}, NEEDED [{}], RPATH {}, RUNPATH {}", o.soname.value_or("none"),
+                       fmt::join(o.needed, ", "), o.rpath.value_or("none"), o.runpath.value_or("none"));
+  };
+  for (const auto& [path, elf] : read.elf) {
+    const auto it = listed.find(path);
+    const r::PlanObject whole = as_planned(path, elf);
+    if (it == listed.end())
+      throw r::Error(fmt::format("{}.wheel.objects: leaves out {}, which the wheel holds ({}); plan again", where, path,
+                                 says(whole)));
+    if (!(it->second == whole))
+      throw r::Error(fmt::format("{}.wheel.objects: {}: the plan says {}, the wheel read whole {}; plan again", where,
+                                 path, says(it->second), says(whole)));
+    listed.erase(it);
+  }
+  if (!listed.empty())
+    throw r::Error(fmt::format("{}.wheel.objects: lists {}, which the wheel holds no such object; plan again", where,
+                               listed.begin()->first));
+}
+
 // A step bound to the environment: its dist, its wheel validated and read as the planner reads
 // wheels (into `wheels`, which the step then points into).
 PreparedStep bound_step(const r::Environment& env, const r::PlanStep& st, const std::string& where,
@@ -203,6 +236,7 @@ PreparedStep bound_step(const r::Environment& env, const r::PlanStep& st, const 
     if (r::normalize_name(wheel.name) != r::normalize_name(st.name) || !r::same_version(wheel.version, st.version))
       throw r::Error(fmt::format("{}.wheel: {} is {} {}, not the step's {} {}", where, wheel.path, wheel.name,
                                  wheel.version, st.name, st.version));
+    check_objects(*st.wheel, read, where);
     wheels.push_back(std::move(read));
     p.step.wheel = &wheels.back();
     p.wheel = std::move(wheel);

@@ -229,7 +229,7 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
   // segment's: 80 KB past Python 3.11's estimate). Two read the same bytes as one on every bench
   // layout and make a chance start in honest bytes rarer. Against crafted bytes no count proves a
   // start (a planted block and an empty one pass two, as a planted segment passes the checks):
-  // apply reads the downloaded wheel whole.
+  // apply reads the downloaded wheel whole and refuses a plan whose objects it contradicts.
   const int enough = !ends_member && mid_stream ? 2 : 3;
   out.inflated += decode_from_boundaries(window, 12, take, budget, ends_member, enough, keep);
   return out;

@@ -11,6 +11,10 @@
                  entry declares, and its segment's place holds zeros (a helper's attack: the plan
                  read no SONAME and no NEEDED).
 usage: make_hostile_objects.py OUTDIR  -> a JSON list of {"case", "wheel", "member"}
+       make_hostile_objects.py OUTDIR --planted-cudnn  -> the path of nvidia-cudnn-cu12 9.10.2.21's
+                 wheel whose nvidia/cudnn/lib/libcudnn.so.9 is fake_segment's object (SONAME
+                 libcudnn.so.9, NEEDED libc.so.6): what a test venv lacks, planned by range from an
+                 index, whose plan then names the planted libevil.so.1 (apply must refuse it)
 """
 import base64
 import hashlib
@@ -104,9 +108,31 @@ def wheel(outdir, name, member, data, raw=None, local_extra=b"", version="1.0"):
     return path
 
 
+def planted_cudnn(outdir):
+    s = Strings(["libcudnn.so.9", "libc.so.6", "libevil.so.1", "/evil/runpath"])
+
+    def segment(strtab, symtab, planted):  # both 8 entries: the planted one reads as the longer
+        tables = [(DT_STRTAB, strtab), (DT_STRSZ, len(s.bytes)), (DT_SYMTAB, symtab)]
+        if planted:
+            return dynamic([(DT_NEEDED, s.at["libevil.so.1"]), (DT_NEEDED, s.at["libc.so.6"]),
+                            (DT_SONAME, s.at["libcudnn.so.9"]), (DT_RUNPATH, s.at["/evil/runpath"])] + tables +
+                           [(DT_NULL, 0)])
+        return dynamic([(DT_NEEDED, s.at["libc.so.6"]), (DT_SONAME, s.at["libcudnn.so.9"])] + tables +
+                       [(DT_NULL, 0)] * 3)
+
+    a, small, b = code_like(3 << 20, 1), code_like(4000, 2), code_like(3 << 20, 3)
+    offsets = [0, 0]
+    for _ in range(2):
+        data, found = elf([s.bytes, b"\0" * 24, a, segment(*offsets, True), small, segment(*offsets, False), b], 5)
+        offsets = found[:2]
+    print(wheel(outdir, "nvidia_cudnn_cu12", "nvidia/cudnn/lib/libcudnn.so.9", data, version="9.10.2.21"))
+
+
 def main():
     outdir = sys.argv[1]
     os.makedirs(outdir, exist_ok=True)
+    if sys.argv[2:] == ["--planted-cudnn"]:
+        return planted_cudnn(outdir)
     made = []
     s = Strings(["libfake.so.1", "libc.so.6", "libevil.so.1", "/evil/runpath", "libcublasLt.so.13"])
 

@@ -837,6 +837,37 @@ TEST_F(RangePlan, ThePlanReadsTheWheelByRangeAndKnowsWhatTheWholeWheelSays) {
   EXPECT_EQ(test::venv_pip(v, "check").exit_code, 0);
 }
 
+// A dynamic segment planted before the real one deep in the object (tests/e2e/make_hostile_objects.py
+// --planted-cudnn: NEEDED libevil.so.1 and a RUNPATH the object does not have) is what a plan by
+// range reads there: no check of what a window decodes tells it from the real one. `apply` reads
+// the wheel whole and refuses the plan, naming the object and both readings, and changes nothing
+// (it installed the real object before, with no word that the plan shown had said otherwise).
+TEST_F(RangePlan, APlanWhoseObjectsTheWholeWheelContradictsIsRefusedByApply) {
+  TempDir t;
+  const auto v = big_venv(t);
+  const std::string dir = t.path() + "/wheels";
+  const auto made =
+      run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/make_hostile_objects.py") + " " +
+                shell_quote(dir) + " --planted-cudnn 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  IndexServer server(dir, t.path(), "");
+  const std::string plan = t.path() + "/plan.json";
+  const auto p = plan_fix(t, v, "--index-url " + server.url() + "/simple -o " + shell_quote(plan));
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const auto& objects = p.doc["steps"][0]["wheel"]["objects"];
+  ASSERT_EQ(objects.size(), 1U) << objects;
+  ASSERT_THAT(objects[0]["needed"].dump(), HasSubstr("libevil.so.1")) << "the planted segment, read by range";
+  const std::string before = test::tree_of(v);
+  const auto applied = run_shell("env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/cache") + " " +
+                                 shell_quote(test::k_bin) + " apply " + shell_quote(plan) + " -y --no-verify --venv " +
+                                 shell_quote(v) + test::k_no_cache + " --ld-library-path '' 2>&1");
+  EXPECT_NE(applied.exit_code, 0) << applied.out;
+  EXPECT_THAT(applied.out, HasSubstr("nvidia/cudnn/lib/libcudnn.so.9: the plan says")) << applied.out;
+  EXPECT_THAT(applied.out, HasSubstr("NEEDED [libevil.so.1, libc.so.6]")) << applied.out;
+  EXPECT_THAT(applied.out, HasSubstr("the wheel read whole SONAME libcudnn.so.9, NEEDED [libc.so.6]")) << applied.out;
+  EXPECT_EQ(test::tree_of(v), before) << test::tree_diff(before, test::tree_of(v));
+}
+
 // A download cut midway resumes with Range from the bytes it has; where the server ignores Range,
 // it starts over and the whole file is kept, never the two halves spliced.
 TEST_F(RangePlan, ADownloadCutMidwayResumesFromWhereItStopped) {
