@@ -3,8 +3,8 @@
 // boundary in a window tried in turn. A boundary counts where a dynamic-Huffman header with a
 // complete code-length code, or a stored block's header whose LEN and NLEN agree, starts and zlib
 // then reads three whole blocks (fewer, where the caller checks what it decodes by its own means).
-// The 32 KiB before the window are unknown: each decode is made twice, against a dictionary of 0x00 and one of 0xff,
-// and only the bytes both agree on are known.
+// The 32 KiB before the window are unknown: each decode is made twice, against a dictionary of
+// 0x00 and one of 0xff, and only the bytes both agree on are known.
 #pragma once
 
 #include <zlib.h>

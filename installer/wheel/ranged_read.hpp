@@ -64,8 +64,8 @@ struct RangeLimits {
   std::uint64_t gap = 64 * 1024;
   // A dynamic segment found mid-stream by what its bytes read as, checked against what is known
   // of the object, is taken (by HTTP, where each byte costs; a crafted object can plant a false
-  // one there, and `apply`, reading the downloaded file whole, refuses the plan); false: only segments whose
-  // place is known exactly (from the start, or counted back from the member's end).
+  // one there, and `apply`, reading the downloaded file whole, refuses the plan); false: only
+  // segments whose place is known exactly (from the start, or counted back from the member's end).
   bool mid_stream = true;
   // By HTTP: a read by range that would fetch over half the wheel stops, and the wheel is
   // downloaded whole instead (apply needs it anyway); false: read by range to the end (the unit

@@ -99,15 +99,13 @@ struct WindowFind {
 // The dynamic segment in a window of compressed bytes: inflated from each plausible block
 // boundary in turn. A window that ends with the member places what it inflates exactly (from
 // the end back), the segment included, and keeps its bytes from `keep_from` (the section header
-// table) or the segment on, at most its last 256 KiB; elsewhere the segment is found by what it reads as, as the decode
-// streams, from a start two whole blocks prove (a window at the end, and one whose place must be
-// exact, take three).
+// table) or the segment on, at most its last 256 KiB; elsewhere the segment is found by what it
+// reads as, as the decode streams, from a start two whole blocks prove (a window at the end, and
+// one whose place must be exact, take three).
 WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bool ends_member,
                              std::uint64_t member_size, std::uint64_t dyn_offset, bool mid_stream,
                              InflateBudget* budget, std::uint64_t keep_from = UINT64_MAX);
 
-// The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read;
-// nullopt where no PT_LOAD maps DT_STRTAB or the table runs out of the object (`size` bytes).
 // Where the segment's DT_SYMTAB (its last, as the loader takes it) lies in the file, if a PT_LOAD
 // maps it.
 std::optional<std::uint64_t> symbol_table_at(const std::string& dyn, const r::ElfLayout& l);
@@ -122,6 +120,8 @@ std::optional<std::pair<std::string, std::string>> end_bytes_at(const std::strin
                                                                 std::uint64_t first, std::uint64_t len,
                                                                 std::uint64_t& inflated, InflateBudget* budget);
 
+// The strings the dynamic segment names, as file offsets: [begin, end) of DT_STRTAB to read;
+// nullopt where no PT_LOAD maps DT_STRTAB or the table runs out of the object (`size` bytes).
 std::optional<std::pair<std::uint64_t, std::uint64_t>> strings_needed(const std::string& dyn, const r::ElfLayout& l,
                                                                       std::uint64_t size);
 
