@@ -145,6 +145,14 @@ std::string plan_fix_text(const r::Environment& env, const r::FixPlan& plan, con
     if (!s.writes.empty()) out += fmt::format("   writes {}\n", count_of(s.writes.size(), "file", "files"));
     if (s.wheel && (s.wheel->file.empty() || s.wheel->source != r::parent_dir(s.wheel->file)))
       out += st.dim(fmt::format("   simulated from the wheel of {}\n", s.wheel->source));
+    // Read by range, an object's segment may be taken from what the bytes mid-stream read as, which
+    // a crafted wheel can plant: apply, reading the downloaded wheel whole, refuses such a plan.
+    if (s.wheel && s.wheel->size > 0)
+      out +=
+          st.dim(fmt::format("   read by range: {} of its {} bytes ({:.2f}%); apply reads it whole and refuses the "
+                             "plan where its objects differ\n",
+                             s.wheel->bytes_read, s.wheel->size,
+                             100.0 * static_cast<double>(s.wheel->bytes_read) / static_cast<double>(s.wheel->size)));
     if (!s.simulated) out += st.warn("   not simulated: no wheel at hand, so its files are unknown\n");
     if (s.ok) {
       out += st.good("   after this step: nothing required is worse than before the plan\n");

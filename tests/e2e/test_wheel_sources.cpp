@@ -857,6 +857,14 @@ TEST_F(RangePlan, APlanWhoseObjectsTheWholeWheelContradictsIsRefusedByApply) {
   const auto& objects = p.doc["steps"][0]["wheel"]["objects"];
   ASSERT_EQ(objects.size(), 1U) << objects;
   ASSERT_THAT(objects[0]["needed"].dump(), HasSubstr("libevil.so.1")) << "the planted segment, read by range";
+  // The plan shown to a person says it was read by range, and that apply holds it to the wheel.
+  const auto shown = run_shell("env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/cache") + " " +
+                               shell_quote(test::k_bin) + " plan fix --venv " + shell_quote(v) + test::k_no_cache +
+                               " --ld-library-path '' --index-url " + server.url() + "/simple 2>&1");
+  EXPECT_EQ(shown.exit_code, 0) << shown.out;
+  EXPECT_THAT(shown.out, testing::ContainsRegex("read by range: [0-9]+ of its [0-9]+ bytes \\([0-9.]+%\\); apply reads "
+                                                "it whole and refuses the plan where its objects differ"))
+      << shown.out;
   const std::string before = test::tree_of(v);
   const auto applied = run_shell("env -u VIRTUAL_ENV CUDAFIX_CACHE_DIR=" + shell_quote(t.path() + "/cache") + " " +
                                  shell_quote(test::k_bin) + " apply " + shell_quote(plan) + " -y --no-verify --venv " +
