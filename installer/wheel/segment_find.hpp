@@ -174,8 +174,9 @@ class FromStart {
     z_ = std::make_unique<Inflater>(-1, budget_);
     // Held once: grown by the inflater's doubling, what it kept (trimmed at twice k_keep) was
     // copied at each step past it, old and new side by side (cuDNN 9.19's heuristic library, read
-    // 60 MB from its start with 16 MiB kept, peaked at 100 MB of heap).
-    z_->out.reserve(2 * k_keep + k_feed);
+    // 60 MB from its start with 16 MiB kept, peaked at 100 MB of heap). No more than the member
+    // declares: most are read a few kilobytes past their head.
+    z_->out.reserve(std::min<std::uint64_t>(2 * k_keep + k_feed, m_.size));
     drained_ = false;
     in_ = seed_.substr(0, std::min<std::uint64_t>(seed_.size(), m_.compressed));
     in_at_ = 0;
