@@ -91,13 +91,24 @@ std::vector<std::string> fetch(HttpClient& http, const std::string& url, const R
       throw r::Error(fmt::format("{}: the server sent {} bytes for the range {}-{}", redact(url),
                                  answers[k].body.size(), merged[k].first, merged[k].second));
   }
-  for (const std::size_t i : asked) {
-    const auto [first, last] = ranges[i];
-    const auto k =
-        static_cast<std::size_t>(std::upper_bound(merged.begin(), merged.end(), first,
-                                                  [](std::uint64_t v, const auto& m) { return v < m.first; }) -
-                                 merged.begin() - 1);
-    out[i] = answers[k].body.substr(first - merged[k].first, last - first + 1);
+  // Of each asked range, the request that holds it; one that is a request alone takes its body,
+  // not a copy of it (a 4 MB window was held three times over).
+  std::vector<std::size_t> of(asked.size());
+  std::vector<std::size_t> uses(merged.size(), 0);
+  for (std::size_t j = 0; j < asked.size(); ++j) {
+    const std::uint64_t first = ranges[asked[j]].first;
+    of[j] = static_cast<std::size_t>(std::upper_bound(merged.begin(), merged.end(), first,
+                                                      [](std::uint64_t v, const auto& m) { return v < m.first; }) -
+                                     merged.begin() - 1);
+    ++uses[of[j]];
+  }
+  for (std::size_t j = 0; j < asked.size(); ++j) {
+    const auto [first, last] = ranges[asked[j]];
+    const std::size_t k = of[j];
+    if (uses[k] == 1 && first == merged[k].first && last == merged[k].second)
+      out[asked[j]] = std::move(answers[k].body);
+    else
+      out[asked[j]] = answers[k].body.substr(first - merged[k].first, last - first + 1);
   }
   return out;
 }

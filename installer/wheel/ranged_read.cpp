@@ -414,7 +414,12 @@ void RangeReader::window_pass(int pass) {
   for (std::size_t k = 0; k < asks.size(); ++k) {
     Deep& d = deep_[asks[k].deep];
     if (pieces[k].first != SIZE_MAX) d.mid_bytes = std::move(bytes[pieces[k].first]) + d.mid_bytes;
-    if (pieces[k].second != SIZE_MAX) d.mid_bytes += bytes[pieces[k].second];
+    if (pieces[k].second != SIZE_MAX) {
+      if (d.mid_bytes.empty())
+        d.mid_bytes = std::move(bytes[pieces[k].second]);  // a window fetched whole: held once
+      else
+        d.mid_bytes += bytes[pieces[k].second];
+    }
     d.mid_first = asks[k].first;
     if (!asks[k].at_end) continue;
     d.end_bytes = std::exchange(d.mid_bytes, std::string()) + d.end_bytes;
