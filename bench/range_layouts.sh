@@ -4,6 +4,7 @@
 # the end (CUDA libraries: a small .data), in the middle (gcc's layout with a large .data), early
 # (a small .rodata), NCCL's (bytes that do not deflate before the segment) and cuDNN's (those, and
 # 2 MB of padding between the last sections after it), one with 100 MB of zeros after its segment,
+# cuDNN's runtime-compiled engines' (code before the segment, bytes that hardly deflate after it),
 # six of those shapes in one wheel (cuDNN's seven large objects, read in the same rounds); then real objects
 # gcc built, and a wheel of six Debian libraries. For each: the bytes read against the wheel's size, the requests the
 # index saw for the plan, the seconds, the plan's peak RSS (/usr/bin/time -v), the largest range
@@ -46,7 +47,7 @@ lib=nvidia/cudnn/lib
 # nvidia-cudnn-cu12, which the venv wants.
 members() {
   case "$1" in
-  end | middle | early | nccl | cudnn | zeros)
+  end | middle | early | nccl | cudnn | zeros | rtc)
     local sizes
     case "$1" in  # RODATA_MB DATA_MB [--random MB]
     end) sizes="24 0.5" ;;
@@ -59,6 +60,10 @@ members() {
     # before the segment, and after it a small .data and 2 MB of zeros that belong to no section
     # before the last one (2.3 MB after the segment, 124 KB of it deflated).
     cudnn) sizes=${CUDNN_SIZES:-"7 0.02 --random 22 --padded 0.3"} ;;
+    # cuDNN 9.19's runtime-compiled engines, about half their size: code before the segment (0.42
+    # there), 9 MB that hardly deflate after it (its .lrodata, 0.88), a last section that does
+    # (the window at the end measures it): both estimates lie late, as there (2.9 MB).
+    rtc) sizes="8 0.02 --random-after 9 --padded 0.5" ;;
     # 100 MB of zeros after .data (a zero-initialized array kept in the file): each window at
     # the end inflates a thousand times over, which the decodes scan as they stream, never hold.
     zeros) sizes="4 0.1 --zeros 100" ;;
@@ -89,7 +94,7 @@ members() {
     done ;;
   esac
 }
-for name in ${LAYOUTS:-end middle early nccl cudnn zeros many gcc debian}; do
+for name in ${LAYOUTS:-end middle early nccl cudnn zeros rtc many gcc debian}; do
   dir="$tmp/$name"
   mkdir -p "$dir/objects"
   wheel=$(mk "$dir" nvidia-cudnn-cu12 9.10.2.21 $(members "$name") --deflate)
@@ -107,6 +112,7 @@ for name in ${LAYOUTS:-end middle early nccl cudnn zeros many gcc debian}; do
 import json, re, sys
 name, plan, log, timing, secs, floor_kb = sys.argv[1:]
 w = json.load(open(plan))["steps"][0]["wheel"] or {}
+# No read by range: the wheel downloaded whole (its ranges would have fetched over half of it).
 r = w.get("read") or {"bytes": 0, "of": 1}
 requests = [json.loads(line) for line in open(log)]
 requests = [q for q in requests if q["path"].startswith("/files/")]
@@ -116,7 +122,8 @@ largest = max((int(b) - int(a) + 1 for a, b in (q["range"][6:].split("-") for q 
 rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(timing).read()).group(1))
 # The memory planning adds over the floor, against twice the largest window (issue 54's bound: at most 1).
 over = (rss_kb - int(floor_kb)) / (2 * largest / 1024) if largest else float("nan")
-print(f"{name:<8} {r['bytes']:>10} {r['of']:>10} {100 * r['bytes'] / r['of']:>7.2f}% {len(requests):>9} {float(secs):>6.1f} "
+fraction = f"{100 * r['bytes'] / r['of']:>7.2f}%" if w.get("read") else "   whole"
+print(f"{name:<8} {r['bytes']:>10} {r['of']:>10} {fraction} {len(requests):>9} {float(secs):>6.1f} "
       f"{rss_kb // 1024:>8} {largest // 1024:>11} {over:>9.2f}")
 EOF
 done
