@@ -123,7 +123,7 @@ class RangeReader {
   RangedMembers run(std::vector<zip::Entry> members) {
     wanted_ = std::move(members);
     first_round();
-    for (const int pass : {1, 2, 3, 4, 5}) window_pass(pass);
+    for (const int pass : {1, 2, 3, 4, 5, 6}) window_pass(pass);
     for (const Deep& d : deep_)
       if (d.overrun) throw inflates_past_size(label_, *d.member);
     names_pass();
@@ -431,6 +431,9 @@ void RangeReader::window_pass(int pass) {
     auto found = dynamic_in_window(d.mid_bytes, d.layout.dynamic_size, false, d.member->size, d.layout.dynamic_offset,
                                    limits_.mid_stream, d.budget.get());
     d.inflated += found.inflated;
+    if (!found.dyn && found.probe_raw > 0)
+      d.probes.push_back(
+          {d.mid_first - d.member->data_offset + found.probe_at, found.probe_compressed, found.probe_raw});
     if (!found.dyn) return;
     d.dyn = std::move(found.dyn);
     d.mid_bytes = std::string();  // no window is asked for a known segment

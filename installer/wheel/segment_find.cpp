@@ -196,6 +196,11 @@ WindowFind dynamic_in_window(const std::string& window, std::size_t dyn_size, bo
     if (!ends_member) {
       if (!mid_stream) return genuine;  // a place told by what the bytes read as is not exact
       out.dyn = scan.segment();
+      if (!out.dyn && genuine) {
+        out.probe_at = w.bit / 8;
+        out.probe_compressed = window.size() - out.probe_at;
+        out.probe_raw = w.size;
+      }
       return out.dyn || genuine;
     }
     // The member's stream holds more than it declares: counted back from its end, every place

@@ -94,6 +94,10 @@ struct WindowFind {
   std::uint64_t end_base = 0;
   // A decode that ended exactly with the member inflated more than the member declares.
   bool overrun = false;
+  // Mid-stream, a decode from a proved boundary that found no segment: where in the window it
+  // started, and the compressed bytes it read to the window's end against the bytes they
+  // inflated to, the deflate ratio there (segment_place's probed window).
+  std::uint64_t probe_at = 0, probe_compressed = 0, probe_raw = 0;
 };
 
 // The dynamic segment in a window of compressed bytes: inflated from each plausible block

@@ -148,6 +148,7 @@ class Windows {
       if (auto a = kind(grown(), T::end_grown)) return a;
     if (span_ && !close_)
       if (auto a = kind(around_end_estimate(), T::around_end_estimate)) return a;
+    if (auto a = kind(probed(), T::probed)) return a;
     // Wider with the member (cuDNN 9.19's runtime_compiled library, 16 MB deflated: 2.3 MB
     // early, where .lrodata after the segment deflates to 0.88 and the code before it to 0.42).
     const std::uint64_t wide = std::clamp<std::uint64_t>(m_.compressed / 4, 2 * k_window_, 8 * k_window_);
@@ -232,6 +233,59 @@ class Windows {
     if (!bound || *bound >= below) return std::nullopt;
     return kind(at_end(*bound), T::end_sized);
   }
+  // Where the segment lies were the bytes on one side of it deflated as a window that missed it
+  // measured: the estimates lie late where the bytes after the segment deflate to more than
+  // those before it (cuDNN 9.19's runtime-compiled engines: 9.3 MB of .lrodata at 0.88 after it,
+  // code at 0.42 before; both estimates 2.9 MB late, and the wide window read 3.97 MB). Each
+  // window's decode gives two places: the segment before it (the bytes after the segment
+  // deflating as it measured, those before taking what the proved places around leave) or after
+  // it. A place every window agrees with is asked for (each window before it measured about the
+  // ratio the place gives the bytes before the segment, each one after it that of the bytes
+  // after; within a third), a twentieth of the bytes counted at the measured ratio either side.
+  [[nodiscard]] std::optional<Ask> probed() const {
+    Anchor lo{0, 0}, hi{m_.compressed, m_.size};
+    const std::uint64_t s = d_.layout.dynamic_offset;
+    if (d_.head_end.raw <= s && d_.head_end.compressed <= m_.compressed) lo = d_.head_end;
+    if (d_.end_start && d_.end_start->raw > s && d_.end_start->compressed > lo.compressed &&
+        d_.end_start->compressed <= m_.compressed)
+      hi = *d_.end_start;
+    if (hi.raw <= s || lo.raw >= s || hi.compressed <= lo.compressed || d_.probes.empty()) return std::nullopt;
+    const auto measure = measure_between(d_, lo.raw, hi.raw);
+    const auto before = static_cast<double>(measure(s) - measure(lo.raw));
+    const auto after = static_cast<double>(measure(hi.raw) - measure(s));
+    if (before <= 0 || after <= 0) return std::nullopt;
+    const auto c_lo = static_cast<double>(lo.compressed), c_hi = static_cast<double>(hi.compressed);
+    struct Place {
+      double at, before_ratio, after_ratio, err;
+    };
+    const auto ratio_of = [](const Deep::Probe& p) {
+      return static_cast<double>(p.compressed) / static_cast<double>(p.raw);
+    };
+    const auto near = [](double x, double y) { return 3 * x <= 4 * y && 3 * y <= 4 * x; };
+    const auto agreed = [&](const Place& at) {
+      for (const auto& p : d_.probes) {
+        const auto first = static_cast<double>(p.first), last = static_cast<double>(p.first + p.compressed);
+        if (last <= at.at ? !near(ratio_of(p), at.before_ratio) : first < at.at || !near(ratio_of(p), at.after_ratio))
+          return false;  // a window across the place decoded its bytes and found no segment there
+      }
+      return true;
+    };
+    for (const auto& p : d_.probes) {
+      const double ratio = ratio_of(p), first = static_cast<double>(p.first);
+      const Place before_it{c_hi - ratio * after, 0, ratio, ratio * after / 20};
+      const Place after_it{c_lo + ratio * before, ratio, 0, ratio * before / 20};
+      for (Place at : {before_it, after_it}) {
+        if (at.at <= c_lo || at.at >= c_hi || (at.before_ratio == 0 && at.at >= first)) continue;
+        if (at.before_ratio == 0) at.before_ratio = (at.at - c_lo) / before;
+        if (at.after_ratio == 0) at.after_ratio = (c_hi - at.at) / after;
+        if (!agreed(at)) continue;
+        const auto place = m_.data_offset + static_cast<std::uint64_t>(at.at);
+        const auto err = static_cast<std::uint64_t>(at.err);
+        return around(place > err ? place - err : 0, place + err, window_);
+      }
+    }
+    return std::nullopt;
+  }
   // `wide` bytes mostly before the estimate (a block boundary must come first).
   [[nodiscard]] Ask wide_before(std::uint64_t wide) const {
     const std::uint64_t first = std::max(m_.data_offset, estimate_ > 3 * wide / 4 ? estimate_ - 3 * wide / 4 : 0);
@@ -273,8 +327,9 @@ std::optional<Ask> exact_window(const Deep& d, int pass, std::uint64_t k_window,
 // far back as the segment can lie. Elsewhere: the window between the estimates where they are
 // close, pass 1's grown by one towards the other where they are far apart, around the estimates
 // where they moved, the window at the end grown back where it gave no estimate, around the
-// estimate from the end where the two are far apart, the window at the end as far as the
-// section header table says where that is less than a wide one, then the wide one.
+// estimate from the end where the two are far apart, where the deflate ratio the windows that
+// missed measured places it (probed), the window at the end as far as the section header table
+// says where that is less than a wide one, then the wide one.
 std::optional<Ask> window_for(const Deep& d, int pass, const RangeLimits& limits, bool whole_at_hand) {
   const zip::Entry& m = *d.member;
   if (m.method != 8 || d.layout.dynamic_size == 0 || d.dyn || d.segment_in_head()) return std::nullopt;

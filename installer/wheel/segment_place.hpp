@@ -56,8 +56,15 @@ struct Deep {
     wide = 8,
     end_sized = 16,
     refined = 32,
-    beside = 64
+    beside = 64,
+    probed = 128
   };
+  // The deflate ratio measured where a window around an estimate decoded without finding the
+  // segment: its compressed bytes [first, first + compressed) of the member and what they inflated to.
+  struct Probe {
+    std::uint64_t first = 0, compressed = 0, raw = 0;
+  };
+  std::vector<Probe> probes;
   // Pass 1's window around the estimate, [first, last + 1) (its bytes may be dropped since).
   std::pair<std::uint64_t, std::uint64_t> first_window;
   unsigned tried = 0;
