@@ -241,7 +241,8 @@ class Windows {
   // deflating as it measured, those before taking what the proved places around leave) or after
   // it. A place every window agrees with is asked for (each window before it measured about the
   // ratio the place gives the bytes before the segment, each one after it that of the bytes
-  // after; within a third), a twentieth of the bytes counted at the measured ratio either side.
+  // after; within a third), a twentieth of the bytes counted at the measured ratio either side, half
+  // a window at most.
   [[nodiscard]] std::optional<Ask> probed() const {
     Anchor lo{0, 0}, hi{m_.compressed, m_.size};
     const std::uint64_t s = d_.layout.dynamic_offset;
@@ -280,7 +281,9 @@ class Windows {
         if (at.after_ratio == 0) at.after_ratio = (c_hi - at.at) / after;
         if (!agreed(at)) continue;
         const auto place = m_.data_offset + static_cast<std::uint64_t>(at.at);
-        const auto err = static_cast<std::uint64_t>(at.err);
+        // Half a window at most: a tenth of a member of 2 GB is a window of 140 MB, whose decode
+        // stops at k_most_decoded (the wide window after it is eight windows at most).
+        const auto err = std::min(static_cast<std::uint64_t>(at.err), k_window_ / 2);
         return around(place > err ? place - err : 0, place + err, window_);
       }
     }

@@ -34,13 +34,16 @@ using test::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// index_server.py serving `wheels`, stopped when destroyed.
+// index_server.py serving `wheels` (or another server of tests/e2e taking the same first two
+// arguments), stopped when destroyed.
 class IndexServer {
  public:
-  IndexServer(const std::string& wheels, const std::string& dir, const std::string& args) : log_(dir + "/log.jsonl") {
+  IndexServer(const std::string& wheels, const std::string& dir, const std::string& args,
+              const std::string& script = "index_server.py")
+      : log_(dir + "/log.jsonl") {
     const std::string port_file = dir + "/port";
     fs::remove(port_file);
-    const auto r = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/index_server.py") + " " +
+    const auto r = run_shell(test::k_python + " " + shell_quote(test::k_source + "/tests/e2e/" + script) + " " +
                              shell_quote(wheels) + " " + shell_quote(log_) + " " + args + " > " +
                              shell_quote(port_file) + " 2>" + shell_quote(dir + "/server.err") + " & echo $!");
     pid_ = std::stoi(r.out);
@@ -986,6 +989,32 @@ TEST_F(RangePlan, AWheelShapedAsCudnnsRuntimeCompiledEnginesIsPlacedByTheRatioIt
   EXPECT_LE(read.requests, 7U);
   EXPECT_EQ(names_of(read.objects, "nvidia/cudnn/lib/libcudnn.so.9"), readelf_names(object));
   std::cout << "read " << read.bytes << " of " << read.of << " bytes in " << read.requests << " requests\n";
+}
+
+// A wheel of 2.1 GB (tests/e2e/virtual_wheel_server.py, served from pieces: 100 MiB deflating to
+// 0.38 before the segment, 2000 MiB of random bytes after it): the window the ratio a missed
+// window measured places is half a window either side at most, and no range asked is over the
+// wide window's 8 MiB (1324344 asked 140 MB there, a tenth of the member, and read 201 MB in
+// all, where its parent read 57 MB).
+TEST_F(RangePlan, AWindowPlacedByAMeasuredRatioIsNoWiderThanTheWideOne) {
+  TempDir t;
+  IndexServer server("100:2000", t.path(), "--strings-in-head", "virtual_wheel_server.py");
+  const auto p = plan_fix(t, big_venv(t), "--index-url " + server.url() + "/simple", "", "ulimit -v 4000000;");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  ASSERT_FALSE(p.doc["steps"][0]["wheel"]["read"].is_null()) << p.doc["steps"][0]["wheel"];
+  std::uint64_t largest = 0, bytes = 0;
+  for (const auto& r : server.requests()) {
+    if (!r["range"].is_string()) continue;
+    const std::string range = r["range"].get<std::string>().substr(6);
+    const auto dash = range.find('-');
+    const std::uint64_t size = dash == 0 ? std::stoull(range.substr(1))
+                                         : std::stoull(range.substr(dash + 1)) - std::stoull(range.substr(0, dash)) + 1;
+    largest = std::max(largest, size);
+    bytes += size;
+  }
+  EXPECT_LE(largest, std::uint64_t{9} << 20) << "a range of " << largest << " bytes";
+  EXPECT_LT(bytes, std::uint64_t{100} << 20) << bytes << " bytes read";
+  std::cout << "read " << bytes << " bytes, the largest range " << largest << "\n";
 }
 
 // Each window is inflated twice (against either dictionary), and a window of zeros inflates
