@@ -999,7 +999,7 @@ TEST_F(RangePlan, AWheelShapedAsCudnnsRuntimeCompiledEnginesIsPlacedByTheRatioIt
 TEST_F(RangePlan, AWindowPlacedByAMeasuredRatioIsNoWiderThanTheWideOne) {
   TempDir t;
   IndexServer server("100:2000", t.path(), "--strings-in-head", "virtual_wheel_server.py");
-  const auto p = plan_fix(t, big_venv(t), "--index-url " + server.url() + "/simple", "", "ulimit -v 4000000;");
+  const auto p = plan_fix(t, big_venv(t), "--index-url " + server.url() + "/simple");
   ASSERT_EQ(p.exit_code, 0) << p.err;
   ASSERT_FALSE(p.doc["steps"][0]["wheel"]["read"].is_null()) << p.doc["steps"][0]["wheel"];
   std::uint64_t largest = 0, bytes = 0;
