@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "installer/wheel/deflate_window.hpp"
+#include "installer/wheel/member_ranges.hpp"
 #include "installer/wheel/segment_find.hpp"
 #include "installer/wheel/segment_place.hpp"
 #include "installer/wheel/strings_window.hpp"
@@ -24,18 +25,15 @@ namespace r = cudafix::resolver;
 
 namespace {
 
+using member_ranges::MemberRanges;
 using segment_find::Anchor;
 using segment_find::bytes_of;
 using segment_find::consistent_with;
 using segment_find::dynamic_in_window;
 using segment_find::end_bytes_at;
-using segment_find::Fetch;
-using segment_find::FromStart;
-using segment_find::inflate_to_end;
 using segment_find::inflates_past_size;
 using segment_find::over_budget;
 using segment_find::Pieces;
-using segment_find::read_from_start;
 using segment_find::strings_needed;
 using segment_find::symbol_table_at;
 using segment_find::u32;
@@ -43,12 +41,12 @@ using segment_find::u64;
 using segment_find::WindowFind;
 using segment_place::Ask;
 using segment_place::Deep;
-using segment_place::estimate;
+using segment_place::end_decodes;
+using segment_place::strings_at_end;
 using segment_place::window_for;
 
 constexpr std::size_t k_local_slack = 1024;       // a local header's extra field beyond the central one's
 constexpr std::uint64_t k_max_dynamic = 1 << 20;  // a larger PT_DYNAMIC is read from the object's start
-constexpr std::uint64_t k_piece = 2 << 20;        // a map of a stream decodes pieces of this many bytes at once
 
 // Where a member's data starts, from the fetched bytes that begin at its local header (which
 // must agree with the central directory).
@@ -132,19 +130,6 @@ class RangeReader {
     return std::move(out_);
   }
 
-  // Whether the strings [first, second) are read from a window at the end (NVIDIA's libraries
-  // keep .dynstr last) rather than from the start (gcc puts it near the start): where reaching
-  // back there costs less.
-  [[nodiscard]] bool strings_at_end(const Deep& d, const std::pair<std::uint64_t, std::uint64_t>& strings) const {
-    const zip::Entry& m = *d.member;
-    return m.method == 8 && m.size - strings.first <= 8 * limits_.window &&
-           d.end() - estimate(d, strings.first) <= estimate(d, strings.second) - m.data_offset;
-  }
-  // Whether the window at hand at the object's end decodes from before its byte `raw` on (a
-  // proved block boundary there): what lies past it is inflated from those bytes, never fetched.
-  [[nodiscard]] static bool end_decodes(const Deep& d, std::uint64_t raw) {
-    return d.end_start && d.end_start->raw <= raw;
-  }
   // Bytes [first, last] of the wheel for each range, each checked first and counted.
   std::vector<std::string> fetch(const Ranges& ranges) {
     for (const auto& [first, last] : ranges)
@@ -456,7 +441,7 @@ void RangeReader::names_pass() {
       continue;
     const std::string dyn = d.segment();
     const auto strings = strings_needed(dyn, d.layout, m.size);
-    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings)) continue;
+    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings, limits_.window)) continue;
     auto ask = names_ask(dyn, d.layout, m.size, d.head_place());
     if (!ask) continue;
     const auto at = names_window_place(ask->layout, limits_.window);
@@ -486,8 +471,8 @@ void RangeReader::prefetch_strings() {
     if (m.method != 8 || d.layout.dynamic_size == 0 || (!d.dyn && !d.segment_in_head())) continue;
     const std::string dyn = d.segment();
     const auto strings = strings_needed(dyn, d.layout, m.size);
-    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings) || end_decodes(d, strings->first) ||
-        d.head_end.raw == 0 || !d.names.empty())
+    if (!strings || strings->second <= d.head.size() || strings_at_end(d, *strings, limits_.window) ||
+        end_decodes(d, strings->first) || d.head_end.raw == 0 || !d.names.empty())
       continue;
     // At the highest ratios of the tables before them (installer/wheel/strings_window), else at
     // the head's deflate ratio and a quarter more; what falls short is fetched as it is inflated.
@@ -508,128 +493,12 @@ void RangeReader::prefetch_strings() {
   for (std::size_t k = 0; k < of.size(); ++k) of[k]->head_compressed += bytes[k];
 }
 
-// The ranges of one object that no window gave: placed exactly by a map of its deflate stream
-// where the whole file is at hand, else inflated from its start (from the head's compressed
-// bytes on), and the strings from a window at its end.
-class MemberRanges {
- public:
-  MemberRanges(RangeReader& reader, Deep& d, RangedMembers& out, const RangeLimits& limits, std::string_view whole,
-               const std::string& label)
-      : reader_(reader),
-        d_(d),
-        m_(*d.member),
-        out_(out),
-        limits_(limits),
-        whole_(whole),
-        label_(label),
-        map_budget_(2 * m_.size + (std::uint64_t{128} << 20), std::chrono::hours(24), d.budget.get()),
-        fetch_([this](const Ranges& r) { return reader_.fetch(r); }),
-        stream_(m_, fetch_, limits.chunk, d.budget.get(), label, d.head_compressed) {}
-
-  // Where the whole file is at hand: `len` bytes from `first` on, decoded from the last proved
-  // block boundary before them (or one of the few before that, where the bytes depend on what
-  // precedes it); nullopt: inflated from the start instead. A map of the stream has a share of
-  // the member's budget: where it runs out (no boundary proved in crafted bytes), the member is
-  // inflated from its start with what is left.
-  std::optional<std::string> exactly(std::uint64_t first, std::uint64_t len) {
-    if (whole_.empty() || m_.method != 8 || first + len <= d_.head.size() ||
-        m_.data_offset + m_.compressed > whole_.size())
-      return std::nullopt;
-    const std::string_view stream = whole_.substr(m_.data_offset, m_.compressed);
-    while (map_.back().out < first + len && map_.back().bit < stream.size() * 8) {
-      bool too_long = false;
-      const auto more =
-          map_stream(stream, map_.back(), first + len, m_.size, k_piece, 0, out_.inflated, too_long, &map_budget_);
-      if (too_long) throw inflates_past_size(label_, m_);
-      if (more.size() == 1) break;
-      map_.insert(map_.end(), more.begin() + 1, more.end());
-    }
-    const std::uint64_t covered = std::min<std::uint64_t>(stream.size(), map_.back().bit / 8 + k_piece);
-    out_.read += covered > mapped_to_ ? covered - mapped_to_ : 0;
-    mapped_to_ = std::max(mapped_to_, covered);
-    auto at =
-        std::upper_bound(map_.begin(), map_.end(), first, [](std::uint64_t v, const Boundary& b) { return v < b.out; });
-    for (int tries = 0; tries < 4 && at != map_.begin(); ++tries)
-      if (auto got = decode_span(stream, *--at, first, len, out_.inflated, &map_budget_)) return got;
-    return std::nullopt;
-  }
-  // The member from its start, where neither a window nor a map of its stream gives a range.
-  std::optional<std::string> from_start(std::uint64_t first, std::uint64_t len) {
-    auto got = first + len <= d_.head.size() ? std::optional(d_.head.substr(first, len)) : stream_.bytes(first, len);
-    out_.inflated += std::exchange(stream_.inflated, 0);
-    return got;
-  }
-  std::string segment_from_start() {
-    auto got = from_start(d_.layout.dynamic_offset, d_.layout.dynamic_size);
-    if (!got) throw r::Error(fmt::format("{}: {} ends before its dynamic segment", label_, m_.name));
-    return std::move(*got);
-  }
-  // The object whose headers say nothing of its segment, read from its start.
-  r::ElfRead read_whole() {
-    auto elf = read_from_start(d_.head, stream_, m_.size, label_ + ":" + m_.name);
-    out_.inflated += std::exchange(stream_.inflated, 0);
-    return elf;
-  }
-  // The strings [first, second) near the end (NVIDIA's libraries keep .dynstr last): inflated
-  // to the end from the window at the member's end where its decode starts before them (its
-  // bytes are at hand; a decode keeps only its last 256 KiB), else from that window grown back
-  // to them where reaching back there costs less than inflating up to them from the start (gcc
-  // puts .dynstr near the start) or costs little (they lie in the last window of the object,
-  // whatever the estimates say). Where the decode at hand leaves them unknown, the window grows
-  // back too: cuDNN 9.19's heuristic library keeps its .dynstr after 1.59 MB of zeros, which a
-  // decode starting among them knows nothing of (it read 21 MB from the start instead). The
-  // segment's null symbol is read there too where the decode reaches it, for consistent_with.
-  void strings_from_end(const std::pair<std::uint64_t, std::uint64_t>& strings, const std::string& dyn, Pieces& known) {
-    if (known.span(strings.first, strings.second - strings.first) || m_.method != 8) return;
-    const bool at_hand = RangeReader::end_decodes(d_, strings.first);
-    const std::uint64_t end = d_.end(), after = m_.size - strings.first;
-    std::uint64_t reach = after + after / 1000 + limits_.window / 4;  // deflate holds X bytes in X + X/1000 at most
-    if (!at_hand && !reader_.strings_at_end(d_, strings) && 2 * reach > m_.compressed) return;
-    if (at_hand) {
-      strings_in_end_window(strings, dyn, known);
-      if (known.span(strings.first, strings.second - strings.first)) return;
-      reach = std::max(reach, 2 * (end - d_.end_first));
-    }
-    const std::uint64_t first = end > reach ? std::max(m_.data_offset, end - reach) : m_.data_offset;
-    if (first >= d_.end_first) return;
-    d_.end_bytes = reader_.fetch({{first, d_.end_first - 1}}).front() + d_.end_bytes;
-    d_.end_first = first;
-    strings_in_end_window(strings, dyn, known);
-  }
-
- private:
-  // The strings, and the null symbol, from the window at the member's end as far as it reaches.
-  void strings_in_end_window(const std::pair<std::uint64_t, std::uint64_t>& strings, const std::string& dyn,
-                             Pieces& known) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> wanted{strings};
-    if (const auto symtab = symbol_table_at(dyn, d_.layout); symtab && *symtab <= m_.size - 24)
-      if (!known.span(*symtab, 24)) wanted.emplace_back(*symtab, *symtab + 24);
-    bool overrun = false;
-    auto got = inflate_to_end(d_.end_bytes, m_.size, wanted, out_.inflated, d_.budget.get(), overrun);
-    if (overrun) throw inflates_past_size(label_, m_);
-    for (auto& piece : got) known.v.push_back(std::move(piece));
-  }
-
-  RangeReader& reader_;
-  Deep& d_;
-  const zip::Entry& m_;
-  RangedMembers& out_;
-  const RangeLimits& limits_;
-  std::string_view whole_;
-  const std::string& label_;
-  InflateBudget map_budget_;
-  std::vector<Boundary> map_{{0, 0}};
-  std::uint64_t mapped_to_ = 0;  // compressed bytes the map covers
-  Fetch fetch_;
-  FromStart stream_;
-};
-
 // An object's segment and strings from what the windows gave, else as MemberRanges finds them,
 // read by resolver/elf from those pieces alone.
 void RangeReader::finish(Deep& d) {
   zip::Entry& m = *d.member;
   if (d.budget->spent()) throw over_budget(label_, m, *d.budget);
-  MemberRanges ranges(*this, d, out_, limits_, whole_, label_);
+  MemberRanges ranges([this](const Ranges& r) { return fetch(r); }, d, out_, limits_, whole_, label_);
   if (d.layout.dynamic_size == 0) {
     ++out_.objects_from_start;
     keep_elf(out_, m.name, ranges.read_whole(), label_, invalid_);

@@ -59,6 +59,12 @@ std::uint64_t estimate(const Deep& d, std::uint64_t raw) {
   return m.data_offset + lo.compressed + scaled(ratio, measure(raw) - measure(lo.raw), m.compressed - lo.compressed);
 }
 
+bool strings_at_end(const Deep& d, const std::pair<std::uint64_t, std::uint64_t>& strings, std::uint64_t window) {
+  const zip::Entry& m = *d.member;
+  return m.method == 8 && m.size - strings.first <= 8 * window &&
+         d.end() - estimate(d, strings.first) <= estimate(d, strings.second) - m.data_offset;
+}
+
 // Where the object's byte `raw` should lie were the bytes from it to the end deflated as those
 // the window at the end inflated; nullopt where that window starts before it.
 std::optional<std::uint64_t> estimate_from_end(const Deep& d, std::uint64_t raw) {

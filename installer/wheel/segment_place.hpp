@@ -88,6 +88,16 @@ struct Ask {
   unsigned kind = 0;  // a Deep::tried bit: which of the windows for its segment this is
 };
 
+// Whether the window at hand at the object's end decodes from before its byte `raw` on (a
+// proved block boundary there): what lies past it is inflated from those bytes, never fetched.
+[[nodiscard]] inline bool end_decodes(const Deep& d, std::uint64_t raw) {
+  return d.end_start && d.end_start->raw <= raw;
+}
+// Whether the strings [first, second) are read from a window at the end (NVIDIA's libraries
+// keep .dynstr last) rather than from the start (gcc puts it near the start): where reaching
+// back there costs less (`window`: RangeLimits::window).
+[[nodiscard]] bool strings_at_end(const Deep& d, const std::pair<std::uint64_t, std::uint64_t>& strings,
+                                  std::uint64_t window);
 // Where in the wheel the object's byte `raw` should lie deflated: between the two proved places
 // around it (the end of the head, the first boundary of the window at its end; else the
 // member's start and end), at the deflate ratio measured between them, the bytes weighed by
