@@ -132,9 +132,8 @@ std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
       if (t->request->range) t->bound = std::min(t->bound, t->request->range->second - t->request->range->first + 1);
       if (t->request->suffix) t->bound = std::min(t->bound, t->request->suffix);
       // Held once at its size: grown by doubling, a window of 4 MB (cuDNN's runtime-compiled
-      // engines) was copied at each step, old and new side by side.
-      // A server that says 206 and sends less is told by the length; a range this large never
-      // gets its size reserved whole.
+      // engines) was copied at each step, old and new side by side. At most 16 MiB: a server
+      // that says 206 and sends less is told by the length check, not by an allocation.
       if (t->fd < 0 && t->request->range) t->response->body.reserve(std::min<std::uint64_t>(t->bound, 16 << 20));
       const auto slash = t->content_range.rfind('/');
       if (slash != std::string::npos)
